@@ -1,0 +1,90 @@
+/* py_common.c: see py_common.h. */
+#include "py_common.h"
+
+#include "mooncake/log.h"
+#include "mooncake/status.h"
+
+int mc__py_add_error_code(PyObject *module)
+{
+    size_t n;
+    const mc_status_info *rows = mc_status_table(&n);
+    PyObject *enum_mod = NULL, *int_enum = NULL, *members = NULL, *cls = NULL;
+    PyObject *modname = NULL, *kwargs = NULL, *args = NULL;
+    int rc = -1;
+
+    enum_mod = PyImport_ImportModule("enum");
+    if (!enum_mod)
+        goto out;
+    int_enum = PyObject_GetAttrString(enum_mod, "IntEnum");
+    if (!int_enum)
+        goto out;
+    members = PyList_New((Py_ssize_t)n);
+    if (!members)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        PyObject *pair = Py_BuildValue("(si)", rows[i].name, rows[i].value);
+        if (!pair)
+            goto out;
+        PyList_SET_ITEM(members, (Py_ssize_t)i, pair);
+    }
+    modname = PyModule_GetNameObject(module);
+    if (!modname)
+        goto out;
+    args = Py_BuildValue("(sO)", "ErrorCode", members);
+    kwargs = Py_BuildValue("{sO}", "module", modname);
+    if (!args || !kwargs)
+        goto out;
+    cls = PyObject_Call(int_enum, args, kwargs);
+    if (!cls)
+        goto out;
+    if (PyObject_SetAttrString(cls, "__doc__",
+                               PyUnicode_FromString(
+                                   "Status codes of Mooncake with upstream's names and "
+                                   "numbers (mooncake-store/include/types.h). Methods "
+                                   "return these as negative ints.")) < 0)
+        PyErr_Clear();
+    if (PyModule_AddObjectRef(module, "ErrorCode", cls) < 0)
+        goto out;
+    rc = 0;
+out:
+    Py_XDECREF(enum_mod);
+    Py_XDECREF(int_enum);
+    Py_XDECREF(members);
+    Py_XDECREF(cls);
+    Py_XDECREF(modname);
+    Py_XDECREF(args);
+    Py_XDECREF(kwargs);
+    return rc;
+}
+
+static void py_log_sink(mc_log_level level, const char *tag, const char *msg, void *ctx)
+{
+    (void)ctx;
+    static const int py_levels[] = {5, 10, 20, 30, 40, 50};
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *logging = PyImport_ImportModule("logging");
+    if (logging) {
+        PyObject *logger = PyObject_CallMethod(logging, "getLogger", "s", "mooncake");
+        if (logger) {
+            PyObject *r = PyObject_CallMethod(logger, "log", "iss", py_levels[level],
+                                              "%s", msg);
+            (void)tag;
+            Py_XDECREF(r);
+            Py_DECREF(logger);
+        }
+        Py_DECREF(logging);
+    }
+    if (PyErr_Occurred())
+        PyErr_Clear();
+    PyGILState_Release(g);
+}
+
+int mc__py_route_logs(void)
+{
+    /* Only when the user asked for it: stderr stays the default so that a process that
+     * never configured logging still sees errors (as upstream's glog output). */
+    const char *v = getenv("MC_LOG_TO_PYTHON");
+    if (v && *v && *v != '0')
+        mc_log_set_sink(py_log_sink, NULL);
+    return 0;
+}
