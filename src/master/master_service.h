@@ -1,0 +1,549 @@
+/* master_service.h: the mooncake_master core (metadata only; no networking).
+ *
+ * The service owns: mounted segments (one offset allocator each, metadata only: the
+ * memory itself is never touched), the object index (key -> replicas), read leases,
+ * soft/hard pins, watermark eviction, in-flight put bookkeeping and client liveness.
+ * Bytes never flow through it. The RPC server (the RPC files in src/master, tools/mooncake_master)
+ * wraps these calls one to one.
+ *
+ * Upstream semantics: ../shared/reference/upstream-mooncake.md §4 (mooncake-store
+ * `master_service.cpp`, `rpc_service.cpp`), contract ../shared/API.md §4-§5, where we are
+ * stricter: keys are non-empty byte strings of at most MC_MASTER_KEY_MAX bytes (any bytes,
+ * NUL included; INVALID_PARAMS otherwise); zero-size objects are real objects.
+ *
+ * Threads: every function is thread-safe. The index is sharded by xxhash of the key with
+ * one mutex per shard, so operations on different keys run in parallel. Callbacks
+ * (foreach, regex) run with an internal lock held: they must not call back into the
+ * service and should be quick.
+ *
+ * Status codes: the return values are upstream's (include/mooncake/status.h). Every
+ * per-key function checks the key first (INVALID_PARAMS for an empty key or one longer
+ * than MC_MASTER_KEY_MAX, or a NULL pointer with a non-zero length).
+ *
+ * Time: the service reads a millisecond monotonic clock, mc_now_ms() unless the config
+ * supplies one (tests pass a fake clock for determinism). Leases, soft pins, client TTLs
+ * and put timeouts are all measured on it.
+ *
+ * Zero-size objects: a replica of size 0 is placed on a segment like any other (distinct
+ * segments, preferred first) but takes no space: its address is the segment's base and
+ * its size 0. It is dropped when its segment is unmounted, like any replica. Readers need
+ * no transfer for it.
+ */
+#ifndef MOONCAKE_MASTER_SERVICE_H
+#define MOONCAKE_MASTER_SERVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mooncake/mc_api.h"
+#include "mooncake/status.h"
+
+/* Limits (checked on every input; inputs past them get INVALID_PARAMS). */
+#define MC_MASTER_KEY_MAX 4096u       /* bytes per key (API.md §5)                      */
+#define MC_MASTER_MAX_REPLICAS 8u     /* replicas per object; replica_num is clamped    */
+#define MC_MASTER_NAME_MAX 256u       /* segment name / endpoint / host id, incl. NUL   */
+#define MC_MASTER_PROTOCOL_MAX 16u    /* "tcp", "rdma", ... incl. NUL                   */
+#define MC_MASTER_MAX_PREFERRED 64u   /* preferred_segments entries per put             */
+#define MC_MASTER_REGEX_MAX 4096u     /* bytes per regex pattern                        */
+#define MC_MASTER_SEGMENT_MAX_SIZE (1ull << 50) /* bytes per mounted segment            */
+
+/* A client or segment id: upstream's UUID (pair of uint64). */
+typedef struct mc_master_uuid {
+    uint64_t first;
+    uint64_t second;
+} mc_master_uuid;
+
+/* A key: bytes, not NUL-terminated (may contain NUL). Borrowed for the call. */
+typedef struct mc_master_key {
+    const void *data;
+    size_t len;
+} mc_master_key;
+
+/* Upstream ReplicaStatus values (`replica.h`). The master reports PROCESSING (write in
+ * flight, not readable) and COMPLETE (readable). */
+typedef enum mc_master_replica_status {
+    MC_MASTER_REPLICA_UNDEFINED = 0,
+    MC_MASTER_REPLICA_INITIALIZED = 1,
+    MC_MASTER_REPLICA_PROCESSING = 2,
+    MC_MASTER_REPLICA_COMPLETE = 3,
+    MC_MASTER_REPLICA_REMOVED = 4,
+    MC_MASTER_REPLICA_FAILED = 5,
+} mc_master_replica_status;
+
+/* Upstream --allocation_strategy values we implement (upstream-mooncake.md §4.6). */
+typedef enum mc_master_strategy {
+    MC_MASTER_STRATEGY_DEFAULT = 0,          /* in a put config: the service's strategy */
+    MC_MASTER_STRATEGY_RANDOM = 1,           /* upstream "random" (the default)         */
+    MC_MASTER_STRATEGY_FREE_RATIO_FIRST = 2, /* upstream "free_ratio_first"             */
+} mc_master_strategy;
+
+/* mc_master_strategy_parse: "random" / "free_ratio_first" -> strategy; -1 otherwise. */
+MC_API int mc_master_strategy_parse(const char *name);
+
+/* Upstream SoftPinAction (HEAD); v0.3.12's `with_soft_pin=True` maps to ENABLE. */
+typedef enum mc_master_soft_pin_action {
+    MC_MASTER_SOFT_PIN_PRESERVE = 0, /* new object: not pinned; upsert: keep as it was   */
+    MC_MASTER_SOFT_PIN_ENABLE = 1,   /* pin for soft_pin_ttl_ms from put_end             */
+    MC_MASTER_SOFT_PIN_DISABLE = 2,  /* not pinned (upsert: unpin)                        */
+} mc_master_soft_pin_action;
+
+/* Upstream ClientStatus (ping reply). */
+typedef enum mc_master_client_status {
+    MC_MASTER_CLIENT_UNDEFINED = 0,
+    MC_MASTER_CLIENT_OK = 1,
+    MC_MASTER_CLIENT_NEED_REMOUNT = 2,
+} mc_master_client_status;
+
+/* Clock: returns monotonic milliseconds. */
+typedef uint64_t (*mc_master_clock_fn)(void *ctx);
+
+/* Service configuration. Names and defaults are upstream's mooncake_master flags
+ * (upstream-mooncake.md §5.1); the unit is in each field's name or comment. Fill with
+ * mc_master_config_init() and change what you need. */
+typedef struct mc_master_config {
+    uint64_t default_kv_lease_ttl;            /* ms, 10000: read lease per get/exist     */
+    uint64_t default_kv_soft_pin_ttl;         /* ms, 1800000 (30 min)                    */
+    uint64_t max_kv_soft_pin_ttl;             /* ms, 86400000 (24 h): larger -> INVALID  */
+    bool allow_evict_soft_pinned_objects;     /* true                                    */
+    double eviction_ratio;                    /* 0.05, in [0, 1]                         */
+    double eviction_high_watermark_ratio;     /* 0.90, in [0, 1]                         */
+    uint64_t client_ttl;                      /* s, 10: client dead after this silence   */
+    uint64_t put_start_discard_timeout_sec;   /* s, 30: stale put may be pre-empted      */
+    uint64_t put_start_release_timeout_sec;   /* s, 600: unfinished put space released   */
+    mc_master_strategy allocation_strategy;   /* RANDOM                                  */
+    /* Ours (not upstream flags): */
+    uint32_t shard_count;      /* index shards, power of two in [1, 65536]; 1024          */
+    uint32_t alloc_alignment;  /* bytes, power of two in [1, 4096]; 64: every replica's   */
+                               /* address is a multiple of it (relative to address 0)    */
+    bool sync_eviction;        /* true: a put_start that finds no space evicts inline and */
+                               /* retries once before NO_AVAILABLE_HANDLE (upstream only  */
+                               /* flags the eviction thread, §4.5); false: upstream's way */
+    uint64_t client_ttl_ms;    /* ms; 0 = use client_ttl * 1000 (tests use small values)  */
+    mc_master_clock_fn clock;  /* NULL = mc_now_ms                                        */
+    void *clock_ctx;
+} mc_master_config;
+
+/* mc_master_config_init: fills *cfg with the defaults above. */
+MC_API void mc_master_config_init(mc_master_config *cfg);
+
+/* A segment to mount (upstream `Segment`). Strings are borrowed for the call (copied).
+ *   id: unique per mounted segment (SEGMENT_ALREADY_EXISTS when already mounted).
+ *   name: the owner's TE segment name ("host:port"), 1..MC_MASTER_NAME_MAX-1 bytes;
+ *     several segments may share a name (one client mounting in chunks);
+ *     preferred_segments match it.
+ *   base/size: the registered range [base, base+size) in the owner's address space;
+ *     size in (0, MC_MASTER_SEGMENT_MAX_SIZE], base+size must not overflow.
+ *   te_endpoint: transport endpoint returned in replica descriptors; NULL or "" = name.
+ *   protocol: NULL or "" = "tcp". host_id: NULL or "" = none (same-host detection). */
+typedef struct mc_master_segment {
+    mc_master_uuid id;
+    const char *name;
+    uint64_t base;
+    uint64_t size;
+    const char *te_endpoint;
+    const char *protocol;
+    const char *host_id;
+} mc_master_segment;
+
+/* One replica as returned to clients (upstream Replica::Descriptor with a memory
+ * descriptor: AllocatedBuffer::Descriptor{size, buffer_address, protocol,
+ * transport_endpoint}). Owned by the caller (plain value, strings copied in). */
+typedef struct mc_master_replica {
+    mc_master_uuid segment_id;
+    uint64_t address; /* virtual address in the segment owner's process               */
+    uint64_t size;    /* bytes (the object's size; 0 for a zero-size object)          */
+    int status;       /* mc_master_replica_status                                     */
+    char transport_endpoint[MC_MASTER_NAME_MAX];
+    char protocol[MC_MASTER_PROTOCOL_MAX];
+} mc_master_replica;
+
+/* A replica list (put_start / get_replica_list result). */
+typedef struct mc_master_replica_list {
+    uint32_t n;              /* replicas filled, <= MC_MASTER_MAX_REPLICAS            */
+    uint64_t lease_ttl_ms;   /* get_replica_list: the lease granted; else 0            */
+    mc_master_replica replicas[MC_MASTER_MAX_REPLICAS];
+} mc_master_replica_list;
+
+/* Per-put options (upstream ReplicateConfig). Borrowed for the call.
+ *   replica_num: wanted replicas, >= 1 (0 -> INVALID_PARAMS); clamped to
+ *     MC_MASTER_MAX_REPLICAS. Best effort: fewer (>= 1) is success.
+ *   preferred_segments: segment names tried first, in order (n_preferred <=
+ *     MC_MASTER_MAX_PREFERRED; unknown names are skipped).
+ *   soft_pin: see mc_master_soft_pin_action. soft_pin_ttl_set/soft_pin_ttl_ms: ms; unset
+ *     = default_kv_soft_pin_ttl; set with an action other than ENABLE, or above
+ *     max_kv_soft_pin_ttl -> INVALID_PARAMS (upstream); 0 with ENABLE = not pinned.
+ *   with_hard_pin: never evicted (removable by remove(force) or remove_all).
+ *   strategy: MC_MASTER_STRATEGY_DEFAULT = the service's. */
+typedef struct mc_master_put_config {
+    uint32_t replica_num;
+    const char *const *preferred_segments;
+    size_t n_preferred;
+    mc_master_soft_pin_action soft_pin;
+    bool soft_pin_ttl_set;
+    uint64_t soft_pin_ttl_ms;
+    bool with_hard_pin;
+    mc_master_strategy strategy;
+} mc_master_put_config;
+
+/* mc_master_put_config_init: replica_num 1, nothing preferred, no pins, default
+ * strategy. */
+MC_API void mc_master_put_config_init(mc_master_put_config *cfg);
+
+typedef struct mc_master_service mc_master_service;
+
+/* mc_master_service_create: a new, empty service (no segments, no objects).
+ * Returns OK, or INVALID_PARAMS when a config value is out of range (ratios outside
+ * [0, 1], shard_count / alloc_alignment not a power of two in range). *out receives the
+ * service, owned by the caller until mc_master_service_destroy. */
+MC_API int mc_master_service_create(const mc_master_config *cfg, mc_master_service **out);
+
+/* mc_master_service_destroy: frees everything. No call may be in flight. NULL is ok. */
+MC_API void mc_master_service_destroy(mc_master_service *svc);
+
+/* ---- segments and clients (upstream MountSegment / ReMountSegment / UnmountSegment /
+ * Ping; upstream-mooncake.md §4.1, §4.7) ---- */
+
+/* mc_master_service_mount_segment: creates an allocator over [base, base+size) owned
+ * by client_id and marks the client alive (its TTL starts now).
+ * Returns OK; SEGMENT_ALREADY_EXISTS (the id is mounted); INVALID_PARAMS (bad name,
+ * size, range or string lengths). */
+MC_API int mc_master_service_mount_segment(mc_master_service *svc,
+                                           const mc_master_segment *seg,
+                                           mc_master_uuid client_id);
+
+/* mc_master_service_remount_segments: after NEED_REMOUNT: marks the client alive and
+ * mounts each segment that is not mounted yet (one already mounted under the same id is
+ * left as it is). n may be 0 (a client without segments re-registers). Returns OK, or
+ * the first error (segments before it stay mounted); INVALID_PARAMS for n > 65536. */
+MC_API int mc_master_service_remount_segments(mc_master_service *svc,
+                                              const mc_master_segment *segs, size_t n,
+                                              mc_master_uuid client_id);
+
+/* mc_master_service_unmount_segment: removes the segment; every replica on it is
+ * dropped (in-flight ones too); objects left with no replica are erased.
+ * Returns OK; SEGMENT_NOT_FOUND; ILLEGAL_CLIENT when the segment belongs to another
+ * client. */
+MC_API int mc_master_service_unmount_segment(mc_master_service *svc,
+                                             mc_master_uuid segment_id,
+                                             mc_master_uuid client_id);
+
+/* Ping reply (upstream PingResponse). */
+typedef struct mc_master_ping_result {
+    int64_t view_version;   /* 0 without HA */
+    int client_status;      /* mc_master_client_status */
+} mc_master_ping_result;
+
+/* mc_master_service_ping: heartbeat. A known, live client gets CLIENT_OK and its TTL is
+ * extended to now + client_ttl; an unknown or expired one gets CLIENT_NEED_REMOUNT (it
+ * becomes known again through mount/remount). Returns OK. */
+MC_API int mc_master_service_ping(mc_master_service *svc, mc_master_uuid client_id,
+                                  mc_master_ping_result *out);
+
+/* ---- writes (upstream PutStart/PutEnd/PutRevoke, Upsert*; §4.1, §4.3) ---- */
+
+/* mc_master_service_put_start: reserves space for `size` bytes on up to replica_num
+ * distinct segments (distinct names), preferred segments first, then by strategy, and
+ * inserts the object as in flight (replicas PROCESSING). out (caller's) receives them.
+ * Returns OK;
+ *   INVALID_PARAMS: bad key, replica_num 0, bad soft-pin combination, size above
+ *     MC_MASTER_SEGMENT_MAX_SIZE, too many preferred segments;
+ *   OBJECT_ALREADY_EXISTS: the key is complete, or in flight and younger than
+ *     put_start_discard_timeout_sec (an older in-flight put is pre-empted: its space is
+ *     freed and this put proceeds);
+ *   NO_AVAILABLE_HANDLE: no segment can hold it (none mounted, or full even after
+ *     eviction). Eviction is requested for the next tick; with sync_eviction the put
+ *     evicts inline and retries once first. */
+MC_API int mc_master_service_put_start(mc_master_service *svc, mc_master_uuid client_id,
+                                       const void *key, size_t key_len, uint64_t size,
+                                       const mc_master_put_config *cfg,
+                                       mc_master_replica_list *out);
+
+/* mc_master_service_put_end: publishes an in-flight object: replicas become COMPLETE,
+ * the soft-pin deadline (if any) starts. Returns OK; OBJECT_NOT_FOUND (absent, or its
+ * put was pre-empted/released); ILLEGAL_CLIENT (in flight for another client);
+ * INVALID_WRITE (the object is already complete). */
+MC_API int mc_master_service_put_end(mc_master_service *svc, mc_master_uuid client_id,
+                                     const void *key, size_t key_len);
+
+/* mc_master_service_put_revoke: abandons an in-flight put: frees its space and erases
+ * the object. Returns OK; OBJECT_NOT_FOUND; ILLEGAL_CLIENT; INVALID_WRITE (complete). */
+MC_API int mc_master_service_put_revoke(mc_master_service *svc, mc_master_uuid client_id,
+                                        const void *key, size_t key_len);
+
+/* mc_master_service_upsert_start: insert or replace. Absent key: as put_start. A complete
+ * object: OBJECT_HAS_LEASE while a reader holds a lease (its bytes must not change under
+ * it); else, same size -> the same allocations are reused in place, a different size ->
+ * new space (the old is freed); either way the object is in flight (not readable) until
+ * upsert_end, and pins follow cfg (soft_pin PRESERVE keeps the old soft pin). An object
+ * in flight: as put_start (OBJECT_ALREADY_EXISTS unless stale). Other codes as
+ * put_start. */
+MC_API int mc_master_service_upsert_start(mc_master_service *svc, mc_master_uuid client_id,
+                                          const void *key, size_t key_len, uint64_t size,
+                                          const mc_master_put_config *cfg,
+                                          mc_master_replica_list *out);
+
+/* mc_master_service_upsert_end / upsert_revoke: as put_end / put_revoke (a revoked upsert
+ * erases the object: its old bytes may have been partly overwritten). */
+MC_API int mc_master_service_upsert_end(mc_master_service *svc, mc_master_uuid client_id,
+                                        const void *key, size_t key_len);
+MC_API int mc_master_service_upsert_revoke(mc_master_service *svc, mc_master_uuid client_id,
+                                           const void *key, size_t key_len);
+
+/* Batch writes: keys[i] / sizes[i] -> statuses[i] (and outs[i] for *_start); one config
+ * for all. Items are independent (a duplicate key inside one batch: the first start wins,
+ * later ones get OBJECT_ALREADY_EXISTS). n == 0 is fine. Returns OK when every item is
+ * OK, else the first failing item's code; INVALID_PARAMS for NULL arrays with n > 0. */
+MC_API int mc_master_service_batch_put_start(mc_master_service *svc, mc_master_uuid client_id,
+                                             const mc_master_key *keys,
+                                             const uint64_t *sizes, size_t n,
+                                             const mc_master_put_config *cfg,
+                                             mc_master_replica_list *outs, int *statuses);
+MC_API int mc_master_service_batch_put_end(mc_master_service *svc, mc_master_uuid client_id,
+                                           const mc_master_key *keys, size_t n,
+                                           int *statuses);
+MC_API int mc_master_service_batch_put_revoke(mc_master_service *svc,
+                                              mc_master_uuid client_id,
+                                              const mc_master_key *keys, size_t n,
+                                              int *statuses);
+MC_API int mc_master_service_batch_upsert_start(mc_master_service *svc,
+                                                mc_master_uuid client_id,
+                                                const mc_master_key *keys,
+                                                const uint64_t *sizes, size_t n,
+                                                const mc_master_put_config *cfg,
+                                                mc_master_replica_list *outs,
+                                                int *statuses);
+MC_API int mc_master_service_batch_upsert_end(mc_master_service *svc,
+                                              mc_master_uuid client_id,
+                                              const mc_master_key *keys, size_t n,
+                                              int *statuses);
+MC_API int mc_master_service_batch_upsert_revoke(mc_master_service *svc,
+                                                 mc_master_uuid client_id,
+                                                 const mc_master_key *keys, size_t n,
+                                                 int *statuses);
+
+/* ---- reads (upstream GetReplicaList, ExistKey; §4.1, §4.4) ---- */
+
+/* mc_master_service_get_replica_list: the object's COMPLETE replicas; grants or extends
+ * the read lease to now + default_kv_lease_ttl (out->lease_ttl_ms) and marks it recently
+ * used. Returns OK; OBJECT_NOT_FOUND; REPLICA_IS_NOT_READY (only in-flight replicas). */
+MC_API int mc_master_service_get_replica_list(mc_master_service *svc, const void *key,
+                                              size_t key_len, mc_master_replica_list *out);
+
+/* Batch: outs[i]/statuses[i] per key. Returns OK when every item is OK, else the first
+ * failing item's code. */
+MC_API int mc_master_service_batch_get_replica_list(mc_master_service *svc,
+                                                    const mc_master_key *keys, size_t n,
+                                                    mc_master_replica_list *outs,
+                                                    int *statuses);
+
+/* Called once per matching key by the regex functions; key/list are borrowed for the
+ * call. Return 0 to continue, non-zero to stop. Runs under a shard lock. */
+typedef int (*mc_master_regex_cb)(const void *key, size_t key_len,
+                                  const mc_master_replica_list *list, void *ctx);
+
+/* mc_master_service_get_replica_list_by_regex: every complete object whose key matches
+ * the PCRE2 pattern (unanchored search, as upstream's std::regex_search; pattern is
+ * pattern_len bytes, <= MC_MASTER_REGEX_MAX) gets a lease and is passed to cb.
+ * Returns OK (also with no match); INVALID_PARAMS for a bad or too-long pattern. */
+MC_API int mc_master_service_get_replica_list_by_regex(mc_master_service *svc,
+                                                       const char *pattern,
+                                                       size_t pattern_len,
+                                                       mc_master_regex_cb cb, void *ctx);
+
+/* mc_master_service_exist_key: 1 when the object exists with a complete replica (and a
+ * lease is granted, as upstream), 0 when absent or only in flight, INVALID_PARAMS for a
+ * bad key. */
+MC_API int mc_master_service_exist_key(mc_master_service *svc, const void *key,
+                                       size_t key_len);
+
+/* Batch: results[i] = 1 / 0 / negative code per key. Returns OK, or INVALID_PARAMS for
+ * NULL arrays with n > 0. */
+MC_API int mc_master_service_batch_exist_key(mc_master_service *svc,
+                                             const mc_master_key *keys, size_t n,
+                                             int *results);
+
+/* ---- removal (upstream Remove / RemoveByRegex / RemoveAll / BatchRemove) ---- */
+
+/* mc_master_service_remove: erases the object and frees its space.
+ * Returns OK; OBJECT_NOT_FOUND; REPLICA_IS_NOT_READY (a write is in flight, even with
+ * force); OBJECT_HAS_LEASE (a reader's lease is active and !force). Hard pins do not
+ * stop it. */
+MC_API int mc_master_service_remove(mc_master_service *svc, const void *key, size_t key_len,
+                                    bool force);
+
+/* Batch: statuses[i] per key. Returns OK when every item is OK, else the first failing
+ * item's code. */
+MC_API int mc_master_service_batch_remove(mc_master_service *svc, const mc_master_key *keys,
+                                          size_t n, bool force, int *statuses);
+
+/* mc_master_service_remove_by_regex: removes every complete object whose key matches
+ * (unanchored search), skipping leased ones unless force and in-flight ones always.
+ * *count (may be NULL) receives how many were removed. Returns OK; INVALID_PARAMS for a
+ * bad or too-long pattern. */
+MC_API int mc_master_service_remove_by_regex(mc_master_service *svc, const char *pattern,
+                                             size_t pattern_len, bool force,
+                                             uint64_t *count);
+
+/* mc_master_service_remove_all: removes every complete object (hard-pinned ones too),
+ * skipping leased ones unless force and in-flight ones always. *count (may be NULL)
+ * receives how many were removed. Returns OK. */
+MC_API int mc_master_service_remove_all(mc_master_service *svc, bool force,
+                                        uint64_t *count);
+
+/* ---- housekeeping ---- */
+
+/* mc_master_service_tick: periodic work; the server calls it every 10-100 ms from one
+ * thread. Expires clients silent for client_ttl (unmounting their segments), releases
+ * in-flight puts older than put_start_release_timeout_sec, and evicts when the used
+ * ratio is above eviction_high_watermark_ratio or a put failed for space (upstream
+ * EvictionThreadFunc / ClientMonitorFunc, §4.5, §4.7). */
+MC_API void mc_master_service_tick(mc_master_service *svc);
+
+/* mc_master_service_evict: one eviction pass now, freeing at least `bytes` (0 = the
+ * watermark rule of §4.5) by approximate LRU, never leased, hard-pinned or in-flight
+ * objects, soft-pinned ones only when nothing else is left (and allowed). Returns the
+ * bytes freed. For tests and the admin API; tick calls it when needed. */
+MC_API uint64_t mc_master_service_evict(mc_master_service *svc, uint64_t bytes);
+
+/* ---- stats and admin ---- */
+
+/* Per-operation request/failure counters: X(ENUM, metric stem). The metric names are
+ * "master_<stem>_requests_total" / "master_<stem>_failures_total" (§5.3). */
+#define MC_MASTER_OP_TABLE(X)                                                          \
+    X(PUT_START, "put_start")                                                          \
+    X(PUT_END, "put_end")                                                              \
+    X(PUT_REVOKE, "put_revoke")                                                        \
+    X(UPSERT_START, "upsert_start")                                                    \
+    X(UPSERT_END, "upsert_end")                                                        \
+    X(UPSERT_REVOKE, "upsert_revoke")                                                  \
+    X(GET_REPLICA_LIST, "get_replica_list")                                            \
+    X(GET_REPLICA_LIST_BY_REGEX, "get_replica_list_by_regex")                          \
+    X(EXIST_KEY, "exist_key")                                                          \
+    X(REMOVE, "remove")                                                                \
+    X(REMOVE_BY_REGEX, "remove_by_regex")                                              \
+    X(REMOVE_ALL, "remove_all")                                                        \
+    X(MOUNT_SEGMENT, "mount_segment")                                                  \
+    X(UNMOUNT_SEGMENT, "unmount_segment")                                              \
+    X(REMOUNT_SEGMENT, "remount_segment")                                              \
+    X(PING, "ping")
+
+typedef enum mc_master_op {
+#define MC__MASTER_OP_ENUM(e, stem) MC_MASTER_OP_##e,
+    MC_MASTER_OP_TABLE(MC__MASTER_OP_ENUM)
+#undef MC__MASTER_OP_ENUM
+    MC_MASTER_OP_COUNT
+} mc_master_op;
+
+/* Batch families: metric names "master_<stem>_{requests,failures,partial_successes,
+ * items,failed_items}_total" (§5.3). A batch request is a failure when every item
+ * failed, a partial success when some did. */
+#define MC_MASTER_BATCH_TABLE(X)                                                       \
+    X(EXIST_KEY, "batch_exist_key")                                                    \
+    X(GET_REPLICA_LIST, "batch_get_replica_list")                                      \
+    X(PUT_START, "batch_put_start")                                                    \
+    X(PUT_END, "batch_put_end")                                                        \
+    X(PUT_REVOKE, "batch_put_revoke")                                                  \
+    X(UPSERT_START, "batch_upsert_start")                                              \
+    X(UPSERT_END, "batch_upsert_end")                                                  \
+    X(UPSERT_REVOKE, "batch_upsert_revoke")                                            \
+    X(REMOVE, "batch_remove")
+
+typedef enum mc_master_batch_op {
+#define MC__MASTER_BATCH_ENUM(e, stem) MC_MASTER_BATCH_##e,
+    MC_MASTER_BATCH_TABLE(MC__MASTER_BATCH_ENUM)
+#undef MC__MASTER_BATCH_ENUM
+    MC_MASTER_BATCH_COUNT
+} mc_master_batch_op;
+
+/* mc_master_op_name / mc_master_batch_op_name: the metric stem; NULL when out of range. */
+MC_API const char *mc_master_op_name(int op);
+MC_API const char *mc_master_batch_op_name(int op);
+
+typedef struct mc_master_batch_counters {
+    uint64_t requests, failures, partial_successes, items, failed_items;
+} mc_master_batch_counters;
+
+/* A snapshot of gauges (current values) and counters (monotonic since create). */
+typedef struct mc_master_stats {
+    /* gauges */
+    uint64_t allocated_bytes;        /* master_allocated_bytes: reserved in all segments */
+    uint64_t total_capacity_bytes;   /* master_total_capacity_bytes                       */
+    uint64_t key_count;              /* master_key_count (complete + in flight)          */
+    uint64_t soft_pin_key_count;     /* master_soft_pin_key_count                        */
+    uint64_t active_clients;         /* master_active_clients                            */
+    uint64_t segment_count;
+    uint64_t processing_key_count;   /* objects with a write in flight                   */
+    uint64_t processing_bytes;       /* bytes reserved by writes in flight ("staging")   */
+    /* per-op counters, indexed by mc_master_op / mc_master_batch_op */
+    uint64_t requests[MC_MASTER_OP_COUNT];
+    uint64_t failures[MC_MASTER_OP_COUNT];
+    mc_master_batch_counters batch[MC_MASTER_BATCH_COUNT];
+    uint64_t put_start_alloc_failures;       /* master_put_start_alloc_failures_total    */
+    uint64_t put_start_partial_allocations;  /* fewer replicas than asked                */
+    /* eviction */
+    uint64_t eviction_attempts;      /* passes run                                        */
+    uint64_t eviction_successes;     /* passes that freed something                       */
+    uint64_t evicted_keys;
+    uint64_t evicted_bytes;
+    /* discard of stale in-flight puts */
+    uint64_t put_discarded;          /* pre-empted by a newer put_start (older than discard) */
+    uint64_t put_released;           /* released by tick (older than release timeout)   */
+    /* client liveness */
+    uint64_t clients_expired;
+} mc_master_stats;
+
+/* mc_master_service_get_stats: fills *out (a consistent-enough snapshot: gauges and
+ * counters are read without a global lock). */
+MC_API void mc_master_service_get_stats(mc_master_service *svc, mc_master_stats *out);
+
+/* One mounted segment (admin: /get_all_segments). Strings are borrowed for the callback. */
+typedef struct mc_master_segment_info {
+    mc_master_uuid id;
+    mc_master_uuid client_id;
+    const char *name;
+    const char *te_endpoint;
+    const char *protocol;
+    const char *host_id;  /* "" when none */
+    uint64_t base, size;  /* bytes                                                       */
+    uint64_t used;        /* bytes reserved by replicas (including alignment padding)   */
+} mc_master_segment_info;
+
+typedef int (*mc_master_segment_cb)(const mc_master_segment_info *info, void *ctx);
+
+/* mc_master_service_foreach_segment: cb once per mounted segment (under the segment
+ * table lock; return non-zero to stop). Returns the number visited. */
+MC_API size_t mc_master_service_foreach_segment(mc_master_service *svc,
+                                                mc_master_segment_cb cb, void *ctx);
+
+/* Called once per key by foreach_key (borrowed bytes; under that key's shard lock).
+ * complete: false while a write is in flight. Return non-zero to stop. */
+typedef int (*mc_master_key_cb)(const void *key, size_t key_len, uint64_t size,
+                                bool complete, void *ctx);
+
+/* mc_master_service_foreach_key: every object (admin: /get_all_keys). Returns the
+ * number visited. Shards are visited one at a time, so a concurrent writer may or may
+ * not be seen. */
+MC_API size_t mc_master_service_foreach_key(mc_master_service *svc, mc_master_key_cb cb,
+                                            void *ctx);
+
+/* One object as seen by the admin API (/query_key). Grants no lease. */
+typedef struct mc_master_key_info {
+    uint64_t size;              /* bytes                                                */
+    bool complete;              /* false while a write is in flight                    */
+    bool hard_pinned;
+    bool soft_pinned;           /* soft pin active now                                 */
+    uint64_t lease_left_ms;     /* 0 when no active lease                               */
+    uint64_t soft_pin_left_ms;  /* 0 when not soft-pinned                               */
+    mc_master_replica_list replicas; /* all replicas, any status; lease_ttl_ms 0       */
+} mc_master_key_info;
+
+/* mc_master_service_query_key: fills *out. Returns OK; OBJECT_NOT_FOUND; INVALID_PARAMS
+ * for a bad key. */
+MC_API int mc_master_service_query_key(mc_master_service *svc, const void *key,
+                                       size_t key_len, mc_master_key_info *out);
+
+/* mc_master_service_now_ms: the service's clock (what leases are measured on). */
+MC_API uint64_t mc_master_service_now_ms(mc_master_service *svc);
+
+#endif
