@@ -1,0 +1,52 @@
+/* conn.h: a framed, non-blocking connection on an mc_loop (src/net).
+ *
+ * Reads frames (frame.h) and hands each whole frame to on_frame; queues outgoing frames
+ * and flushes them when the socket is writable. A frame whose header is bad or whose
+ * body exceeds max_body closes the connection (on_close gets the -errno) before any body
+ * bytes are buffered. Loop-thread only, except where noted.
+ */
+#ifndef MC_NET_CONN_H
+#define MC_NET_CONN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "net/frame.h"
+#include "net/loop.h"
+
+typedef struct mc_conn mc_conn;
+
+typedef struct mc_conn_callbacks {
+    /* A whole frame arrived. body is borrowed (valid during the call); body_len ==
+     * hdr->body_len. The handler may call mc_conn_send and mc_conn_close. */
+    void (*on_frame)(mc_conn *c, const mc_frame_header *hdr, const uint8_t *body,
+                     void *arg);
+    /* The connection closed: err = 0 (peer closed cleanly or mc_conn_close), or -errno
+     * (-EPROTO bad frame, -EMSGSIZE too large, -ECONNRESET, -ENOBUFS write backlog).
+     * Called exactly once; the conn is freed right after it returns. May be NULL. */
+    void (*on_close)(mc_conn *c, int err, void *arg);
+} mc_conn_callbacks;
+
+/* mc_conn_create: takes ownership of fd (made non-blocking; closed when the conn is
+ * freed), registers it on loop. max_body bounds incoming bodies; max_backlog bounds
+ * queued outgoing bytes (0 = 256 MiB). Returns NULL (fd closed) on failure. */
+mc_conn *mc_conn_create(mc_loop *loop, int fd, uint32_t max_body, size_t max_backlog,
+                        const mc_conn_callbacks *cbs, void *arg);
+
+/* mc_conn_send: queues header + body (copied) and flushes what the socket takes now.
+ * hdr->body_len is set from len. Returns 0, -ENOBUFS (backlog exceeded: the conn is
+ * being closed), -EPIPE (already closing), -EMSGSIZE (len > UINT32_MAX). */
+int mc_conn_send(mc_conn *c, mc_frame_header *hdr, const void *body, size_t len);
+
+/* mc_conn_close: closes after the current callback returns; on_close(c, 0). Queued
+ * output that has not been written is dropped. Idempotent. */
+void mc_conn_close(mc_conn *c);
+
+/* mc_conn_fd / mc_conn_loop: accessors. */
+int mc_conn_fd(const mc_conn *c);
+mc_loop *mc_conn_loop(const mc_conn *c);
+
+/* mc_conn_set_arg: replaces the callback argument. */
+void mc_conn_set_arg(mc_conn *c, void *arg);
+
+#endif

@@ -1,0 +1,411 @@
+/* sock.c: see sock.h. */
+#include "net/sock.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "mooncake/mc_time.h"
+
+int mc_sock_parse_hostport(const char *text, char *host, size_t hostlen, uint16_t *port,
+                           uint16_t default_port)
+{
+    if (!text || !*text || !host || hostlen == 0)
+        return -EINVAL;
+    const char *h = text, *p = NULL;
+    size_t hlen;
+    if (text[0] == '[') {
+        const char *close = strchr(text, ']');
+        if (!close)
+            return -EINVAL;
+        h = text + 1;
+        hlen = (size_t)(close - h);
+        if (close[1] == ':')
+            p = close + 2;
+        else if (close[1] != '\0')
+            return -EINVAL;
+    } else {
+        const char *colon = strrchr(text, ':');
+        if (colon && strchr(text, ':') != colon)
+            colon = NULL; /* bare IPv6 without brackets: no port */
+        hlen = colon ? (size_t)(colon - text) : strlen(text);
+        p = colon ? colon + 1 : NULL;
+    }
+    if (hlen == 0 || hlen >= hostlen)
+        return -EINVAL;
+    memcpy(host, h, hlen);
+    host[hlen] = '\0';
+    if (!p) {
+        if (!default_port)
+            return -EINVAL;
+        *port = default_port;
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    long v = strtol(p, &end, 10);
+    if (!*p || *end || errno || v < 1 || v > 65535)
+        return -EINVAL;
+    *port = (uint16_t)v;
+    return 0;
+}
+
+int mc_sock_set_nonblock(int fd, bool on)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0)
+        return -errno;
+    fl = on ? (fl | O_NONBLOCK) : (fl & ~O_NONBLOCK);
+    return fcntl(fd, F_SETFL, fl) < 0 ? -errno : 0;
+}
+
+int mc_sock_set_nodelay(int fd)
+{
+    int one = 1;
+    return setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) < 0 ? -errno : 0;
+}
+
+int mc_sock_set_bufsize(int fd, int sndbuf, int rcvbuf)
+{
+    if (sndbuf > 0 && setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf) < 0)
+        return -errno;
+    if (rcvbuf > 0 && setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf) < 0)
+        return -errno;
+    return 0;
+}
+
+int mc_sock_set_keepalive(int fd, int idle_s, int interval_s, int count)
+{
+    int one = 1;
+    if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one) < 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof idle_s) < 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof interval_s) < 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count) < 0)
+        return -errno;
+    return 0;
+}
+
+static int resolve(const char *host, uint16_t port, int passive, struct addrinfo **res)
+{
+    struct addrinfo hints = {0};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = passive ? AI_PASSIVE : 0;
+    hints.ai_flags |= AI_NUMERICSERV;
+    char ports[8];
+    snprintf(ports, sizeof ports, "%u", (unsigned)port);
+    if (passive && (!host || !*host))
+        host = "0.0.0.0";
+    int e = getaddrinfo(host, ports, &hints, res);
+    if (e == EAI_SYSTEM)
+        return -errno;
+    if (e == EAI_NONAME || e == EAI_FAIL || e == EAI_NODATA)
+        return -ENOENT;
+    return e ? -EINVAL : 0;
+}
+
+int mc_sock_listen_tcp(const char *host, uint16_t port, int backlog, bool reuseport,
+                       uint16_t *bound_port)
+{
+    struct addrinfo *res;
+    int rc = resolve(host, port, 1, &res);
+    if (rc)
+        return rc;
+    int fd = -1;
+    rc = -EADDRNOTAVAIL;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            rc = -errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (reuseport)
+            setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+            listen(fd, backlog > 0 ? backlog : 512) == 0) {
+            rc = 0;
+            break;
+        }
+        rc = -errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (rc)
+        return rc;
+    if (bound_port) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        if (getsockname(fd, (struct sockaddr *)&ss, &sl) < 0) {
+            rc = -errno;
+            close(fd);
+            return rc;
+        }
+        *bound_port = ntohs(ss.ss_family == AF_INET6
+                                ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                : ((struct sockaddr_in *)&ss)->sin_port);
+    }
+    return fd;
+}
+
+int mc_sock_wait(int fd, short events, uint64_t deadline_ms)
+{
+    for (;;) {
+        int timeout = -1;
+        if (deadline_ms) {
+            uint64_t left = mc_ms_left(deadline_ms);
+            if (!left)
+                return -ETIMEDOUT;
+            timeout = left > 1000000 ? 1000000 : (int)left;
+        }
+        struct pollfd p = {.fd = fd, .events = events};
+        int n = poll(&p, 1, timeout);
+        if (n > 0)
+            return 1;
+        if (n == 0)
+            return -ETIMEDOUT;
+        if (errno != EINTR)
+            return -errno;
+    }
+}
+
+int mc_sock_connect_tcp(const char *host, uint16_t port, int timeout_ms)
+{
+    struct addrinfo *res;
+    int rc = resolve(host, port, 0, &res);
+    if (rc)
+        return rc;
+    uint64_t deadline = timeout_ms > 0 ? mc_deadline_ms((uint64_t)timeout_ms) : 0;
+    int fd = -1;
+    rc = -ECONNREFUSED;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0) {
+            rc = -errno;
+            continue;
+        }
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+            rc = 0;
+        } else if (errno == EINPROGRESS) {
+            rc = mc_sock_wait(fd, POLLOUT, deadline);
+            if (rc == 1) {
+                int err = 0;
+                socklen_t el = sizeof err;
+                getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
+                rc = -err;
+            }
+        } else {
+            rc = -errno;
+        }
+        if (rc == 0)
+            break;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (rc)
+        return rc;
+    mc_sock_set_nonblock(fd, false);
+    mc_sock_set_nodelay(fd);
+    return fd;
+}
+
+int mc_sock_accept(int lfd, bool nonblock)
+{
+    int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0));
+    return fd < 0 ? -errno : fd;
+}
+
+int mc_sock_send_all(int fd, const void *buf, size_t len, uint64_t deadline_ms)
+{
+    struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+    return mc_sock_sendv_all(fd, &iov, 1, deadline_ms);
+}
+
+int mc_sock_sendv_all(int fd, struct iovec *iov, int iovcnt, uint64_t deadline_ms)
+{
+    while (iovcnt > 0 && iov->iov_len == 0) {
+        iov++;
+        iovcnt--;
+    }
+    while (iovcnt > 0) {
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)iovcnt};
+        ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL | (deadline_ms ? MSG_DONTWAIT : 0));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                int w = mc_sock_wait(fd, POLLOUT, deadline_ms);
+                if (w < 0)
+                    return w;
+                continue;
+            }
+            return -errno;
+        }
+        size_t left = (size_t)n;
+        while (iovcnt > 0 && left >= iov->iov_len) {
+            left -= iov->iov_len;
+            iov++;
+            iovcnt--;
+        }
+        if (iovcnt > 0) {
+            iov->iov_base = (char *)iov->iov_base + left;
+            iov->iov_len -= left;
+        }
+    }
+    return 0;
+}
+
+int mc_sock_recv_all(int fd, void *buf, size_t len, uint64_t deadline_ms)
+{
+    char *p = buf;
+    while (len > 0) {
+        ssize_t n = recv(fd, p, len, deadline_ms ? MSG_DONTWAIT : 0);
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+            continue;
+        }
+        if (n == 0)
+            return -ECONNRESET;
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            int w = mc_sock_wait(fd, POLLIN, deadline_ms);
+            if (w < 0)
+                return w;
+            continue;
+        }
+        return -errno;
+    }
+    return 0;
+}
+
+static int unix_addr(const char *path, struct sockaddr_un *sa, socklen_t *len)
+{
+    memset(sa, 0, sizeof *sa);
+    sa->sun_family = AF_UNIX;
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof sa->sun_path)
+        return -ENAMETOOLONG;
+    memcpy(sa->sun_path, path, n);
+    if (path[0] == '@')
+        sa->sun_path[0] = '\0'; /* abstract namespace */
+    *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n);
+    return 0;
+}
+
+int mc_sock_listen_unix(const char *path, int backlog)
+{
+    struct sockaddr_un sa;
+    socklen_t sl;
+    int rc = unix_addr(path, &sa, &sl);
+    if (rc)
+        return rc;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    if (bind(fd, (struct sockaddr *)&sa, sl) < 0 || listen(fd, backlog > 0 ? backlog : 64) < 0) {
+        rc = -errno;
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
+
+int mc_sock_connect_unix(const char *path, int timeout_ms)
+{
+    (void)timeout_ms; /* a local connect does not block for long */
+    struct sockaddr_un sa;
+    socklen_t sl;
+    int rc = unix_addr(path, &sa, &sl);
+    if (rc)
+        return rc;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    if (connect(fd, (struct sockaddr *)&sa, sl) < 0) {
+        rc = -errno;
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
+
+#define MAX_FDS 16
+
+int mc_sock_send_fds(int fd, const void *buf, size_t len, const int *fds, int nfds)
+{
+    if (len == 0 || nfds < 0 || nfds > MAX_FDS)
+        return -EINVAL;
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
+        struct cmsghdr align;
+    } u;
+    struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (nfds > 0) {
+        memset(&u, 0, sizeof u);
+        mh.msg_control = u.buf;
+        mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+        memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
+    }
+    for (;;) {
+        ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL);
+        if (n >= 0) {
+            if ((size_t)n == len)
+                return 0;
+            /* the fds went with the first byte; send the rest plainly */
+            return mc_sock_send_all(fd, (const char *)buf + n, len - (size_t)n, 0);
+        }
+        if (errno != EINTR)
+            return -errno;
+    }
+}
+
+ssize_t mc_sock_recv_fds(int fd, void *buf, size_t len, int *fds, int max_fds, int *nfds)
+{
+    union {
+        char buf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
+        struct cmsghdr align;
+    } u;
+    struct iovec iov = {.iov_base = buf, .iov_len = len};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                        .msg_controllen = sizeof u.buf};
+    *nfds = 0;
+    ssize_t n;
+    do {
+        n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return -errno;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        int cnt = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+        int *in = (int *)CMSG_DATA(c);
+        for (int i = 0; i < cnt; i++) {
+            if (*nfds < max_fds)
+                fds[(*nfds)++] = in[i];
+            else
+                close(in[i]);
+        }
+    }
+    return n;
+}

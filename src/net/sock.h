@@ -1,0 +1,66 @@
+/* sock.h: socket helpers (TCP, Unix, fd passing, deadline-bounded full reads/writes).
+ * Internal to the project. All functions return -errno on failure. Deadlines are
+ * absolute monotonic times in ms (mc_deadline_ms()); 0 means "no deadline". */
+#ifndef MC_NET_SOCK_H
+#define MC_NET_SOCK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+/* mc_sock_parse_hostport: "host:port", "[v6]:port" -> host (NUL-terminated, at most
+ * hostlen-1 chars) and port. When the text has no port, *port is set to default_port
+ * (or -EINVAL when default_port is 0). -EINVAL on malformed text or port out of range. */
+int mc_sock_parse_hostport(const char *text, char *host, size_t hostlen, uint16_t *port,
+                           uint16_t default_port);
+
+/* mc_sock_listen_tcp: bound, listening TCP socket on host:port (host NULL or "" or
+ * "0.0.0.0" = any IPv4). port 0 picks a free port; *bound_port (if non-NULL) receives
+ * the actual port. SO_REUSEADDR is set; reuseport sets SO_REUSEPORT. Close-on-exec,
+ * blocking. Returns the fd, or -errno (-EADDRINUSE when the port is taken). */
+int mc_sock_listen_tcp(const char *host, uint16_t port, int backlog, bool reuseport,
+                       uint16_t *bound_port);
+
+/* mc_sock_connect_tcp: connects to host:port (name resolved with getaddrinfo) within
+ * timeout_ms (0 = OS default). Returns a blocking, TCP_NODELAY fd or -errno
+ * (-ETIMEDOUT, -ECONNREFUSED, -EHOSTUNREACH, -ENOENT for an unknown name). */
+int mc_sock_connect_tcp(const char *host, uint16_t port, int timeout_ms);
+
+/* mc_sock_accept: accept4 with close-on-exec (and non-blocking when nonblock). */
+int mc_sock_accept(int lfd, bool nonblock);
+
+int mc_sock_set_nonblock(int fd, bool on);
+int mc_sock_set_nodelay(int fd);
+/* mc_sock_set_bufsize: SO_SNDBUF/SO_RCVBUF in bytes (0 leaves one unchanged). */
+int mc_sock_set_bufsize(int fd, int sndbuf, int rcvbuf);
+/* mc_sock_set_keepalive: enables TCP keepalive (idle/interval in s, count probes). */
+int mc_sock_set_keepalive(int fd, int idle_s, int interval_s, int count);
+
+/* mc_sock_send_all / mc_sock_recv_all: move exactly len bytes, waiting with poll() when
+ * the fd is non-blocking or a deadline is given. recv returns -ECONNRESET when the peer
+ * closes before len bytes; both return -ETIMEDOUT past the deadline. */
+int mc_sock_send_all(int fd, const void *buf, size_t len, uint64_t deadline_ms);
+int mc_sock_recv_all(int fd, void *buf, size_t len, uint64_t deadline_ms);
+
+/* mc_sock_sendv_all: like send_all over an iovec array (modified in place). */
+int mc_sock_sendv_all(int fd, struct iovec *iov, int iovcnt, uint64_t deadline_ms);
+
+/* mc_sock_wait: poll(fd, events) until ready or deadline. 1 ready, -ETIMEDOUT, -errno. */
+int mc_sock_wait(int fd, short events, uint64_t deadline_ms);
+
+/* Unix stream sockets. path starting with '@' = Linux abstract namespace (no file).
+ * listen: returns fd or -errno (-EADDRINUSE). connect: blocking fd or -errno. */
+int mc_sock_listen_unix(const char *path, int backlog);
+int mc_sock_connect_unix(const char *path, int timeout_ms);
+
+/* mc_sock_send_fds: sends len bytes (len ≥ 1) with nfds (≤ 16) file descriptors attached
+ * (SCM_RIGHTS). Returns 0 or -errno. */
+int mc_sock_send_fds(int fd, const void *buf, size_t len, const int *fds, int nfds);
+
+/* mc_sock_recv_fds: receives up to len bytes and up to max_fds descriptors (close-on-exec).
+ * *nfds receives the count. Returns bytes received (0 = peer closed) or -errno.
+ * Descriptors beyond max_fds are closed. */
+ssize_t mc_sock_recv_fds(int fd, void *buf, size_t len, int *fds, int max_fds, int *nfds);
+
+#endif
