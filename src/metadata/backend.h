@@ -1,0 +1,35 @@
+/* backend.h: the key-value backend vtable behind mc_metadata (internal).
+ *
+ * Adding a backend = one file that defines `int mc__metadata_<name>_open(mc_metadata *md)`
+ * (fills md->ops and md->impl from md->conn / md->opts), plus its line in the factory
+ * table of metadata.c and its file in meson.build. The generic layer (metadata.c) checks
+ * keys and sizes before calling the ops, so backends can trust their arguments:
+ * key non-empty, at most MC_METADATA_MAX_KEY bytes, NUL-terminated; len <= max value.
+ */
+#ifndef MC_METADATA_BACKEND_H
+#define MC_METADATA_BACKEND_H
+
+#include "mooncake/metadata.h"
+
+typedef struct mc_metadata_ops {
+    const char *name;
+    /* get: *value = new malloc'd buffer (NUL-terminated, *len bytes before the NUL). */
+    int (*get)(mc_metadata *md, const char *key, char **value, size_t *len);
+    int (*put)(mc_metadata *md, const char *key, const void *value, size_t len);
+    int (*del)(mc_metadata *md, const char *key);
+    /* destroy: frees md->impl (not md). */
+    void (*destroy)(mc_metadata *md);
+} mc_metadata_ops;
+
+struct mc_metadata {
+    const mc_metadata_ops *ops; /* immutable after create */
+    mc_metadata_conn conn;      /* immutable after create */
+    mc_metadata_opts opts;      /* defaults filled in; cluster_id = NULL (see prefix) */
+    char *prefix;               /* "mooncake/[cluster/]", immutable after create */
+    void *impl;                 /* the backend's own state; the backend guards it */
+};
+
+int mc__metadata_http_open(mc_metadata *md);
+int mc__metadata_p2p_open(mc_metadata *md);
+
+#endif

@@ -1,0 +1,210 @@
+/* backend_http.c: the HTTP metadata backend on libcurl.
+ * Requests as upstream's HTTPStoragePlugin (transfer_metadata_plugin.cpp):
+ * `GET|PUT|DELETE <url>?key=<curl-escaped key>` (or `&key=` when the URL already has a
+ * query), PUT bodies sent as application/json. One easy handle per call, so calls from
+ * any number of threads are independent (no shared handle, no lock). */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <curl/curl.h>
+
+#include "backend.h"
+#include "mooncake/log.h"
+#include "mooncake/status.h"
+
+#define TAG "metadata"
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc;
+
+static void curl_init_once(void)
+{
+    curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+typedef struct body {
+    char *data;
+    size_t len, cap;
+    uint64_t max;
+    bool overflow;
+} body;
+
+static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud)
+{
+    body *b = ud;
+    size_t n = size * nmemb;
+    if ((uint64_t)b->len + n > b->max) {
+        b->overflow = true;
+        return 0; /* aborts the transfer: CURLE_WRITE_ERROR */
+    }
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *d = realloc(b->data, cap);
+        if (!d)
+            abort();
+        b->data = d;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, ptr, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+    return n;
+}
+
+/* Performs one request. On return *status is the HTTP status (0 when none came back).
+ * The response body is left in resp (caller frees resp->data). */
+static int do_request(mc_metadata *md, const char *method, const char *key, const void *in,
+                      size_t in_len, body *resp, long *status)
+{
+    *status = 0;
+    pthread_once(&curl_once, curl_init_once);
+    if (curl_init_rc != CURLE_OK) {
+        mc_log(MC_LOG_ERROR, TAG, "curl_global_init failed: %s", curl_easy_strerror(curl_init_rc));
+        return MC_INTERNAL_ERROR;
+    }
+    CURL *h = curl_easy_init();
+    if (!h)
+        return MC_INTERNAL_ERROR;
+    char *esc = curl_easy_escape(h, key, (int)strlen(key));
+    if (!esc) {
+        curl_easy_cleanup(h);
+        return MC_INTERNAL_ERROR;
+    }
+    const char *url = md->conn.url;
+    size_t ulen = strlen(url) + strlen(esc) + 8;
+    char *full = malloc(ulen);
+    if (!full)
+        abort();
+    snprintf(full, ulen, "%s%ckey=%s", url, strchr(url, '?') ? '&' : '?', esc);
+    curl_free(esc);
+
+    /* curl sends "Expect: 100-continue" for bodies over 1 MiB, so a server that refuses
+     * the size (413) answers before the body travels. */
+    struct curl_slist *hdrs = NULL;
+    if (in)
+        hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
+
+    curl_easy_setopt(h, CURLOPT_URL, full);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)md->opts.timeout_ms);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)md->opts.connect_timeout_ms);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, resp);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+#if LIBCURL_VERSION_NUM >= 0x075500
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+#else
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
+    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+    if (strcmp(method, "GET") != 0)
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+    if (in) {
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)in_len);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, in_len ? in : "");
+    }
+
+    CURLcode rc = curl_easy_perform(h);
+    int ret = MC_OK;
+    if (rc == CURLE_OK) {
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
+    } else if (rc == CURLE_WRITE_ERROR && resp->overflow) {
+        ret = MC_BUFFER_OVERFLOW;
+        mc_log(MC_LOG_WARN, TAG, "%s %s: value larger than %llu bytes", method, key,
+               (unsigned long long)md->opts.max_value_bytes);
+    } else if (rc == CURLE_OPERATION_TIMEDOUT) {
+        ret = MC_RPC_TIMEOUT;
+        mc_log(MC_LOG_WARN, TAG, "%s %s on %s: timed out", method, key, url);
+    } else {
+        ret = MC_RPC_FAIL;
+        mc_log(MC_LOG_WARN, TAG, "%s %s on %s: %s", method, key, url, curl_easy_strerror(rc));
+    }
+    curl_slist_free_all(hdrs);
+    curl_easy_cleanup(h);
+    free(full);
+    return ret;
+}
+
+/* Maps an HTTP status that is not 200 to a status code. */
+static int map_status(long st, const body *resp, const char *method, const char *key)
+{
+    switch (st) {
+    case 404:
+        return MC_OBJECT_NOT_FOUND;
+    case 400:
+        if (resp->data && strstr(resp->data, "Duplicate"))
+            return MC_OBJECT_ALREADY_EXISTS;
+        return MC_INVALID_PARAMS;
+    case 413:
+        return MC_BUFFER_OVERFLOW;
+    default:
+        mc_log(MC_LOG_WARN, TAG, "%s %s: HTTP status %ld", method, key, st);
+        return MC_RPC_FAIL;
+    }
+}
+
+static int http_get(mc_metadata *md, const char *key, char **value, size_t *len)
+{
+    body resp = {.max = md->opts.max_value_bytes};
+    long st;
+    int rc = do_request(md, "GET", key, NULL, 0, &resp, &st);
+    if (rc == MC_OK && st != 200)
+        rc = map_status(st, &resp, "GET", key);
+    if (rc != MC_OK) {
+        free(resp.data);
+        return rc;
+    }
+    if (!resp.data) {
+        resp.data = malloc(1);
+        if (!resp.data)
+            abort();
+        resp.data[0] = '\0';
+    }
+    *value = resp.data;
+    *len = resp.len;
+    return MC_OK;
+}
+
+static int http_put(mc_metadata *md, const char *key, const void *value, size_t len)
+{
+    body resp = {.max = 65536};
+    long st;
+    int rc = do_request(md, "PUT", key, value ? value : "", len, &resp, &st);
+    if (rc == MC_OK && st != 200)
+        rc = map_status(st, &resp, "PUT", key);
+    free(resp.data);
+    return rc;
+}
+
+static int http_del(mc_metadata *md, const char *key)
+{
+    body resp = {.max = 65536};
+    long st;
+    int rc = do_request(md, "DELETE", key, NULL, 0, &resp, &st);
+    if (rc == MC_OK && st != 200)
+        rc = map_status(st, &resp, "DELETE", key);
+    free(resp.data);
+    return rc;
+}
+
+static void http_destroy(mc_metadata *md)
+{
+    (void)md;
+}
+
+static const mc_metadata_ops http_ops = {
+    .name = "http", .get = http_get, .put = http_put, .del = http_del, .destroy = http_destroy,
+};
+
+int mc__metadata_http_open(mc_metadata *md)
+{
+    pthread_once(&curl_once, curl_init_once);
+    if (curl_init_rc != CURLE_OK)
+        return MC_INTERNAL_ERROR;
+    md->ops = &http_ops;
+    md->impl = NULL;
+    return MC_OK;
+}
