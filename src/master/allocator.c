@@ -1,0 +1,410 @@
+/* allocator.c: see allocator.h. Two-level segregated fit over granules (alignment units).
+ *
+ * Size class of g granules (g >= 1):
+ *   g < SL_COUNT:  fl = 0, sl = g                        (exact small classes)
+ *   otherwise:     f = floor(log2 g), fl = f - SL_BITS + 1, sl = (g >> (f - SL_BITS)) - SL_COUNT
+ * Allocation rounds g up to the next class boundary first ("good fit": any block found
+ * in a class >= that one is large enough), then takes the first non-empty class with
+ * two bit scans. When that finds nothing, the exact class of g is scanned (bounded) for
+ * a block that happens to be large enough.
+ */
+#include "master/allocator.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SL_BITS 5
+#define SL_COUNT (1u << SL_BITS)
+#define FL_COUNT 64
+#define USED_BIT (1ull << 63)
+#define EXACT_SCAN_MAX 64 /* blocks examined in the fallback exact-class scan */
+
+typedef struct node {
+    uint64_t off;  /* granules from the aligned base */
+    uint64_t size; /* granules; USED_BIT set while allocated */
+    uint32_t prev_phys, next_phys; /* neighbours by address, MC__ALLOC_NONE at the ends */
+    uint32_t prev_free, next_free; /* class list links (free blocks); pool free stack */
+} node;
+
+struct mc__alloc {
+    uint64_t base;     /* aligned base address */
+    uint64_t granules; /* usable capacity in granules */
+    uint32_t shift;    /* log2(alignment) */
+    uint64_t used;     /* granules allocated */
+    size_t n_free, n_used;
+    uint64_t fl_bitmap;
+    uint32_t sl_bitmap[FL_COUNT];
+    uint32_t heads[FL_COUNT][SL_COUNT];
+    node *nodes;
+    uint32_t nodes_len, nodes_cap;
+    uint32_t pool_free; /* stack of recycled node indices, linked by next_free */
+};
+
+static inline unsigned fls64(uint64_t x) /* index of the highest set bit; x != 0 */
+{
+    return 63u - (unsigned)__builtin_clzll(x);
+}
+
+static inline void mapping(uint64_t g, unsigned *fl, unsigned *sl)
+{
+    if (g < SL_COUNT) {
+        *fl = 0;
+        *sl = (unsigned)g;
+    } else {
+        unsigned f = fls64(g);
+        *fl = f - SL_BITS + 1;
+        *sl = (unsigned)(g >> (f - SL_BITS)) - SL_COUNT;
+    }
+}
+
+/* The class to search for a request of g granules: rounded up so that every block of
+ * that class or above fits. Returns false when g is beyond every class. */
+static inline bool mapping_search(uint64_t g, unsigned *fl, unsigned *sl)
+{
+    if (g >= SL_COUNT) {
+        uint64_t round = (1ull << (fls64(g) - SL_BITS)) - 1;
+        if (g > UINT64_MAX - round)
+            return false;
+        g += round;
+    }
+    mapping(g, fl, sl);
+    return *fl < FL_COUNT;
+}
+
+static uint32_t node_new(mc__alloc *a)
+{
+    if (a->pool_free != MC__ALLOC_NONE) {
+        uint32_t i = a->pool_free;
+        a->pool_free = a->nodes[i].next_free;
+        return i;
+    }
+    if (a->nodes_len == a->nodes_cap) {
+        uint32_t cap = a->nodes_cap ? a->nodes_cap + a->nodes_cap / 2 : 64;
+        if (cap < a->nodes_cap || cap >= MC__ALLOC_NONE)
+            abort(); /* 4 billion blocks in one segment */
+        node *n = realloc(a->nodes, (size_t)cap * sizeof(node));
+        if (!n)
+            abort();
+        a->nodes = n;
+        a->nodes_cap = cap;
+    }
+    return a->nodes_len++;
+}
+
+static void node_release(mc__alloc *a, uint32_t i)
+{
+    a->nodes[i].size = 0;
+    a->nodes[i].next_free = a->pool_free;
+    a->pool_free = i;
+}
+
+static void free_insert(mc__alloc *a, uint32_t i)
+{
+    node *n = &a->nodes[i];
+    unsigned fl, sl;
+    mapping(n->size, &fl, &sl);
+    uint32_t head = a->heads[fl][sl];
+    n->prev_free = MC__ALLOC_NONE;
+    n->next_free = head;
+    if (head != MC__ALLOC_NONE)
+        a->nodes[head].prev_free = i;
+    a->heads[fl][sl] = i;
+    a->fl_bitmap |= 1ull << fl;
+    a->sl_bitmap[fl] |= 1u << sl;
+    a->n_free++;
+}
+
+static void free_remove(mc__alloc *a, uint32_t i)
+{
+    node *n = &a->nodes[i];
+    unsigned fl, sl;
+    mapping(n->size, &fl, &sl);
+    if (n->prev_free != MC__ALLOC_NONE)
+        a->nodes[n->prev_free].next_free = n->next_free;
+    else
+        a->heads[fl][sl] = n->next_free;
+    if (n->next_free != MC__ALLOC_NONE)
+        a->nodes[n->next_free].prev_free = n->prev_free;
+    if (a->heads[fl][sl] == MC__ALLOC_NONE) {
+        a->sl_bitmap[fl] &= ~(1u << sl);
+        if (!a->sl_bitmap[fl])
+            a->fl_bitmap &= ~(1ull << fl);
+    }
+    a->n_free--;
+}
+
+mc__alloc *mc__alloc_create(uint64_t base, uint64_t size, uint32_t align)
+{
+    if (align == 0 || align > 4096 || (align & (align - 1)))
+        return NULL;
+    if (size > UINT64_MAX - base)
+        return NULL;
+    mc__alloc *a = calloc(1, sizeof(*a));
+    if (!a)
+        abort();
+    a->shift = (uint32_t)__builtin_ctz(align);
+    uint64_t end = base + size;
+    uint64_t abase = (base + (align - 1)) & ~(uint64_t)(align - 1);
+    if (abase < base) /* rounding overflowed */
+        abase = end;
+    a->base = abase;
+    a->granules = abase < end ? (end - abase) >> a->shift : 0;
+    memset(a->heads, 0xff, sizeof(a->heads));
+    a->pool_free = MC__ALLOC_NONE;
+    if (a->granules) {
+        uint32_t i = node_new(a);
+        node *n = &a->nodes[i];
+        n->off = 0;
+        n->size = a->granules;
+        n->prev_phys = n->next_phys = MC__ALLOC_NONE;
+        free_insert(a, i);
+    }
+    return a;
+}
+
+void mc__alloc_destroy(mc__alloc *a)
+{
+    if (!a)
+        return;
+    free(a->nodes);
+    free(a);
+}
+
+/* The first free block of at least g granules, or NONE. */
+static uint32_t find_block(const mc__alloc *a, uint64_t g)
+{
+    unsigned fl, sl;
+    if (mapping_search(g, &fl, &sl)) {
+        uint32_t bm = a->sl_bitmap[fl] & (~0u << sl);
+        if (!bm) {
+            uint64_t fb = fl + 1 < FL_COUNT ? a->fl_bitmap & (~0ull << (fl + 1)) : 0;
+            if (fb) {
+                fl = (unsigned)__builtin_ctzll(fb);
+                bm = a->sl_bitmap[fl];
+            }
+        }
+        if (bm)
+            return a->heads[fl][__builtin_ctz(bm)];
+    }
+    /* Nearly full: a block in g's own class may still be large enough. */
+    mapping(g, &fl, &sl);
+    if (fl >= FL_COUNT)
+        return MC__ALLOC_NONE;
+    uint32_t i = a->heads[fl][sl];
+    for (int k = 0; i != MC__ALLOC_NONE && k < EXACT_SCAN_MAX; k++) {
+        if (a->nodes[i].size >= g)
+            return i;
+        i = a->nodes[i].next_free;
+    }
+    return MC__ALLOC_NONE;
+}
+
+static inline uint64_t to_granules(const mc__alloc *a, uint64_t size)
+{
+    uint64_t mask = (1ull << a->shift) - 1;
+    if (size > UINT64_MAX - mask)
+        return UINT64_MAX;
+    return (size + mask) >> a->shift;
+}
+
+uint32_t mc__alloc_alloc(mc__alloc *a, uint64_t size, uint64_t *addr)
+{
+    if (size == 0)
+        return MC__ALLOC_NONE;
+    uint64_t g = to_granules(a, size);
+    if (g > a->granules - a->used)
+        return MC__ALLOC_NONE;
+    uint32_t i = find_block(a, g);
+    if (i == MC__ALLOC_NONE)
+        return MC__ALLOC_NONE;
+    free_remove(a, i);
+    if (a->nodes[i].size > g) {
+        uint32_t r = node_new(a); /* may move a->nodes */
+        node *n = &a->nodes[i];
+        node *rn = &a->nodes[r];
+        rn->off = n->off + g;
+        rn->size = n->size - g;
+        rn->prev_phys = i;
+        rn->next_phys = n->next_phys;
+        if (n->next_phys != MC__ALLOC_NONE)
+            a->nodes[n->next_phys].prev_phys = r;
+        n->next_phys = r;
+        n->size = g;
+        free_insert(a, r);
+    }
+    node *n = &a->nodes[i];
+    n->size |= USED_BIT;
+    a->used += g;
+    a->n_used++;
+    if (addr)
+        *addr = a->base + (n->off << a->shift);
+    return i;
+}
+
+static inline bool live(const mc__alloc *a, uint32_t h)
+{
+    return h < a->nodes_len && (a->nodes[h].size & USED_BIT);
+}
+
+int mc__alloc_free(mc__alloc *a, uint32_t h)
+{
+    if (!live(a, h))
+        return -EINVAL;
+    node *n = &a->nodes[h];
+    n->size &= ~USED_BIT;
+    a->used -= n->size;
+    a->n_used--;
+    /* merge with the previous block */
+    uint32_t p = n->prev_phys;
+    if (p != MC__ALLOC_NONE && !(a->nodes[p].size & USED_BIT)) {
+        free_remove(a, p);
+        node *pn = &a->nodes[p];
+        pn->size += n->size;
+        pn->next_phys = n->next_phys;
+        if (n->next_phys != MC__ALLOC_NONE)
+            a->nodes[n->next_phys].prev_phys = p;
+        node_release(a, h);
+        h = p;
+        n = pn;
+    }
+    /* merge with the next block */
+    uint32_t x = n->next_phys;
+    if (x != MC__ALLOC_NONE && !(a->nodes[x].size & USED_BIT)) {
+        free_remove(a, x);
+        node *xn = &a->nodes[x];
+        n->size += xn->size;
+        n->next_phys = xn->next_phys;
+        if (xn->next_phys != MC__ALLOC_NONE)
+            a->nodes[xn->next_phys].prev_phys = h;
+        node_release(a, x);
+    }
+    free_insert(a, h);
+    return 0;
+}
+
+bool mc__alloc_can_fit(const mc__alloc *a, uint64_t size)
+{
+    if (size == 0)
+        return true;
+    uint64_t g = to_granules(a, size);
+    if (g > a->granules - a->used)
+        return false;
+    return find_block(a, g) != MC__ALLOC_NONE;
+}
+
+uint64_t mc__alloc_capacity(const mc__alloc *a)
+{
+    return a->granules << a->shift;
+}
+
+uint64_t mc__alloc_used(const mc__alloc *a)
+{
+    return a->used << a->shift;
+}
+
+uint64_t mc__alloc_free_bytes(const mc__alloc *a)
+{
+    return (a->granules - a->used) << a->shift;
+}
+
+uint64_t mc__alloc_block_size(const mc__alloc *a, uint32_t h)
+{
+    if (!live(a, h))
+        return 0;
+    return (a->nodes[h].size & ~USED_BIT) << a->shift;
+}
+
+size_t mc__alloc_free_blocks(const mc__alloc *a)
+{
+    return a->n_free;
+}
+
+size_t mc__alloc_used_blocks(const mc__alloc *a)
+{
+    return a->n_used;
+}
+
+uint64_t mc__alloc_largest_free(const mc__alloc *a)
+{
+    if (!a->fl_bitmap)
+        return 0;
+    unsigned fl = fls64(a->fl_bitmap);
+    unsigned sl = 31u - (unsigned)__builtin_clz(a->sl_bitmap[fl]);
+    uint64_t best = 0;
+    for (uint32_t i = a->heads[fl][sl]; i != MC__ALLOC_NONE; i = a->nodes[i].next_free)
+        if (a->nodes[i].size > best)
+            best = a->nodes[i].size;
+    return best << a->shift;
+}
+
+int mc__alloc_check(const mc__alloc *a)
+{
+    if (a->granules == 0)
+        return a->nodes_len == 0 && a->used == 0 ? 0 : -1;
+    /* node 0 is the block at offset 0, for the allocator's whole life */
+    uint32_t i = 0, prev = MC__ALLOC_NONE;
+    uint64_t off = 0, used = 0;
+    size_t nfree = 0, nused = 0;
+    bool prev_free = false;
+    while (i != MC__ALLOC_NONE) {
+        if (i >= a->nodes_len)
+            return -2;
+        const node *n = &a->nodes[i];
+        uint64_t sz = n->size & ~USED_BIT;
+        bool is_used = n->size & USED_BIT;
+        if (n->off != off || sz == 0)
+            return -3; /* gap, overlap or empty block */
+        if (n->prev_phys != prev)
+            return -4;
+        if (!is_used && prev_free)
+            return -5; /* two adjacent free blocks: a merge was missed */
+        if (is_used) {
+            used += sz;
+            nused++;
+        } else {
+            nfree++;
+            unsigned fl, sl;
+            mapping(sz, &fl, &sl);
+            uint32_t j = a->heads[fl][sl];
+            while (j != MC__ALLOC_NONE && j != i)
+                j = a->nodes[j].next_free;
+            if (j != i)
+                return -6; /* free block missing from its class list */
+        }
+        prev_free = !is_used;
+        off += sz;
+        if (off > a->granules)
+            return -7;
+        prev = i;
+        i = n->next_phys;
+    }
+    if (off != a->granules)
+        return -8;
+    if (used != a->used || nused != a->n_used || nfree != a->n_free)
+        return -9;
+    /* every class list entry is free and in the right class; bitmaps agree */
+    size_t listed = 0;
+    for (unsigned fl = 0; fl < FL_COUNT; fl++) {
+        for (unsigned sl = 0; sl < SL_COUNT; sl++) {
+            uint32_t j = a->heads[fl][sl], jp = MC__ALLOC_NONE;
+            bool bit = (a->sl_bitmap[fl] >> sl) & 1;
+            if (bit != (j != MC__ALLOC_NONE))
+                return -10;
+            for (; j != MC__ALLOC_NONE; jp = j, j = a->nodes[j].next_free) {
+                const node *n = &a->nodes[j];
+                unsigned f2, s2;
+                if (n->size & USED_BIT)
+                    return -11;
+                mapping(n->size, &f2, &s2);
+                if (f2 != fl || s2 != sl || n->prev_free != jp)
+                    return -12;
+                if (++listed > a->n_free)
+                    return -13;
+            }
+        }
+        if (((a->fl_bitmap >> fl) & 1) != (a->sl_bitmap[fl] != 0))
+            return -14;
+    }
+    return listed == a->n_free ? 0 : -15;
+}
