@@ -47,14 +47,14 @@ struct mc_http_metadata_server {
 
 /* Per-request state, kept in MHD's con_cls between handler calls. */
 typedef struct request {
-    int route;          /* ROUTE_* */
+    int op;             /* OP_* */
     char *body;         /* PUT body so far */
     size_t len, cap;
-    uint64_t discarded; /* bytes dropped after the body went over the limit */
+    uint64_t discarded; /* bytes dropped (over the limit, or a body on GET/DELETE) */
     bool too_big;
 } request;
 
-enum { ROUTE_METADATA = 1, ROUTE_HEALTH, ROUTE_OTHER };
+enum { OP_ANSWERED = 1, OP_HEALTH, OP_GET, OP_PUT, OP_DELETE };
 
 static mhd_result reply(struct MHD_Connection *c, unsigned status, const char *body, size_t len,
                         const char *ctype)
@@ -162,45 +162,32 @@ static mhd_result do_delete(mc_http_metadata_server *s, struct MHD_Connection *c
                : msg(c, MHD_HTTP_NOT_FOUND, "metadata not found");
 }
 
-static mhd_result handler(void *cls, struct MHD_Connection *c, const char *url,
-                          const char *method, const char *version, const char *upload_data,
-                          size_t *upload_data_size, void **con_cls)
+/* First call for a request (headers in, no body yet): classifies it and answers at
+ * once when it can be refused without its body (the connection then closes). Requests
+ * that will succeed are answered on the last call, which keeps the connection alive. */
+static mhd_result first_call(mc_http_metadata_server *s, struct MHD_Connection *c,
+                             const char *url, const char *method, request *rq)
 {
-    (void)version;
-    mc_http_metadata_server *s = cls;
-    request *rq = *con_cls;
-    if (!rq) {
-        /* First call: headers are in. Answer everything that needs no body now. */
-        rq = calloc(1, sizeof *rq);
-        if (!rq)
-            return MHD_NO;
-        *con_cls = rq;
-        if (strcmp(url, "/metadata") == 0)
-            rq->route = ROUTE_METADATA;
-        else if (strcmp(url, "/health") == 0)
-            rq->route = ROUTE_HEALTH;
-        else
-            rq->route = ROUTE_OTHER;
-        if (rq->route == ROUTE_OTHER)
-            return msg(c, MHD_HTTP_NOT_FOUND, "not found");
-        if (rq->route == ROUTE_HEALTH) {
-            if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
-                return msg(c, MHD_HTTP_METHOD_NOT_ALLOWED, "Method not allowed");
-            return reply(c, MHD_HTTP_OK, "OK", 2, "text/plain");
-        }
-        bool is_get = strcmp(method, "GET") == 0, is_put = strcmp(method, "PUT") == 0,
-             is_del = strcmp(method, "DELETE") == 0;
-        if (!is_get && !is_put && !is_del)
+    rq->op = OP_ANSWERED;
+    if (strcmp(url, "/health") == 0) {
+        if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
             return msg(c, MHD_HTTP_METHOD_NOT_ALLOWED, "Method not allowed");
-        size_t klen;
-        mhd_result queued;
-        const char *key = get_key(c, &klen, &queued);
-        if (!key)
-            return queued;
-        if (is_get)
-            return do_get(s, c, key);
-        if (is_del)
-            return do_delete(s, c, key, klen);
+        rq->op = OP_HEALTH;
+        return MHD_YES;
+    }
+    if (strcmp(url, "/metadata") != 0)
+        return msg(c, MHD_HTTP_NOT_FOUND, "not found");
+    int op = strcmp(method, "GET") == 0      ? OP_GET
+             : strcmp(method, "PUT") == 0    ? OP_PUT
+             : strcmp(method, "DELETE") == 0 ? OP_DELETE
+                                             : 0;
+    if (!op)
+        return msg(c, MHD_HTTP_METHOD_NOT_ALLOWED, "Method not allowed");
+    size_t klen;
+    mhd_result queued;
+    if (!get_key(c, &klen, &queued))
+        return queued;
+    if (op == OP_PUT) {
         const char *cl =
             MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl) {
@@ -210,45 +197,79 @@ static mhd_result handler(void *cls, struct MHD_Connection *c, const char *url,
             if (errno || end == cl || n > s->opts.max_body_bytes)
                 return msg(c, MHD_HTTP_CONTENT_TOO_LARGE, "metadata body too large");
         }
-        return MHD_YES; /* wait for the body */
     }
-    if (rq->route != ROUTE_METADATA)
-        return MHD_NO; /* a response was queued on the first call */
+    rq->op = op;
+    return MHD_YES;
+}
+
+/* Takes one piece of the body. A PUT body over the limit (possible with chunked
+ * encoding) is dropped and answered 413 at the end; bodies of other requests are
+ * ignored. A peer that keeps sending as much again is cut off. */
+static mhd_result take_body(mc_http_metadata_server *s, request *rq, const char *data, size_t n)
+{
+    if (rq->op != OP_PUT || rq->too_big || rq->len + n > s->opts.max_body_bytes) {
+        rq->too_big = rq->op == OP_PUT;
+        rq->discarded += n;
+        return rq->discarded > s->opts.max_body_bytes ? MHD_NO : MHD_YES;
+    }
+    if (rq->len + n > rq->cap) {
+        size_t cap = rq->cap ? rq->cap : 4096;
+        while (cap < rq->len + n)
+            cap *= 2;
+        if (cap > s->opts.max_body_bytes)
+            cap = s->opts.max_body_bytes;
+        char *b = realloc(rq->body, cap);
+        if (!b)
+            return MHD_NO;
+        rq->body = b;
+        rq->cap = cap;
+    }
+    memcpy(rq->body + rq->len, data, n);
+    rq->len += n;
+    return MHD_YES;
+}
+
+static mhd_result handler(void *cls, struct MHD_Connection *c, const char *url,
+                          const char *method, const char *version, const char *upload_data,
+                          size_t *upload_data_size, void **con_cls)
+{
+    (void)version;
+    mc_http_metadata_server *s = cls;
+    request *rq = *con_cls;
+    if (!rq) {
+        rq = calloc(1, sizeof *rq);
+        if (!rq)
+            return MHD_NO;
+        *con_cls = rq;
+        return first_call(s, c, url, method, rq);
+    }
+    if (rq->op == OP_ANSWERED)
+        return MHD_NO; /* a response is already queued; MHD does not call again */
     if (*upload_data_size) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
-        if (rq->too_big || rq->len + n > s->opts.max_body_bytes) {
-            /* A chunked body went over the limit: drop the rest, answer 413 at the end;
-             * give up on the connection if it keeps sending as much again. */
-            rq->too_big = true;
-            rq->discarded += n;
-            return rq->discarded > s->opts.max_body_bytes ? MHD_NO : MHD_YES;
-        }
-        if (rq->len + n > rq->cap) {
-            size_t cap = rq->cap ? rq->cap : 4096;
-            while (cap < rq->len + n)
-                cap *= 2;
-            if (cap > s->opts.max_body_bytes)
-                cap = s->opts.max_body_bytes;
-            char *b = realloc(rq->body, cap);
-            if (!b)
-                return MHD_NO;
-            rq->body = b;
-            rq->cap = cap;
-        }
-        memcpy(rq->body + rq->len, upload_data, n);
-        rq->len += n;
-        return MHD_YES;
+        return take_body(s, rq, upload_data, n);
     }
-    /* Body complete. */
-    if (rq->too_big)
-        return msg(c, MHD_HTTP_CONTENT_TOO_LARGE, "metadata body too large");
+    /* The request is complete. */
+    int op = rq->op;
+    rq->op = OP_ANSWERED;
+    if (op == OP_HEALTH)
+        return reply(c, MHD_HTTP_OK, "OK", 2, "text/plain");
     size_t klen;
     mhd_result queued;
     const char *key = get_key(c, &klen, &queued);
     if (!key)
         return queued;
-    return do_put(s, c, key, klen, rq);
+    switch (op) {
+    case OP_GET:
+        return do_get(s, c, key);
+    case OP_DELETE:
+        return do_delete(s, c, key, klen);
+    default:
+        if (rq->too_big)
+            return msg(c, MHD_HTTP_CONTENT_TOO_LARGE, "metadata body too large");
+        return do_put(s, c, key, klen, rq);
+    }
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,

@@ -139,6 +139,25 @@ def test_oversized_body_is_413_and_nothing_stored(server):
     assert len(call("GET", base, "fits").content) == 16 << 20
 
 
+def test_keep_alive(server):
+    """Successful requests and misses leave the connection open for the next request."""
+    base, _ = server
+    assert call("PUT", base, "ka", data=b"1").status_code == 200
+    port = int(base.rsplit(":", 1)[1])
+    req = b"GET /metadata?key=ka HTTP/1.1\r\nHost: x\r\n\r\n"
+    miss = b"GET /metadata?key=nope HTTP/1.1\r\nHost: x\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as s:
+        got = b""
+        for i, r in enumerate((req, miss, req)):
+            s.sendall(r)  # on the same connection: the server must not have closed it
+            while got.count(b"HTTP/1.1 ") < i + 1:
+                chunk = s.recv(65536)
+                assert chunk, f"connection closed after {i} responses: {got!r}"
+                got += chunk
+        assert got.count(b"HTTP/1.1 200") == 2, got
+        assert got.count(b"HTTP/1.1 404") == 1, got
+
+
 def test_key_flavours(server):
     """Upstream's Python server strips the key; its C++ one (like ours) does not."""
     base, flavour = server
