@@ -5,7 +5,6 @@ Both flavours get the same protocol checks (API.md §4, upstream-mooncake.md §7
 tool also gets garbage and oversized requests (and must keep serving afterwards), a taken
 port (clear message, non-zero exit), signals and bad flags.
 """
-import os
 import signal
 import socket
 import subprocess
@@ -17,7 +16,7 @@ import requests
 
 from conftest import free_port, tool, wait_port
 
-from mooncake.http_metadata_server import KVBootstrapServer, KVPoll, main as py_main  # noqa: F401
+from mooncake.http_metadata_server import KVBootstrapServer, KVPoll
 
 TIMEOUT = 5
 
