@@ -1,0 +1,513 @@
+/* store.h: the store client's C API (src/client), what `mooncake.store` wraps.
+ *
+ * A store client is one process's handle on the distributed KV cache. It both issues
+ * requests and contributes memory: setup allocates a *global segment* (memfd-backed
+ * shared memory, registered with the transfer engine and mounted on the master), which
+ * other clients' replicas are placed in. Bytes move client to client through the
+ * transfer engine (transfer_engine.h); the master (mooncake_master) only places and
+ * indexes them.
+ *
+ * Upstream: `mooncake-store/src/real_client.cpp` (RealClient: setup, put/get, batch
+ * forms), `client_service.cpp` (Put/Get protocol, heartbeat), bound to Python by
+ * `mooncake-integration/store/store_py.cpp`. Semantics:
+ * ../shared/reference/upstream-mooncake.md §1 and §4; the contract ../shared/API.md §1,
+ * §2 and §5 (which wins where it is stricter than upstream).
+ *
+ * Protocols (what every call does on the wire):
+ *   put:  put_start(key, size, config) on the master -> the bytes are written to every
+ *         replica it returns (own segment: memcpy; same host: the engine's shared-memory
+ *         path; else TCP), all replicas of all keys of a call in one engine batch
+ *         (overlapped) -> put_end. Any failure after put_start -> put_revoke, so nothing
+ *         half-written is ever published.
+ *   get:  get_replica_list(key) (this grants a read lease of lease_ttl_ms, measured from
+ *         just before the RPC was sent) -> the best COMPLETE replica (own segment:
+ *         memcpy from own memory; then a replica on this host; then a remote one) ->
+ *         the bytes go straight into the caller's memory (the engine needs no
+ *         registration for the local side of a transfer) -> if the lease ran out before
+ *         the read finished, the bytes may have been overwritten: the call fails with
+ *         MC_LEASE_EXPIRED (upstream client_service.cpp Get).
+ *   Batch forms issue one batch RPC per step (batch_put_start, batch_put_end,
+ *   batch_get_replica_list, ...) and one engine batch for all transfers.
+ *
+ * Semantics (API.md §5; decided where we are stricter than upstream):
+ *   - Keys are byte strings (key, key_len), any bytes (UTF-8, `/ : @ % space`, even NUL),
+ *     1..MC_STORE_KEY_MAX bytes; an empty or longer key gets MC_INVALID_PARAMS and
+ *     nothing is stored. Key pointers are borrowed for the call only.
+ *   - A zero-length value is a real object: put returns 0, is_exist 1, get_into 0,
+ *     get_size 0 (upstream stores nothing for put_from(size=0)).
+ *   - A second put of an existing key returns MC_OK and keeps the old value (upstream:
+ *     OBJECT_ALREADY_EXISTS from put_start is swallowed). The same holds when another
+ *     writer's put of the key is in flight: exactly one value wins and readers never see
+ *     a mix (they see OBJECT_NOT_FOUND / REPLICA_IS_NOT_READY until the winner ends).
+ *   - Duplicate keys inside one batch: every position gets a correct, filled result
+ *     (puts: the first position writes, the later ones get its status; gets: each
+ *     position is read into its own buffer).
+ *   - A writer that dies between put_start and put_end blocks the key for at most the
+ *     master's --put_start_discard_timeout_sec (the master pre-empts it then).
+ *   - Caller memory (put_from / get_into / batch_* pointers) need not be registered:
+ *     registered or not, the bytes go straight between it and the peer (TCP or the
+ *     same-host memcpy). register_buffer is accepted for compatibility (and publishes
+ *     the range so peers could address it).
+ *
+ * Return values: upstream status codes (status.h): MC_OK (0) or a negative MC_*; byte
+ * counts are int64_t >= 0; existence is 1/0/negative. Every call made before setup
+ * succeeded, or after close, returns MC_INVALID_PARAMS (upstream "not initialised").
+ * Batch calls fill one result per key (same order) and return MC_OK, or a negative code
+ * when the whole call was refused (bad arrays, not set up): every result is then set
+ * to that code too.
+ *
+ * Threads: every function is thread-safe and may run concurrently from any number of
+ * threads on one store, except mc_store_destroy (nothing may be in flight). close waits
+ * for calls in flight, and calls that start after close return MC_INVALID_PARAMS. No
+ * function calls back into user code except the allocator callback of the *_with
+ * calls, which runs on the calling thread.
+ *
+ * Environment (read at setup):
+ *   MC_STORE_CLIENT_MIN_PORT / MC_STORE_CLIENT_MAX_PORT  port range for a local_hostname
+ *       without a port (default 12300..14300, as upstream)
+ *   MC_STORE_CLIENT_SETUP_RETRIES  tries to find a free port (default 20, 100 ms apart)
+ *   MC_STORE_HEARTBEAT_MS  ping interval to the master (default 1000, 10..60000)
+ *   MC_RPC_TIMEOUT_MS      per master RPC (master_client; default 30000)
+ *   plus the transfer engine's (transfer_engine.h: MC_FORCE_TCP, MC_TRANSFER_TIMEOUT, ...)
+ */
+#ifndef MOONCAKE_STORE_H
+#define MOONCAKE_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mooncake/mc_api.h"
+#include "mooncake/transfer_engine.h"
+
+/* Limits (checked on every input). */
+#define MC_STORE_KEY_MAX 4096u                  /* bytes per key (API.md §5)             */
+#define MC_STORE_MAX_REPLICAS 8u                /* replicas per object (master's limit)   */
+#define MC_STORE_MAX_BATCH (1u << 20)           /* keys per batch call                    */
+#define MC_STORE_MAX_PARTS 65536u               /* buffers per object (put_parts, multi)  */
+#define MC_STORE_MAX_PREFERRED 64u              /* preferred segments per config          */
+#define MC_STORE_MIN_SEGMENT_SIZE 1024u         /* bytes; a non-zero segment is >= this   */
+#define MC_STORE_MAX_SEGMENT_SIZE (1ull << 50)  /* bytes per global segment               */
+#define MC_STORE_MIN_LOCAL_BUFFER 1024u         /* bytes; a non-zero local buffer >= this */
+#define MC_STORE_MAX_LOCAL_BUFFER (1ull << 40)  /* bytes (1 TiB, as upstream)             */
+#define MC_STORE_NAME_MAX 256u                  /* bytes of a segment name, with the NUL  */
+#define MC_STORE_PROTOCOL_MAX 16u               /* bytes of a protocol name, with the NUL */
+#define MC_STORE_DEFAULT_MIN_PORT 12300
+#define MC_STORE_DEFAULT_MAX_PORT 14300
+
+typedef struct mc_store mc_store; /* opaque client */
+
+/* A key: key_len bytes at data (not NUL-terminated; may contain NUL). Borrowed. */
+typedef struct mc_store_key {
+    const void *data;
+    size_t len;
+} mc_store_key;
+
+/* One piece of caller memory: len bytes at base. For writes the memory is only read;
+ * for reads it is written. Borrowed for the call. */
+typedef struct mc_store_iov {
+    void *base;
+    uint64_t len;
+} mc_store_iov;
+
+/* ---------------------------------------------------------------------------------- */
+/* Setup and teardown                                                                  */
+/* ---------------------------------------------------------------------------------- */
+
+/* Setup parameters: upstream's `setup(local_hostname, metadata_server,
+ * global_segment_size, local_buffer_size, protocol, rdma_devices, master_server_addr,
+ * engine=None, enable_ssd_offload=False, ssd_offload_path="", tenant_id="default",
+ * enable_client_http_server=False, client_http_port=9300)` (store_py.cpp, real_client.cpp
+ * setup_internal), plus a few of ours. Strings are borrowed for the setup call (copied).
+ * Fill with mc_store_config_init, then set what you need. */
+typedef struct mc_store_config {
+    const char *local_hostname;   /* required, non-empty: "host" or "host:port". Without a
+                                     port a free one in MC_STORE_CLIENT_MIN_PORT..MAX_PORT
+                                     is picked (kept bound while set up, so two clients of
+                                     one host never share a name). With P2PHANDSHAKE the
+                                     port is the engine's handshake port. */
+    const char *metadata_server;  /* required: "P2PHANDSHAKE", "http://h:p/metadata",
+                                     "etcd://h:p", "redis://h:p" (metadata.h) */
+    uint64_t global_segment_size; /* bytes contributed to the pool; 0 = none (a pure
+                                     client); else MIN_SEGMENT_SIZE..MAX_SEGMENT_SIZE.
+                                     Default 16 MiB (upstream dict setup default). */
+    uint64_t local_buffer_size;   /* bytes of the local buffer (get_buffer handles and
+                                     mc_store_buffer_alloc); 0 or MIN_LOCAL_BUFFER..
+                                     MAX_LOCAL_BUFFER. Default 16 MiB. */
+    const char *protocol;         /* "tcp" (NULL/"" = tcp); "rdma": as the engine (falls
+                                     back to TCP with MC_FORCE_TCP, else NOT_SUPPORTED) */
+    const char *rdma_devices;     /* NIC filter passed to the engine; NULL/"" = all */
+    const char *master_server_addr; /* "host:port" (NULL/"" = "127.0.0.1:50051"). An
+                                     "etcd://..." HA address gets MC_NOT_SUPPORTED. */
+    mc_te *engine;                /* an initialized engine to share (upstream
+                                     `engine=TransferEngine.get_engine()`), or NULL to
+                                     create one. Borrowed: it must outlive close; the
+                                     store never destroys it, and local_hostname is then
+                                     used only for validation (the engine's segment name
+                                     is this client's name). */
+    bool enable_ssd_offload;      /* accepted; not implemented (a warning is logged and
+                                     the store stays memory-only) */
+    const char *ssd_offload_path; /* accepted with the above; NULL = "" */
+    const char *tenant_id;        /* NULL/"" = "default"; at most 255 bytes; recorded
+                                     (the master has no tenants yet) */
+    bool enable_client_http_server; /* accepted; not implemented (warning logged) */
+    int client_http_port;         /* 0..65535 (upstream default 9300); validated */
+    /* Ours: */
+    uint32_t heartbeat_interval_ms; /* 0 = MC_STORE_HEARTBEAT_MS or 1000; 10..60000 */
+    uint32_t rpc_timeout_ms;      /* per master RPC; 0 = the master client's default */
+} mc_store_config;
+
+/* mc_store_config_init: NULL strings, sizes 16 MiB / 16 MiB, protocol "tcp",
+ * master "127.0.0.1:50051", no engine, tenant "default", client_http_port 9300. */
+MC_API void mc_store_config_init(mc_store_config *cfg);
+
+/* mc_store_create: a new client, not set up (upstream MooncakeDistributedStore()).
+ * Every data call returns MC_INVALID_PARAMS until setup succeeds. *out receives it;
+ * free with mc_store_destroy. Returns MC_OK (aborts on out-of-memory, like every small
+ * internal allocation). */
+MC_API int mc_store_create(mc_store **out);
+
+/* mc_store_setup: connects and contributes memory (upstream RealClient::setup_real).
+ * In order: validates every field (MC_INVALID_PARAMS with the reason logged: missing
+ * local_hostname or metadata_server, bad port, sizes out of range, malformed master
+ * address or connection string, tenant too long, already set up); creates and
+ * initializes the engine unless one is given (port search: up to
+ * MC_STORE_CLIENT_SETUP_RETRIES tries, else MC_INTERNAL_ERROR); connects to the master
+ * (MC_RPC_FAIL / MC_RPC_TIMEOUT when unreachable); allocates the global segment with
+ * mc_te_alloc_shared and mounts it (MC_NO_AVAILABLE_HANDLE when the memory cannot be
+ * had); maps and registers the local buffer; starts the heartbeat thread (ping every
+ * heartbeat_interval_ms; on NEED_REMOUNT it remounts the segment and republishes the
+ * engine's descriptor; health_check reports failed pings).
+ * On any error everything done so far is undone and the store stays not set up (setup
+ * may be tried again). A store that was closed may be set up again.
+ * Returns MC_OK or the codes above (engine codes pass through: MC_NOT_SUPPORTED for a
+ * protocol it lacks, metadata errors). */
+MC_API int mc_store_setup(mc_store *s, const mc_store_config *cfg);
+
+/* mc_store_close: waits for calls in flight, stops the heartbeat, unmounts the segment
+ * (the master drops replicas there), unregisters and frees the segment, unregisters the
+ * local buffer (its memory lives on while mc_store_buffer handles reference it), and
+ * destroys the engine unless it was given to setup (upstream tearDownAll).
+ * Idempotent: closing a store that is not set up returns MC_OK. Safe from a destructor
+ * (never blocks on the master longer than the RPC timeout). Returns MC_OK, or the
+ * unmount's code when the master refused (everything local is released anyway). */
+MC_API int mc_store_close(mc_store *s);
+
+/* mc_store_destroy: close, then free. NULL is a no-op. No call may be in flight. */
+MC_API void mc_store_destroy(mc_store *s);
+
+/* mc_store_is_setup: true between a successful setup and close. */
+MC_API bool mc_store_is_setup(mc_store *s);
+
+/* mc_store_get_hostname: this client's segment name, "host:port" (upstream
+ * get_hostname; usable as a preferred segment). buf receives it NUL-terminated.
+ * Returns the name's length (bytes, without the NUL); MC_BUFFER_OVERFLOW when buflen is
+ * too small (buf then holds ""); MC_INVALID_PARAMS when not set up (buf "" if given). */
+MC_API int mc_store_get_hostname(mc_store *s, char *buf, size_t buflen);
+
+/* mc_store_engine: the engine in use (borrowed, valid until close), NULL when not set
+ * up. For the Python layer's `get_engine`-style sharing and the engine's counters. */
+MC_API mc_te *mc_store_engine(mc_store *s);
+
+/* Health states (upstream health_check: HC_HEALTHY, HC_NOT_INITIALIZED,
+ * HC_MASTER_UNREACHABLE). */
+enum {
+    MC_STORE_HEALTHY = 0,
+    MC_STORE_NOT_INITIALIZED = 1,
+    MC_STORE_MASTER_UNREACHABLE = 2,
+};
+
+/* mc_store_health_check: MC_STORE_NOT_INITIALIZED when not set up,
+ * MC_STORE_MASTER_UNREACHABLE when the last heartbeat failed, else MC_STORE_HEALTHY. */
+MC_API int mc_store_health_check(mc_store *s);
+
+/* ---------------------------------------------------------------------------------- */
+/* Replication config                                                                  */
+/* ---------------------------------------------------------------------------------- */
+
+/* Upstream SoftPinAction (HEAD). */
+enum {
+    MC_STORE_SOFT_PIN_PRESERVE = 0, /* new object: not pinned; upsert: keep as it was */
+    MC_STORE_SOFT_PIN_ENABLE = 1,   /* pinned for soft_pin_ttl_ms from put_end          */
+    MC_STORE_SOFT_PIN_DISABLE = 2,  /* not pinned (upsert: unpin)                       */
+};
+
+/* Per-put options (upstream ReplicateConfig, replica.h; upstream-mooncake.md §1.2).
+ * Everything is borrowed for the call. Fill with mc_store_replicate_config_init. A NULL
+ * config pointer means the defaults. */
+typedef struct mc_store_replicate_config {
+    uint32_t replica_num;          /* memory replicas wanted, 1..; 0 -> INVALID_PARAMS.
+                                      Best effort: each on a distinct segment; fewer
+                                      (>= 1) is success; clamped to MAX_REPLICAS */
+    const char *const *preferred_segments; /* segment names ("host:port") tried first,
+                                      in order; n_preferred_segments entries */
+    size_t n_preferred_segments;   /* <= MC_STORE_MAX_PREFERRED */
+    const char *preferred_segment; /* deprecated single name, tried after the list;
+                                      NULL/"" = none */
+    int soft_pin_action;           /* MC_STORE_SOFT_PIN_* (HEAD spelling) */
+    bool with_soft_pin;            /* v0.3.12 spelling: true means ENABLE when the action
+                                      is PRESERVE */
+    bool soft_pin_ttl_set;         /* soft_pin_ttl_ms given (upstream Optional); only with
+                                      ENABLE, else the master answers INVALID_PARAMS */
+    uint64_t soft_pin_ttl_ms;      /* ms; 0 with ENABLE = ordinary cache object */
+    bool with_hard_pin;            /* never evicted (removable with force) */
+    bool prefer_alloc_in_same_node; /* local first. As upstream, only the multi-buffer
+                                      puts accept it (they then prefer this client's own
+                                      segment); put/put_from/put_parts/batch_put_from/
+                                      upsert* return INVALID_PARAMS when it is set */
+    const char *const *group_ids;  /* upstream group_ids: NULL = none; else one per key
+                                      of the call (n_group_ids must equal the number of
+                                      keys, else INVALID_PARAMS). Accepted and checked;
+                                      the master does not group yet */
+    size_t n_group_ids;
+    uint32_t nof_replica_num;      /* NVMe-oF replicas: must be 0 (INVALID_PARAMS) */
+    uint32_t dfs_replica_num;      /* DFS replicas: must be 0 (INVALID_PARAMS) */
+    int data_type;                 /* upstream ObjectDataType tag; not used */
+} mc_store_replicate_config;
+
+/* mc_store_replicate_config_init: replica_num 1, nothing preferred, PRESERVE, no pins. */
+MC_API void mc_store_replicate_config_init(mc_store_replicate_config *cfg);
+
+/* ---------------------------------------------------------------------------------- */
+/* Writes                                                                              */
+/* ---------------------------------------------------------------------------------- */
+
+/* mc_store_put: stores value (len bytes, borrowed for the call; len may be 0) under key
+ * (upstream put / put_from: the bytes are written straight from value, no staging copy).
+ * Returns MC_OK (also when the key already exists: the old value is kept);
+ * MC_INVALID_PARAMS (bad key, NULL value with len > 0, bad config, not set up);
+ * MC_NO_AVAILABLE_HANDLE (no segment can hold it, even after eviction: nothing is left
+ * behind); MC_TRANSFER_FAIL / MC_RPC_TIMEOUT (writing a replica failed: revoked);
+ * MC_RPC_FAIL / MC_RPC_TIMEOUT (master unreachable). */
+MC_API int mc_store_put(mc_store *s, const void *key, size_t key_len, const void *value,
+                        size_t len, const mc_store_replicate_config *cfg);
+
+/* mc_store_put_parts: the object is the concatenation of parts[0..nparts) (upstream
+ * put_parts; nparts <= MC_STORE_MAX_PARTS, 0 = an empty object). Returns as put. */
+MC_API int mc_store_put_parts(mc_store *s, const void *key, size_t key_len,
+                              const mc_store_iov *parts, size_t nparts,
+                              const mc_store_replicate_config *cfg);
+
+/* mc_store_batch_put_from: n objects, values[i] of sizes[i] bytes (upstream
+ * batch_put_from / put_batch). results[i]: as mc_store_put for key i. Duplicate keys:
+ * the first position writes, later ones get its result. group_ids (when set) must have
+ * n entries. n == 0 returns MC_OK. Returns MC_OK or a whole-call code (see top). */
+MC_API int mc_store_batch_put_from(mc_store *s, const mc_store_key *keys, size_t n,
+                                   const void *const *values, const uint64_t *sizes,
+                                   const mc_store_replicate_config *cfg, int *results);
+
+/* mc_store_batch_put_from_multi_buffers: object i is the concatenation of
+ * iovs[i][0..iovcnt[i]) (upstream batch_put_from_multi_buffers; scatter-gather, no
+ * staging). Accepts prefer_alloc_in_same_node. results[i] as mc_store_put. Returns as
+ * batch_put_from. */
+MC_API int mc_store_batch_put_from_multi_buffers(mc_store *s, const mc_store_key *keys,
+                                                 size_t n, const mc_store_iov *const *iovs,
+                                                 const size_t *iovcnt,
+                                                 const mc_store_replicate_config *cfg,
+                                                 int *results);
+
+/* Upserts (upstream upsert / upsert_from / upsert_parts / upsert_batch /
+ * batch_upsert_from; UpsertStart/End/Revoke): insert, or replace the value of an
+ * existing key (same size: in place; other size: new space). Same arguments and codes
+ * as the put forms, plus MC_OBJECT_HAS_LEASE (a reader holds a lease on the old value)
+ * and MC_OBJECT_ALREADY_EXISTS (another write of the key is in flight). A failed upsert
+ * of an existing key erases it (its old bytes may be partly overwritten). */
+MC_API int mc_store_upsert(mc_store *s, const void *key, size_t key_len, const void *value,
+                           size_t len, const mc_store_replicate_config *cfg);
+MC_API int mc_store_upsert_parts(mc_store *s, const void *key, size_t key_len,
+                                 const mc_store_iov *parts, size_t nparts,
+                                 const mc_store_replicate_config *cfg);
+MC_API int mc_store_batch_upsert_from(mc_store *s, const mc_store_key *keys, size_t n,
+                                      const void *const *values, const uint64_t *sizes,
+                                      const mc_store_replicate_config *cfg, int *results);
+MC_API int mc_store_batch_upsert_from_multi_buffers(mc_store *s, const mc_store_key *keys,
+                                                    size_t n,
+                                                    const mc_store_iov *const *iovs,
+                                                    const size_t *iovcnt,
+                                                    const mc_store_replicate_config *cfg,
+                                                    int *results);
+
+/* ---------------------------------------------------------------------------------- */
+/* Reads                                                                               */
+/* ---------------------------------------------------------------------------------- */
+
+/* mc_store_get_into: reads the object into buf (capacity cap bytes; upstream get_into).
+ * Returns the object's size in bytes (>= 0; buf may be larger, the rest is untouched);
+ * MC_INVALID_PARAMS (bad key; NULL buf with cap > 0; cap smaller than the object,
+ * detected before any transfer; not set up); MC_OBJECT_NOT_FOUND (miss);
+ * MC_REPLICA_IS_NOT_READY (only a write in flight); MC_LEASE_EXPIRED (the lease ran out
+ * before the read finished: buf contents are undefined); MC_TRANSFER_FAIL /
+ * MC_RPC_TIMEOUT (every replica failed); MC_RPC_FAIL (master unreachable). */
+MC_API int64_t mc_store_get_into(mc_store *s, const void *key, size_t key_len, void *buf,
+                                 uint64_t cap);
+
+/* Allocator for the *_with calls: called once the object's size is known (after the one
+ * get_replica_list RPC, before the transfer) on the calling thread. index is the key's
+ * position (0 for single calls); size may be 0. Returns memory for at least size bytes
+ * (the caller's; the store only writes into it), or NULL to give up on that key
+ * (result MC_INTERNAL_ERROR; for size 0 a NULL return is fine and not an error). */
+typedef void *(*mc_store_alloc_fn)(void *ctx, size_t index, uint64_t size);
+
+/* mc_store_get_with: reads the object into memory obtained from alloc(ctx, 0, size), in
+ * one master RPC (what Python `get` uses to fill a bytes object). *out receives the
+ * pointer alloc returned (NULL for size 0 if alloc returned NULL). Whether the call
+ * fails or not, memory alloc returned is the caller's to free. Returns the size, or as
+ * get_into (MC_INTERNAL_ERROR when alloc returned NULL for size > 0). */
+MC_API int64_t mc_store_get_with(mc_store *s, const void *key, size_t key_len,
+                                 mc_store_alloc_fn alloc, void *ctx, void **out);
+
+/* mc_store_get_alloc: mc_store_get_with into malloc'd memory: on success *out is a new
+ * buffer of the returned size plus one NUL byte (not counted; so *out is never NULL on
+ * success); free with free(). On error *out is NULL. */
+MC_API int64_t mc_store_get_alloc(mc_store *s, const void *key, size_t key_len, void **out);
+
+/* mc_store_batch_get_into: results[i] = bytes read into bufs[i] (capacity caps[i]) or
+ * a negative code, as get_into (upstream batch_get_into). One batch_get_replica_list,
+ * one engine batch. Duplicate keys: each position is filled. Returns MC_OK or a
+ * whole-call code. */
+MC_API int mc_store_batch_get_into(mc_store *s, const mc_store_key *keys, size_t n,
+                                   void *const *bufs, const uint64_t *caps, int64_t *results);
+
+/* mc_store_batch_get_into_multi_buffers: object i is scattered in order over
+ * iovs[i][0..iovcnt[i]) (upstream batch_get_into_multi_buffers); results[i] = the
+ * object's size, or MC_INVALID_PARAMS when the iovs together hold fewer bytes, or as
+ * get_into. prefer_same_node: accepted (replica choice is always local first). */
+MC_API int mc_store_batch_get_into_multi_buffers(mc_store *s, const mc_store_key *keys,
+                                                 size_t n, const mc_store_iov *const *iovs,
+                                                 const size_t *iovcnt, bool prefer_same_node,
+                                                 int64_t *results);
+
+/* mc_store_batch_get_with: batch form of get_with (Python get_batch): alloc(ctx, i,
+ * size_i) per key found; outs[i] receives its pointer (NULL on a miss/error before
+ * allocation); results[i] = size or negative. Memory alloc returned is the caller's
+ * whatever the result. Returns MC_OK or a whole-call code. */
+MC_API int mc_store_batch_get_with(mc_store *s, const mc_store_key *keys, size_t n,
+                                   mc_store_alloc_fn alloc, void *ctx, void **outs,
+                                   int64_t *results);
+
+/* ---------------------------------------------------------------------------------- */
+/* Local buffer and handles (Python BufferHandle, get_buffer, BufferPool)              */
+/* ---------------------------------------------------------------------------------- */
+
+typedef struct mc_store_buffer mc_store_buffer; /* a slice of memory owned by a handle */
+
+/* mc_store_get_buffer: reads the object into a new slice of the local buffer (falling
+ * back to malloc'd memory when the local buffer is full or 0) and returns a handle to
+ * it (upstream get_buffer / BufferHandle, zero copy after the read). The handle stays
+ * valid after close (the memory is freed with the last handle). A zero-length object
+ * gives a handle of size 0 (data NULL): the object exists (API.md §5).
+ * *out receives a new handle (free with mc_store_buffer_free) on MC_OK, NULL otherwise.
+ * Returns MC_OK or the get_into codes (never INVALID_PARAMS for capacity). */
+MC_API int mc_store_get_buffer(mc_store *s, const void *key, size_t key_len,
+                               mc_store_buffer **out);
+
+/* mc_store_batch_get_buffer: per key: outs[i] a new handle and results[i] the size, or
+ * outs[i] NULL and results[i] negative. One RPC, one engine batch. Returns MC_OK or a
+ * whole-call code (outs all NULL). */
+MC_API int mc_store_batch_get_buffer(mc_store *s, const mc_store_key *keys, size_t n,
+                                     mc_store_buffer **outs, int64_t *results);
+
+/* mc_store_buffer_alloc: a new handle for size bytes (> 0) of the local buffer (not
+ * zeroed), for zero-copy puts from registered memory (BufferPool). Returns MC_OK;
+ * MC_NO_AVAILABLE_HANDLE (the local buffer cannot hold it: no fallback here);
+ * MC_INVALID_PARAMS (size 0, not set up). */
+MC_API int mc_store_buffer_alloc(mc_store *s, uint64_t size, mc_store_buffer **out);
+
+/* mc_store_buffer_data / _size: the slice (data NULL when size is 0). Thread-safe reads;
+ * valid until mc_store_buffer_free. */
+MC_API void *mc_store_buffer_data(const mc_store_buffer *b);
+MC_API uint64_t mc_store_buffer_size(const mc_store_buffer *b);
+
+/* mc_store_buffer_free: returns the slice to the local buffer (or frees the malloc'd
+ * fallback). May run after the store was closed or destroyed. NULL is a no-op. */
+MC_API void mc_store_buffer_free(mc_store_buffer *b);
+
+/* mc_store_local_buffer_info: the local buffer's address and size (bytes; 0/NULL when
+ * none) and the bytes handed out now. Returns MC_OK or MC_INVALID_PARAMS (not set up).
+ * Any pointer may be NULL. */
+MC_API int mc_store_local_buffer_info(mc_store *s, void **base, uint64_t *size,
+                                      uint64_t *used);
+
+/* ---------------------------------------------------------------------------------- */
+/* Queries and removal                                                                 */
+/* ---------------------------------------------------------------------------------- */
+
+/* mc_store_is_exist: 1 when the object exists with a complete replica (a read lease is
+ * granted, as upstream ExistKey), 0 when absent or still being written, negative on
+ * error (MC_INVALID_PARAMS bad key / not set up, MC_RPC_FAIL ...). */
+MC_API int mc_store_is_exist(mc_store *s, const void *key, size_t key_len);
+
+/* mc_store_batch_is_exist: results[i] = 1 / 0 / negative per key. One RPC. Returns MC_OK
+ * or a whole-call code. */
+MC_API int mc_store_batch_is_exist(mc_store *s, const mc_store_key *keys, size_t n,
+                                   int *results);
+
+/* mc_store_get_size: the object's size in bytes (>= 0), or MC_OBJECT_NOT_FOUND,
+ * MC_REPLICA_IS_NOT_READY, MC_INVALID_PARAMS, transport codes (upstream get_size; grants
+ * a lease like every replica-list lookup). */
+MC_API int64_t mc_store_get_size(mc_store *s, const void *key, size_t key_len);
+
+/* mc_store_remove: erases the object (upstream remove). Returns MC_OK;
+ * MC_OBJECT_NOT_FOUND; MC_OBJECT_HAS_LEASE (a reader's lease is active and !force);
+ * MC_REPLICA_IS_NOT_READY (a write is in flight, even with force); MC_INVALID_PARAMS;
+ * transport codes. */
+MC_API int mc_store_remove(mc_store *s, const void *key, size_t key_len, bool force);
+
+/* mc_store_batch_remove: results[i] as mc_store_remove. One RPC. */
+MC_API int mc_store_batch_remove(mc_store *s, const mc_store_key *keys, size_t n, bool force,
+                                 int *results);
+
+/* mc_store_remove_by_regex: removes every complete object whose key matches the PCRE2
+ * pattern (pattern_len bytes; unanchored search, as upstream std::regex_search),
+ * skipping leased objects unless force. Returns the number removed (>= 0), or
+ * MC_INVALID_PARAMS (bad or too long pattern, not set up), transport codes. */
+MC_API int64_t mc_store_remove_by_regex(mc_store *s, const char *pattern, size_t pattern_len,
+                                        bool force);
+
+/* mc_store_remove_all: removes every complete object, skipping leased ones unless force.
+ * Returns the number removed (>= 0) or a negative code. */
+MC_API int64_t mc_store_remove_all(mc_store *s, bool force);
+
+/* One replica (upstream Replica::Descriptor with a MemoryDescriptor: status and
+ * AllocatedBuffer::Descriptor{size, buffer_address, transport_endpoint}). Plain value. */
+typedef struct mc_store_replica_desc {
+    int status;               /* upstream ReplicaStatus: 3 = COMPLETE (only those are
+                                 returned by lookups) */
+    bool is_memory;           /* always true (no disk replicas yet) */
+    uint64_t size;            /* bytes */
+    uint64_t buffer_address;  /* address in the owner's process */
+    char transport_endpoint[MC_STORE_NAME_MAX]; /* owner's segment name "host:port" */
+    char protocol[MC_STORE_PROTOCOL_MAX];
+} mc_store_replica_desc;
+
+typedef struct mc_store_replica_list {
+    uint32_t n;               /* <= MC_STORE_MAX_REPLICAS */
+    uint64_t lease_ttl_ms;    /* the read lease this lookup was granted */
+    mc_store_replica_desc replicas[MC_STORE_MAX_REPLICAS];
+} mc_store_replica_list;
+
+/* mc_store_get_replica_desc: the object's complete replicas (upstream get_replica_desc;
+ * grants a lease). out: caller's storage; n = 0 on error. Returns MC_OK or as get_size. */
+MC_API int mc_store_get_replica_desc(mc_store *s, const void *key, size_t key_len,
+                                     mc_store_replica_list *out);
+
+/* mc_store_batch_get_replica_desc: outs[i] / results[i] per key (upstream
+ * batch_get_replica_desc omits missing keys from its dict; the Python layer does that
+ * from results[i] != MC_OK). One RPC. */
+MC_API int mc_store_batch_get_replica_desc(mc_store *s, const mc_store_key *keys, size_t n,
+                                           mc_store_replica_list *outs, int *results);
+
+/* ---------------------------------------------------------------------------------- */
+/* Registration                                                                        */
+/* ---------------------------------------------------------------------------------- */
+
+/* mc_store_register_buffer: registers [addr, addr+len) with the engine (upstream
+ * register_buffer; not required before put_from/get_into here, see top). Returns MC_OK;
+ * MC_INVALID_PARAMS (NULL, 0, same addr with another length, not set up); engine codes. */
+MC_API int mc_store_register_buffer(mc_store *s, void *addr, size_t len);
+
+/* mc_store_unregister_buffer: Returns MC_OK; MC_INVALID_PARAMS (not registered, not set
+ * up); engine codes. */
+MC_API int mc_store_unregister_buffer(mc_store *s, void *addr);
+
+#endif
