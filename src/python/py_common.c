@@ -88,3 +88,51 @@ int mc__py_route_logs(void)
         mc_log_set_sink(py_log_sink, NULL);
     return 0;
 }
+
+static void engine_capsule_free(PyObject *cap)
+{
+    PyObject *owner = (PyObject *)PyCapsule_GetContext(cap);
+    Py_XDECREF(owner);
+}
+
+PyObject *mc__py_engine_handle_new(struct mc_te *te, PyObject *owner)
+{
+    if (!te || !owner) {
+        PyErr_SetString(PyExc_RuntimeError, "transfer engine is not initialized");
+        return NULL;
+    }
+    PyObject *cap = PyCapsule_New(te, MC_PY_TE_CAPSULE, engine_capsule_free);
+    if (!cap)
+        return NULL;
+    Py_INCREF(owner);
+    if (PyCapsule_SetContext(cap, owner) < 0) {
+        Py_DECREF(owner);
+        Py_DECREF(cap);
+        return NULL;
+    }
+    return cap;
+}
+
+int mc__py_engine_handle_get(PyObject *obj, struct mc_te **te, PyObject **keep)
+{
+    PyObject *cap = NULL;
+    if (PyCapsule_IsValid(obj, MC_PY_TE_CAPSULE)) {
+        cap = Py_NewRef(obj);
+    } else {
+        cap = PyObject_GetAttrString(obj, "_mc_te");
+        if (!cap)
+            PyErr_Clear();
+        else if (!PyCapsule_IsValid(cap, MC_PY_TE_CAPSULE))
+            Py_CLEAR(cap);
+    }
+    if (!cap) {
+        PyErr_Format(PyExc_TypeError,
+                     "setup(): engine must be None or the handle returned by "
+                     "mooncake.engine.TransferEngine().get_engine(), not %.100s",
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    *te = (struct mc_te *)PyCapsule_GetPointer(cap, MC_PY_TE_CAPSULE);
+    *keep = cap;
+    return 0;
+}

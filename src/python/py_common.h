@@ -16,4 +16,27 @@ int mc__py_add_error_code(PyObject *module);
  * Returns 0, or -1 with a Python exception set. */
 int mc__py_route_logs(void);
 
+/* ---- Engine handles shared by mooncake.engine and mooncake.store ----
+ * `mooncake.engine.TransferEngine().get_engine()` returns a handle that
+ * `MooncakeDistributedStore.setup(..., engine=handle)` accepts (upstream passes an
+ * InnerTransferEngine; API.md §3). The handle is a PyCapsule named MC_PY_TE_CAPSULE
+ * whose pointer is the engine's `mc_te *` and whose context is a strong reference to
+ * the Python object that owns that engine (the TransferEngine), so the engine lives at
+ * least as long as the capsule. A Python object with an attribute `_mc_te` holding such
+ * a capsule is accepted as well (so get_engine() may return a richer wrapper). */
+#define MC_PY_TE_CAPSULE "mooncake.engine.mc_te"
+
+struct mc_te;
+
+/* mc__py_engine_handle_new: a new capsule for `te` (borrowed; must stay valid while
+ * `owner` lives), keeping a strong reference to `owner` (not NULL) until the capsule is
+ * freed. Returns a new reference, or NULL with a Python exception set. */
+PyObject *mc__py_engine_handle_new(struct mc_te *te, PyObject *owner);
+
+/* mc__py_engine_handle_get: the `mc_te *` behind `obj` (a capsule from
+ * mc__py_engine_handle_new, or an object whose `_mc_te` attribute is one). On success
+ * returns 0, sets *te, and *keep to a new reference the caller holds for as long as it
+ * uses *te. Returns -1 with TypeError set (message names `engine`) otherwise. */
+int mc__py_engine_handle_get(PyObject *obj, struct mc_te **te, PyObject **keep);
+
 #endif
