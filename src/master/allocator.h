@@ -11,8 +11,8 @@
  * Blocks (free and used) are nodes of one pooled array, linked in address order, so a
  * free merges with its free neighbours at once (no fragmentation from unmerged
  * neighbours). No malloc per allocation: the node array grows geometrically.
- * alloc and free are O(1) (a short bounded scan of one class is added only when the O(1)
- * good-fit search finds nothing, which keeps utilisation high when nearly full).
+ * alloc and free are O(1): alloc looks at no more than 64 blocks of the request's own
+ * class (best fit among them), else takes the head of the first larger non-empty class.
  *
  * Upstream uses an offset allocator with the same role (`--memory_allocator=offset`,
  * upstream-mooncake.md §4.6); this is our own implementation.
