@@ -38,6 +38,8 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PIP="$VENV/bin/python -m pip"
 $PIP install -q --disable-pip-version-check meson-python meson ninja
+# the trace replay (`make demo`, mooncake_trace_replay) needs these even without test deps
+$PIP install -q --disable-pip-version-check numpy tqdm matplotlib redis
 if [ "${1:-}" != "--no-test-deps" ]; then
   # torch==2.13.0: the CPU build that lies on disk (/opt/wheels); a bare `torch` would
   # pull a multi-GB CUDA build.

@@ -1,0 +1,346 @@
+"""Backends the replay drives, behind one small interface.
+
+A backend hands out sessions (one per replay worker). A session owns one registered
+buffer of `slots` block-sized slots and offers three batch calls whose results follow
+mooncake.store's conventions (API.md section 1):
+
+- exist_batch(keys) -> list[int]: 1 exists, 0 absent, negative status code on error;
+- get_batch_into(keys, slots) -> list[int]: bytes read into buffer slot slots[j] (the
+  object's true size), or a negative code (OBJECT_NOT_FOUND -704 on a miss);
+- put_batch(keys, slots) -> list[int]: 0, or a negative code (NO_AVAILABLE_HANDLE -200
+  when the pool is full).
+
+Backends: `store` (mooncake.store.MooncakeDistributedStore: ours, or upstream's when
+this process runs in upstream's venv) and `redis` (redis-py, pipelined EXISTS/GET/SET).
+"""
+import mmap
+import os
+import urllib.request
+
+import numpy as np
+
+OK = 0
+INTERNAL_ERROR = -1
+NO_AVAILABLE_HANDLE = -200
+OBJECT_NOT_FOUND = -704
+OBJECT_ALREADY_EXISTS = -705
+
+_NAMES = {0: "OK", -1: "INTERNAL_ERROR", -10: "BUFFER_OVERFLOW", -200: "NO_AVAILABLE_HANDLE",
+          -600: "INVALID_PARAMS", -704: "OBJECT_NOT_FOUND", -705: "OBJECT_ALREADY_EXISTS",
+          -707: "LEASE_EXPIRED", -800: "TRANSFER_FAIL", -900: "RPC_FAIL", -901: "RPC_TIMEOUT"}
+
+
+class BackendUnavailable(RuntimeError):
+    """The backend cannot run here; the message says why and what to do instead."""
+
+
+def code_name(code: int) -> str:
+    """Upstream name of a status code (from mooncake.store.ErrorCode when available)."""
+    try:
+        from mooncake.store import ErrorCode
+        return ErrorCode(code).name
+    except Exception:
+        return _NAMES.get(code, str(code))
+
+
+class SlotBuffer:
+    """Page-aligned anonymous memory of `slots` blocks (numpy views: bytes and uint64
+    rows). Owned by one session; freed when the session is closed."""
+
+    def __init__(self, slots: int, block_bytes: int):
+        self.slots = slots
+        self.block_bytes = block_bytes
+        self.nbytes = slots * block_bytes
+        self._mm = mmap.mmap(-1, self.nbytes)
+        self.bytes = np.frombuffer(self._mm, dtype=np.uint8)
+        self.rows = self.bytes.view(np.uint64).reshape(slots, block_bytes // 8)
+        self.scratch = np.empty_like(self.rows)
+        self.ptr = self.bytes.ctypes.data
+
+    def view(self, slot: int) -> memoryview:
+        b = self.block_bytes
+        return memoryview(self._mm)[slot * b:(slot + 1) * b]
+
+    def close(self):
+        self.rows = self.bytes = self.scratch = None
+        try:
+            self._mm.close()
+        except BufferError:
+            pass        # a view is still alive; the GC frees it
+
+
+class Session:
+    """One worker's connection and buffer. Subclasses implement the three calls."""
+    buffer: SlotBuffer
+
+    def exist_batch(self, keys):
+        raise NotImplementedError
+
+    def get_batch_into(self, keys, slots):
+        raise NotImplementedError
+
+    def put_batch(self, keys, slots):
+        raise NotImplementedError
+
+    def close(self):
+        self.buffer.close()
+
+
+class Backend:
+    """Base: name, sessions, and what the backend can tell about itself."""
+    name = "?"
+
+    def describe(self) -> dict:
+        """Facts for the report (module paths, versions, addresses)."""
+        return {}
+
+    def session(self, slots: int, block_bytes: int) -> Session:
+        raise NotImplementedError
+
+    def evictions(self) -> int | None:
+        """Keys the backend evicted since the replay started, or None if it cannot tell."""
+        return None
+
+    def keys_held(self) -> int | None:
+        """Keys the backend holds now, or None if it cannot tell."""
+        return None
+
+    def close(self):
+        pass
+
+
+# ------------------------------------------------------------------------------ redis
+
+class RedisSession(Session):
+    def __init__(self, host, port, slots, block_bytes):
+        import redis
+        self.r = redis.Redis(host=host, port=port, socket_timeout=60)
+        self.buffer = SlotBuffer(slots, block_bytes)
+
+    def exist_batch(self, keys):
+        p = self.r.pipeline(transaction=False)
+        for k in keys:
+            p.exists(k)
+        return [int(v) if isinstance(v, int) else INTERNAL_ERROR
+                for v in p.execute(raise_on_error=False)]
+
+    def get_batch_into(self, keys, slots):
+        p = self.r.pipeline(transaction=False)
+        for k in keys:
+            p.get(k)
+        out = []
+        B = self.buffer.block_bytes
+        data = self.buffer.bytes
+        for v, s in zip(p.execute(raise_on_error=False), slots):
+            if v is None:
+                out.append(OBJECT_NOT_FOUND)
+            elif isinstance(v, bytes):
+                n = min(len(v), B)
+                data[s * B:s * B + n] = np.frombuffer(v, dtype=np.uint8, count=n)
+                out.append(len(v))
+            else:
+                out.append(INTERNAL_ERROR)
+        return out
+
+    def put_batch(self, keys, slots):
+        p = self.r.pipeline(transaction=False)
+        for k, s in zip(keys, slots):
+            p.set(k, self.buffer.view(s))
+        out = []
+        for v in p.execute(raise_on_error=False):
+            if v is True:
+                out.append(OK)
+            elif isinstance(v, Exception) and "OOM" in str(v):
+                out.append(NO_AVAILABLE_HANDLE)
+            else:
+                out.append(INTERNAL_ERROR)
+        return out
+
+    def close(self):
+        try:
+            self.r.close()
+        finally:
+            super().close()
+
+
+class RedisBackend(Backend):
+    """A redis-server at host:port (started by the tool or given with --redis-addr)."""
+    name = "redis"
+
+    def __init__(self, host: str, port: int):
+        try:
+            import redis
+        except ImportError:
+            raise BackendUnavailable(
+                "the redis backend needs redis-py: pip install redis") from None
+        self.host, self.port = host, port
+        self.admin = redis.Redis(host=host, port=port, socket_timeout=30)
+        try:
+            info = self.admin.info("server")
+        except redis.RedisError as e:
+            raise BackendUnavailable(f"cannot reach redis at {host}:{port}: {e}") from None
+        self.version = info.get("redis_version")
+        self._evicted0 = int(self.admin.info("stats").get("evicted_keys", 0))
+
+    def describe(self):
+        import redis
+        mem = self.admin.config_get("maxmemory*")
+        try:
+            from redis.utils import HIREDIS_AVAILABLE as hiredis
+        except ImportError:
+            hiredis = None
+        return {"redis_server_version": self.version, "redis_py_version": redis.__version__,
+                "hiredis_parser": hiredis,
+                "address": f"{self.host}:{self.port}", "maxmemory": int(mem["maxmemory"]),
+                "maxmemory_policy": mem.get("maxmemory-policy"),
+                "maxmemory_samples": int(mem.get("maxmemory-samples", 0))}
+
+    def session(self, slots, block_bytes):
+        return RedisSession(self.host, self.port, slots, block_bytes)
+
+    def evictions(self):
+        return int(self.admin.info("stats").get("evicted_keys", 0)) - self._evicted0
+
+    def keys_held(self):
+        return int(self.admin.dbsize())
+
+    def close(self):
+        self.admin.close()
+
+
+# ------------------------------------------------------------------------------ store
+
+class StoreSession(Session):
+    """One MooncakeDistributedStore client (contributes no segment) with its buffer
+    registered through register_buffer."""
+
+    def __init__(self, master_addr, metadata_url, slots, block_bytes, local_buffer_size):
+        from mooncake.store import MooncakeDistributedStore
+        self.store = MooncakeDistributedStore()
+        rc = self.store.setup("127.0.0.1", metadata_url, 0, local_buffer_size, "tcp", "",
+                              master_addr)
+        if rc != 0:
+            raise BackendUnavailable(
+                f"MooncakeDistributedStore.setup(master={master_addr}, metadata="
+                f"{metadata_url}) returned {rc} ({code_name(rc)})")
+        self.buffer = SlotBuffer(slots, block_bytes)
+        rc = self.store.register_buffer(self.buffer.ptr, self.buffer.nbytes)
+        if rc != 0:
+            self.store.close()
+            raise BackendUnavailable(f"register_buffer({self.buffer.nbytes} bytes) returned "
+                                     f"{rc} ({code_name(rc)})")
+        self._registered = True
+
+    def _ptrs(self, slots):
+        base, b = self.buffer.ptr, self.buffer.block_bytes
+        return [base + s * b for s in slots]
+
+    def exist_batch(self, keys):
+        return list(self.store.batch_is_exist(keys))
+
+    def get_batch_into(self, keys, slots):
+        b = self.buffer.block_bytes
+        return list(self.store.batch_get_into(keys, self._ptrs(slots), [b] * len(keys)))
+
+    def put_batch(self, keys, slots):
+        b = self.buffer.block_bytes
+        return [OK if rc == OBJECT_ALREADY_EXISTS else rc for rc in
+                self.store.batch_put_from(keys, self._ptrs(slots), [b] * len(keys))]
+
+    def close(self):
+        try:
+            if self._registered:
+                self.store.unregister_buffer(self.buffer.ptr)
+                self._registered = False
+            self.store.close()
+        finally:
+            super().close()
+
+
+def check_store_importable() -> str:
+    """Returns mooncake.store's file path, or raises BackendUnavailable saying why the
+    store backend cannot run."""
+    try:
+        import mooncake.store as ms
+    except ImportError as e:
+        raise BackendUnavailable(f"cannot import mooncake.store: {e}") from None
+    if not hasattr(ms, "MooncakeDistributedStore"):
+        raise BackendUnavailable(
+            f"mooncake.store ({ms.__file__}) has no MooncakeDistributedStore yet: the store "
+            "client is not built. Use --backend redis (or --backend upstream) meanwhile.")
+    return ms.__file__
+
+
+class StoreBackend(Backend):
+    """mooncake.store.MooncakeDistributedStore against a master at master_addr with the
+    metadata service at metadata_url. metrics_url (optional): the master's Prometheus
+    /metrics, read for evictions (master_evicted_key_count) and keys (master_key_count)."""
+
+    def __init__(self, master_addr: str, metadata_url: str, metrics_url: str | None = None,
+                 label: str = "store", local_buffer_size: int = 16 << 20):
+        self.name = label
+        self.module_file = check_store_importable()
+        self.master_addr, self.metadata_url = master_addr, metadata_url
+        self.metrics_url = metrics_url
+        self.local_buffer_size = local_buffer_size
+        m = self._metrics()
+        self._evicted0 = int(m.get("master_evicted_key_count", 0)) if m else 0
+
+    def _metrics(self) -> dict | None:
+        if not self.metrics_url:
+            return None
+        try:
+            with urllib.request.urlopen(self.metrics_url, timeout=5) as resp:
+                text = resp.read().decode("utf-8", "replace")
+        except OSError:
+            return None
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                parts = line.split()
+                if len(parts) >= 2 and "{" not in parts[0]:
+                    try:
+                        out[parts[0]] = float(parts[1])
+                    except ValueError:
+                        pass
+        return out
+
+    def describe(self):
+        d = {"module": self.module_file, "master": self.master_addr,
+             "metadata": self.metadata_url}
+        try:
+            from importlib.metadata import version
+            for dist in ("mooncake-c", "mooncake-transfer-engine-non-cuda",
+                         "mooncake-transfer-engine"):
+                try:
+                    d["distribution"] = f"{dist} {version(dist)}"
+                    break
+                except Exception:
+                    continue
+        except ImportError:
+            pass
+        return d
+
+    def session(self, slots, block_bytes):
+        return StoreSession(self.master_addr, self.metadata_url, slots, block_bytes,
+                            self.local_buffer_size)
+
+    def evictions(self):
+        m = self._metrics()
+        if not m or "master_evicted_key_count" not in m:
+            return None
+        return int(m["master_evicted_key_count"]) - self._evicted0
+
+    def keys_held(self):
+        m = self._metrics()
+        if not m or "master_key_count" not in m:
+            return None
+        return int(m["master_key_count"])
+
+
+def shm_entries() -> set:
+    """Names in /dev/shm now (to check that a run leaves none behind)."""
+    try:
+        return set(os.listdir("/dev/shm"))
+    except OSError:
+        return set()

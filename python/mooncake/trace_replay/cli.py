@@ -1,0 +1,464 @@
+"""`mooncake_trace_replay`: replay a FAST'25 KV-cache trace through a store and check
+every byte (see the package docstring; --help lists the options)."""
+import argparse
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from . import models
+from .backends import (BackendUnavailable, RedisBackend, StoreBackend, check_store_importable,
+                       shm_entries)
+from .blocks import BlockCodec
+from .cluster import (LocalCluster, ProcessGroup, find_tool, peak_rss_bytes, start_redis)
+from .models import BLOCK_TOKENS, PRESETS, fmt_bytes, parse_size
+from .report import summarize, table, timeseries, write_json, write_png
+from .sim import simulate_ideal, simulate_lru
+from .trace import TraceError, count_lines, load_trace, synthetic_trace, write_trace
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+DEFAULTS = dict(backend="store", nodes=2, segment_size="256MiB", concurrency=1,
+                time_scale=0.0, out="replay-out", seed=0, synthetic_requests=1000,
+                lease_ttl_ms=1000)
+DEMO = dict(backend="store", nodes=2, segment_size="64MiB", concurrency=1, time_scale=0.0,
+            out="demo-out", seed=0, synthetic_requests=1500, lease_ttl_ms=1000)
+
+EPILOG = models.presets_help() + """
+
+backends:
+  store     mooncake.store.MooncakeDistributedStore (this package). Starts a local cluster:
+            mooncake_master (embedded HTTP metadata server) + --nodes store nodes of
+            --segment-size each, on 127.0.0.1; or --master/--metadata for a running one.
+  redis     redis-py pipelines (EXISTS/GET/SET) against a redis-server it starts on
+            127.0.0.1 with maxmemory = pool size and allkeys-lru; or --redis-addr.
+  upstream  the same as store, run with upstream Mooncake's CPU build
+            (mooncake-transfer-engine-non-cuda) from its own venv (--upstream-python;
+            scripts/setup-upstream-peer.sh creates .venv-upstream).
+  The pool is --nodes x --segment-size bytes for every backend; the LRU reference uses
+  pool // block bytes blocks.
+
+output: a progress bar, the final table, OUT/replay.json (every figure), OUT/replay.png
+(hit rate and throughput over time, latency CDF), OUT/logs/ (child processes).
+Exit status: 0 all good; 1 errors or corrupt blocks; 2 bad usage or backend unavailable;
+130 interrupted (results so far are still written).
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="mooncake_trace_replay",
+        description="Replay a FAST'25 KV-cache trace (JSONL: timestamp, input_length, "
+                    "output_length, hash_ids of 512-token prefix blocks) through a KV "
+                    "store. Per request: batch exist over its blocks -> the cached prefix "
+                    "is the longest run of existing blocks from the start; batch get that "
+                    "prefix into registered memory and verify every byte; batch put the "
+                    "missing blocks. Reports hit rates against an infinite cache and an "
+                    "exact LRU of the same capacity.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = ap.add_argument_group("trace")
+    g.add_argument("--trace", metavar="PATH",
+                   help="FAST'25 JSONL trace (e.g. ../shared/traces/conversation_trace.jsonl)."
+                        " Without it a SYNTHETIC trace of the same shape is generated "
+                        "(prefix sharing, multi-turn growth) and labelled so everywhere")
+    g.add_argument("--synthetic-requests", type=int, metavar="N",
+                   help=f"requests in the synthetic trace (default "
+                        f"{DEFAULTS['synthetic_requests']}; --max-requests also caps it)")
+    g.add_argument("--max-requests", type=int, metavar="N",
+                   help="replay only the first N requests")
+    g.add_argument("--seed", type=int, help="synthetic-trace seed (default 0)")
+    g = ap.add_argument_group("block size (block bytes = 512 x bytes per token)")
+    g.add_argument("--model", choices=sorted(PRESETS),
+                   help="take bytes/token from a model preset (table below)")
+    g.add_argument("--bytes-per-token", type=int, metavar="B",
+                   help=f"KV bytes per token (default {models.DEFAULT_BYTES_PER_TOKEN}, "
+                        "i.e. 64 KiB blocks)")
+    g.add_argument("--block-bytes", metavar="SIZE",
+                   help="block size directly (e.g. 4KiB; a multiple of 8); overrides the two "
+                        "above")
+    g = ap.add_argument_group("replay")
+    g.add_argument("--concurrency", type=int, metavar="N",
+                   help="requests in flight, one backend session each (default 1)")
+    g.add_argument("--time-scale", type=float, metavar="X",
+                   help="0 = as fast as possible (default), 1 = the trace's real timing, "
+                        "0.1 = ten times faster than real")
+    g.add_argument("--key-prefix", metavar="S",
+                   help="key = prefix + hash id (default: 'replay-<random>/', fresh per run)")
+    g = ap.add_argument_group("backend and cluster")
+    g.add_argument("--backend", choices=("store", "redis", "upstream"),
+                   help="default store")
+    g.add_argument("--nodes", type=int, metavar="N",
+                   help="store nodes of the local cluster (default 2)")
+    g.add_argument("--segment-size", metavar="SIZE",
+                   help="bytes each node contributes (default 256MiB); pool = nodes x this")
+    g.add_argument("--master", metavar="ADDR",
+                   help="use a running cluster: master host:port (with --metadata)")
+    g.add_argument("--metadata", metavar="URL",
+                   help="metadata server of that cluster, e.g. http://127.0.0.1:8080/metadata")
+    g.add_argument("--metrics-url", metavar="URL",
+                   help="its master's /metrics (for evictions and key count; optional)")
+    g.add_argument("--redis-addr", metavar="HOST:PORT",
+                   help="use a running redis-server instead of starting one")
+    g.add_argument("--lease-ttl-ms", type=int, metavar="MS",
+                   help="--default_kv_lease_ttl of the local master (default 1000; upstream's "
+                        "10000 pins the hot set for 10 s after every exist/get)")
+    g.add_argument("--master-bin", metavar="PATH",
+                   help="mooncake_master to start (default: next to this Python, then PATH)")
+    g.add_argument("--upstream-python", metavar="PATH",
+                   help="Python of the venv with upstream's build (default: "
+                        "$MC_UPSTREAM_PYTHON, else .venv-upstream/bin/python in the current "
+                        "directory or a parent)")
+    g = ap.add_argument_group("output")
+    g.add_argument("--out", metavar="DIR", help="output directory (default replay-out)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g.add_argument("--demo", action="store_true",
+                   help="the embedded default that `make demo` runs: store backend, local "
+                        "2-node cluster of 64 MiB segments, 1500 synthetic requests, "
+                        "64 KiB blocks, output in demo-out/ (explicit options still win)")
+    return ap
+
+
+def _fail(msg: str) -> int:
+    print(f"mooncake_trace_replay: {msg}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _resolve(args):
+    base = DEMO if args.demo else DEFAULTS
+    for k, v in base.items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+    if args.block_bytes is not None:
+        args.block_bytes = parse_size(args.block_bytes)
+        if args.block_bytes <= 0 or args.block_bytes % 8:
+            raise ValueError(f"--block-bytes must be a positive multiple of 8, got "
+                             f"{args.block_bytes}")
+        args.bytes_per_token = args.block_bytes / BLOCK_TOKENS
+        if args.bytes_per_token == int(args.bytes_per_token):
+            args.bytes_per_token = int(args.bytes_per_token)
+    else:
+        if args.bytes_per_token is None:
+            args.bytes_per_token = (PRESETS[args.model].bytes_per_token if args.model
+                                    else models.DEFAULT_BYTES_PER_TOKEN)
+        elif args.model:
+            raise ValueError("give --model or --bytes-per-token, not both")
+        if args.bytes_per_token <= 0:
+            raise ValueError("--bytes-per-token must be positive")
+        args.block_bytes = BLOCK_TOKENS * args.bytes_per_token
+    args.segment_size = parse_size(args.segment_size)
+    for name in ("nodes", "concurrency"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+    if args.segment_size < 1:
+        raise ValueError("--segment-size must be positive")
+    if args.time_scale < 0:
+        raise ValueError("--time-scale must be >= 0")
+    if args.max_requests is not None and args.max_requests < 0:
+        raise ValueError("--max-requests must be >= 0")
+    if (args.master is None) != (args.metadata is None):
+        raise ValueError("--master and --metadata go together")
+    if args.master and args.backend == "redis":
+        raise ValueError("--master/--metadata are for the store and upstream backends")
+    if args.redis_addr and args.backend != "redis":
+        raise ValueError("--redis-addr is for --backend redis")
+    if args.key_prefix is None:
+        args.key_prefix = f"replay-{secrets.token_hex(4)}/"
+    args.pool_bytes = args.nodes * args.segment_size
+
+
+# --------------------------------------------------------------------- upstream re-exec
+
+def _find_upstream_python(explicit):
+    if explicit:
+        return explicit
+    env = os.environ.get("MC_UPSTREAM_PYTHON")
+    if env:
+        return env
+    d = os.getcwd()
+    while True:
+        cand = os.path.join(d, ".venv-upstream", "bin", "python")
+        if os.path.exists(cand):
+            return cand
+        parent = os.path.dirname(d)
+        if parent == d:
+            return None
+        d = parent
+
+
+def _our_root() -> str:
+    """The directory that holds this package's `mooncake/`."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _run_upstream(args, argv) -> int:
+    py = _find_upstream_python(args.upstream_python)
+    if not py or not os.path.exists(py):
+        return _fail("--backend upstream needs upstream Mooncake's CPU build in its own venv; "
+                     "none found (create it with scripts/setup-upstream-peer.sh, or pass "
+                     "--upstream-python /path/to/venv/bin/python)")
+    env = dict(os.environ)
+    env["MC_REPLAY_EXTRA_PATH"] = _our_root()
+    env["MC_REPLAY_UPSTREAM_CHILD"] = "1"
+    env.setdefault("MC_LOG_LEVEL", "WARNING")    # upstream logs every setup at INFO
+    boot = (f"import sys, runpy; sys.path.append({_our_root()!r}); "
+            "runpy.run_module('mooncake.trace_replay', run_name='__main__', alter_sys=True)")
+    p = subprocess.Popen([py, "-c", boot, *argv], env=env, start_new_session=True)
+
+    def forward(sig, _frame):
+        try:
+            p.send_signal(sig)
+        except ProcessLookupError:
+            pass
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while True:
+            try:
+                return p.wait()
+            except KeyboardInterrupt:
+                continue
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+# --------------------------------------------------------------------------- main run
+
+class _Progress:
+    def __init__(self, total, label, enabled):
+        self.lock = threading.Lock()
+        self.bar = None
+        self.last = 0.0
+        self.label = label
+        self.enabled = enabled
+        if enabled:
+            try:
+                from tqdm import tqdm
+                self.bar = tqdm(total=total, unit="req", desc=label, file=sys.stderr,
+                                mininterval=0.5, dynamic_ncols=True, smoothing=0.1)
+            except ImportError:
+                pass
+
+    def __call__(self, st):
+        with self.lock:
+            now = time.monotonic()
+            if self.bar is not None:
+                self.bar.update(1)
+                if now - self.last > 0.5:
+                    self.last = now
+                    self.bar.set_postfix_str(
+                        f"hit {100 * st.block_hits / max(st.blocks, 1):.1f}% "
+                        f"corrupt {st.corrupt} err {st.error_total}", refresh=False)
+            elif self.enabled and now - self.last > 5:
+                self.last = now
+                print(f"{self.label}: {st.requests} requests, hit "
+                      f"{100 * st.block_hits / max(st.blocks, 1):.1f}%", file=sys.stderr,
+                      flush=True)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _say(msg):
+    print(f"replay: {msg}", file=sys.stderr, flush=True)
+
+
+def main(argv=None) -> int:
+    """Entry point of the console script. Returns the exit status (see --help)."""
+    raw = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(raw)
+    try:
+        _resolve(args)
+    except ValueError as e:
+        return _fail(str(e))
+    upstream_child = os.environ.get("MC_REPLAY_UPSTREAM_CHILD") == "1"
+    if args.backend == "upstream" and not upstream_child:
+        return _run_upstream(args, raw)
+
+    # ---- the trace
+    try:
+        if args.trace:
+            requests = load_trace(args.trace, args.max_requests)
+            in_trace = count_lines(args.trace)
+        else:
+            n = args.synthetic_requests
+            if args.max_requests is not None:
+                n = min(n, args.max_requests)
+            requests = synthetic_trace(n, seed=args.seed)
+            in_trace = n
+    except (OSError, TraceError) as e:
+        return _fail(f"cannot read the trace: {e}")
+    synthetic = not args.trace
+    if synthetic:
+        _say(f"SYNTHETIC trace: {len(requests)} requests from the built-in generator "
+             f"(seed {args.seed}); pass --trace PATH for a real FAST'25 trace")
+    codec = BlockCodec(args.block_bytes)
+    max_blocks = max((len(r.hash_ids) for r in requests), default=1)
+    slots = max(1, min(max_blocks, (256 << 20) // args.block_bytes))
+    os.makedirs(args.out, exist_ok=True)
+    if synthetic:
+        write_trace(os.path.join(args.out, "synthetic_trace.jsonl"), requests)
+
+    meta = {
+        "tool": "mooncake_trace_replay", "backend": args.backend,
+        "trace": {"path": os.path.abspath(args.trace) if args.trace else None,
+                  "synthetic": synthetic, "seed": args.seed if synthetic else None,
+                  "requests_in_trace": in_trace, "requests_selected": len(requests)},
+        "block_bytes": args.block_bytes, "bytes_per_token": args.bytes_per_token,
+        "model": args.model, "block_tokens": BLOCK_TOKENS, "concurrency": args.concurrency,
+        "time_scale": args.time_scale, "key_prefix": args.key_prefix, "nodes": args.nodes,
+        "segment_size": args.segment_size, "pool_bytes": args.pool_bytes,
+        "buffer_slots": slots, "interrupted": False, "argv": raw,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+    # ---- signals: the first Ctrl-C/SIGTERM during the replay stops after the requests in
+    # flight; any other one (or one during setup) aborts with KeyboardInterrupt. Cleanup
+    # runs either way.
+    stop = threading.Event()
+    phase = {"replay": False}
+
+    def on_signal(sig, _frame):
+        if phase["replay"] and not stop.is_set():
+            stop.set()
+            meta["interrupted"] = True
+            _say("interrupted: finishing the requests in flight (again to abort)")
+            return
+        meta["interrupted"] = True
+        raise KeyboardInterrupt
+    old_handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    group = ProcessGroup(os.path.join(args.out, "logs"))
+    shm_before = shm_entries()
+    backend = None
+    sessions = []
+    stats = None
+    wall = 0.0
+    failure = None
+    progress = None
+    try:
+        backend, cluster_desc = _start_backend(args, group, upstream_child)
+        meta["cluster"] = cluster_desc
+        meta["backend_info"] = backend.describe()
+        for _ in range(args.concurrency):
+            sessions.append(backend.session(slots, args.block_bytes))
+        _say(f"running: {len(requests)} requests, block {fmt_bytes(args.block_bytes)}, pool "
+             f"{fmt_bytes(args.pool_bytes)}, backend {args.backend} ({cluster_desc})")
+        label = ("SYNTHETIC " if synthetic else "") + f"replay[{args.backend}]"
+        progress = _Progress(len(requests), label, not args.no_progress)
+        from .replay import run_replay
+        phase["replay"] = True
+        stats, wall, _ = run_replay(requests, sessions, codec, args.key_prefix,
+                                    args.time_scale, stop, on_done=progress)
+        phase["replay"] = False
+    except BackendUnavailable as e:
+        failure = str(e)
+    except KeyboardInterrupt:
+        meta["interrupted"] = True
+    finally:
+        phase["replay"] = False
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_IGN)        # cleanup is not interruptible
+        if progress is not None:
+            progress.close()
+        ev = kh = None
+        if backend is not None:
+            try:
+                ev, kh = backend.evictions(), backend.keys_held()
+            except Exception:
+                pass
+        for s in sessions:
+            try:
+                s.close()
+            except Exception as e:               # report, keep cleaning up
+                _say(f"closing a session failed: {e}")
+        if backend is not None:
+            backend.close()
+        self_rss = peak_rss_bytes(os.getpid())
+        group.stop(order=["node-", "master", "redis"])
+        for s, h in old_handlers.items():
+            signal.signal(s, h)
+    leftovers = sorted(shm_entries() - shm_before)
+    if failure:
+        return _fail(failure)
+    if stats is None:
+        _say("interrupted before the replay started; nothing to report")
+        return EXIT_INTERRUPTED
+
+    # ---- references and report
+    # the references run over the requests that completed, in trace order
+    done_idx = sorted(stats.req_index)
+    done = [requests[i] for i in done_idx]
+    cap = args.pool_bytes // args.block_bytes
+    ideal_hits, lru_hits = [], []
+    ideal = simulate_ideal(done, ideal_hits)
+    lru = simulate_lru(done, cap, lru_hits)
+    reference = {"ideal": ideal.as_dict(), "lru": lru.as_dict(),
+                 "semantics": "prefix hit; hits read in request order, absent blocks after "
+                              "the hit inserted; LRU capacity = pool bytes // block bytes"}
+    ref_hits = {"ideal": dict(zip(done_idx, ideal_hits)), "lru": dict(zip(done_idx, lru_hits))}
+    if kh is not None and ev and 0 < kh < cap:
+        reference["lru_at_keys_held"] = simulate_lru(done, kh).as_dict()
+    results = summarize(stats, wall)
+    results["evictions_backend"] = ev
+    results["keys_held_at_end"] = kh
+    rss = {"replay (this process)": self_rss or 0}
+    for c in group.children:
+        rss[f"{c.label} (pid {c.pid})"] = c.peak_rss or 0
+    doc = {"meta": meta, "results": results, "reference": reference,
+           "peak_rss": {"by_process": rss, "total": sum(rss.values())},
+           "shm_leftovers": leftovers, "timeseries": timeseries(stats, wall, ref_hits)}
+    json_path = os.path.join(args.out, "replay.json")
+    png_path = os.path.join(args.out, "replay.png")
+    write_json(doc, json_path)
+    why = write_png(doc, stats, png_path)
+    print(table(doc))
+    print(f"  JSON {json_path}" + (f"   PNG {png_path}" if why is None else
+                                   f"   (no PNG: {why})"))
+    if leftovers:
+        print(f"  WARNING: new entries left in /dev/shm: {leftovers}")
+    if meta["interrupted"]:
+        return EXIT_INTERRUPTED
+    return EXIT_FAILED if (results["errors"] or results["corrupt_blocks"]) else EXIT_OK
+
+
+def _start_backend(args, group, upstream_child):
+    """Starts (or connects to) the backend. Returns (Backend, description)."""
+    if args.backend == "redis":
+        if args.redis_addr:
+            host, _, port = args.redis_addr.rpartition(":")
+            return RedisBackend(host or "127.0.0.1", int(port)), f"redis at {args.redis_addr}"
+        host, port, c = start_redis(group, args.pool_bytes)
+        _say(f"started redis-server pid {c.pid} on {host}:{port}, maxmemory "
+             f"{fmt_bytes(args.pool_bytes)}, allkeys-lru")
+        return RedisBackend(host, port), (f"local redis-server, maxmemory "
+                                          f"{fmt_bytes(args.pool_bytes)}, allkeys-lru")
+    label = "upstream" if upstream_child else "store"
+    mod = check_store_importable()
+    if upstream_child and os.path.abspath(mod).startswith(_our_root() + os.sep):
+        raise BackendUnavailable(f"--backend upstream loaded this package's mooncake.store "
+                                 f"({mod}), not upstream's")
+    if args.master:
+        return (StoreBackend(args.master, args.metadata, args.metrics_url, label=label),
+                f"existing cluster, master {args.master}")
+    master_bin = args.master_bin or find_tool("mooncake_master")
+    if not master_bin:
+        raise BackendUnavailable(
+            "mooncake_master is not installed next to this Python or on PATH: the master is "
+            "not built yet? Use --backend redis, or --master/--metadata for a running cluster")
+    cl = LocalCluster(group, master_bin, args.nodes, args.segment_size, args.lease_ttl_ms)
+    _say(f"started mooncake_master pid {cl.master.pid} (rpc {cl.master_addr}, metadata "
+         f"{cl.metadata_url}) and {args.nodes} store nodes (pids "
+         f"{', '.join(str(c.pid) for c, _ in cl.nodes)}), {fmt_bytes(args.segment_size)} each")
+    return (StoreBackend(cl.master_addr, cl.metadata_url, cl.metrics_url, label=label),
+            f"local cluster: master + {args.nodes} nodes x {fmt_bytes(args.segment_size)}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

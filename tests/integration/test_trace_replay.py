@@ -1,0 +1,328 @@
+"""mooncake_trace_replay: reference hit rates, the synthetic trace, and real replays.
+
+The Redis-backend tests start real redis-server processes on 127.0.0.1; the store-backend
+tests start a real mooncake_master and store nodes, and are skipped (with the reason)
+until the master and MooncakeDistributedStore exist. Traces are read from
+../shared/traces (never copied into the repository); tests that need the real trace are
+skipped only when that folder is absent. Every replay is a subprocess with a timeout.
+"""
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import BIN_DIR, SHARED, free_port, wait_port
+
+from mooncake.trace_replay.blocks import BlockCodec
+from mooncake.trace_replay.sim import simulate_ideal, simulate_lru
+from mooncake.trace_replay.trace import Request, synthetic_trace
+
+TRACE = os.path.join(SHARED, "traces", "conversation_trace.jsonl")
+need_trace = pytest.mark.skipif(not os.path.exists(TRACE),
+                                reason=f"real trace not available at {TRACE}")
+
+
+def _store_missing_reason():
+    master = os.path.join(BIN_DIR, "mooncake_master")
+    if not os.path.exists(master):
+        return f"mooncake_master is not installed in {BIN_DIR} (the master is not built yet)"
+    import mooncake.store as ms
+    if not hasattr(ms, "MooncakeDistributedStore"):
+        return "mooncake.store has no MooncakeDistributedStore yet (store client not built)"
+    return None
+
+
+STORE_MISSING = _store_missing_reason()
+need_store = pytest.mark.skipif(STORE_MISSING is not None, reason=str(STORE_MISSING))
+
+
+def _req(ids, tokens=None):
+    return Request(0, tokens if tokens is not None else 512 * len(ids), 1, list(ids))
+
+
+def replay(args, out, timeout=120):
+    """Runs the tool; returns (exit status, replay.json as dict or None, stdout, stderr)."""
+    cmd = [sys.executable, "-m", "mooncake.trace_replay", "--no-progress", "--out", str(out),
+           *args]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=str(out))
+    path = os.path.join(out, "replay.json")
+    doc = json.load(open(path)) if os.path.exists(path) else None
+    return r.returncode, doc, r.stdout, r.stderr
+
+
+# ------------------------------------------------------------------ references (no I/O)
+
+def test_ideal_and_lru_on_a_hand_made_trace():
+    reqs = [_req([1, 2, 3], 1500), _req([1, 2, 4], 1100), _req([1, 2, 3], 1500),
+            _req([5, 6, 7], 1536), _req([1, 2], 1000)]
+    ideal = simulate_ideal(reqs)
+    assert (ideal.blocks, ideal.block_hits) == (14, 7)
+    assert (ideal.tokens, ideal.token_hits) == (6636, 1024 + 1500 + 1000)
+    per = []
+    lru = simulate_lru(reqs, 3, per)
+    # r2 hits 1,2 and evicts 3; r3 hits 1,2 and evicts 4; r4 evicts all; r5 misses
+    assert per == [0, 2, 2, 0, 0]
+    assert (lru.block_hits, lru.token_hits, lru.evictions) == (4, 2048, 7)
+    assert simulate_lru(reqs, 0).block_hits == 0
+    assert simulate_lru(reqs, 1000).block_hits == ideal.block_hits
+
+
+def test_lru_prefix_semantics_with_a_gap():
+    # blocks present beyond a missing first block are neither read nor rewritten, so
+    # inserting block 1 evicts block 2 (the least recently used), and the next request
+    # hits only block 1.
+    per = []
+    simulate_lru([_req([1, 2, 3]), _req([9]), _req([1, 2, 3]), _req([1, 2, 3])], 3, per)
+    assert per == [0, 0, 0, 1]
+
+
+def test_synthetic_trace_has_the_shape_of_a_conversation_trace():
+    reqs = synthetic_trace(600, seed=3)
+    assert len(reqs) == 600
+    assert reqs == synthetic_trace(600, seed=3)
+    assert reqs != synthetic_trace(600, seed=4)
+    ts = [r.timestamp_ms for r in reqs]
+    assert ts == sorted(ts) and all(isinstance(t, int) for t in ts)
+    assert all(len(r.hash_ids) == math.ceil(r.input_length / 512) for r in reqs)
+    ids = sorted({h for r in reqs for h in r.hash_ids})
+    assert ids == list(range(len(ids)))          # dense ids, as in the real traces
+    # prefix sharing: most requests start with a block seen before
+    seen, shared = set(), 0
+    for r in reqs:
+        shared += r.hash_ids[0] in seen
+        seen.update(r.hash_ids)
+    assert shared > 0.8 * len(reqs)
+    # multi-turn growth: many requests extend an earlier request's full-block prefix
+    prefixes, grown = set(), 0
+    for r in reqs:
+        for k in range(len(r.hash_ids) - 1, 4, -1):
+            if tuple(r.hash_ids[:k]) in prefixes:
+                grown += 1
+                break
+        prefixes.add(tuple(r.hash_ids[:r.input_length // 512]))
+    assert grown > 0.3 * len(reqs)
+    assert 0.2 < simulate_ideal(reqs).block_hit_rate < 0.95
+
+
+def test_block_contents_catch_wrong_key_flipped_byte_and_shift():
+    import numpy as np
+    codec = BlockCodec(4096)
+    rows = np.empty((4, 512), dtype=np.uint64)
+    scratch = np.empty_like(rows)
+    codec.fill(rows, [7, 8, 9, 10])
+    assert codec.verify(rows, [7, 8, 9, 10], scratch).all()
+    assert not codec.verify(rows, [8, 8, 9, 10], scratch)[0]        # wrong key
+    raw = rows.view(np.uint8)
+    for pos in (0, 1, 7, 2049, 4095):
+        raw[1, pos] ^= 0x10
+        assert not codec.verify(rows, [7, 8, 9, 10], scratch)[1]
+        raw[1, pos] ^= 0x10
+    rows[2] = np.roll(rows[2], 1)                                     # shifted by 8 bytes
+    assert codec.verify(rows, [7, 8, 9, 10], scratch).tolist() == [True, True, False, True]
+    a = np.frombuffer(codec.block(5), np.uint8)
+    b = np.frombuffer(codec.block(6), np.uint8)
+    assert len(a) == 4096 and (a != b).mean() > 0.9
+
+
+# ------------------------------------------------------------------ redis backend
+
+@need_trace
+def test_redis_replay_of_the_first_500_real_requests_matches_lru(tmp_path):
+    rc, doc, out, err = replay(["--backend", "redis", "--trace", TRACE, "--max-requests",
+                                "500", "--block-bytes", "4KiB", "--nodes", "2",
+                                "--segment-size", "64MiB"], tmp_path)
+    assert rc == 0, out + err
+    r, ref = doc["results"], doc["reference"]
+    assert r["requests"] == 500
+    assert r["errors"] == 0 and r["corrupt_blocks"] == 0
+    assert r["evictions_backend"] == 0
+    assert ref["lru"]["evictions"] == 0
+    assert r["block_hits"] == ref["lru"]["block_hits"] == ref["ideal"]["block_hits"]
+    assert r["token_hit_rate"] == ref["lru"]["token_hit_rate"]
+    assert r["block_hits"] > 0 and r["blocks_read"] == r["block_hits"]
+    assert r["blocks_written"] == r["blocks"] - r["block_hits"]
+    assert doc["meta"]["trace"]["synthetic"] is False
+    assert "block hit rate" in out and "LRU" in out
+    assert os.path.getsize(tmp_path / "replay.png") > 10000
+    assert doc["shm_leftovers"] == []
+
+
+def test_redis_replay_with_a_small_pool_evicts_and_stays_correct(tmp_path):
+    rc, doc, out, err = replay(["--backend", "redis", "--synthetic-requests", "300",
+                                "--block-bytes", "4KiB", "--nodes", "1",
+                                "--segment-size", "6MiB"], tmp_path)
+    assert rc == 0, out + err
+    r, ref = doc["results"], doc["reference"]
+    assert r["requests"] == 300
+    assert r["evictions_backend"] > 0 and ref["lru"]["evictions"] > 0
+    assert r["errors"] == 0 and r["corrupt_blocks"] == 0
+    assert r["block_hits"] <= ref["ideal"]["block_hits"]
+    assert r["block_hits"] < ref["ideal"]["block_hits"]
+    assert doc["meta"]["trace"]["synthetic"] is True
+    assert "SYNTHETIC" in out
+
+
+def test_a_corrupted_block_in_the_backend_is_counted(tmp_path, spawn):
+    import redis
+    port = free_port()
+    spawn(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+           "--appendonly", "no"])
+    wait_port(port)
+    args = ["--backend", "redis", "--redis-addr", f"127.0.0.1:{port}", "--key-prefix",
+            "corrupt/", "--synthetic-requests", "40", "--block-bytes", "4KiB"]
+    rc, doc, out, err = replay(args, tmp_path)
+    assert rc == 0 and doc["results"]["corrupt_blocks"] == 0, out + err
+    first = json.loads(open(tmp_path / "synthetic_trace.jsonl").readline())["hash_ids"]
+    r = redis.Redis(host="127.0.0.1", port=port)
+    k0, k1 = f"corrupt/{first[0]}", f"corrupt/{first[1]}"
+    v = bytearray(r.get(k0))
+    v[1234] ^= 0x01                                   # one flipped bit
+    r.set(k0, bytes(v))
+    r.set(k1, r.get(k1)[:-8])                         # a truncated block
+    rc, doc, out, err = replay(args, tmp_path)
+    assert rc == 1, out + err
+    assert doc["results"]["corrupt_blocks"] >= 2
+    assert doc["results"]["errors"] == 0
+
+
+def _interrupt_and_check(args, tmp_path, expect_labels):
+    """Starts a slow replay, waits until it runs, sends SIGINT; checks it exits 130,
+    writes its results, and leaves no child process or /dev/shm entry behind."""
+    shm_before = set(os.listdir("/dev/shm"))
+    errf = open(tmp_path / "stderr.txt", "w+")
+    p = subprocess.Popen([sys.executable, "-m", "mooncake.trace_replay", "--no-progress",
+                          "--out", str(tmp_path), *args], stdout=subprocess.PIPE,
+                         stderr=errf, text=True, cwd=str(tmp_path))
+    try:
+        deadline = time.monotonic() + 60
+        text = ""
+        while "replay: running" not in text:
+            assert p.poll() is None, open(tmp_path / "stderr.txt").read()
+            assert time.monotonic() < deadline, text
+            time.sleep(0.1)
+            text = open(tmp_path / "stderr.txt").read()
+        pids = [int(x) for x in re.findall(r"pid (\d+)", text)]
+        pids += [int(x) for m in re.findall(r"pids ([\d, ]+)", text) for x in m.split(",")]
+        assert len(pids) >= expect_labels, text
+        for pid in pids:
+            os.kill(pid, 0)                        # alive while the replay runs
+        time.sleep(1.0)
+        p.send_signal(signal.SIGINT)
+        out, _ = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130, out + open(tmp_path / "stderr.txt").read()
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    doc = json.load(open(tmp_path / "replay.json"))
+    assert doc["meta"]["interrupted"] is True
+    assert "INTERRUPTED" in out
+    assert set(os.listdir("/dev/shm")) - shm_before == set()
+    return doc
+
+
+def test_sigint_stops_the_redis_replay_and_leaves_nothing_behind(tmp_path):
+    _interrupt_and_check(["--backend", "redis", "--synthetic-requests", "2000",
+                          "--time-scale", "1", "--block-bytes", "4KiB",
+                          "--segment-size", "16MiB"], tmp_path, 1)
+
+
+def test_bad_options_exit_2_naming_the_problem(tmp_path):
+    rc, _, out, err = replay(["--backend", "redis", "--block-bytes", "1001"], tmp_path, 30)
+    assert rc == 2 and "multiple of 8" in err
+    rc, _, out, err = replay(["--backend", "redis", "--trace", str(tmp_path / "nope.jsonl")],
+                             tmp_path, 30)
+    assert rc == 2 and "nope.jsonl" in err
+    (tmp_path / "bad.jsonl").write_text('{"timestamp": 0, "input_length": 5}\n')
+    rc, _, out, err = replay(["--backend", "redis", "--trace", str(tmp_path / "bad.jsonl")],
+                             tmp_path, 30)
+    assert rc == 2 and "bad.jsonl:1" in err and "hash_ids" in err
+
+
+# ------------------------------------------------------------------ store backend
+
+@need_store
+@need_trace
+def test_store_replay_of_the_first_500_real_requests_on_2_nodes_matches_lru(tmp_path):
+    rc, doc, out, err = replay(["--backend", "store", "--trace", TRACE, "--max-requests",
+                                "500", "--block-bytes", "4KiB", "--nodes", "2",
+                                "--segment-size", "64MiB"], tmp_path, 180)
+    assert rc == 0, out + err
+    r, ref = doc["results"], doc["reference"]
+    assert r["requests"] == 500
+    assert r["errors"] == 0 and r["corrupt_blocks"] == 0
+    assert ref["lru"]["evictions"] == 0
+    assert r["block_hits"] == ref["lru"]["block_hits"] == ref["ideal"]["block_hits"]
+    assert doc["shm_leftovers"] == []
+
+
+@need_store
+def test_store_replay_with_a_small_pool_evicts_and_stays_correct(tmp_path):
+    # 16 MiB: the smallest segment upstream accepts (its allocator's slab size)
+    rc, doc, out, err = replay(["--backend", "store", "--synthetic-requests", "300",
+                                "--block-bytes", "16KiB", "--nodes", "1",
+                                "--segment-size", "16MiB"], tmp_path, 180)
+    assert rc == 0, out + err
+    r, ref = doc["results"], doc["reference"]
+    assert ref["lru"]["evictions"] > 0
+    assert (r["evictions_backend"] or 0) > 0 or r["evictions_observed"] > 0
+    assert r["errors"] == 0 and r["corrupt_blocks"] == 0
+    assert r["block_hits"] < ref["ideal"]["block_hits"]
+
+
+@need_store
+def test_store_corrupted_block_is_counted(tmp_path, spawn):
+    from mooncake.store import MooncakeDistributedStore
+    rpc, http = free_port(), free_port()
+    spawn([os.path.join(BIN_DIR, "mooncake_master"), f"--rpc_port={rpc}",
+           "--rpc_address=127.0.0.1", f"--metrics_port={free_port()}",
+           "--metrics_host=127.0.0.1", "--enable_http_metadata_server=1",
+           f"--http_metadata_server_port={http}", "--http_metadata_server_host=127.0.0.1",
+           "--default_kv_lease_ttl=200"])
+    wait_port(rpc)
+    wait_port(http)
+    meta = f"http://127.0.0.1:{http}/metadata"
+    spawn([sys.executable, "-m", "mooncake.trace_replay.node", "--master", f"127.0.0.1:{rpc}",
+           "--metadata", meta, "--segment-size", str(64 << 20),
+           "--ready-file", str(tmp_path / "ready")])
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "ready").exists():
+        assert time.monotonic() < deadline, "store node not ready"
+        time.sleep(0.1)
+    args = ["--backend", "store", "--master", f"127.0.0.1:{rpc}", "--metadata", meta,
+            "--key-prefix", "corrupt/", "--synthetic-requests", "40", "--block-bytes", "4KiB"]
+    rc, doc, out, err = replay(args, tmp_path, 120)
+    assert rc == 0 and doc["results"]["corrupt_blocks"] == 0, out + err
+    first = json.loads(open(tmp_path / "synthetic_trace.jsonl").readline())["hash_ids"]
+    key = f"corrupt/{first[0]}"
+    s = MooncakeDistributedStore()
+    assert s.setup("127.0.0.1", meta, 0, 16 << 20, "tcp", "", f"127.0.0.1:{rpc}") == 0
+    try:
+        v = bytearray(s.get(key))
+        assert len(v) == 4096
+        v[99] ^= 0x80
+        time.sleep(0.3)                                   # let the read lease lapse
+        assert s.remove(key, True) == 0
+        assert s.put(key, bytes(v)) == 0
+    finally:
+        s.close()
+    rc, doc, out, err = replay(args, tmp_path, 120)
+    assert rc == 1, out + err
+    assert doc["results"]["corrupt_blocks"] >= 1 and doc["results"]["errors"] == 0
+
+
+@need_store
+def test_sigint_stops_the_store_replay_and_leaves_nothing_behind(tmp_path):
+    # master + 2 nodes must all be gone afterwards
+    _interrupt_and_check(["--backend", "store", "--synthetic-requests", "2000",
+                          "--time-scale", "1", "--block-bytes", "4KiB", "--nodes", "2",
+                          "--segment-size", "16MiB"], tmp_path, 3)
