@@ -1,0 +1,351 @@
+/* internal.h: the transfer engine's internal structures (src/transfer only).
+ *
+ * Threads: user threads call the public API; each engine runs `nio` I/O loops (net/loop.h).
+ * Loop 0 owns the listeners (handshake, data, shm); accepted data connections are
+ * spread over the loops; a peer's client connections all live on its home loop.
+ * Loop-owned state is marked "loop"; anything else names its guard.
+ *
+ * Lock order (outer first): te->publish_lock, te->seg_lock, peer->lock, te->reg_lock
+ * (rwlock), te->batch_lock, batch->lock, te->notify_lock. Loop threads take only
+ * reg_lock (read), peer->lock (inbox), batch->lock and notify_lock, never blocking I/O.
+ */
+#ifndef MC_TRANSFER_INTERNAL_H
+#define MC_TRANSFER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "mooncake/metadata.h"
+#include "mooncake/transfer_engine.h"
+#include "net/loop.h"
+#include "transfer/wire.h"
+
+#define TE_TAG "te"
+#define TE_MAX_IO 16
+#define TE_MAX_CONNS 16
+#define TE_MAX_NOTIFIES 65536
+#define TE_MAX_NOTIFY_BYTES (256ull << 20)
+#define TE_HS_CONNECT_TIMEOUT_MS 5000
+#define TE_TICK_MS 100
+
+typedef struct mc_te mc_te;
+typedef struct te_io te_io;
+
+/* ---- registered memory ---- */
+
+enum { TE_REG_USER = 0, TE_REG_SHARED = 1, TE_REG_MANAGED_CHUNK = 2 };
+
+typedef struct te_region {
+    uint64_t base, len;
+    int kind;          /* TE_REG_* */
+    int memfd;         /* shared kinds: the memfd (owned); -1 otherwise */
+    atomic_int refs;   /* 1 for the table + one per serving operation using it */
+    atomic_bool dead;  /* removed from the table; waiting for refs to drain */
+} te_region;
+
+/* ---- batches ---- */
+
+typedef struct te_batch te_batch;
+
+typedef struct te_task {
+    _Atomic int state;              /* mc_te_state */
+    _Atomic int error;              /* first error (status code) */
+    _Atomic uint64_t done_bytes;
+    _Atomic uint32_t slices_left;
+    uint64_t length;
+    te_batch *batch;
+} te_task;
+
+typedef struct te_slice te_slice;
+typedef struct te_peer te_peer;
+
+struct te_slice {
+    te_slice *next;
+    te_task *task;     /* NULL for a notify slice */
+    te_batch *batch;   /* the batch (notify slices use it to finish) */
+    te_peer *peer;
+    uint8_t op;        /* MC_TE_WOP_* */
+    uint8_t tries;     /* connection attempts used */
+    int status;        /* 0 or -errno from the reply */
+    char *local;       /* local memory (WRITE source / READ destination / NOTIFY body) */
+    uint64_t remote, len;
+    uint64_t deadline_ms;
+    uint64_t id;
+    uint8_t hdr[MC_TE_REQ_SIZE];
+    uint8_t rhdr[MC_TE_REP_SIZE];
+};
+
+typedef struct te_chunk {
+    struct te_chunk *next;
+    size_t n;
+    te_slice s[];
+} te_chunk;
+
+enum { TE_NOTIFY_NONE = 0, TE_NOTIFY_WAITING, TE_NOTIFY_SENT, TE_NOTIFY_DONE, TE_NOTIFY_FAILED };
+
+struct te_batch {
+    uint64_t id;
+    size_t cap;
+    size_t n;                  /* tasks submitted; guarded by lock */
+    te_task *tasks;            /* cap entries */
+    atomic_size_t tasks_left;  /* tasks not terminal (+1 per submit in progress) */
+    _Atomic int notify_state;  /* TE_NOTIFY_* */
+    te_slice *notify;          /* owned; body in notify->local (owned) */
+    te_chunk *chunks;          /* slice storage; guarded by lock; freed with the batch */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;       /* broadcast when the batch becomes terminal */
+    bool terminal;             /* guarded by lock */
+    mc_te *te;
+};
+
+/* ---- peers ---- */
+
+typedef struct te_map {
+    uint64_t base, len;  /* the owner's range */
+    char *ptr;           /* our mapping */
+    atomic_int refs;     /* 1 for the peer's list + users */
+} te_map;
+
+/* A client connection to a peer's data port (loop-owned). */
+typedef struct te_cconn {
+    struct te_cconn *prev, *next; /* io->cconns; loop */
+    te_peer *peer;
+    te_io *io;
+    int fd;
+    int state;               /* TE_CC_* */
+    unsigned idx;            /* slot in peer->conns */
+    te_slice *head, *tail;   /* every slice on this connection, in wire order */
+    te_slice *send_cur;      /* first slice not fully sent (NULL: all sent) */
+    uint64_t send_off;       /* bytes of send_cur already sent (header + payload) */
+    uint64_t recv_off;       /* bytes of head's reply already received */
+    uint64_t queued;         /* bytes of slices on the connection (load metric) */
+    uint32_t events;         /* current epoll mask */
+    bool ever_ready;
+} te_cconn;
+
+enum { TE_CC_CONNECTING = 1, TE_CC_READY = 2 };
+
+struct te_peer {
+    mc_te *te;
+    char *name;                /* immutable */
+    int64_t handle;            /* index in te->peers; immutable */
+    te_io *io;                 /* home loop; immutable */
+    pthread_mutex_t refresh_lock; /* serialises descriptor fetches (taken before lock) */
+    uint64_t last_refresh_ms;  /* guarded by refresh_lock */
+    pthread_mutex_t lock;
+    /* guarded by lock: */
+    mc_segment_desc desc;
+    bool have_desc;
+    bool stale;                /* a connection failed: refetch before the next use */
+    uint64_t gen;              /* bumped on every refresh */
+    char host[MC_METADATA_MAX_HOST];
+    struct sockaddr_storage data_sa;
+    socklen_t data_salen;
+    bool same_host;
+    int shm_fd;                /* Unix connection to the owner's shm socket, -1 if none */
+    atomic_bool shm_dead;      /* set by the loop when shm_fd hangs up */
+    te_map **maps;
+    size_t n_maps, cap_maps;
+    te_slice *inbox_head, *inbox_tail;
+    bool kick_posted;
+    /* loop: */
+    te_cconn *conns[TE_MAX_CONNS];
+    unsigned nconns;
+    bool shm_watched;          /* shm_fd registered on the loop; loop */
+    int shm_watch_fd;          /* fd registered (loop) */
+};
+
+/* ---- server-side connections ---- */
+
+typedef struct te_out {
+    struct te_out *next;
+    uint8_t hdr[MC_TE_REP_SIZE];
+    const char *payload;  /* READ data, or NULL for zeros (refused read) */
+    uint64_t len;         /* payload bytes */
+    te_region *reg;       /* ref held while payload is pending */
+} te_out;
+
+enum { TE_S_HDR = 0, TE_S_PAYLOAD, TE_S_DISCARD, TE_S_NOTIFY };
+
+typedef struct te_sconn {
+    struct te_sconn *prev, *next; /* io->sconns; loop */
+    te_io *io;
+    int fd;
+    int state;               /* TE_S_* */
+    uint8_t hdr[MC_TE_REQ_SIZE];
+    uint64_t hdr_off;
+    mc__te_req cur;
+    te_region *cur_reg;      /* ref held in TE_S_PAYLOAD */
+    char *dst;               /* TE_S_PAYLOAD: destination; TE_S_NOTIFY: body buffer */
+    uint64_t off;            /* payload bytes received */
+    int pending_status;      /* status to answer after a discard */
+    te_out *out_head, *out_tail, *out_free;
+    uint64_t out_off;        /* bytes of out_head sent */
+    size_t out_count;
+    uint64_t out_bytes;
+    uint32_t events;
+    bool closing;
+} te_sconn;
+
+typedef struct te_hsconn {
+    struct te_hsconn *prev, *next;
+    te_io *io;
+    int fd;
+    uint8_t *in;
+    size_t in_len, in_cap;
+    uint8_t *out;
+    size_t out_len, out_off;
+    uint64_t last_ms;
+    bool close_after;
+} te_hsconn;
+
+typedef struct te_shmconn {
+    struct te_shmconn *prev, *next;
+    te_io *io;
+    int fd;
+    uint8_t in[16];
+    size_t in_len;
+} te_shmconn;
+
+struct te_io {
+    mc_te *te;
+    mc_loop *loop;
+    unsigned idx;
+    mc_loop_timer *tick;
+    te_sconn *sconns;       /* loop */
+    struct te_cconn *cconns; /* loop */
+    te_hsconn *hsconns;     /* loop (io 0) */
+    size_t n_hsconns;
+    te_shmconn *shmconns;   /* loop (io 0) */
+    char *scratch;          /* 64 KiB discard buffer; loop */
+};
+
+/* ---- the engine ---- */
+
+struct mc_te {
+    /* options, immutable after create */
+    uint64_t timeout_ms;
+    uint64_t slice_size;
+    unsigned conns_per_peer;
+    unsigned nio;
+    uint32_t hs_max;
+    bool force_tcp;
+
+    /* set by initialize, immutable afterwards */
+    bool initialized;
+    mc_metadata *md;
+    bool p2p;
+    char name[MC_SEGMENT_MAX_NAME + 1];
+    char host[MC_METADATA_MAX_HOST];
+    char host_id[MC_SEGMENT_MAX_HOST_ID];
+    char shm_path[MC_SEGMENT_MAX_SHM_SOCKET + 1];
+    int rpc_port, data_port;
+    int hs_lfd, data_lfd, shm_lfd;
+    te_io io[TE_MAX_IO];
+    atomic_uint next_io;
+
+    /* own descriptor */
+    pthread_mutex_t publish_lock; /* serialises republishing */
+    pthread_mutex_t desc_lock;    /* guards desc, desc_json */
+    mc_segment_desc desc;
+    char *desc_json;
+    size_t desc_json_len;
+
+    /* registered memory */
+    pthread_rwlock_t reg_lock;
+    te_region **regs;      /* sorted by base; guarded by reg_lock */
+    uint64_t *max_end;     /* prefix max of base+len; guarded by reg_lock */
+    size_t n_regs, cap_regs;
+
+    /* managed buffers (managed.c); guarded by managed_lock */
+    pthread_mutex_t managed_lock;
+    struct te_managed *managed;
+
+    /* peers (segments) */
+    pthread_mutex_t seg_lock;
+    te_peer **peers;       /* guarded by seg_lock; entries immutable once set */
+    size_t n_peers, cap_peers;
+
+    /* batches */
+    pthread_mutex_t batch_lock;
+    te_batch **bslots;     /* guarded by batch_lock */
+    uint32_t *bgen;
+    size_t n_bslots;
+    uint32_t *bfree;
+    size_t n_bfree;
+
+    /* notifications received */
+    pthread_mutex_t notify_lock;
+    mc_te_notify *notifies;
+    size_t n_notifies, cap_notifies;
+    uint64_t notify_bytes;
+
+    atomic_uint_fast64_t next_req_id;
+    struct {
+        atomic_uint_fast64_t tcp_sent, tcp_recv, shm, served, refused, done, failed, conn_open,
+            conn_fail;
+    } st;
+};
+
+/* engine.c */
+int mc__te_publish(mc_te *te);
+te_peer *mc__te_peer_by_handle(mc_te *te, int64_t h);
+int mc__te_peer_refresh(mc_te *te, te_peer *p);
+
+/* engine.c: memfd-backed memory, registered (kind TE_REG_SHARED or _MANAGED_CHUNK) and
+ * published with the shm flag. Returns a status code. */
+int mc__te_shared_create(mc_te *te, uint64_t len, int kind, void **out);
+int mc__te_shared_destroy(mc_te *te, void *addr, int kind);
+
+/* managed.c */
+void mc__te_managed_free_all(mc_te *te);
+
+/* regions.c */
+te_region *mc__te_region_acquire(mc_te *te, uint64_t addr, uint64_t len);
+void mc__te_region_release(te_region *r);
+int mc__te_region_add(mc_te *te, uint64_t base, uint64_t len, int kind, int memfd);
+int mc__te_region_remove(mc_te *te, uint64_t base, int kind_mask, te_region **out);
+void mc__te_region_drain(mc_te *te, te_region *r);
+void mc__te_regions_free_all(mc_te *te);
+
+/* batch.c */
+te_batch *mc__te_batch_get(mc_te *te, uint64_t id);
+void mc__te_task_slice_done(mc_te *te, te_slice *s, int status);
+void mc__te_task_finish(mc_te *te, te_task *t, int state, int err);
+void mc__te_batch_submit_end(mc_te *te, te_batch *b);
+void mc__te_batches_fail_all(mc_te *te);
+void mc__te_batches_free_all(mc_te *te);
+
+/* tcp_client.c */
+void mc__te_peer_enqueue(te_peer *p, te_slice *first, te_slice *last);
+void mc__te_cconn_tick(te_io *io);
+void mc__te_peer_close_conns(te_peer *p); /* loop thread */
+
+/* tcp_server.c */
+int mc__te_data_accept_start(mc_te *te);
+void mc__te_sconn_tick(te_io *io);
+void mc__te_sconn_close_all(te_io *io);
+void mc__te_io_abort_region(te_io *io, te_region *r);
+
+/* handshake.c */
+int mc__te_hs_start(mc_te *te);
+void mc__te_hs_tick(te_io *io);
+void mc__te_hs_close_all(te_io *io);
+int mc__te_hs_request(const char *host, uint16_t port, uint8_t type, const void *payload,
+                      size_t len, uint32_t max_len, uint64_t timeout_ms, char **reply,
+                      size_t *reply_len);
+/* notify store (handshake.c): 0 or -ENOSPC when full. Takes name/msg on success. */
+int mc__te_notify_push(mc_te *te, char *name, char *msg, size_t msg_len);
+
+/* shm.c */
+int mc__te_shm_start(mc_te *te);
+void mc__te_shm_close_all(te_io *io);
+int mc__te_shm_try(mc_te *te, te_peer *p, int op, char *local, uint64_t remote, uint64_t len,
+                   bool *handled);
+void mc__te_peer_shm_reset(te_peer *p); /* peer->lock held */
+void mc__te_shm_watch(te_peer *p);
+
+#endif

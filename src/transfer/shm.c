@@ -1,0 +1,347 @@
+/* shm.c: the same-host shared-memory path.
+ *
+ * Owner: a Unix stream socket (abstract namespace, published as `shm_socket`) served on
+ * loop 0. Request (16 bytes LE): u32 magic "MCSH", u32 op (1 = map), u64 base. Answer
+ * (24 bytes): u32 magic, i32 status (0 / -ENOENT), u64 base, u64 length, with the
+ * region's memfd attached (SCM_RIGHTS) on success. Only memfd-backed regions this engine
+ * allocated are handed out, looked up by their exact base.
+ * Initiator: a peer whose descriptor has our host_id and a shm_socket is "same host".
+ * For a request inside one of its shm buffers, the fd is fetched once, mapped once
+ * (cached per peer) and the transfer is one memcpy in the submitting thread. The range
+ * is checked against the descriptor and against the mapping. The loop watches the Unix
+ * connection: when the owner goes away, mappings are dropped before the next use. */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "mooncake/log.h"
+#include "mooncake/mc_time.h"
+#include "net/frame.h"
+#include "net/sock.h"
+#include "transfer/internal.h"
+
+#define SHM_MAGIC 0x48534D43u /* "MCSH" */
+#define SHM_OP_MAP 1
+#define SHM_MAX_CONNS 1024
+
+/* ---- owner side ---- */
+
+static void shm_close(te_shmconn *c)
+{
+    mc_loop_del(c->io->loop, c->fd);
+    close(c->fd);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        c->io->shmconns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    free(c);
+}
+
+static te_region *shared_region(mc_te *te, uint64_t base)
+{
+    te_region *hit = NULL;
+    pthread_rwlock_rdlock(&te->reg_lock);
+    for (size_t i = 0; i < te->n_regs; i++) {
+        te_region *r = te->regs[i];
+        if (r->base == base && r->kind != TE_REG_USER && r->memfd >= 0) {
+            atomic_fetch_add(&r->refs, 1);
+            hit = r;
+            break;
+        }
+        if (r->base > base)
+            break;
+    }
+    pthread_rwlock_unlock(&te->reg_lock);
+    return hit;
+}
+
+static void shm_io(mc_loop *loop, int fd, uint32_t events, void *arg)
+{
+    (void)loop;
+    (void)fd;
+    (void)events;
+    te_shmconn *c = arg;
+    mc_te *te = c->io->te;
+    for (;;) {
+        ssize_t k = recv(c->fd, c->in + c->in_len, sizeof c->in - c->in_len, MSG_DONTWAIT);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (k <= 0) {
+            shm_close(c);
+            return;
+        }
+        c->in_len += (size_t)k;
+        if (c->in_len < sizeof c->in)
+            continue;
+        c->in_len = 0;
+        if (mc_get_le32(c->in) != SHM_MAGIC || mc_get_le32(c->in + 4) != SHM_OP_MAP) {
+            shm_close(c);
+            return;
+        }
+        uint64_t base = mc_get_le64(c->in + 8);
+        te_region *r = shared_region(te, base);
+        uint8_t rep[24];
+        mc_put_le32(rep, SHM_MAGIC);
+        mc_put_le32(rep + 4, (uint32_t)(r ? 0 : -ENOENT));
+        mc_put_le64(rep + 8, r ? r->base : 0);
+        mc_put_le64(rep + 16, r ? r->len : 0);
+        int rc = r ? mc_sock_send_fds(c->fd, rep, sizeof rep, &r->memfd, 1)
+                   : mc_sock_send_fds(c->fd, rep, sizeof rep, NULL, 0);
+        mc__te_region_release(r);
+        if (rc < 0) {
+            shm_close(c);
+            return;
+        }
+    }
+}
+
+static void shm_accept(mc_loop *loop, int lfd, uint32_t events, void *arg)
+{
+    (void)events;
+    te_io *io = arg;
+    for (int i = 0; i < 64; i++) {
+        int fd = mc_sock_accept(lfd, true);
+        if (fd < 0)
+            return;
+        size_t n = 0;
+        for (te_shmconn *x = io->shmconns; x; x = x->next)
+            n++;
+        if (n >= SHM_MAX_CONNS) {
+            close(fd);
+            continue;
+        }
+        te_shmconn *c = calloc(1, sizeof *c);
+        if (!c)
+            abort();
+        c->io = io;
+        c->fd = fd;
+        if (mc_loop_add(loop, fd, EPOLLIN, shm_io, c) < 0) {
+            close(fd);
+            free(c);
+            continue;
+        }
+        c->next = io->shmconns;
+        if (c->next)
+            c->next->prev = c;
+        io->shmconns = c;
+    }
+}
+
+int mc__te_shm_start(mc_te *te)
+{
+    mc_sock_set_nonblock(te->shm_lfd, true);
+    return mc_loop_add(te->io[0].loop, te->shm_lfd, EPOLLIN, shm_accept, &te->io[0]);
+}
+
+void mc__te_shm_close_all(te_io *io)
+{
+    while (io->shmconns)
+        shm_close(io->shmconns);
+}
+
+/* ---- initiator side ---- */
+
+static void map_unref(te_map *m)
+{
+    if (atomic_fetch_sub(&m->refs, 1) == 1) {
+        munmap(m->ptr, m->len);
+        free(m);
+    }
+}
+
+typedef struct watch_arg {
+    te_peer *p;
+    int fd;
+    bool close_it;
+} watch_arg;
+
+static void watch_io(mc_loop *loop, int fd, uint32_t events, void *arg)
+{
+    (void)events;
+    te_peer *p = arg;
+    atomic_store(&p->shm_dead, true);
+    mc_loop_del(loop, fd);
+    p->shm_watched = false;
+}
+
+static void watch_task(void *arg)
+{
+    watch_arg *w = arg;
+    te_peer *p = w->p;
+    mc_loop *loop = p->io->loop;
+    if (w->close_it) {
+        if (p->shm_watched && p->shm_watch_fd == w->fd) {
+            mc_loop_del(loop, w->fd);
+            p->shm_watched = false;
+        }
+        close(w->fd);
+    } else {
+        if (p->shm_watched)
+            mc_loop_del(loop, p->shm_watch_fd);
+        p->shm_watched = mc_loop_add(loop, w->fd, EPOLLRDHUP, watch_io, p) == 0;
+        p->shm_watch_fd = w->fd;
+    }
+    free(w);
+}
+
+static void post_watch(te_peer *p, int fd, bool close_it)
+{
+    watch_arg *w = malloc(sizeof *w);
+    if (!w)
+        abort();
+    w->p = p;
+    w->fd = fd;
+    w->close_it = close_it;
+    if (mc_loop_post(p->io->loop, watch_task, w) < 0) {
+        if (close_it)
+            close(fd);
+        free(w);
+    }
+}
+
+/* Drops the Unix connection and every mapping (users finish with their references).
+ * peer->lock held. */
+void mc__te_peer_shm_reset(te_peer *p)
+{
+    if (p->shm_fd >= 0) {
+        post_watch(p, p->shm_fd, true);
+        p->shm_fd = -1;
+    }
+    for (size_t i = 0; i < p->n_maps; i++)
+        map_unref(p->maps[i]);
+    p->n_maps = 0;
+    atomic_store(&p->shm_dead, false);
+}
+
+/* Asks the owner for the memfd of the buffer at base and maps it. peer->lock held. */
+static te_map *map_buffer(mc_te *te, te_peer *p, uint64_t base, uint64_t desc_len)
+{
+    if (p->shm_fd < 0) {
+        int fd = mc_sock_connect_unix(p->desc.shm_socket, TE_HS_CONNECT_TIMEOUT_MS);
+        if (fd < 0)
+            return NULL;
+        p->shm_fd = fd;
+        post_watch(p, fd, false);
+    }
+    uint64_t deadline = mc_deadline_ms(TE_HS_CONNECT_TIMEOUT_MS);
+    uint8_t req[16];
+    mc_put_le32(req, SHM_MAGIC);
+    mc_put_le32(req + 4, SHM_OP_MAP);
+    mc_put_le64(req + 8, base);
+    if (mc_sock_send_all(p->shm_fd, req, sizeof req, deadline) < 0)
+        goto broken;
+    uint8_t rep[24];
+    size_t got = 0;
+    int memfd = -1;
+    while (got < sizeof rep) {
+        if (mc_sock_wait(p->shm_fd, POLLIN, deadline) < 0)
+            goto broken_fd;
+        int fds[1], nfds = 0;
+        ssize_t k = mc_sock_recv_fds(p->shm_fd, rep + got, sizeof rep - got, fds, 1, &nfds);
+        if (nfds) {
+            if (memfd >= 0)
+                close(memfd);
+            memfd = fds[0];
+        }
+        if (k <= 0)
+            goto broken_fd;
+        got += (size_t)k;
+    }
+    int32_t status = (int32_t)mc_get_le32(rep + 4);
+    uint64_t rbase = mc_get_le64(rep + 8), rlen = mc_get_le64(rep + 16);
+    if (mc_get_le32(rep) != SHM_MAGIC) {
+        if (memfd >= 0)
+            close(memfd);
+        goto broken;
+    }
+    if (status != 0 || memfd < 0 || rbase != base || rlen < desc_len || rlen == 0 ||
+        rlen > (uint64_t)MC_SEGMENT_MAX_ADDR) {
+        if (memfd >= 0)
+            close(memfd);
+        return NULL;
+    }
+    void *ptr = mmap(NULL, rlen, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+    close(memfd);
+    if (ptr == MAP_FAILED)
+        return NULL;
+    te_map *m = calloc(1, sizeof *m);
+    if (!m)
+        abort();
+    m->base = rbase;
+    m->len = rlen;
+    m->ptr = ptr;
+    atomic_init(&m->refs, 1);
+    if (p->n_maps == p->cap_maps) {
+        p->cap_maps = p->cap_maps ? p->cap_maps * 2 : 8;
+        p->maps = realloc(p->maps, p->cap_maps * sizeof *p->maps);
+        if (!p->maps)
+            abort();
+    }
+    p->maps[p->n_maps++] = m;
+    (void)te;
+    return m;
+broken_fd:
+    if (memfd >= 0)
+        close(memfd);
+broken:
+    mc__te_peer_shm_reset(p);
+    return NULL;
+}
+
+int mc__te_shm_try(mc_te *te, te_peer *p, int op, char *local, uint64_t remote, uint64_t len,
+                   bool *handled)
+{
+    *handled = false;
+    if (te->force_tcp)
+        return 0;
+    pthread_mutex_lock(&p->lock);
+    if (!p->same_host || !p->have_desc) {
+        pthread_mutex_unlock(&p->lock);
+        return 0;
+    }
+    if (atomic_load(&p->shm_dead))
+        mc__te_peer_shm_reset(p);
+    const mc_buffer_desc *b = NULL;
+    for (size_t i = 0; i < p->desc.n_buffers; i++) {
+        const mc_buffer_desc *x = &p->desc.buffers[i];
+        if (x->shm && mc__te_range_inside(x->addr, x->length, remote, len)) {
+            b = x;
+            break;
+        }
+    }
+    if (!b) {
+        pthread_mutex_unlock(&p->lock);
+        return 0;
+    }
+    te_map *m = NULL;
+    for (size_t i = 0; i < p->n_maps; i++)
+        if (p->maps[i]->base == b->addr) {
+            m = p->maps[i];
+            break;
+        }
+    if (!m)
+        m = map_buffer(te, p, b->addr, b->length);
+    if (!m || !mc__te_range_inside(m->base, m->len, remote, len)) {
+        pthread_mutex_unlock(&p->lock);
+        return 0; /* fall back to TCP; the owner checks again */
+    }
+    atomic_fetch_add(&m->refs, 1);
+    pthread_mutex_unlock(&p->lock);
+    char *peer_ptr = m->ptr + (remote - m->base);
+    if (op == MC_TE_OP_WRITE)
+        memcpy(peer_ptr, local, len);
+    else
+        memcpy(local, peer_ptr, len);
+    map_unref(m);
+    atomic_fetch_add(&te->st.shm, len);
+    *handled = true;
+    return 0;
+}

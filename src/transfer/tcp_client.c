@@ -1,0 +1,436 @@
+/* tcp_client.c: the initiator side of the TCP data path (loop thread).
+ *
+ * Slices reach a peer's home loop through the peer's inbox (any thread) and are spread
+ * over up to conns_per_peer connections, least-loaded first. Each connection keeps its
+ * slices in wire order: requests are written with sendmsg straight from the source
+ * buffers (headers and payloads gathered, many slices per call); replies come back in
+ * the same order and, since their layout is fixed (wire.h), are scattered with one
+ * recvmsg straight into the reply headers and READ destinations. A broken connection
+ * hands its slices to another connection once; past their deadline they fail. */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "mooncake/log.h"
+#include "mooncake/mc_time.h"
+#include "net/sock.h"
+#include "transfer/internal.h"
+
+#define IOV_BATCH 64
+#define MAX_TRIES 2
+
+static void cconn_io(mc_loop *loop, int fd, uint32_t events, void *arg);
+static void dispatch(te_peer *p, te_slice *list);
+
+static uint64_t send_len(const te_slice *s)
+{
+    return MC_TE_REQ_SIZE + (s->op == MC_TE_WOP_READ || s->op == MC_TE_WOP_PING ? 0 : s->len);
+}
+
+static uint64_t recv_len(const te_slice *s)
+{
+    return MC_TE_REP_SIZE + (s->op == MC_TE_WOP_READ ? s->len : 0);
+}
+
+static void set_events(te_cconn *c, uint32_t ev)
+{
+    if (c->events != ev && mc_loop_mod(c->io->loop, c->fd, ev) == 0)
+        c->events = ev;
+}
+
+static void cconn_unlink(te_cconn *c)
+{
+    te_peer *p = c->peer;
+    unsigned last = p->nconns - 1;
+    p->conns[c->idx] = p->conns[last];
+    p->conns[c->idx]->idx = c->idx;
+    p->conns[last] = NULL;
+    p->nconns--;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        c->io->cconns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+}
+
+/* Closes c; its slices are retried elsewhere (once), or fail with err / -ETIMEDOUT when
+ * their deadline has passed. retry=false fails them all (shutdown). */
+static void cconn_fail(te_cconn *c, int err, bool retry)
+{
+    te_peer *p = c->peer;
+    mc_te *te = p->te;
+    mc_loop_del(c->io->loop, c->fd);
+    close(c->fd);
+    cconn_unlink(c);
+    if (!c->ever_ready)
+        atomic_fetch_add(&te->st.conn_fail, 1);
+    if (err != -ETIMEDOUT && err != -ECANCELED) {
+        pthread_mutex_lock(&p->lock);
+        p->stale = true;
+        pthread_mutex_unlock(&p->lock);
+    }
+    uint64_t now = mc_now_ms();
+    te_slice *again = NULL, **tail = &again;
+    te_slice *s = c->head;
+    while (s) {
+        te_slice *next = s->next;
+        s->next = NULL;
+        if (retry && s->tries < MAX_TRIES && now < s->deadline_ms) {
+            *tail = s;
+            tail = &s->next;
+        } else {
+            mc__te_task_slice_done(te, s, now >= s->deadline_ms ? -ETIMEDOUT : err);
+        }
+        s = next;
+    }
+    free(c);
+    if (again)
+        dispatch(p, again);
+}
+
+static te_cconn *cconn_new(te_peer *p)
+{
+    mc_te *te = p->te;
+    struct sockaddr_storage sa;
+    socklen_t salen;
+    pthread_mutex_lock(&p->lock);
+    sa = p->data_sa;
+    salen = p->data_salen;
+    pthread_mutex_unlock(&p->lock);
+    if (!salen)
+        return NULL;
+    int fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return NULL;
+    mc_sock_set_nodelay(fd);
+    mc_sock_set_keepalive(fd, 60, 10, 6);
+    int state = TE_CC_READY;
+    if (connect(fd, (struct sockaddr *)&sa, salen) < 0) {
+        if (errno != EINPROGRESS) {
+            close(fd);
+            atomic_fetch_add(&te->st.conn_fail, 1);
+            pthread_mutex_lock(&p->lock);
+            p->stale = true;
+            pthread_mutex_unlock(&p->lock);
+            return NULL;
+        }
+        state = TE_CC_CONNECTING;
+    }
+    te_cconn *c = calloc(1, sizeof *c);
+    if (!c)
+        abort();
+    c->peer = p;
+    c->io = p->io;
+    c->fd = fd;
+    c->state = state;
+    c->ever_ready = state == TE_CC_READY;
+    c->events = EPOLLIN | (state == TE_CC_CONNECTING ? EPOLLOUT : 0);
+    if (mc_loop_add(c->io->loop, fd, c->events, cconn_io, c) < 0) {
+        close(fd);
+        free(c);
+        return NULL;
+    }
+    c->idx = p->nconns;
+    p->conns[p->nconns++] = c;
+    c->next = c->io->cconns;
+    if (c->next)
+        c->next->prev = c;
+    c->io->cconns = c;
+    atomic_fetch_add(&te->st.conn_open, 1);
+    return c;
+}
+
+static te_cconn *pick(te_peer *p)
+{
+    te_cconn *best = NULL;
+    for (unsigned i = 0; i < p->nconns; i++)
+        if (!best || p->conns[i]->queued < best->queued)
+            best = p->conns[i];
+    if (!best || (best->queued > 0 && p->nconns < p->te->conns_per_peer)) {
+        te_cconn *c = cconn_new(p);
+        if (c)
+            best = c;
+    }
+    return best;
+}
+
+/* Writes what the socket takes. Returns 0, or -1 when c was closed. */
+static int cconn_flush(te_cconn *c)
+{
+    mc_te *te = c->peer->te;
+    while (c->send_cur) {
+        struct iovec iov[IOV_BATCH];
+        int n = 0;
+        uint64_t off = c->send_off;
+        for (te_slice *s = c->send_cur; s && n < IOV_BATCH - 1; s = s->next, off = 0) {
+            if (off < MC_TE_REQ_SIZE) {
+                iov[n].iov_base = s->hdr + off;
+                iov[n++].iov_len = MC_TE_REQ_SIZE - off;
+                off = 0;
+            } else {
+                off -= MC_TE_REQ_SIZE;
+            }
+            uint64_t plen = send_len(s) - MC_TE_REQ_SIZE;
+            if (plen > off) {
+                iov[n].iov_base = s->local + off;
+                iov[n++].iov_len = plen - off;
+            }
+        }
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t k = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                set_events(c, EPOLLIN | EPOLLOUT);
+                return 0;
+            }
+            cconn_fail(c, -errno, true);
+            return -1;
+        }
+        uint64_t left = (uint64_t)k;
+        while (left && c->send_cur) {
+            uint64_t rem = send_len(c->send_cur) - c->send_off;
+            if (left >= rem) {
+                left -= rem;
+                if (c->send_cur->op == MC_TE_WOP_WRITE)
+                    atomic_fetch_add(&te->st.tcp_sent, c->send_cur->len);
+                c->send_cur = c->send_cur->next;
+                c->send_off = 0;
+            } else {
+                c->send_off += left;
+                left = 0;
+            }
+        }
+    }
+    set_events(c, EPOLLIN);
+    return 0;
+}
+
+/* Reads replies. Returns 0, or -1 when c was closed. */
+static int cconn_recv(te_cconn *c)
+{
+    mc_te *te = c->peer->te;
+    for (int round = 0; round < 16; round++) {
+        struct iovec iov[IOV_BATCH];
+        int n = 0;
+        uint64_t want = 0, off = c->recv_off;
+        for (te_slice *s = c->head; s && s != c->send_cur && n < IOV_BATCH - 1;
+             s = s->next, off = 0) {
+            if (off < MC_TE_REP_SIZE) {
+                iov[n].iov_base = s->rhdr + off;
+                iov[n++].iov_len = MC_TE_REP_SIZE - off;
+                want += MC_TE_REP_SIZE - off;
+                off = 0;
+            } else {
+                off -= MC_TE_REP_SIZE;
+            }
+            if (s->op == MC_TE_WOP_READ && s->len > off) {
+                iov[n].iov_base = s->local + off;
+                iov[n++].iov_len = s->len - off;
+                want += s->len - off;
+            }
+        }
+        if (n == 0) {
+            /* Nothing is expected: only EOF or garbage can arrive. */
+            char b;
+            ssize_t k = recv(c->fd, &b, 1, MSG_DONTWAIT);
+            if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+                return 0;
+            cconn_fail(c, k == 0 ? -ECONNRESET : k > 0 ? -EPROTO : -errno, true);
+            return -1;
+        }
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t k = recvmsg(c->fd, &mh, MSG_DONTWAIT);
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return 0;
+            cconn_fail(c, -errno, true);
+            return -1;
+        }
+        if (k == 0) {
+            cconn_fail(c, -ECONNRESET, true);
+            return -1;
+        }
+        uint64_t left = (uint64_t)k;
+        while (left) {
+            te_slice *s = c->head;
+            uint64_t total = recv_len(s);
+            uint64_t take = total - c->recv_off;
+            if (take > left)
+                take = left;
+            uint64_t prev = c->recv_off;
+            c->recv_off += take;
+            left -= take;
+            if (prev < MC_TE_REP_SIZE && c->recv_off >= MC_TE_REP_SIZE) {
+                mc__te_rep rep;
+                if (mc__te_rep_decode(s->rhdr, s->id, s->op, s->len, &rep) < 0) {
+                    mc_log(MC_LOG_WARN, TE_TAG, "peer %s: malformed reply, closing",
+                           c->peer->name);
+                    cconn_fail(c, -EPROTO, false);
+                    return -1;
+                }
+                s->status = rep.status;
+            }
+            if (c->recv_off == total) {
+                c->head = s->next;
+                if (!c->head)
+                    c->tail = NULL;
+                c->recv_off = 0;
+                c->queued -= s->len;
+                s->next = NULL;
+                if (s->op == MC_TE_WOP_READ && s->status == 0)
+                    atomic_fetch_add(&te->st.tcp_recv, s->len);
+                mc__te_task_slice_done(te, s, s->status);
+            }
+        }
+        if ((uint64_t)k < want)
+            return 0; /* drained */
+    }
+    return 0;
+}
+
+static void cconn_io(mc_loop *loop, int fd, uint32_t events, void *arg)
+{
+    (void)loop;
+    (void)fd;
+    te_cconn *c = arg;
+    if (c->state == TE_CC_CONNECTING) {
+        int err = 0;
+        socklen_t el = sizeof err;
+        getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &el);
+        if (err) {
+            cconn_fail(c, -err, true);
+            return;
+        }
+        if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
+            return;
+        c->state = TE_CC_READY;
+        c->ever_ready = true;
+        if (cconn_flush(c) < 0)
+            return;
+    }
+    if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
+        if (cconn_recv(c) < 0)
+            return;
+    }
+    if (events & EPOLLOUT)
+        cconn_flush(c);
+}
+
+/* Assigns slices (a NULL-terminated list) to connections and starts sending. */
+static void dispatch(te_peer *p, te_slice *list)
+{
+    mc_te *te = p->te;
+    while (list) {
+        te_slice *s = list;
+        list = s->next;
+        s->next = NULL;
+        te_cconn *c = pick(p);
+        if (!c) {
+            mc__te_task_slice_done(te, s, -ECONNREFUSED);
+            continue;
+        }
+        s->tries++;
+        s->id = atomic_fetch_add(&te->next_req_id, 1);
+        mc__te_req req = {.op = s->op, .id = s->id, .addr = s->remote, .len = s->len};
+        mc__te_req_encode(&req, s->hdr);
+        if (c->tail)
+            c->tail->next = s;
+        else
+            c->head = s;
+        c->tail = s;
+        if (!c->send_cur) {
+            c->send_cur = s;
+            c->send_off = 0;
+        }
+        c->queued += s->len;
+    }
+    for (unsigned i = 0; i < p->nconns;) {
+        te_cconn *c = p->conns[i];
+        if (c->state == TE_CC_READY && c->send_cur && !(c->events & EPOLLOUT)) {
+            unsigned before = p->nconns;
+            cconn_flush(c);
+            if (p->nconns < before)
+                continue; /* c closed: slot i now holds another connection */
+        }
+        i++;
+    }
+}
+
+static void peer_kick(void *arg)
+{
+    te_peer *p = arg;
+    pthread_mutex_lock(&p->lock);
+    te_slice *list = p->inbox_head;
+    p->inbox_head = p->inbox_tail = NULL;
+    p->kick_posted = false;
+    pthread_mutex_unlock(&p->lock);
+    dispatch(p, list);
+}
+
+void mc__te_peer_enqueue(te_peer *p, te_slice *first, te_slice *last)
+{
+    last->next = NULL;
+    pthread_mutex_lock(&p->lock);
+    if (p->inbox_tail)
+        p->inbox_tail->next = first;
+    else
+        p->inbox_head = first;
+    p->inbox_tail = last;
+    bool post = !p->kick_posted;
+    p->kick_posted = true;
+    pthread_mutex_unlock(&p->lock);
+    if (post && mc_loop_post(p->io->loop, peer_kick, p) < 0) {
+        /* the loop is shutting down: fail what the inbox holds */
+        pthread_mutex_lock(&p->lock);
+        te_slice *list = p->inbox_head;
+        p->inbox_head = p->inbox_tail = NULL;
+        p->kick_posted = false;
+        pthread_mutex_unlock(&p->lock);
+        while (list) {
+            te_slice *s = list;
+            list = s->next;
+            s->next = NULL;
+            mc__te_task_slice_done(p->te, s, -ECANCELED);
+        }
+    }
+}
+
+void mc__te_cconn_tick(te_io *io)
+{
+    uint64_t now = mc_now_ms();
+    te_cconn *c = io->cconns;
+    while (c) {
+        te_cconn *next = c->next;
+        if (c->head && now >= c->head->deadline_ms)
+            cconn_fail(c, -ETIMEDOUT, true);
+        c = next;
+    }
+}
+
+/* Shutdown (loop stopped or on the loop thread): closes every client connection of io
+ * and fails their slices, plus what peers' inboxes hold. */
+void mc__te_peer_close_conns(te_peer *p)
+{
+    while (p->nconns)
+        cconn_fail(p->conns[0], -ECANCELED, false);
+    pthread_mutex_lock(&p->lock);
+    te_slice *list = p->inbox_head;
+    p->inbox_head = p->inbox_tail = NULL;
+    pthread_mutex_unlock(&p->lock);
+    while (list) {
+        te_slice *s = list;
+        list = s->next;
+        s->next = NULL;
+        mc__te_task_slice_done(p->te, s, -ECANCELED);
+    }
+}

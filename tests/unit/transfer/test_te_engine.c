@@ -1,0 +1,507 @@
+/* test_te_engine.c: real engines in one process over 127.0.0.1: round trips with content
+ * checks on the TCP and same-host paths, refused ranges, the batch API, notifications,
+ * probe, registration rules, managed buffers, the HTTP metadata backend, concurrency. */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "mooncake/mc_time.h"
+#include "mooncake/metadata.h"
+#include "mooncake/status.h"
+#include "mooncake/transfer_engine.h"
+#include "te_test_util.h"
+
+#define MiB (1ull << 20)
+
+static mc_te *mk(const char *meta, const char *host, int force_tcp)
+{
+    mc_te_opts o = {.force_tcp = force_tcp ? 1 : 0, .transfer_timeout_ms = 20000};
+    mc_te *te;
+    assert_int_equal(mc_te_create(&o, &te), MC_OK);
+    assert_int_equal(mc_te_initialize(te, host, meta, "tcp", ""), MC_OK);
+    return te;
+}
+
+static mc_te *mk_p2p(int force_tcp)
+{
+    return mk("P2PHANDSHAKE", "127.0.0.1", force_tcp);
+}
+
+static int xfer(mc_te *te, const char *seg, int op, void *local, uint64_t remote, uint64_t len)
+{
+    uint64_t l = (uint64_t)(uintptr_t)local;
+    return mc_te_transfer_sync(te, seg, op, &l, &remote, &len, 1, NULL, NULL, 0);
+}
+
+/* Round trips of 0 B, 1 B, 4 KiB and 64 MiB into `target` memory at base. */
+static void roundtrips(mc_te *init, const char *seg, char *target, uint64_t seed)
+{
+    const uint64_t sizes[] = {0, 1, 4096, 64 * MiB};
+    char *src = malloc(64 * MiB), *dst = malloc(64 * MiB);
+    for (size_t i = 0; i < 4; i++) {
+        uint64_t n = sizes[i], off = i == 3 ? 0 : 4096 * (i + 1) + i; /* unaligned too */
+        te_fill(src, n, seed + i);
+        assert_int_equal(xfer(init, seg, MC_TE_OP_WRITE, src, (uint64_t)(uintptr_t)target + off,
+                              n),
+                         MC_OK);
+        assert_true(te_check(target + off, n, seed + i));
+        te_fill(target + off, n, seed + 100 + i);
+        memset(dst, 0xAB, n);
+        assert_int_equal(xfer(init, seg, MC_TE_OP_READ, dst, (uint64_t)(uintptr_t)target + off,
+                              n),
+                         MC_OK);
+        assert_true(te_check(dst, n, seed + 100 + i));
+    }
+    free(src);
+    free(dst);
+}
+
+static void test_roundtrip_tcp(void **state)
+{
+    (void)state;
+    mc_te *a = mk_p2p(1), *b = mk_p2p(1);
+    size_t len = 64 * MiB + 8192;
+    char *mem = malloc(len);
+    assert_int_equal(mc_te_register_memory(b, mem, len, "cpu:0"), MC_OK);
+    roundtrips(a, mc_te_segment_name(b), mem, 1);
+    mc_te_stats st;
+    mc_te_get_stats(a, &st);
+    assert_true(st.tcp_bytes_sent >= 64 * MiB && st.tcp_bytes_received >= 64 * MiB);
+    assert_int_equal(st.shm_bytes, 0);
+    mc_te_destroy(a);
+    assert_int_equal(mc_te_unregister_memory(b, mem), MC_OK);
+    mc_te_destroy(b);
+    free(mem);
+}
+
+static void test_roundtrip_shm_and_forced_tcp(void **state)
+{
+    (void)state;
+    mc_te *a = mk_p2p(0), *t = mk_p2p(1), *b = mk_p2p(0);
+    char *mem;
+    assert_int_equal(mc_te_alloc_shared(b, 64 * MiB + 8192, (void **)&mem), MC_OK);
+    roundtrips(a, mc_te_segment_name(b), mem, 7);
+    mc_te_stats st;
+    mc_te_get_stats(a, &st);
+    assert_true(st.shm_bytes >= 128 * MiB);
+    assert_int_equal(st.tcp_bytes_sent, 0);
+
+    /* the same bytes moved by the same-host path and by forced TCP are identical */
+    char *x = malloc(MiB), *y = malloc(MiB);
+    te_fill(mem + 12345, MiB, 99);
+    assert_int_equal(xfer(a, mc_te_segment_name(b), MC_TE_OP_READ, x,
+                          (uint64_t)(uintptr_t)mem + 12345, MiB),
+                     MC_OK);
+    assert_int_equal(xfer(t, mc_te_segment_name(b), MC_TE_OP_READ, y,
+                          (uint64_t)(uintptr_t)mem + 12345, MiB),
+                     MC_OK);
+    assert_memory_equal(x, y, MiB);
+    assert_true(te_check(x, MiB, 99));
+    mc_te_get_stats(t, &st);
+    assert_true(st.tcp_bytes_received >= MiB);
+    assert_int_equal(st.shm_bytes, 0);
+    free(x);
+    free(y);
+
+    /* user memory on the same host keeps using TCP */
+    char *um = malloc(4096);
+    assert_int_equal(mc_te_register_memory(b, um, 4096, NULL), MC_OK);
+    char buf[4096];
+    te_fill(buf, sizeof buf, 5);
+    mc_te_stats before, after;
+    mc_te_get_stats(a, &before);
+    assert_int_equal(
+        xfer(a, mc_te_segment_name(b), MC_TE_OP_WRITE, buf, (uint64_t)(uintptr_t)um, 4096),
+        MC_OK);
+    mc_te_get_stats(a, &after);
+    assert_true(te_check(um, 4096, 5));
+    assert_int_equal(after.shm_bytes, before.shm_bytes);
+    assert_int_equal(after.tcp_bytes_sent, before.tcp_bytes_sent + 4096);
+
+    mc_te_destroy(a);
+    mc_te_destroy(t);
+    assert_int_equal(mc_te_free_shared(b, mem), MC_OK);
+    assert_int_equal(mc_te_free_shared(b, mem), MC_INVALID_PARAMS);
+    mc_te_destroy(b);
+    free(um);
+}
+
+static void check_refused(mc_te *a, const char *seg, char *mem, size_t len)
+{
+    char buf[8192];
+    uint64_t base = (uint64_t)(uintptr_t)mem;
+    static char unreg[4096];
+    /* unregistered, straddling the end, starting before, wrapping around */
+    uint64_t addrs[] = {(uint64_t)(uintptr_t)unreg, base + len - 100, base - 1,
+                        UINT64_MAX - 10};
+    for (size_t i = 0; i < 4; i++) {
+        assert_int_equal(xfer(a, seg, MC_TE_OP_WRITE, buf, addrs[i], 200), MC_INVALID_PARAMS);
+        assert_int_equal(xfer(a, seg, MC_TE_OP_READ, buf, addrs[i], 200), MC_INVALID_PARAMS);
+    }
+    /* a length beyond the whole registration (the local buffer is that large) */
+    char *big = malloc(len + 1);
+    assert_int_equal(xfer(a, seg, MC_TE_OP_READ, big, base, len + 1), MC_INVALID_PARAMS);
+    free(big);
+    /* the engine still serves: a good transfer right after */
+    te_fill(buf, sizeof buf, 3);
+    assert_int_equal(xfer(a, seg, MC_TE_OP_WRITE, buf, base + 10, sizeof buf), MC_OK);
+    assert_true(te_check(mem + 10, sizeof buf, 3));
+}
+
+static void test_refused_ranges(void **state)
+{
+    (void)state;
+    mc_te *a = mk_p2p(0), *b = mk_p2p(1), *c = mk_p2p(0);
+    size_t len = MiB;
+    char *mem = malloc(len);
+    assert_int_equal(mc_te_register_memory(b, mem, len, NULL), MC_OK);
+    check_refused(a, mc_te_segment_name(b), mem, len);
+    mc_te_stats st;
+    mc_te_get_stats(b, &st);
+    assert_true(st.refused_requests >= 9);
+    /* same for a shared segment (same-host path first, the owner checks too) */
+    char *sm;
+    assert_int_equal(mc_te_alloc_shared(c, len, (void **)&sm), MC_OK);
+    check_refused(a, mc_te_segment_name(c), sm, len);
+    mc_te_destroy(a);
+    mc_te_destroy(b);
+    mc_te_destroy(c);
+    free(mem);
+}
+
+static void test_batch_api(void **state)
+{
+    (void)state;
+    mc_te *a = mk_p2p(1), *b = mk_p2p(1);
+    char *mem = calloc(1, 8 * MiB), *src = malloc(8 * MiB);
+    te_fill(src, 8 * MiB, 11);
+    assert_int_equal(mc_te_register_memory(b, mem, 8 * MiB, NULL), MC_OK);
+    mc_te_segment_t seg, seg2;
+    assert_int_equal(mc_te_open_segment(a, mc_te_segment_name(b), &seg), MC_OK);
+    assert_int_equal(mc_te_open_segment(a, mc_te_segment_name(b), &seg2), MC_OK);
+    assert_int_equal(seg, seg2);
+
+    mc_te_batch_t bid;
+    assert_int_equal(mc_te_allocate_batch(a, 0, &bid), MC_INVALID_PARAMS);
+    assert_int_equal(mc_te_allocate_batch(a, 8, &bid), MC_OK);
+    mc_te_status st;
+    assert_int_equal(mc_te_get_batch_status(a, bid, &st), MC_OK);
+    assert_int_equal(st.state, MC_TE_COMPLETED); /* empty */
+
+    mc_te_request reqs[8];
+    const uint64_t lens[8] = {1, 100, 4096, 65536, MiB, 3 * MiB + 17, 0, 2 * MiB};
+    uint64_t off = 0;
+    for (int i = 0; i < 8; i++) {
+        reqs[i] = (mc_te_request){.opcode = MC_TE_OP_WRITE, .source = src + off,
+                                  .target_id = seg,
+                                  .target_offset = (uint64_t)(uintptr_t)mem + off,
+                                  .length = lens[i]};
+        off += lens[i];
+    }
+    /* validation refuses the whole submit */
+    mc_te_request bad = reqs[0];
+    bad.opcode = 7;
+    assert_int_equal(mc_te_submit(a, bid, &bad, 1), MC_INVALID_PARAMS);
+    bad = reqs[0];
+    bad.target_id = 12345;
+    assert_int_equal(mc_te_submit(a, bid, &bad, 1), MC_INVALID_PARAMS);
+    bad = reqs[0];
+    bad.source = NULL;
+    assert_int_equal(mc_te_submit(a, bid, &bad, 1), MC_INVALID_PARAMS);
+    assert_int_equal(mc_te_submit(a, bid + 1, reqs, 1), MC_INVALID_PARAMS);
+
+    assert_int_equal(mc_te_submit(a, bid, reqs, 5), MC_OK);
+    assert_int_equal(mc_te_submit(a, bid, reqs + 5, 3), MC_OK);
+    assert_int_equal(mc_te_submit(a, bid, reqs, 1), MC_INVALID_PARAMS); /* full */
+    assert_int_equal(mc_te_wait_batch(a, bid, 20000, &st), MC_OK);
+    assert_int_equal(st.state, MC_TE_COMPLETED);
+    assert_int_equal(st.transferred_bytes, off);
+    for (size_t i = 0; i < 8; i++) {
+        mc_te_status ts;
+        assert_int_equal(mc_te_get_transfer_status(a, bid, i, &ts), MC_OK);
+        assert_int_equal(ts.state, MC_TE_COMPLETED);
+        assert_int_equal(ts.transferred_bytes, lens[i]);
+    }
+    mc_te_status ts;
+    assert_int_equal(mc_te_get_transfer_status(a, bid, 8, &ts), MC_INVALID_PARAMS);
+    assert_int_equal(ts.state, MC_TE_INVALID);
+    assert_memory_equal(mem, src, off);
+    assert_int_equal(mc_te_free_batch(a, bid), MC_OK);
+    assert_int_equal(mc_te_free_batch(a, bid), MC_INVALID_PARAMS);
+    assert_int_equal(mc_te_get_batch_status(a, bid, &st), MC_INVALID_PARAMS);
+
+    /* a batch with one refused task: the others complete, the batch reports the failure */
+    assert_int_equal(mc_te_allocate_batch(a, 3, &bid), MC_OK);
+    mc_te_request mix[3] = {reqs[2], reqs[3], reqs[4]};
+    mix[1].target_offset = 64; /* not registered */
+    assert_int_equal(mc_te_submit(a, bid, mix, 3), MC_OK);
+    assert_int_equal(mc_te_wait_batch(a, bid, 20000, &st), MC_OK);
+    assert_int_equal(st.state, MC_TE_FAILED);
+    assert_int_equal(st.error, MC_INVALID_PARAMS);
+    assert_int_equal(mc_te_get_transfer_status(a, bid, 0, &ts), MC_OK);
+    assert_int_equal(ts.state, MC_TE_COMPLETED);
+    assert_int_equal(mc_te_get_transfer_status(a, bid, 1, &ts), MC_OK);
+    assert_int_equal(ts.state, MC_TE_FAILED);
+    assert_int_equal(ts.error, MC_INVALID_PARAMS);
+    assert_int_equal(mc_te_free_batch(a, bid), MC_OK);
+
+    /* async helper + read back */
+    char *back = malloc(8 * MiB);
+    uint64_t l = (uint64_t)(uintptr_t)back, r = (uint64_t)(uintptr_t)mem, n = off;
+    assert_int_equal(mc_te_transfer_async(a, mc_te_segment_name(b), MC_TE_OP_READ, &l, &r, &n,
+                                          1, &bid),
+                     MC_OK);
+    assert_int_equal(mc_te_wait_batch(a, bid, 20000, &st), MC_OK);
+    assert_int_equal(st.state, MC_TE_COMPLETED);
+    assert_int_equal(mc_te_free_batch(a, bid), MC_OK);
+    assert_memory_equal(back, src, off);
+    assert_int_equal(mc_te_transfer_async(a, "127.0.0.1:1", MC_TE_OP_READ, &l, &r, &n, 1, &bid),
+                     MC_SEGMENT_NOT_FOUND);
+    free(back);
+
+    mc_te_destroy(a);
+    mc_te_destroy(b);
+    free(mem);
+    free(src);
+}
+
+static void test_notify_probe(void **state)
+{
+    (void)state;
+    mc_te *a = mk_p2p(0), *b = mk_p2p(0);
+    char *mem;
+    assert_int_equal(mc_te_allocate_managed_buffer(b, 65536, (void **)&mem), MC_OK);
+    const char *seg = mc_te_segment_name(b);
+    char data[1000];
+    te_fill(data, sizeof data, 4);
+    uint64_t l = (uint64_t)(uintptr_t)data, r = (uint64_t)(uintptr_t)mem, n = sizeof data;
+    assert_int_equal(mc_te_transfer_sync(a, seg, MC_TE_OP_WRITE, &l, &r, &n, 1, "kv", "done", 4),
+                     MC_OK);
+    assert_int_equal(mc_te_send_notify(a, seg, "bare", "x\0y", 3), MC_OK);
+    assert_int_equal(mc_te_send_notify(a, seg, "", NULL, 0), MC_OK);
+    mc_te_notify *v;
+    size_t cnt;
+    assert_int_equal(mc_te_get_notifies(b, &v, &cnt), MC_OK);
+    assert_int_equal(cnt, 3);
+    assert_string_equal(v[0].name, "kv");
+    assert_int_equal(v[0].msg_len, 4);
+    assert_string_equal(v[0].msg, "done");
+    assert_string_equal(v[1].name, "bare");
+    assert_int_equal(v[1].msg_len, 3);
+    assert_memory_equal(v[1].msg, "x\0y", 3);
+    assert_string_equal(v[2].name, "");
+    mc_te_notifies_free(v, cnt);
+    assert_int_equal(mc_te_get_notifies(b, &v, &cnt), MC_OK);
+    assert_int_equal(cnt, 0);
+    assert_null(v);
+    assert_true(te_check(mem, sizeof data, 4));
+
+    /* a failed transfer sends no notification */
+    uint64_t badr = 8;
+    assert_int_equal(
+        mc_te_transfer_sync(a, seg, MC_TE_OP_WRITE, &l, &badr, &n, 1, "never", "x", 1),
+        MC_INVALID_PARAMS);
+    assert_int_equal(mc_te_get_notifies(b, &v, &cnt), MC_OK);
+    assert_int_equal(cnt, 0);
+    /* oversized notification */
+    char *big = malloc(MC_TE_MAX_NOTIFY_MSG + 1);
+    assert_int_equal(mc_te_send_notify(a, seg, "n", big, MC_TE_MAX_NOTIFY_MSG + 1),
+                     MC_INVALID_PARAMS);
+    free(big);
+
+    assert_int_equal(mc_te_send_probe(a, seg), MC_OK);
+    char dead[64];
+    snprintf(dead, sizeof dead, "127.0.0.1:%d", te_free_port());
+    assert_int_equal(mc_te_send_probe(a, dead), MC_RPC_FAIL);
+    assert_int_equal(mc_te_send_probe(a, "no-port"), MC_INVALID_PARAMS);
+    mc_te_segment_t s;
+    assert_int_equal(mc_te_open_segment(a, dead, &s), MC_SEGMENT_NOT_FOUND);
+    assert_int_equal(mc_te_open_segment(a, "no-port", &s), MC_INVALID_PARAMS);
+    assert_int_equal(mc_te_open_segment(a, "", &s), MC_INVALID_PARAMS);
+    uint64_t first;
+    assert_int_equal(mc_te_get_first_buffer_address(a, seg, &first), MC_OK);
+    assert_true(first != 0 && first <= (uint64_t)(uintptr_t)mem);
+    assert_int_equal(mc_te_get_first_buffer_address(b, mc_te_segment_name(a), &first), MC_OK);
+    assert_int_equal(first, 0);
+    assert_int_equal(mc_te_free_managed_buffer(b, mem, 65536), MC_OK);
+    mc_te_destroy(a);
+    mc_te_destroy(b);
+}
+
+static void test_registration_rules(void **state)
+{
+    (void)state;
+    mc_te *b = mk_p2p(1);
+    mc_te *u;
+    assert_int_equal(mc_te_create(NULL, &u), MC_OK);
+    char *mem = malloc(MiB);
+    assert_int_equal(mc_te_register_memory(u, mem, MiB, NULL), MC_INVALID_PARAMS); /* not init */
+    mc_te_destroy(u);
+    assert_int_equal(mc_te_register_memory(b, NULL, 10, NULL), MC_INVALID_PARAMS);
+    assert_int_equal(mc_te_register_memory(b, mem, 0, NULL), MC_INVALID_PARAMS);
+    assert_int_equal(mc_te_register_memory(b, (void *)(uintptr_t)(UINT64_MAX - 100), 200, NULL),
+                     MC_INVALID_PARAMS);
+    assert_int_equal(mc_te_register_memory(b, mem, MiB, NULL), MC_OK);
+    assert_int_equal(mc_te_register_memory(b, mem, MiB, NULL), MC_OK); /* same again */
+    assert_int_equal(mc_te_register_memory(b, mem, 4096, NULL), MC_INVALID_PARAMS);
+    assert_int_equal(mc_te_register_memory(b, mem + 4096, 4096, NULL), MC_OK); /* overlap */
+    assert_int_equal(mc_te_unregister_memory(b, mem + 1), MC_INVALID_PARAMS);
+    /* all-or-nothing batch */
+    char *m2 = malloc(4096);
+    void *addrs[2] = {m2, NULL};
+    size_t lens[2] = {4096, 4096};
+    assert_int_equal(mc_te_batch_register_memory(b, addrs, lens, 2, "*"), MC_INVALID_PARAMS);
+    assert_int_equal(mc_te_unregister_memory(b, m2), MC_INVALID_PARAMS);
+    addrs[1] = mem;
+    assert_int_equal(mc_te_batch_unregister_memory(b, addrs, 2), MC_INVALID_PARAMS);
+    assert_int_equal(mc_te_unregister_memory(b, mem), MC_OK); /* still registered */
+    assert_int_equal(mc_te_unregister_memory(b, mem + 4096), MC_OK);
+    assert_int_equal(mc_te_unregister_memory(b, mem), MC_INVALID_PARAMS);
+
+    /* managed buffers: bad frees are refused */
+    void *p1, *p2, *p3;
+    assert_int_equal(mc_te_allocate_managed_buffer(b, 0, &p1), MC_INVALID_PARAMS);
+    assert_int_equal(mc_te_allocate_managed_buffer(b, 5000, &p1), MC_OK);
+    assert_int_equal(mc_te_allocate_managed_buffer(b, 5000, &p2), MC_OK);
+    assert_int_equal(mc_te_allocate_managed_buffer(b, 100 * MiB, &p3), MC_OK);
+    assert_ptr_not_equal(p1, p2);
+    memset(p1, 1, 5000);
+    memset(p3, 2, 100 * MiB);
+    assert_int_equal(mc_te_free_managed_buffer(b, (char *)p1 + 8, 5000), MC_INVALID_PARAMS);
+    assert_int_equal(mc_te_free_managed_buffer(b, p1, 5000), MC_OK);
+    assert_int_equal(mc_te_free_managed_buffer(b, p1, 5000), MC_INVALID_PARAMS);
+    assert_int_equal(mc_te_unregister_memory(b, p3), MC_INVALID_PARAMS);
+    assert_int_equal(mc_te_free_managed_buffer(b, p3, 100 * MiB), MC_OK);
+    void *p4;
+    assert_int_equal(mc_te_allocate_managed_buffer(b, 8000, &p4), MC_OK);
+    assert_ptr_equal(p4, p1); /* recycled from its class */
+    mc_te_destroy(b);
+    free(mem);
+    free(m2);
+}
+
+static void test_http_metadata(void **state)
+{
+    (void)state;
+    mc_http_metadata_server *srv;
+    assert_int_equal(mc_http_metadata_server_start("127.0.0.1", 0, NULL, &srv), 0);
+    char url[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%u/metadata",
+             (unsigned)mc_http_metadata_server_port(srv));
+    mc_te *a = mk(url, "127.0.0.1:1001", 0), *b = mk(url, "127.0.0.1:1002", 1);
+    assert_string_equal(mc_te_segment_name(b), "127.0.0.1:1002");
+    assert_int_equal(mc_http_metadata_server_count(srv), 4); /* ram + rpc_meta, twice */
+    char *mem = malloc(64 * MiB + 8192);
+    assert_int_equal(mc_te_register_memory(b, mem, 64 * MiB + 8192, NULL), MC_OK);
+    roundtrips(a, "127.0.0.1:1002", mem, 21);
+    uint64_t first;
+    assert_int_equal(mc_te_get_first_buffer_address(a, "127.0.0.1:1002", &first), MC_OK);
+    assert_int_equal(first, (uint64_t)(uintptr_t)mem);
+    assert_int_equal(mc_te_send_probe(a, "127.0.0.1:1002"), MC_OK);
+    assert_int_equal(mc_te_send_probe(a, "127.0.0.1:1003"), MC_RPC_FAIL);
+    mc_te_segment_t s;
+    assert_int_equal(mc_te_open_segment(a, "nobody", &s), MC_SEGMENT_NOT_FOUND);
+    /* a republished descriptor is seen after unregister */
+    assert_int_equal(mc_te_unregister_memory(b, mem), MC_OK);
+    assert_int_equal(mc_te_get_first_buffer_address(a, "127.0.0.1:1002", &first), MC_OK);
+    assert_int_equal(first, 0);
+    char buf[16];
+    assert_int_equal(xfer(a, "127.0.0.1:1002", MC_TE_OP_READ, buf, (uint64_t)(uintptr_t)mem, 16),
+                     MC_INVALID_PARAMS);
+    mc_te_destroy(b);
+    assert_int_equal(mc_http_metadata_server_count(srv), 2); /* b removed its keys */
+    mc_te_destroy(a);
+    assert_int_equal(mc_http_metadata_server_count(srv), 0);
+    free(mem);
+
+    /* metadata server down at initialize: an error, nothing left running */
+    uint16_t port = mc_http_metadata_server_port(srv);
+    mc_http_metadata_server_destroy(srv);
+    snprintf(url, sizeof url, "http://127.0.0.1:%u/metadata", (unsigned)port);
+    mc_te *c;
+    assert_int_equal(mc_te_create(NULL, &c), MC_OK);
+    int rc = mc_te_initialize(c, "127.0.0.1:1004", url, "tcp", "");
+    assert_true(rc == MC_RPC_FAIL || rc == MC_RPC_TIMEOUT);
+    assert_int_equal(mc_te_get_rpc_port(c), -1);
+    mc_te_destroy(c);
+    /* bad protocol / connection strings */
+    assert_int_equal(mc_te_create(NULL, &c), MC_OK);
+    assert_int_equal(mc_te_initialize(c, "127.0.0.1", "P2PHANDSHAKE", "nvlink", ""),
+                     MC_NOT_SUPPORTED);
+    assert_int_equal(mc_te_initialize(c, "127.0.0.1", "bogus://x", "tcp", ""),
+                     MC_INVALID_PARAMS);
+    assert_int_equal(mc_te_initialize(c, "127.0.0.1:99999", "P2PHANDSHAKE", "tcp", ""),
+                     MC_INVALID_PARAMS);
+    mc_te_destroy(c);
+}
+
+typedef struct worker {
+    mc_te *a;
+    const char *seg;
+    char *mem;
+    int idx;
+    int ok;
+} worker;
+
+static void *work(void *arg)
+{
+    worker *w = arg;
+    char *buf = malloc(65536), *back = malloc(65536);
+    w->ok = 1;
+    for (int i = 0; i < 40; i++) {
+        uint64_t off = (uint64_t)(w->idx * 40 + i) * 65536, seed = (uint64_t)w->idx * 1000 + i;
+        te_fill(buf, 65536, seed);
+        uint64_t r = (uint64_t)(uintptr_t)w->mem + off;
+        if (xfer(w->a, w->seg, MC_TE_OP_WRITE, buf, r, 65536) != MC_OK ||
+            xfer(w->a, w->seg, MC_TE_OP_READ, back, r, 65536) != MC_OK ||
+            !te_check(back, 65536, seed))
+            w->ok = 0;
+    }
+    free(buf);
+    free(back);
+    return NULL;
+}
+
+static void test_concurrent_callers(void **state)
+{
+    (void)state;
+    mc_te *a = mk_p2p(1), *b = mk_p2p(1);
+    char *mem = malloc(4 * 40 * 65536);
+    assert_int_equal(mc_te_register_memory(b, mem, 4 * 40 * 65536, NULL), MC_OK);
+    pthread_t th[4];
+    worker w[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = (worker){.a = a, .seg = mc_te_segment_name(b), .mem = mem, .idx = i};
+        pthread_create(&th[i], NULL, work, &w[i]);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        assert_true(w[i].ok);
+    }
+    mc_te_destroy(a);
+    mc_te_destroy(b);
+    free(mem);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_roundtrip_tcp),
+        cmocka_unit_test(test_roundtrip_shm_and_forced_tcp),
+        cmocka_unit_test(test_refused_ranges),
+        cmocka_unit_test(test_batch_api),
+        cmocka_unit_test(test_notify_probe),
+        cmocka_unit_test(test_registration_rules),
+        cmocka_unit_test(test_http_metadata),
+        cmocka_unit_test(test_concurrent_callers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
