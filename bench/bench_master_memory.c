@@ -139,7 +139,8 @@ int main(int argc, char **argv)
             lens[nl++] = strtoull(argv[i], NULL, 10);
     }
     if (objects < 1000 || objects > 100000000) {
-        fprintf(stderr, "usage: bench_master_memory [objects 1000..1e8] [key_len 1..4096 ...]\n");
+        fprintf(stderr,
+                "usage: bench_master_memory [objects 1000..1e8] [key_len 1..4096 ...]\n");
         return 2;
     }
     for (size_t i = 0; i < nl; i++) {

@@ -2,7 +2,8 @@
  *
  * Size class of g granules (g >= 1):
  *   g < SL_COUNT:  fl = 0, sl = g                        (exact small classes)
- *   otherwise:     f = floor(log2 g), fl = f - SL_BITS + 1, sl = (g >> (f - SL_BITS)) - SL_COUNT
+ *   otherwise:     f = floor(log2 g), fl = f - SL_BITS + 1,
+ *                  sl = (g >> (f - SL_BITS)) - SL_COUNT
  * Allocation takes the best fit among the first EXACT_SCAN_MAX blocks of g's own class
  * (its blocks may be smaller or larger than g), else the head of the first non-empty
  * higher class, where every block fits ("good fit", found with two bit scans). The

@@ -5,8 +5,8 @@
  *     one mutex, a chained hash table (bucket from the high 32 bits, doubled when the
  *     load passes 1) and three intrusive lists: `proc` (writes in flight, by put_start
  *     time), `lru` (complete objects, by last access) and `soft` (complete soft-pinned
- *     objects, by last access). Hard-pinned complete objects are in no list (never
- *     evicted, never scanned).
+ *     objects, by last access). Hard-pinned and zero-size complete objects are in no
+ *     list (never evicted, never scanned).
  *   - An object is ONE malloc: the `obj` header (72 bytes), its replicas (16 bytes each)
  *     and the key bytes.
  *   - Segments: a slot table under a reader/writer lock (writers: mount/unmount); each
@@ -22,7 +22,7 @@
  * pick the access-time cutoff whose older samples add up to the bytes still wanted, then
  * evict, shard by shard, every eligible object at or below the cutoff until the target is
  * met; repeat while short and progressing. The first phase never takes soft-pinned
- * objects; the second (only when allowed and still short) takes only them.
+ * objects; the second (only when allowed and still short) takes them too.
  */
 #include "master/master_service.h"
 
@@ -134,6 +134,7 @@ struct mc_master_service {
     uint64_t lease_ttl, client_ttl_ms, discard_ms, release_ms;
     uint32_t nshards;
     shard *shards;
+    uint64_t seed; /* key hash seed, random per service */
 
     pthread_rwlock_t seg_lock;
     seg **segs;        /* slot table, guarded by seg_lock */
@@ -193,7 +194,7 @@ static inline int check_key(const void *key, size_t len)
 static inline shard *shard_for(mc_master_service *svc, const void *key, size_t len,
                                uint32_t *h32)
 {
-    uint64_t h = XXH3_64bits(key, len);
+    uint64_t h = XXH3_64bits_withSeed(key, len, svc->seed);
     *h32 = (uint32_t)(h >> 32);
     return &svc->shards[h & (svc->nshards - 1)];
 }
@@ -253,12 +254,20 @@ static void list_del(olist *l, obj *o)
     o->prev = o->next = NULL;
 }
 
+/* Complete objects that eviction never takes are kept out of the lists, so they can't
+ * clog a list's head: hard-pinned ones, and zero-size ones (evicting them frees no
+ * space). */
+static inline bool unlisted(const obj *o)
+{
+    return (o->flags & F_HARD) || o->size == 0;
+}
+
 /* The list an object is in now. */
 static olist *list_now(shard *sh, const obj *o)
 {
     if (o->flags & F_PROC)
         return &sh->proc;
-    if (o->flags & F_HARD)
+    if (unlisted(o))
         return NULL;
     return (o->flags & F_SOFTLIST) ? &sh->soft : &sh->lru;
 }
@@ -276,7 +285,7 @@ static void obj_list(shard *sh, obj *o)
 {
     if (o->flags & F_PROC) {
         list_push(&sh->proc, o);
-    } else if (!(o->flags & F_HARD)) {
+    } else if (!unlisted(o)) {
         if (o->flags & F_SOFT) {
             o->flags |= F_SOFTLIST;
             list_push(&sh->soft, o);
@@ -534,6 +543,7 @@ int mc_master_service_create(const mc_master_config *cfg, mc_master_service **ou
     svc->discard_ms = cfg->put_start_discard_timeout_sec * 1000;
     svc->release_ms = cfg->put_start_release_timeout_sec * 1000;
     svc->nshards = cfg->shard_count;
+    svc->seed = mc_now_ns() ^ ((uint64_t)(uintptr_t)svc << 16);
     if (posix_memalign((void **)&svc->shards, 64, svc->nshards * sizeof(shard)))
         abort();
     memset(svc->shards, 0, svc->nshards * sizeof(shard));
@@ -958,12 +968,18 @@ static int sample_cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static void sample_list(mc_master_service *svc, olist *l, int want_class, uint64_t now,
+/* Phase 1 takes ordinary candidates only; phase 2 (soft list) takes any candidate. */
+static inline bool accept(int cls, int phase)
+{
+    return phase == 1 ? cls == 1 : cls >= 1;
+}
+
+static void sample_list(mc_master_service *svc, olist *l, int phase, uint64_t now,
                         sample *out, size_t *n)
 {
     int taken = 0, skipped = 0;
     for (obj *o = l->head; o && taken < EVICT_SAMPLE && skipped < EVICT_SKIP_MAX; o = o->next) {
-        if (evict_class(svc, o, now) == want_class) {
+        if (accept(evict_class(svc, o, now), phase)) {
             out[(*n)++] = (sample){o->atime, obj_bytes(o)};
             taken++;
         } else {
@@ -972,14 +988,14 @@ static void sample_list(mc_master_service *svc, olist *l, int want_class, uint64
     }
 }
 
-static uint64_t evict_list(mc_master_service *svc, shard *sh, olist *l, int want_class,
+static uint64_t evict_list(mc_master_service *svc, shard *sh, olist *l, int phase,
                            uint64_t now, uint64_t cutoff, uint64_t want)
 {
     uint64_t freed = 0, keys = 0;
     obj *o = l->head;
     while (o && freed < want && o->atime <= cutoff) {
         obj *next = o->next;
-        if (evict_class(svc, o, now) == want_class) {
+        if (accept(evict_class(svc, o, now), phase)) {
             freed += obj_bytes(o);
             keys++;
             obj_erase(svc, sh, o);
@@ -990,8 +1006,9 @@ static uint64_t evict_list(mc_master_service *svc, shard *sh, olist *l, int want
     return freed;
 }
 
-/* One eviction phase (want_class 1 = ordinary, 2 = soft-pinned). */
-static uint64_t evict_phase(mc_master_service *svc, int want_class, uint64_t target)
+/* One eviction phase: 1 = ordinary candidates (the LRU lists, and lapsed pins in the
+ * soft lists); 2 = everything evictable in the soft lists, pinned or not. */
+static uint64_t evict_phase(mc_master_service *svc, int phase, uint64_t target)
 {
     size_t cap = (size_t)svc->nshards * 2 * EVICT_SAMPLE;
     sample *samples = malloc(cap * sizeof(*samples));
@@ -1004,9 +1021,9 @@ static uint64_t evict_phase(mc_master_service *svc, int want_class, uint64_t tar
         for (uint32_t i = 0; i < svc->nshards; i++) {
             shard *sh = &svc->shards[i];
             pthread_mutex_lock(&sh->mu);
-            if (want_class == 1)
+            if (phase == 1)
                 sample_list(svc, &sh->lru, 1, now, samples, &n);
-            sample_list(svc, &sh->soft, want_class, now, samples, &n);
+            sample_list(svc, &sh->soft, phase, now, samples, &n);
             pthread_mutex_unlock(&sh->mu);
         }
         if (!n)
@@ -1025,11 +1042,10 @@ static uint64_t evict_phase(mc_master_service *svc, int want_class, uint64_t tar
         for (uint32_t k = 0; k < svc->nshards && freed + got < target; k++) {
             shard *sh = &svc->shards[(start + k) % svc->nshards];
             pthread_mutex_lock(&sh->mu);
-            if (want_class == 1)
+            if (phase == 1)
                 got += evict_list(svc, sh, &sh->lru, 1, now, cutoff, target - freed - got);
             if (freed + got < target)
-                got += evict_list(svc, sh, &sh->soft, want_class, now, cutoff,
-                                  target - freed - got);
+                got += evict_list(svc, sh, &sh->soft, phase, now, cutoff, target - freed - got);
             pthread_mutex_unlock(&sh->mu);
         }
         freed += got;
@@ -1089,16 +1105,19 @@ static int check_put(mc_master_service *svc, const mc_master_put_config *cfg, ui
                      pin_req *pin)
 {
     if (!cfg || cfg->replica_num == 0 || size > MC_MASTER_SEGMENT_MAX_SIZE ||
-        cfg->n_preferred > MC_MASTER_MAX_PREFERRED || (cfg->n_preferred && !cfg->preferred_segments))
+        cfg->n_preferred > MC_MASTER_MAX_PREFERRED ||
+        (cfg->n_preferred && !cfg->preferred_segments))
         return MC_INVALID_PARAMS;
     for (size_t i = 0; i < cfg->n_preferred; i++)
         if (!cfg->preferred_segments[i] ||
             strnlen(cfg->preferred_segments[i], MC_MASTER_NAME_MAX) >= MC_MASTER_NAME_MAX)
             return MC_INVALID_PARAMS;
-    if (cfg->soft_pin != MC_MASTER_SOFT_PIN_PRESERVE && cfg->soft_pin != MC_MASTER_SOFT_PIN_ENABLE &&
+    if (cfg->soft_pin != MC_MASTER_SOFT_PIN_PRESERVE &&
+        cfg->soft_pin != MC_MASTER_SOFT_PIN_ENABLE &&
         cfg->soft_pin != MC_MASTER_SOFT_PIN_DISABLE)
         return MC_INVALID_PARAMS;
-    if (cfg->strategy != MC_MASTER_STRATEGY_DEFAULT && cfg->strategy != MC_MASTER_STRATEGY_RANDOM &&
+    if (cfg->strategy != MC_MASTER_STRATEGY_DEFAULT &&
+        cfg->strategy != MC_MASTER_STRATEGY_RANDOM &&
         cfg->strategy != MC_MASTER_STRATEGY_FREE_RATIO_FIRST)
         return MC_INVALID_PARAMS;
     if (cfg->soft_pin_ttl_set &&
@@ -1514,7 +1533,7 @@ static int regex_init(regex *r, const char *pattern, size_t len)
     r->code = pcre2_compile((PCRE2_SPTR)(pattern ? pattern : ""), len, 0, &err, &off, NULL);
     if (!r->code)
         return MC_INVALID_PARAMS;
-    pcre2_jit_compile(r->code, PCRE2_JIT_COMPLETE); /* optional: falls back to the interpreter */
+    pcre2_jit_compile(r->code, PCRE2_JIT_COMPLETE); /* optional: else the interpreter */
     r->md = pcre2_match_data_create_from_pattern(r->code, NULL);
     r->mctx = pcre2_match_context_create(NULL);
     if (!r->md || !r->mctx)

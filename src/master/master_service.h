@@ -3,8 +3,8 @@
  * The service owns: mounted segments (one offset allocator each, metadata only: the
  * memory itself is never touched), the object index (key -> replicas), read leases,
  * soft/hard pins, watermark eviction, in-flight put bookkeeping and client liveness.
- * Bytes never flow through it. The RPC server (the RPC files in src/master, tools/mooncake_master)
- * wraps these calls one to one.
+ * Bytes never flow through it. The RPC server (the RPC files in src/master and
+ * tools/mooncake_master) wraps these calls one to one.
  *
  * Upstream semantics: ../shared/reference/upstream-mooncake.md §4 (mooncake-store
  * `master_service.cpp`, `rpc_service.cpp`), contract ../shared/API.md §4-§5, where we are

@@ -68,7 +68,8 @@ static void *worker(void *arg)
         case 0:
         case 1: /* put */
             rc = mc_master_service_put_start(svc, me, key, len, size, &cfg, &out);
-            expect(rc == MC_OK || rc == MC_OBJECT_ALREADY_EXISTS || rc == MC_NO_AVAILABLE_HANDLE,
+            expect(rc == MC_OK || rc == MC_OBJECT_ALREADY_EXISTS ||
+                       rc == MC_NO_AVAILABLE_HANDLE,
                    "put_start", rc);
             if (rc == MC_OK) {
                 expect(out.n >= 1 && out.n <= cfg.replica_num, "replica count", (int)out.n);
