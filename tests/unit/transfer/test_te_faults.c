@@ -1,0 +1,366 @@
+/* test_te_faults.c: peers that die, freeze or restart (real child processes running
+ * te_peer_helper), and garbage sent to the data and handshake ports. The engine must
+ * fail the affected requests within the timeout, never hang or crash, reconnect to a
+ * restarted peer, and keep serving after garbage. */
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "mooncake/mc_time.h"
+#include "mooncake/status.h"
+#include "mooncake/transfer_engine.h"
+#include "net/frame.h"
+#include "net/sock.h"
+#include "te_test_util.h"
+#include "transfer/wire.h"
+
+#define MiB (1ull << 20)
+
+extern char **environ;
+static const char *helper_path;
+
+typedef struct child {
+    pid_t pid;
+    int in_fd; /* its stdin: closing it ends the helper */
+    char seg[128];
+    uint64_t addr;
+} child;
+
+static void spawn_helper(child *c, int port, size_t size, uint64_t seed, int shm)
+{
+    int out[2], in[2];
+    assert_int_equal(pipe(out), 0);
+    assert_int_equal(pipe(in), 0);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    posix_spawn_file_actions_addclose(&fa, in[1]);
+    posix_spawn_file_actions_addclose(&fa, out[0]);
+    char ps[16], ss[32], sd[32];
+    snprintf(ps, sizeof ps, "%d", port);
+    snprintf(ss, sizeof ss, "%zu", size);
+    snprintf(sd, sizeof sd, "%llu", (unsigned long long)seed);
+    char *argv[] = {(char *)helper_path, ps, ss, sd, shm ? "shm" : NULL, NULL};
+    assert_int_equal(posix_spawn(&c->pid, helper_path, &fa, NULL, argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    close(in[0]);
+    close(out[1]);
+    c->in_fd = in[1];
+    char line[256];
+    size_t n = 0;
+    uint64_t deadline = mc_deadline_ms(20000);
+    while (n < sizeof line - 1 && !memchr(line, '\n', n)) {
+        assert_int_equal(mc_sock_wait(out[0], POLLIN, deadline), 1);
+        ssize_t k = read(out[0], line + n, sizeof line - 1 - n);
+        assert_true(k > 0);
+        n += (size_t)k;
+        line[n] = '\0';
+    }
+    close(out[0]);
+    unsigned long long addr;
+    assert_int_equal(sscanf(line, "READY %127s %llu", c->seg, &addr), 2);
+    c->addr = addr;
+}
+
+static void end_helper(child *c, int sig)
+{
+    if (sig)
+        kill(c->pid, sig);
+    close(c->in_fd);
+    int st;
+    waitpid(c->pid, &st, 0);
+}
+
+static mc_te *mk(uint64_t timeout_ms)
+{
+    mc_te_opts o = {.transfer_timeout_ms = timeout_ms, .force_tcp = 1};
+    mc_te *te;
+    assert_int_equal(mc_te_create(&o, &te), MC_OK);
+    assert_int_equal(mc_te_initialize(te, "127.0.0.1", "P2PHANDSHAKE", "tcp", ""), MC_OK);
+    return te;
+}
+
+static void test_peer_killed_mid_transfer(void **state)
+{
+    (void)state;
+    child c;
+    spawn_helper(&c, 0, 64 * MiB, 1, 0);
+    mc_te *a = mk(4000);
+    mc_te_segment_t seg;
+    assert_int_equal(mc_te_open_segment(a, c.seg, &seg), MC_OK);
+    char *dst = malloc(64 * MiB);
+    mc_te_request r[16];
+    for (int i = 0; i < 16; i++)
+        r[i] = (mc_te_request){.opcode = MC_TE_OP_READ, .source = dst, .target_id = seg,
+                               .target_offset = c.addr, .length = 64 * MiB};
+    mc_te_batch_t b;
+    assert_int_equal(mc_te_allocate_batch(a, 16, &b), MC_OK);
+    uint64_t t0 = mc_now_ms();
+    assert_int_equal(mc_te_submit(a, b, r, 16), MC_OK);
+    mc_sleep_ms(20);
+    end_helper(&c, SIGKILL);
+    mc_te_status st;
+    assert_int_equal(mc_te_wait_batch(a, b, 15000, &st), MC_OK);
+    uint64_t took = mc_now_ms() - t0;
+    assert_true(st.state == MC_TE_FAILED || st.state == MC_TE_TIMEOUT);
+    assert_true(st.transferred_bytes < 16 * 64 * MiB);
+    assert_true(took < 4000 + 2000);
+    assert_int_equal(mc_te_free_batch(a, b), MC_OK);
+    /* later transfers to the dead peer fail fast; the engine itself is fine */
+    uint64_t l = (uint64_t)(uintptr_t)dst, rem = c.addr, n = 4096;
+    t0 = mc_now_ms();
+    assert_int_not_equal(mc_te_transfer_sync(a, c.seg, MC_TE_OP_READ, &l, &rem, &n, 1, NULL,
+                                             NULL, 0),
+                         MC_OK);
+    assert_true(mc_now_ms() - t0 < 4000);
+    child c2;
+    spawn_helper(&c2, 0, MiB, 9, 0);
+    rem = c2.addr;
+    assert_int_equal(mc_te_transfer_sync(a, c2.seg, MC_TE_OP_READ, &l, &rem, &n, 1, NULL, NULL, 0),
+                     MC_OK);
+    char *exp = malloc(MiB);
+    te_fill(exp, MiB, 9);
+    assert_memory_equal(dst, exp, 4096);
+    free(exp);
+    end_helper(&c2, 0);
+    mc_te_destroy(a);
+    free(dst);
+}
+
+static void test_frozen_peer_times_out(void **state)
+{
+    (void)state;
+    child c;
+    spawn_helper(&c, 0, 8 * MiB, 2, 0);
+    mc_te *a = mk(1000);
+    mc_te_segment_t seg;
+    assert_int_equal(mc_te_open_segment(a, c.seg, &seg), MC_OK);
+    kill(c.pid, SIGSTOP);
+    int wst;
+    assert_int_equal(waitpid(c.pid, &wst, WUNTRACED), c.pid); /* it has really stopped */
+    assert_true(WIFSTOPPED(wst));
+    char *src = malloc(8 * MiB);
+    /* the first half: a timed-out write may still land there when the peer wakes */
+    mc_te_request r = {.opcode = MC_TE_OP_WRITE, .source = src, .target_id = seg,
+                       .target_offset = c.addr, .length = 4 * MiB};
+    mc_te_batch_t b;
+    assert_int_equal(mc_te_allocate_batch(a, 1, &b), MC_OK);
+    uint64_t t0 = mc_now_ms();
+    assert_int_equal(mc_te_submit(a, b, &r, 1), MC_OK);
+    mc_te_status st;
+    assert_int_equal(mc_te_get_batch_status(a, b, &st), MC_OK);
+    assert_int_equal(st.state, MC_TE_PENDING);
+    assert_int_equal(mc_te_free_batch(a, b), MC_UNAVAILABLE_IN_CURRENT_STATUS); /* refused */
+    assert_int_equal(mc_te_wait_batch(a, b, 50, &st), MC_RPC_TIMEOUT); /* still pending */
+    assert_int_equal(mc_te_wait_batch(a, b, 10000, &st), MC_OK);
+    uint64_t took = mc_now_ms() - t0;
+    assert_int_equal(st.state, MC_TE_TIMEOUT);
+    assert_int_equal(st.error, MC_RPC_TIMEOUT);
+    assert_true(took >= 900 && took < 3500);
+    mc_te_status ts;
+    assert_int_equal(mc_te_get_transfer_status(a, b, 0, &ts), MC_OK);
+    assert_int_equal(ts.state, MC_TE_TIMEOUT);
+    assert_int_equal(mc_te_free_batch(a, b), MC_OK);
+    kill(c.pid, SIGCONT);
+    /* the peer is alive again: the next transfer reconnects (reads the untouched half) */
+    uint64_t l = (uint64_t)(uintptr_t)src, rem = c.addr + 4 * MiB, n = 4 * MiB;
+    assert_int_equal(
+        mc_te_transfer_sync(a, c.seg, MC_TE_OP_READ, &l, &rem, &n, 1, NULL, NULL, 0), MC_OK);
+    char *exp = malloc(8 * MiB);
+    te_fill(exp, 8 * MiB, 2);
+    assert_memory_equal(src, exp + 4 * MiB, 4 * MiB);
+    free(exp);
+    end_helper(&c, 0);
+    mc_te_destroy(a);
+    free(src);
+}
+
+static void test_restarted_peer(void **state)
+{
+    (void)state;
+    int port = te_free_port();
+    child c;
+    spawn_helper(&c, port, MiB, 3, 0);
+    mc_te *a = mk(5000);
+    char *dst = malloc(MiB);
+    uint64_t l = (uint64_t)(uintptr_t)dst, rem = c.addr, n = MiB;
+    assert_int_equal(mc_te_transfer_sync(a, c.seg, MC_TE_OP_READ, &l, &rem, &n, 1, NULL, NULL, 0),
+                     MC_OK);
+    assert_true(te_check(dst, MiB, 3));
+    end_helper(&c, SIGKILL);
+    child c2;
+    spawn_helper(&c2, port, MiB, 4, 1); /* same name, new instance (memfd this time) */
+    assert_string_equal(c2.seg, c.seg);
+    rem = c2.addr;
+    assert_int_equal(mc_te_transfer_sync(a, c2.seg, MC_TE_OP_READ, &l, &rem, &n, 1, NULL, NULL, 0),
+                     MC_OK);
+    assert_true(te_check(dst, MiB, 4));
+    end_helper(&c2, 0);
+    mc_te_destroy(a);
+    free(dst);
+}
+
+/* Expects the server to close the connection (EOF) within 3 s. */
+static void expect_closed(int fd)
+{
+    char b[256];
+    uint64_t deadline = mc_deadline_ms(3000);
+    for (;;) {
+        assert_int_equal(mc_sock_wait(fd, POLLIN, deadline), 1);
+        ssize_t k = recv(fd, b, sizeof b, 0);
+        if (k <= 0)
+            break;
+    }
+    close(fd);
+}
+
+static int connect_port(int port)
+{
+    int fd = mc_sock_connect_tcp("127.0.0.1", (uint16_t)port, 3000);
+    assert_true(fd >= 0);
+    return fd;
+}
+
+static void test_garbage_ports(void **state)
+{
+    (void)state;
+    mc_te *a = mk(5000), *b = mk(5000);
+    char *mem = calloc(1, MiB);
+    assert_int_equal(mc_te_register_memory(b, mem, MiB, NULL), MC_OK);
+    int dport = mc_te_get_data_port(b), hport = mc_te_get_rpc_port(b);
+    uint64_t dl = mc_deadline_ms(3000);
+
+    /* data port: junk header -> closed */
+    int fd = connect_port(dport);
+    uint8_t junk[64];
+    memset(junk, 0xff, sizeof junk);
+    assert_int_equal(mc_sock_send_all(fd, junk, sizeof junk, dl), 0);
+    expect_closed(fd);
+    /* data port: a well-formed WRITE to an unregistered address -> -EFAULT, and the same
+     * connection still answers a PING and a refused READ (with its zero payload) */
+    fd = connect_port(dport);
+    uint8_t h[MC_TE_REQ_SIZE], rep[MC_TE_REP_SIZE], payload[100];
+    memset(payload, 7, sizeof payload);
+    mc__te_req q = {.op = MC_TE_WOP_WRITE, .id = 5, .addr = 4096, .len = sizeof payload};
+    mc__te_req_encode(&q, h);
+    assert_int_equal(mc_sock_send_all(fd, h, sizeof h, dl), 0);
+    assert_int_equal(mc_sock_send_all(fd, payload, sizeof payload, dl), 0);
+    assert_int_equal(mc_sock_recv_all(fd, rep, sizeof rep, dl), 0);
+    mc__te_rep r;
+    assert_int_equal(mc__te_rep_decode(rep, 5, MC_TE_WOP_WRITE, 100, &r), 0);
+    assert_int_equal(r.status, -EFAULT);
+    q = (mc__te_req){.op = MC_TE_WOP_PING, .id = 6};
+    mc__te_req_encode(&q, h);
+    assert_int_equal(mc_sock_send_all(fd, h, sizeof h, dl), 0);
+    assert_int_equal(mc_sock_recv_all(fd, rep, sizeof rep, dl), 0);
+    assert_int_equal(mc__te_rep_decode(rep, 6, MC_TE_WOP_PING, 0, &r), 0);
+    assert_int_equal(r.status, 0);
+    q = (mc__te_req){.op = MC_TE_WOP_READ, .id = 7,
+                     .addr = (uint64_t)(uintptr_t)mem + MiB - 8, .len = 16};
+    mc__te_req_encode(&q, h);
+    assert_int_equal(mc_sock_send_all(fd, h, sizeof h, dl), 0);
+    uint8_t back[MC_TE_REP_SIZE + 16];
+    assert_int_equal(mc_sock_recv_all(fd, back, sizeof back, dl), 0);
+    assert_int_equal(mc__te_rep_decode(back, 7, MC_TE_WOP_READ, 16, &r), 0);
+    assert_int_equal(r.status, -EFAULT);
+    /* an oversized length is unparseable: closed */
+    q = (mc__te_req){.op = MC_TE_WOP_WRITE, .id = 8, .addr = 4096, .len = UINT64_MAX};
+    mc__te_req_encode(&q, h);
+    assert_int_equal(mc_sock_send_all(fd, h, sizeof h, dl), 0);
+    expect_closed(fd);
+    /* half a header, then the peer goes away */
+    fd = connect_port(dport);
+    assert_int_equal(mc_sock_send_all(fd, h, 10, dl), 0);
+    close(fd);
+
+    /* handshake port: zero length, oversized length -> closed without an answer */
+    uint8_t f[MC_TE_HS_PREFIX + 8];
+    fd = connect_port(hport);
+    mc_put_le64(f, 0);
+    assert_int_equal(mc_sock_send_all(fd, f, 9, dl), 0);
+    expect_closed(fd);
+    fd = connect_port(hport);
+    mc_put_le64(f, 1ull << 40);
+    assert_int_equal(mc_sock_send_all(fd, f, 9, dl), 0);
+    expect_closed(fd);
+    /* unknown type: an error answer of the same type, then closed */
+    fd = connect_port(hport);
+    mc__te_hs_encode_prefix(f, 0, 2);
+    memcpy(f + 9, "{}", 2);
+    assert_int_equal(mc_sock_send_all(fd, f, 11, dl), 0);
+    uint8_t pre[MC_TE_HS_PREFIX];
+    assert_int_equal(mc_sock_recv_all(fd, pre, sizeof pre, dl), 0);
+    assert_int_equal(pre[8], 0);
+    uint64_t alen = mc_get_le64(pre) - 1;
+    assert_true(alen > 0 && alen < 256);
+    char ans[256];
+    assert_int_equal(mc_sock_recv_all(fd, ans, alen, dl), 0);
+    ans[alen] = '\0';
+    assert_non_null(strstr(ans, "error"));
+    expect_closed(fd);
+    /* malformed Notify JSON: an error answer, the connection stays: then a Probe */
+    fd = connect_port(hport);
+    mc__te_hs_encode_prefix(f, MC_TE_HS_NOTIFY, 3);
+    memcpy(f + 9, "{{{", 3);
+    assert_int_equal(mc_sock_send_all(fd, f, 12, dl), 0);
+    assert_int_equal(mc_sock_recv_all(fd, pre, sizeof pre, dl), 0);
+    alen = mc_get_le64(pre) - 1;
+    assert_true(alen < 256);
+    assert_int_equal(mc_sock_recv_all(fd, ans, alen, dl), 0);
+    mc__te_hs_encode_prefix(f, MC_TE_HS_PROBE, 2);
+    memcpy(f + 9, "{}", 2);
+    assert_int_equal(mc_sock_send_all(fd, f, 11, dl), 0);
+    assert_int_equal(mc_sock_recv_all(fd, pre, sizeof pre, dl), 0);
+    assert_int_equal(pre[8], MC_TE_HS_PROBE);
+    close(fd);
+    /* random bytes */
+    fd = connect_port(hport);
+    te_fill(junk, sizeof junk, 77);
+    mc_sock_send_all(fd, junk, sizeof junk, dl);
+    expect_closed(fd);
+
+    /* the server is fine: a good transfer and a probe */
+    char buf[4096];
+    te_fill(buf, sizeof buf, 8);
+    uint64_t l = (uint64_t)(uintptr_t)buf, rem = (uint64_t)(uintptr_t)mem, n = sizeof buf;
+    assert_int_equal(mc_te_transfer_sync(a, mc_te_segment_name(b), MC_TE_OP_WRITE, &l, &rem, &n,
+                                         1, NULL, NULL, 0),
+                     MC_OK);
+    assert_true(te_check(mem, sizeof buf, 8));
+    assert_int_equal(mc_te_send_probe(a, mc_te_segment_name(b)), MC_OK);
+    mc_te_destroy(a);
+    mc_te_destroy(b);
+    free(mem);
+}
+
+int main(int argc, char **argv)
+{
+    signal(SIGPIPE, SIG_DFL); /* SIGPIPE must never be needed: leave it fatal */
+    helper_path = argc > 1 ? argv[1] : getenv("TE_PEER_HELPER");
+    if (!helper_path) {
+        fprintf(stderr, "usage: %s PATH_TO_te_peer_helper\n", argv[0]);
+        return 2;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_peer_killed_mid_transfer),
+        cmocka_unit_test(test_frozen_peer_times_out),
+        cmocka_unit_test(test_restarted_peer),
+        cmocka_unit_test(test_garbage_ports),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
