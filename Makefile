@@ -32,12 +32,30 @@ unit-asan: build/asan/build.ninja
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  $(MESON) test -C build/asan --print-errorlogs
 
+# libFuzzer targets (tests/fuzz), each run briefly: FUZZ_SECONDS per target.
+FUZZ_SECONDS ?= 10
+build/fuzz/build.ninja:
+	CC=clang $(MESON) setup build/fuzz -Dfuzz=true -Dtests=disabled
+
+fuzz: build/fuzz/build.ninja
+	$(MESON) compile -C build/fuzz
+	@set -e; for t in build/fuzz/tests/fuzz/fuzz_*; do \
+	  [ -f "$$t" ] && [ -x "$$t" ] || continue; n=$$(basename $$t); \
+	  mkdir -p build/fuzz/corpus/$$n; \
+	  seeds=""; [ -d tests/fuzz/corpus/$${n#fuzz_} ] && seeds=tests/fuzz/corpus/$${n#fuzz_}; \
+	  echo "fuzz: $$n for $(FUZZ_SECONDS)s"; \
+	  $$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=0 build/fuzz/corpus/$$n $$seeds \
+	    > build/fuzz/$$n.log 2>&1 || { tail -40 build/fuzz/$$n.log; exit 1; }; \
+	  grep -E '^Done|#[0-9]+.*DONE' build/fuzz/$$n.log | tail -1; \
+	done
+
 pytest:
 	$(PY) -m pytest -q tests/integration
 
 test: setup
 	$(MAKE) unit
 	$(MAKE) unit-asan
+	$(MAKE) fuzz
 	$(MAKE) pytest
 
 clean:
