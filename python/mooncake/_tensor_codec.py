@@ -49,6 +49,7 @@ to ``None`` on reads; torch is imported on first use and a missing torch raises
 - :func:`serialize` ``(tensor) -> (header: bytes, data_ptr: int, nbytes: int, owner)``
 - :func:`encode` ``(tensor) -> (header: bytes, payload: memoryview, nbytes: int)``
 - :func:`encode_tp` ``(key, tensor, tp_size, split_dim=0) -> [(key, header, payload, nbytes)]``
+- :func:`encode_tp_from` ``(key, address, size, tp_size, split_dim=0)`` (same list)
 - :func:`decode` / :func:`try_decode` ``(buf) -> Tensor`` (copy; ``try_`` gives ``None``)
 - :func:`decode_into` ``(buf, out) -> out``
 - :func:`view_at` ``(address, size) -> Tensor`` (zero-copy over ``[header][data]`` memory)
@@ -65,7 +66,8 @@ __all__ = [
     "AXIS_DP", "AXIS_TP", "AXIS_EP", "AXIS_PP", "AXIS_RESERVED", "DTYPE_CODES",
     "DTYPE_SIZES", "tensor_metadata_size", "dtype_code", "torch_dtype",
     "parse_header", "header_at", "build_header", "serialize", "encode", "encode_bytes",
-    "split_tp", "serialize_tp_shard", "encode_tp_shard", "encode_tp", "decode",
+    "split_tp", "serialize_tp_shard", "encode_tp_shard", "encode_tp", "encode_tp_from",
+    "decode",
     "try_decode", "decode_into", "view_at", "tp_key", "tp_keys", "tp_read_key",
 ]
 
@@ -488,6 +490,15 @@ def encode_tp(key: str, tensor, tp_size: int, split_dim: int = 0):
     _check_split(tuple(t.shape), 0, tp_size, split_dim)
     return [(tp_key(key, r),) + tuple(encode_tp_shard(t, r, tp_size, split_dim))
             for r in range(tp_size)]
+
+
+def encode_tp_from(key: str, address: int, size: int, tp_size: int, split_dim: int = 0):
+    """:func:`encode_tp` of the tensor object ``[header][data]`` of ``size`` bytes at raw
+    ``address`` (``put_tensor_with_tp_from``/``batch_put_tensor_with_tp_from``): the
+    object is validated, viewed without copying and split (shards along a dim other than
+    0 are gathered into new memory). The caller keeps ``address`` alive until the puts
+    finish. ``TensorCodecError`` (-> -600) for an invalid object or a bad split."""
+    return encode_tp(key, view_at(address, size), tp_size, split_dim)
 
 
 # --------------------------------------------------------------------------------------

@@ -301,6 +301,19 @@ def test_tp_bad_rank_and_types():
         codec.split_tp(t, 0, 2, True)
 
 
+@pytest.mark.parametrize("tp,split_dim", [(1, 0), (2, 0), (3, 1)])
+def test_encode_tp_from_raw_object(tp, split_dim):
+    t = sample(torch.bfloat16, (4, 6))
+    obj = codec.encode_bytes(t)
+    mem = torch.frombuffer(bytearray(obj), dtype=torch.uint8)
+    got = codec.encode_tp_from("k", mem.data_ptr(), len(obj), tp, split_dim)
+    want = codec.encode_tp("k", t, tp, split_dim)
+    assert [(k, h, p.tobytes(), n) for k, h, p, n in got] == \
+        [(k, h, p.tobytes(), n) for k, h, p, n in want]
+    with pytest.raises(TensorCodecError):
+        codec.encode_tp_from("k", mem.data_ptr(), len(obj) - 1, tp, split_dim)
+
+
 # ------------------------------------------------------------------ decode_into / view_at
 def test_decode_into():
     t = sample(torch.bfloat16, (3, 4))
@@ -469,8 +482,16 @@ def test_store_tensor_into_and_from(store):
         buf[:len(obj)] = torch.frombuffer(bytearray(obj), dtype=torch.uint8)
         assert store.put_tensor_from("from", buf.data_ptr(), len(obj)) == 0
         assert same_bits(store.get_tensor("from"), t)
+        assert store.put_tensor_from("short", buf.data_ptr(), 100) == -600
+        assert store.put_tensor_with_tp_from("tpf", buf.data_ptr(), len(obj), tp_rank=0,
+                                             tp_size=2, split_dim=1) == 0
+        for key, header, payload, _ in codec.encode_tp_from("tpf", buf.data_ptr(), len(obj),
+                                                            2, 1):
+            assert store.get(key) == header + payload.tobytes()
         buf.zero_()
         got = store.get_tensor_into("from", buf.data_ptr(), buf.numel())
         assert same_bits(got, t)
+        assert got.data_ptr() == buf.data_ptr() + 304            # a view of the buffer
+        assert store.get_tensor_into("from", buf.data_ptr(), 100) is None
     finally:
         store.unregister_buffer(buf.data_ptr())
