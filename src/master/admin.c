@@ -1,0 +1,533 @@
+/* admin.c: Prometheus text, the summary line and the HTTP admin server. See admin.h. */
+#include "master/admin.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mooncake/log.h"
+#include "mooncake/mc_time.h"
+#include "net/sock.h"
+
+#define TAG "master-admin"
+
+#if MHD_VERSION < 0x00097002
+typedef int mhd_result;
+#else
+typedef enum MHD_Result mhd_result;
+#endif
+
+/* ---- a growable text buffer (aborts on OOM: sizes here are ours, not a peer's) ---- */
+
+typedef struct sbuf {
+    char *p;
+    size_t len, cap;
+} sbuf;
+
+static void sb_reserve(sbuf *b, size_t more)
+{
+    if (b->len + more + 1 <= b->cap)
+        return;
+    size_t cap = b->cap ? b->cap : 1024;
+    while (cap < b->len + more + 1)
+        cap *= 2;
+    b->p = realloc(b->p, cap);
+    if (!b->p)
+        abort();
+    b->cap = cap;
+}
+
+static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void sb_printf(sbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n <= 0)
+        return;
+    sb_reserve(b, (size_t)n);
+    va_start(ap, fmt);
+    vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+static void sb_add(sbuf *b, const void *data, size_t n)
+{
+    sb_reserve(b, n);
+    memcpy(b->p + b->len, data, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+/* ---- Prometheus text ---- */
+
+static void metric(sbuf *b, const char *name, const char *type, const char *help,
+                   uint64_t value)
+{
+    sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %" PRIu64 "\n", name, help, name, type,
+              name, value);
+}
+
+char *mc_master_metrics_text(mc_master_service *svc, mc_master_rpc_server *rpc, size_t *len)
+{
+    mc_master_stats st;
+    memset(&st, 0, sizeof st);
+    mc_master_service_get_stats(svc, &st);
+    sbuf b = {0};
+    metric(&b, "master_allocated_bytes", "gauge", "Bytes reserved in all mounted segments",
+           st.allocated_bytes);
+    metric(&b, "master_total_capacity_bytes", "gauge", "Bytes of all mounted segments",
+           st.total_capacity_bytes);
+    metric(&b, "master_nof_allocated_bytes", "gauge", "NVMe-oF bytes reserved (none here)", 0);
+    metric(&b, "master_total_nof_capacity_bytes", "gauge", "NVMe-oF capacity (none here)", 0);
+    metric(&b, "master_allocated_file_size_bytes", "gauge", "File bytes reserved (none here)",
+           0);
+    metric(&b, "master_total_file_capacity_bytes", "gauge", "File capacity (none here)", 0);
+    metric(&b, "master_key_count", "gauge", "Objects in the index (complete and in flight)",
+           st.key_count);
+    metric(&b, "master_soft_pin_key_count", "gauge", "Objects soft-pinned now",
+           st.soft_pin_key_count);
+    metric(&b, "master_active_clients", "gauge", "Clients alive (pinging within client_ttl)",
+           st.active_clients);
+    metric(&b, "master_segment_count", "gauge", "Mounted segments", st.segment_count);
+    metric(&b, "master_put_start_discarded_staging_size", "gauge",
+           "Bytes reserved by puts in flight", st.processing_bytes);
+    for (int op = 0; op < MC_MASTER_OP_COUNT; op++) {
+        char name[128], help[160];
+        const char *stem = mc_master_op_name(op);
+        snprintf(name, sizeof name, "master_%s_requests_total", stem);
+        snprintf(help, sizeof help, "Total %s requests", stem);
+        metric(&b, name, "counter", help, st.requests[op]);
+        snprintf(name, sizeof name, "master_%s_failures_total", stem);
+        snprintf(help, sizeof help, "Total failed %s requests", stem);
+        metric(&b, name, "counter", help, st.failures[op]);
+    }
+    for (int op = 0; op < MC_MASTER_BATCH_COUNT; op++) {
+        const char *stem = mc_master_batch_op_name(op);
+        const mc_master_batch_counters *c = &st.batch[op];
+        static const char *const suffix[] = {"requests", "failures", "partial_successes",
+                                             "items", "failed_items"};
+        const uint64_t vals[] = {c->requests, c->failures, c->partial_successes, c->items,
+                                 c->failed_items};
+        for (int k = 0; k < 5; k++) {
+            char name[128], help[160];
+            snprintf(name, sizeof name, "master_%s_%s_total", stem, suffix[k]);
+            snprintf(help, sizeof help, "Total %s %s", stem, suffix[k]);
+            metric(&b, name, "counter", help, vals[k]);
+        }
+    }
+    metric(&b, "master_put_start_alloc_failures_total", "counter",
+           "put_start allocations that found no space", st.put_start_alloc_failures);
+    metric(&b, "master_put_start_partial_allocations_total", "counter",
+           "put_start allocations with fewer replicas than asked",
+           st.put_start_partial_allocations);
+    metric(&b, "master_successful_evictions_total", "counter",
+           "Eviction passes that freed something", st.eviction_successes);
+    metric(&b, "master_attempted_evictions_total", "counter", "Eviction passes run",
+           st.eviction_attempts);
+    metric(&b, "master_evicted_key_count", "counter", "Objects evicted", st.evicted_keys);
+    metric(&b, "master_evicted_size_bytes", "counter", "Bytes evicted", st.evicted_bytes);
+    metric(&b, "master_put_start_discard_cnt", "counter",
+           "Stale in-flight puts pre-empted by a newer put_start", st.put_discarded);
+    metric(&b, "master_put_start_release_cnt", "counter",
+           "In-flight puts released after put_start_release_timeout_sec", st.put_released);
+    metric(&b, "master_clients_expired_total", "counter",
+           "Clients expired after client_ttl without a ping", st.clients_expired);
+    if (rpc) {
+        mc_master_rpc_server_stats rs;
+        mc_master_rpc_server_get_stats(rpc, &rs);
+        metric(&b, "master_rpc_connections", "gauge", "Open RPC connections",
+               rs.connections_active);
+        metric(&b, "master_rpc_connections_total", "counter", "Accepted RPC connections",
+               rs.connections_total);
+        metric(&b, "master_rpc_bad_connections_total", "counter",
+               "RPC connections closed for a malformed or oversized frame",
+               rs.connections_bad);
+        metric(&b, "master_rpc_frames_total", "counter", "RPC requests received", rs.frames);
+        metric(&b, "master_rpc_refused_frames_total", "counter",
+               "RPC requests refused (unknown opcode or undecodable body)",
+               rs.frames_refused);
+    }
+    if (len)
+        *len = b.len;
+    if (!b.p) {
+        b.p = strdup("");
+        if (!b.p)
+            abort();
+    }
+    return b.p;
+}
+
+/* ---- summary line ---- */
+
+void mc_master_format_bytes(uint64_t bytes, char *buf, size_t len)
+{
+    static const char *const units[] = {"B", "KB", "MB", "GB", "TB", "PB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024.0 && u < 5) {
+        v /= 1024.0;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, len, "%" PRIu64 " B", bytes);
+    else
+        snprintf(buf, len, "%.2f %s", v, units[u]);
+}
+
+static uint64_t delta(uint64_t cur, uint64_t prev)
+{
+    return cur >= prev ? cur - prev : 0;
+}
+
+size_t mc_master_format_summary(const mc_master_stats *prev, const mc_master_stats *cur,
+                                double secs, char *buf, size_t len)
+{
+    static const mc_master_stats zero;
+    if (!prev)
+        prev = &zero;
+    if (!(secs > 0))
+        secs = 1;
+    sbuf b = {0};
+    char used[32], total[32], staging[32], evsize[32];
+    mc_master_format_bytes(cur->allocated_bytes, used, sizeof used);
+    mc_master_format_bytes(cur->total_capacity_bytes, total, sizeof total);
+    mc_master_format_bytes(cur->processing_bytes, staging, sizeof staging);
+    mc_master_format_bytes(delta(cur->evicted_bytes, prev->evicted_bytes), evsize,
+                           sizeof evsize);
+    double pct = cur->total_capacity_bytes
+                     ? 100.0 * (double)cur->allocated_bytes / (double)cur->total_capacity_bytes
+                     : 0.0;
+    sb_printf(&b,
+              "Master Admin Metrics: role=leader, state=serving, service_ready=true, "
+              "master={Mem Storage: %s / %s (%.1f%%) | SSD Storage: 0 B / 0 B | Keys: %" PRIu64
+              " (soft-pinned: %" PRIu64 ") | Clients: %" PRIu64
+              " | Requests (Success/Total per sec): ",
+              used, total, pct, cur->key_count, cur->soft_pin_key_count, cur->active_clients);
+    static const struct {
+        const char *label;
+        int op;
+    } ops[] = {
+        {"PutStart", MC_MASTER_OP_PUT_START},   {"PutEnd", MC_MASTER_OP_PUT_END},
+        {"PutRevoke", MC_MASTER_OP_PUT_REVOKE}, {"Get", MC_MASTER_OP_GET_REPLICA_LIST},
+        {"Exist", MC_MASTER_OP_EXIST_KEY},      {"Del", MC_MASTER_OP_REMOVE},
+        {"DelAll", MC_MASTER_OP_REMOVE_ALL},    {"Ping", MC_MASTER_OP_PING},
+    };
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+        int op = ops[i].op;
+        uint64_t tot = delta(cur->requests[op], prev->requests[op]);
+        uint64_t fail = delta(cur->failures[op], prev->failures[op]);
+        uint64_t ok = tot >= fail ? tot - fail : 0;
+        sb_printf(&b, "%s%s=%.2f/%.2f", i ? ", " : "", ops[i].label, (double)ok / secs,
+                  (double)tot / secs);
+    }
+    sb_printf(&b, " | Batch Requests (per sec, Req=Success/PartialSuccess/Total, "
+                  "Item=Success/Total): ");
+    static const struct {
+        const char *label;
+        int op;
+    } bops[] = {
+        {"PutStart", MC_MASTER_BATCH_PUT_START},   {"PutEnd", MC_MASTER_BATCH_PUT_END},
+        {"PutRevoke", MC_MASTER_BATCH_PUT_REVOKE}, {"Get", MC_MASTER_BATCH_GET_REPLICA_LIST},
+        {"ExistKey", MC_MASTER_BATCH_EXIST_KEY},   {"Remove", MC_MASTER_BATCH_REMOVE},
+    };
+    for (size_t i = 0; i < sizeof bops / sizeof bops[0]; i++) {
+        const mc_master_batch_counters *c = &cur->batch[bops[i].op];
+        const mc_master_batch_counters *p = &prev->batch[bops[i].op];
+        uint64_t req = delta(c->requests, p->requests);
+        uint64_t fail = delta(c->failures, p->failures);
+        uint64_t part = delta(c->partial_successes, p->partial_successes);
+        uint64_t ok = req >= fail + part ? req - fail - part : 0;
+        uint64_t items = delta(c->items, p->items);
+        uint64_t bad = delta(c->failed_items, p->failed_items);
+        uint64_t iok = items >= bad ? items - bad : 0;
+        sb_printf(&b, "%s%s:(Req=%.2f/%.2f/%.2f, Item=%.2f/%.2f)", i ? ", " : "",
+                  bops[i].label, (double)ok / secs, (double)part / secs, (double)req / secs,
+                  (double)iok / secs, (double)items / secs);
+    }
+    uint64_t released = delta(cur->put_released, prev->put_released);
+    uint64_t discarded = delta(cur->put_discarded, prev->put_discarded);
+    sb_printf(&b,
+              " | Eviction: Success/Attempts=%" PRIu64 "/%" PRIu64 ", AllocFail=%" PRIu64
+              ", PartialAlloc=%" PRIu64 ", keys=%" PRIu64 ", size=%s | Discard: "
+              "Released/Total=%" PRIu64 "/%" PRIu64 ", StagingSize=%s}",
+              delta(cur->eviction_successes, prev->eviction_successes),
+              delta(cur->eviction_attempts, prev->eviction_attempts),
+              delta(cur->put_start_alloc_failures, prev->put_start_alloc_failures),
+              delta(cur->put_start_partial_allocations, prev->put_start_partial_allocations),
+              delta(cur->evicted_keys, prev->evicted_keys), evsize, released,
+              released + discarded, staging);
+    size_t need = b.len;
+    if (len) {
+        size_t n = need < len - 1 ? need : len - 1;
+        if (n)
+            memcpy(buf, b.p, n);
+        buf[n] = '\0';
+    }
+    free(b.p);
+    return need;
+}
+
+/* ---- HTTP ---- */
+
+struct mc_master_admin {
+    mc_master_service *svc;
+    mc_master_rpc_server *rpc;
+    struct MHD_Daemon *daemon;
+    uint16_t port;
+    pthread_mutex_t lock;         /* guards last/last_ms (/metrics/summary) */
+    mc_master_stats last;
+    uint64_t last_ms;
+};
+
+static mhd_result respond(struct MHD_Connection *c, unsigned status, char *body, size_t len,
+                          const char *ctype)
+{
+    /* takes body (malloc'd) */
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    mhd_result rc = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+static mhd_result respond_text(struct MHD_Connection *c, unsigned status, const char *text,
+                               const char *ctype)
+{
+    char *copy = strdup(text);
+    if (!copy)
+        abort();
+    return respond(c, status, copy, strlen(copy), ctype);
+}
+
+static mhd_result respond_json(struct MHD_Connection *c, unsigned status, json_t *j)
+{
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (!s)
+        abort();
+    return respond(c, status, s, strlen(s), "application/json");
+}
+
+static int seg_cb(const mc_master_segment_info *info, void *ctx)
+{
+    sbuf *b = ctx;
+    sb_printf(b, "%s\n", info->name ? info->name : "");
+    return 0;
+}
+
+static void escape_key(sbuf *b, const uint8_t *k, size_t n)
+{
+    sb_reserve(b, n * 4 + 1);
+    for (size_t i = 0; i < n; i++) {
+        uint8_t ch = k[i];
+        if (ch >= 0x20 && ch < 0x7f && ch != '\\') {
+            b->p[b->len++] = (char)ch;
+        } else {
+            static const char hex[] = "0123456789abcdef";
+            b->p[b->len++] = '\\';
+            b->p[b->len++] = 'x';
+            b->p[b->len++] = hex[ch >> 4];
+            b->p[b->len++] = hex[ch & 15];
+        }
+    }
+    b->p[b->len] = '\0';
+}
+
+static int key_cb(const void *key, size_t key_len, uint64_t size, bool complete, void *ctx)
+{
+    (void)size;
+    (void)complete;
+    sbuf *b = ctx;
+    escape_key(b, key, key_len);
+    sb_add(b, "\n", 1);
+    return 0;
+}
+
+static char *uuid_text(mc_master_uuid id, char *buf, size_t len)
+{
+    snprintf(buf, len, "%016" PRIx64 "-%016" PRIx64, id.first, id.second);
+    return buf;
+}
+
+static mhd_result do_query_key(mc_master_admin *a, struct MHD_Connection *c)
+{
+    const char *v = NULL;
+    size_t n = 0;
+    if (MHD_lookup_connection_value_n(c, MHD_GET_ARGUMENT_KIND, "key", 3, &v, &n) != MHD_YES ||
+        !v || n == 0) {
+        json_t *j = json_pack("{s:s}", "error", "missing key parameter");
+        return respond_json(c, MHD_HTTP_BAD_REQUEST, j);
+    }
+    mc_master_key_info info;
+    memset(&info, 0, sizeof info);
+    int rc = mc_master_service_query_key(a->svc, v, n, &info);
+    if (rc != MC_OK) {
+        const char *name = mc_status_name(rc);
+        json_t *j = json_pack("{s:s,s:i}", "error", name ? name : "?", "code", rc);
+        return respond_json(c, rc == MC_OBJECT_NOT_FOUND ? MHD_HTTP_NOT_FOUND
+                                                         : MHD_HTTP_BAD_REQUEST,
+                            j);
+    }
+    json_t *reps = json_array();
+    for (uint32_t i = 0; i < info.replicas.n && i < MC_MASTER_MAX_REPLICAS; i++) {
+        const mc_master_replica *r = &info.replicas.replicas[i];
+        char id[40];
+        json_array_append_new(
+            reps, json_pack("{s:s,s:s,s:I,s:I,s:i,s:s}", "segment_id",
+                            uuid_text(r->segment_id, id, sizeof id), "transport_endpoint",
+                            r->transport_endpoint, "address", (json_int_t)r->address, "size",
+                            (json_int_t)r->size, "status", r->status, "protocol",
+                            r->protocol));
+    }
+    json_t *j = json_pack("{s:s%,s:I,s:b,s:b,s:b,s:I,s:I,s:O}", "key", v, n, "size",
+                          (json_int_t)info.size, "complete", info.complete, "hard_pinned",
+                          info.hard_pinned, "soft_pinned", info.soft_pinned, "lease_left_ms",
+                          (json_int_t)info.lease_left_ms, "soft_pin_left_ms",
+                          (json_int_t)info.soft_pin_left_ms, "replicas", reps);
+    if (!j) { /* key not valid UTF-8: show it escaped */
+        sbuf kb = {0};
+        escape_key(&kb, (const uint8_t *)v, n);
+        j = json_pack("{s:s,s:I,s:b,s:b,s:b,s:I,s:I,s:O}", "key", kb.p ? kb.p : "", "size",
+                      (json_int_t)info.size, "complete", info.complete, "hard_pinned",
+                      info.hard_pinned, "soft_pinned", info.soft_pinned, "lease_left_ms",
+                      (json_int_t)info.lease_left_ms, "soft_pin_left_ms",
+                      (json_int_t)info.soft_pin_left_ms, "replicas", reps);
+        free(kb.p);
+    }
+    json_decref(reps);
+    if (!j)
+        return respond_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "encoding failed\n",
+                            "text/plain");
+    return respond_json(c, MHD_HTTP_OK, j);
+}
+
+static mhd_result handler(void *cls, struct MHD_Connection *c, const char *url,
+                          const char *method, const char *version, const char *upload_data,
+                          size_t *upload_data_size, void **con_cls)
+{
+    (void)version;
+    (void)upload_data;
+    mc_master_admin *a = cls;
+    if (*con_cls == NULL) { /* first call: headers only */
+        *con_cls = (void *)1;
+        return MHD_YES;
+    }
+    if (*upload_data_size) { /* ignore any body */
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
+        return respond_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "Method not allowed\n",
+                            "text/plain");
+    if (strcmp(url, "/metrics") == 0) {
+        size_t len;
+        char *body = mc_master_metrics_text(a->svc, a->rpc, &len);
+        return respond(c, MHD_HTTP_OK, body, len, "text/plain; version=0.0.4");
+    }
+    if (strcmp(url, "/metrics/summary") == 0) {
+        mc_master_stats cur;
+        memset(&cur, 0, sizeof cur);
+        mc_master_service_get_stats(a->svc, &cur);
+        uint64_t now = mc_now_ms();
+        pthread_mutex_lock(&a->lock);
+        double secs = (double)(now - a->last_ms) / 1000.0;
+        size_t need = mc_master_format_summary(&a->last, &cur, secs, NULL, 0);
+        char *line = malloc(need + 2);
+        if (!line)
+            abort();
+        mc_master_format_summary(&a->last, &cur, secs, line, need + 1);
+        a->last = cur;
+        a->last_ms = now;
+        pthread_mutex_unlock(&a->lock);
+        strcat(line, "\n");
+        return respond(c, MHD_HTTP_OK, line, need + 1, "text/plain");
+    }
+    if (strcmp(url, "/health") == 0) {
+        json_t *j = json_pack("{s:s,s:s,s:s,s:b}", "status", "ok", "role", "leader", "state",
+                              "serving", "ready", 1);
+        return respond_json(c, MHD_HTTP_OK, j);
+    }
+    if (strcmp(url, "/get_all_segments") == 0) {
+        sbuf b = {0};
+        sb_reserve(&b, 0);
+        b.p[0] = '\0';
+        mc_master_service_foreach_segment(a->svc, seg_cb, &b);
+        return respond(c, MHD_HTTP_OK, b.p, b.len, "text/plain");
+    }
+    if (strcmp(url, "/get_all_keys") == 0) {
+        sbuf b = {0};
+        sb_reserve(&b, 0);
+        b.p[0] = '\0';
+        mc_master_service_foreach_key(a->svc, key_cb, &b);
+        return respond(c, MHD_HTTP_OK, b.p, b.len, "text/plain");
+    }
+    if (strcmp(url, "/query_key") == 0)
+        return do_query_key(a, c);
+    return respond_text(c, MHD_HTTP_NOT_FOUND, "not found\n", "text/plain");
+}
+
+int mc_master_admin_start(mc_master_service *svc, mc_master_rpc_server *rpc, const char *host,
+                          uint16_t port, mc_master_admin **out)
+{
+    if (!svc || !out)
+        return -EINVAL;
+    const char *h = host && *host ? host : "0.0.0.0";
+    uint16_t bound = 0;
+    int fd = mc_sock_listen_tcp(h, port, 128, false, &bound);
+    if (fd < 0)
+        return fd;
+    mc_master_admin *a = calloc(1, sizeof *a);
+    if (!a)
+        abort();
+    a->svc = svc;
+    a->rpc = rpc;
+    a->port = bound;
+    pthread_mutex_init(&a->lock, NULL);
+    a->last_ms = mc_now_ms();
+    mc_master_service_get_stats(svc, &a->last);
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG;
+    a->daemon = MHD_start_daemon(flags, 0, NULL, NULL, handler, a, MHD_OPTION_LISTEN_SOCKET,
+                                 (MHD_socket)fd, MHD_OPTION_CONNECTION_LIMIT, 256u,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_END);
+    if (!a->daemon) {
+        close(fd);
+        pthread_mutex_destroy(&a->lock);
+        free(a);
+        mc_log(MC_LOG_ERROR, TAG, "cannot start the admin HTTP server on %s:%u", h,
+               (unsigned)port);
+        return -EIO;
+    }
+    *out = a;
+    return 0;
+}
+
+uint16_t mc_master_admin_port(const mc_master_admin *a)
+{
+    return a->port;
+}
+
+void mc_master_admin_destroy(mc_master_admin *a)
+{
+    if (!a)
+        return;
+    if (a->daemon)
+        MHD_stop_daemon(a->daemon); /* closes the listening socket it was given */
+    pthread_mutex_destroy(&a->lock);
+    free(a);
+}
