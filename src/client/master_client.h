@@ -1,0 +1,222 @@
+/* master_client.h: the C client of mooncake_master (proto/master.proto over src/net frames).
+ *
+ * One call per RPC; upstream counterpart: `mooncake-store/src/master_client.cpp`
+ * (MasterClient), semantics in ../shared/reference/upstream-mooncake.md §4.1 and in
+ * src/master/master_service.h (the service each RPC runs on the master).
+ *
+ * Connections: a small pool (opts.max_conns, default 4) of TCP connections to one master,
+ * opened on demand. A call takes an idle connection (or waits for one), sends its
+ * request, and reads the reply on it; calls from different threads run in parallel on
+ * different connections (the master serves connections on several threads). Batch
+ * calls larger than MC_MASTER_RPC_MAX_BATCH items are split into several requests that
+ * are pipelined on one connection (all sent, then all replies read).
+ *
+ * Failures and reconnection: a connection that fails (connect refused, reset, timeout,
+ * malformed reply) is closed and the call returns MC_RPC_FAIL (MC_RPC_TIMEOUT when the
+ * deadline passed); the next call opens a new connection, so a restarted master is
+ * reached again without any action from the caller. An idle connection that the master
+ * closed meanwhile is detected before use and replaced, so the first call after a master
+ * restart does not fail for that reason. Each call has a deadline of rpc_timeout_ms
+ * (env MC_RPC_TIMEOUT_MS, default 30000) covering connect, send and receive.
+ *
+ * Return values: upstream status codes (include/mooncake/status.h): MC_OK or the code the
+ * master returned (documented per RPC in master_service.h); MC_RPC_FAIL / MC_RPC_TIMEOUT
+ * when the transport failed; MC_INVALID_PARAMS for bad arguments detected locally (NULL
+ * arrays with n > 0, a key longer than MC_MASTER_KEY_MAX, a string too long for the
+ * wire limits) and for requests the master refused as undecodable; MC_NOT_SUPPORTED when
+ * the master does not know the RPC. Batch calls return MC_OK when every item is OK, else
+ * the first failing item's code; on a transport failure every per-item status is set to
+ * that failure code.
+ *
+ * Types (keys, replica lists, segments, put configs, UUIDs) are the master service's
+ * (src/master/master_service.h); only their definitions are used: linking mc_client
+ * does not link the service.
+ *
+ * Threads: every function is thread-safe except _destroy (no call may be in flight).
+ */
+#ifndef MOONCAKE_CLIENT_MASTER_CLIENT_H
+#define MOONCAKE_CLIENT_MASTER_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "master/master_service.h"
+#include "mooncake/mc_api.h"
+
+#define MC_MASTER_DEFAULT_PORT 50051
+#define MC_MASTER_CLIENT_DEFAULT_TIMEOUT_MS 30000u
+#define MC_MASTER_CLIENT_DEFAULT_CONNECT_TIMEOUT_MS 5000u
+#define MC_MASTER_CLIENT_DEFAULT_MAX_CONNS 4u
+#define MC_MASTER_CLIENT_MAX_CONNS 64u
+
+typedef struct mc_master_client mc_master_client;
+
+typedef struct mc_master_client_opts {
+    uint32_t rpc_timeout_ms;     /* per call; 0 = env MC_RPC_TIMEOUT_MS, else 30000      */
+    uint32_t connect_timeout_ms; /* per connect, within the call's deadline; 0 = 5000    */
+    uint32_t max_conns;          /* pooled connections, 1..64; 0 = 4                      */
+    uint32_t max_reply_body;     /* bytes; larger replies fail the call (RPC_FAIL);       */
+                                 /* 0 = MC_MASTER_RPC_MAX_REPLY_BODY (64 MiB)             */
+} mc_master_client_opts;
+
+/* mc_master_client_create: a client for the master at `address` ("host:port", "host"
+ * (port 50051) or "[v6]:port"; borrowed). opts may be NULL (defaults; borrowed). One
+ * connection is opened now, so an unreachable master is reported here.
+ * Returns MC_OK with *out set (free with _destroy); MC_INVALID_PARAMS (bad address or
+ * opts, or a malformed MC_RPC_TIMEOUT_MS); MC_RPC_FAIL (cannot connect); MC_RPC_TIMEOUT
+ * (connect timed out). On error *out is untouched. */
+MC_API int mc_master_client_create(const char *address, const mc_master_client_opts *opts,
+                                   mc_master_client **out);
+
+/* mc_master_client_destroy: closes every connection and frees. NULL is a no-op. */
+MC_API void mc_master_client_destroy(mc_master_client *c);
+
+/* mc_master_client_address: the "host:port" given to create (borrowed, lives as c). */
+MC_API const char *mc_master_client_address(const mc_master_client *c);
+
+/* ---- service ---- */
+
+/* mc_master_client_ping: heartbeat for client_id (upstream Ping). out->client_status is
+ * MC_MASTER_CLIENT_OK, or MC_MASTER_CLIENT_NEED_REMOUNT when the master does not know
+ * the client (restarted, or the client was silent past --client_ttl): remount every
+ * segment then. out->view_version is 0 without HA. Returns MC_OK or a transport code. */
+MC_API int mc_master_client_ping(mc_master_client *c, mc_master_uuid client_id,
+                                 mc_master_ping_result *out);
+
+/* mc_master_client_service_ready: readiness probe (upstream ServiceReady). version
+ * (may be NULL) receives the master's version string, truncated to len-1 bytes and
+ * NUL-terminated. Returns MC_OK or a transport code. */
+MC_API int mc_master_client_service_ready(mc_master_client *c, char *version, size_t len);
+
+/* ---- segments ---- */
+
+/* mc_master_client_mount_segment: mounts seg (borrowed) for client_id. Codes as
+ * mc_master_service_mount_segment (OK, SEGMENT_ALREADY_EXISTS, INVALID_PARAMS). */
+MC_API int mc_master_client_mount_segment(mc_master_client *c, const mc_master_segment *seg,
+                                          mc_master_uuid client_id);
+
+/* mc_master_client_remount_segments: after NEED_REMOUNT: segs[0..n) (borrowed; n may be
+ * 0). Codes as mc_master_service_remount_segments. */
+MC_API int mc_master_client_remount_segments(mc_master_client *c, const mc_master_segment *segs,
+                                             size_t n, mc_master_uuid client_id);
+
+/* mc_master_client_unmount_segment: codes as mc_master_service_unmount_segment (OK,
+ * SEGMENT_NOT_FOUND, ILLEGAL_CLIENT). */
+MC_API int mc_master_client_unmount_segment(mc_master_client *c, mc_master_uuid segment_id,
+                                            mc_master_uuid client_id);
+
+/* ---- writes ---- */
+
+/* mc_master_client_put_start / upsert_start: reserve replicas for key (key_len bytes,
+ * borrowed) of `size` bytes. cfg: borrowed; NULL = one replica, no pins, default
+ * strategy. out (caller's storage) receives the PROCESSING replicas on MC_OK.
+ * Codes as mc_master_service_put_start / _upsert_start. */
+MC_API int mc_master_client_put_start(mc_master_client *c, mc_master_uuid client_id,
+                                      const void *key, size_t key_len, uint64_t size,
+                                      const mc_master_put_config *cfg,
+                                      mc_master_replica_list *out);
+MC_API int mc_master_client_upsert_start(mc_master_client *c, mc_master_uuid client_id,
+                                         const void *key, size_t key_len, uint64_t size,
+                                         const mc_master_put_config *cfg,
+                                         mc_master_replica_list *out);
+
+/* put_end / put_revoke / upsert_end / upsert_revoke: codes as the service's. */
+MC_API int mc_master_client_put_end(mc_master_client *c, mc_master_uuid client_id,
+                                    const void *key, size_t key_len);
+MC_API int mc_master_client_put_revoke(mc_master_client *c, mc_master_uuid client_id,
+                                       const void *key, size_t key_len);
+MC_API int mc_master_client_upsert_end(mc_master_client *c, mc_master_uuid client_id,
+                                       const void *key, size_t key_len);
+MC_API int mc_master_client_upsert_revoke(mc_master_client *c, mc_master_uuid client_id,
+                                          const void *key, size_t key_len);
+
+/* Batch starts: keys[i]/sizes[i] (borrowed, n entries) -> statuses[i] and, when
+ * statuses[i] == MC_OK, outs[i] (both caller's arrays of n). One cfg for all (NULL =
+ * defaults). */
+MC_API int mc_master_client_batch_put_start(mc_master_client *c, mc_master_uuid client_id,
+                                            const mc_master_key *keys, const uint64_t *sizes,
+                                            size_t n, const mc_master_put_config *cfg,
+                                            mc_master_replica_list *outs, int *statuses);
+MC_API int mc_master_client_batch_upsert_start(mc_master_client *c, mc_master_uuid client_id,
+                                               const mc_master_key *keys,
+                                               const uint64_t *sizes, size_t n,
+                                               const mc_master_put_config *cfg,
+                                               mc_master_replica_list *outs, int *statuses);
+
+/* Batch ends / revokes: keys (borrowed, n) -> statuses (caller's array of n). */
+MC_API int mc_master_client_batch_put_end(mc_master_client *c, mc_master_uuid client_id,
+                                          const mc_master_key *keys, size_t n, int *statuses);
+MC_API int mc_master_client_batch_put_revoke(mc_master_client *c, mc_master_uuid client_id,
+                                             const mc_master_key *keys, size_t n,
+                                             int *statuses);
+MC_API int mc_master_client_batch_upsert_end(mc_master_client *c, mc_master_uuid client_id,
+                                             const mc_master_key *keys, size_t n,
+                                             int *statuses);
+MC_API int mc_master_client_batch_upsert_revoke(mc_master_client *c, mc_master_uuid client_id,
+                                                const mc_master_key *keys, size_t n,
+                                                int *statuses);
+
+/* ---- reads ---- */
+
+/* mc_master_client_get_replica_list: out (caller's) receives the COMPLETE replicas and
+ * the lease granted (out->lease_ttl_ms) on MC_OK. Codes as the service's (OK,
+ * OBJECT_NOT_FOUND, REPLICA_IS_NOT_READY, INVALID_PARAMS). */
+MC_API int mc_master_client_get_replica_list(mc_master_client *c, const void *key,
+                                             size_t key_len, mc_master_replica_list *out);
+
+/* Batch: outs[i] / statuses[i] per key (caller's arrays of n). */
+MC_API int mc_master_client_batch_get_replica_list(mc_master_client *c,
+                                                   const mc_master_key *keys, size_t n,
+                                                   mc_master_replica_list *outs,
+                                                   int *statuses);
+
+/* One match of get_replica_list_by_regex. key: malloc'd (key_len bytes plus a NUL not
+ * counted), owned by the array. */
+typedef struct mc_master_regex_match {
+    void *key;
+    size_t key_len;
+    mc_master_replica_list replicas;
+} mc_master_regex_match;
+
+/* mc_master_client_get_replica_list_by_regex: every complete object whose key matches
+ * the PCRE2 pattern (pattern_len bytes, borrowed; unanchored search). On MC_OK *matches
+ * is a new array of *n entries (NULL when 0), which the caller frees with
+ * mc_master_client_free_matches; *truncated (may be NULL) is set when the master had
+ * more matches than one reply carries. Codes: OK, INVALID_PARAMS (bad pattern),
+ * transport codes. */
+MC_API int mc_master_client_get_replica_list_by_regex(mc_master_client *c, const char *pattern,
+                                                      size_t pattern_len,
+                                                      mc_master_regex_match **matches,
+                                                      size_t *n, bool *truncated);
+
+/* mc_master_client_free_matches: frees an array from get_replica_list_by_regex. */
+MC_API void mc_master_client_free_matches(mc_master_regex_match *matches, size_t n);
+
+/* mc_master_client_exist_key: 1 (exists with a complete replica; a lease is granted),
+ * 0 (absent or only in flight), or a negative code (INVALID_PARAMS, transport). */
+MC_API int mc_master_client_exist_key(mc_master_client *c, const void *key, size_t key_len);
+
+/* Batch: results[i] = 1 / 0 / negative code (caller's array of n). Returns MC_OK or a
+ * code for the whole call (transport, INVALID_PARAMS for NULL arrays). */
+MC_API int mc_master_client_batch_exist_key(mc_master_client *c, const mc_master_key *keys,
+                                            size_t n, int *results);
+
+/* ---- removal ---- */
+
+/* mc_master_client_remove: codes as mc_master_service_remove (OK, OBJECT_NOT_FOUND,
+ * OBJECT_HAS_LEASE unless force, REPLICA_IS_NOT_READY). */
+MC_API int mc_master_client_remove(mc_master_client *c, const void *key, size_t key_len,
+                                   bool force);
+
+/* Batch: statuses[i] per key (caller's array of n). */
+MC_API int mc_master_client_batch_remove(mc_master_client *c, const mc_master_key *keys,
+                                         size_t n, bool force, int *statuses);
+
+/* mc_master_client_remove_by_regex / remove_all: *count (may be NULL) receives how many
+ * objects were removed. Codes as the service's. */
+MC_API int mc_master_client_remove_by_regex(mc_master_client *c, const char *pattern,
+                                            size_t pattern_len, bool force, uint64_t *count);
+MC_API int mc_master_client_remove_all(mc_master_client *c, bool force, uint64_t *count);
+
+#endif
