@@ -1,0 +1,410 @@
+/* mooncake_master: the metadata service of the Mooncake memory pool.
+ *
+ * Flags: upstream names and defaults (`mooncake-store/src/master.cpp`; upstream-mooncake.md
+ * §5.1, API.md §4) through the options table, plus --config_path (JSON). Serves:
+ *   - the master RPC (proto/master.proto) on --rpc_address:--rpc_port (50051);
+ *   - Prometheus /metrics and the admin routes on --metrics_host:--metrics_port (9003);
+ *   - with --enable_http_metadata_server, the transfer engine's HTTP metadata server on
+ *     --http_metadata_server_host:--http_metadata_server_port (8080).
+ * Prints one line per listener on stdout when ready, then logs the upstream-style summary
+ * ("Master Admin Metrics: ...") every --metric_report_interval_sec when
+ * --enable_metric_reporting. Stops cleanly on SIGINT/SIGTERM (exit 0).
+ * Exit codes: 1 when a port cannot be bound (the message names the flag and the reason,
+ * e.g. "Address already in use") or a feature we do not have is asked for (--enable_ha);
+ * 2 for a bad flag. */
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "master/admin.h"
+#include "master/master_service.h"
+#include "master/rpc_server.h"
+#include "mooncake/log.h"
+#include "mooncake/mc_time.h"
+#include "mooncake/metadata.h"
+#include "mooncake/options.h"
+
+#define TAG "master"
+
+/* ---- flags used ---- */
+static int64_t rpc_port, rpc_thread_num, metrics_port, http_md_port, client_ttl;
+static int64_t discard_timeout, release_timeout, verbosity, report_interval, max_threads;
+static char *rpc_address, *metrics_host, *http_md_host, *lease_ttl, *soft_pin_ttl;
+static char *max_soft_pin_ttl, *allocation_strategy, *memory_allocator, *config_path;
+static char *ha_backend_type, *ha_backend_connstring, *etcd_endpoints, *cluster_id;
+static bool enable_http_md, allow_evict_soft, enable_ha, enable_metric_reporting;
+static double eviction_ratio, eviction_hwm;
+
+/* ---- upstream flags accepted for compatibility, without effect here ---- */
+static bool ign_b[24];
+static char *ign_s[40];
+
+#define IGNORED_BOOL(nm, i, d)                                                              \
+    {.name = nm, .type = MC_OPT_BOOL, .target = &ign_b[i], .def = d,                        \
+     .help = "upstream flag, accepted; not supported by mooncake-c (no effect)"}
+#define IGNORED_STR(nm, i, d)                                                               \
+    {.name = nm, .type = MC_OPT_STRING, .target = &ign_s[i], .def = d,                      \
+     .help = "upstream flag, accepted; no effect in mooncake-c"}
+
+static const mc_option options[] = {
+    {.name = "rpc_port", .alias = "port", .type = MC_OPT_INT, .target = &rpc_port,
+     .def = "50051", .bounded = true, .min = 0, .max = 65535,
+     .help = "TCP port of the master RPC (0: pick a free one)"},
+    {.name = "rpc_address", .type = MC_OPT_STRING, .target = &rpc_address, .def = "0.0.0.0",
+     .help = "address the RPC listens on"},
+    {.name = "rpc_thread_num", .type = MC_OPT_INT, .target = &rpc_thread_num, .def = "0",
+     .bounded = true, .min = 0, .max = 64,
+     .help = "threads serving RPC connections (0: min(4, CPU cores))"},
+    {.name = "max_threads", .type = MC_OPT_INT, .target = &max_threads, .def = "16",
+     .bounded = true, .min = 0, .max = 1024,
+     .help = "deprecated upstream alias of the RPC thread count; ignored (use "
+             "--rpc_thread_num)"},
+    {.name = "metrics_port", .type = MC_OPT_INT, .target = &metrics_port, .def = "9003",
+     .bounded = true, .min = 0, .max = 65535,
+     .help = "HTTP port of /metrics, /health, /get_all_keys, /get_all_segments, "
+             "/query_key (0: pick a free one)"},
+    {.name = "metrics_host", .type = MC_OPT_STRING, .target = &metrics_host, .def = "0.0.0.0",
+     .help = "address the metrics/admin HTTP server listens on"},
+    {.name = "enable_metric_reporting", .type = MC_OPT_BOOL,
+     .target = &enable_metric_reporting, .def = "true",
+     .help = "log the one-line 'Master Admin Metrics' summary periodically"},
+    {.name = "metric_report_interval_sec", .type = MC_OPT_INT, .target = &report_interval,
+     .def = "10", .bounded = true, .min = 1, .max = 86400, .unit = "s",
+     .help = "period of the summary line (mooncake-c flag; upstream fixes it at 10 s)"},
+    {.name = "enable_http_metadata_server", .type = MC_OPT_BOOL, .target = &enable_http_md,
+     .def = "false", .help = "run the transfer engine's HTTP metadata server in the master"},
+    {.name = "http_metadata_server_port", .type = MC_OPT_INT, .target = &http_md_port,
+     .def = "8080", .bounded = true, .min = 0, .max = 65535,
+     .help = "port of the embedded HTTP metadata server"},
+    {.name = "http_metadata_server_host", .type = MC_OPT_STRING, .target = &http_md_host,
+     .def = "0.0.0.0", .help = "address of the embedded HTTP metadata server"},
+    {.name = "default_kv_lease_ttl", .type = MC_OPT_STRING, .target = &lease_ttl,
+     .def = "10000", .unit = "ms",
+     .help = "read lease granted by get/exist (ms, or a duration: 500ms, 10s, 1m, 1h)"},
+    {.name = "default_kv_soft_pin_ttl", .type = MC_OPT_STRING, .target = &soft_pin_ttl,
+     .def = "1800000", .unit = "ms", .help = "soft pin duration when a put asks for none"},
+    {.name = "max_kv_soft_pin_ttl", .type = MC_OPT_STRING, .target = &max_soft_pin_ttl,
+     .def = "86400000", .unit = "ms", .help = "largest soft pin a put may ask for"},
+    {.name = "allow_evict_soft_pinned_objects", .type = MC_OPT_BOOL,
+     .target = &allow_evict_soft, .def = "true",
+     .help = "evict soft-pinned objects when nothing else can be evicted"},
+    {.name = "eviction_ratio", .type = MC_OPT_DOUBLE, .target = &eviction_ratio,
+     .def = "0.05", .bounded = true, .min = 0, .max = 1,
+     .help = "fraction of capacity freed by one eviction pass"},
+    {.name = "eviction_high_watermark_ratio", .type = MC_OPT_DOUBLE, .target = &eviction_hwm,
+     .def = "0.90", .bounded = true, .min = 0, .max = 1,
+     .help = "used fraction above which eviction runs"},
+    {.name = "client_ttl", .type = MC_OPT_INT, .target = &client_ttl, .def = "10",
+     .bounded = true, .min = 1, .max = 31536000, .unit = "s",
+     .help = "a client silent this long is dead: its segments are unmounted"},
+    {.name = "put_start_discard_timeout_sec", .type = MC_OPT_INT, .target = &discard_timeout,
+     .def = "30", .bounded = true, .min = 0, .max = 31536000, .unit = "s",
+     .help = "an unfinished put older than this may be replaced by a new put of the key"},
+    {.name = "put_start_release_timeout_sec", .type = MC_OPT_INT, .target = &release_timeout,
+     .def = "600", .bounded = true, .min = 0, .max = 31536000, .unit = "s",
+     .help = "space of an unfinished put is released after this"},
+    {.name = "allocation_strategy", .type = MC_OPT_STRING, .target = &allocation_strategy,
+     .def = "random", .help = "replica placement: random or free_ratio_first"},
+    {.name = "memory_allocator", .type = MC_OPT_STRING, .target = &memory_allocator,
+     .def = "offset", .help = "per-segment allocator: offset (cachelib is accepted as offset)"},
+    {.name = "enable_ha", .type = MC_OPT_BOOL, .target = &enable_ha, .def = "false",
+     .help = "leader election and failover (not supported yet: exits with an error)"},
+    {.name = "ha_backend_type", .type = MC_OPT_STRING, .target = &ha_backend_type,
+     .def = "etcd", .help = "HA backend (with --enable_ha)"},
+    {.name = "ha_backend_connstring", .type = MC_OPT_STRING, .target = &ha_backend_connstring,
+     .def = "", .help = "HA backend endpoints (with --enable_ha)"},
+    {.name = "etcd_endpoints", .type = MC_OPT_STRING, .target = &etcd_endpoints, .def = "",
+     .help = "';'-separated etcd endpoints (with --enable_ha)"},
+    {.name = "cluster_id", .type = MC_OPT_STRING, .target = &cluster_id,
+     .def = "mooncake_cluster", .help = "cluster name (with --enable_ha)"},
+    {.name = "v", .type = MC_OPT_INT, .target = &verbosity, .def = "0", .bounded = true,
+     .min = 0, .max = 9, .help = "verbose logging (glog -v): 1 = DEBUG, 2+ = TRACE"},
+    {.name = "config_path", .type = MC_OPT_STRING, .target = &config_path, .def = "",
+     .help = "JSON file of flag -> value (command-line flags override it)"},
+    /* accepted, no effect (see upstream-mooncake.md §5.1) */
+    IGNORED_STR("rpc_interface", 0, ""),
+    IGNORED_STR("rpc_conn_timeout_seconds", 1, "0"),
+    IGNORED_BOOL("rpc_enable_tcp_no_delay", 0, "true"),
+    IGNORED_STR("nof_eviction_ratio", 2, "0.05"),
+    IGNORED_STR("nof_eviction_high_watermark_ratio", 3, "0.90"),
+    IGNORED_BOOL("enable_metadata_cleanup_on_timeout", 1, "false"),
+    IGNORED_STR("root_fs_dir", 4, ""),
+    IGNORED_STR("global_file_segment_size", 5, ""),
+    IGNORED_BOOL("enable_disk_eviction", 2, "true"),
+    IGNORED_STR("quota_bytes", 6, "0"),
+    IGNORED_BOOL("enable_offload", 3, "false"),
+    IGNORED_BOOL("offload_on_evict", 4, "false"),
+    IGNORED_BOOL("offload_force_evict", 5, "false"),
+    IGNORED_STR("offloading_queue_limit", 7, "50000"),
+    IGNORED_STR("offload_cap_ratio", 8, "0.5"),
+    IGNORED_BOOL("promotion_on_hit", 6, "false"),
+    IGNORED_STR("promotion_admission_threshold", 9, "2"),
+    IGNORED_STR("promotion_queue_limit", 10, "50000"),
+    IGNORED_STR("promotion_max_per_heartbeat", 11, "1"),
+    IGNORED_STR("dynamic_replication_mode", 12, "off"),
+    IGNORED_BOOL("enable_kv_events", 7, "false"),
+    IGNORED_STR("kv_events_bind_endpoint", 13, ""),
+    IGNORED_BOOL("enable_oplog", 8, "false"),
+    IGNORED_STR("oplog_poll_interval_ms", 14, "1000"),
+    IGNORED_STR("oplog_batch_max_entries", 15, "1024"),
+    IGNORED_STR("batch_oplog_retry_timeout_sec", 16, "180"),
+    IGNORED_BOOL("enable_snapshot", 9, "false"),
+    IGNORED_BOOL("enable_snapshot_restore", 10, "false"),
+    IGNORED_STR("snapshot_interval_seconds", 17, "600"),
+    IGNORED_STR("snapshot_child_timeout_seconds", 18, "300"),
+    IGNORED_STR("snapshot_retention_count", 19, "2"),
+    IGNORED_STR("snapshot_object_store_type", 20, "local"),
+    IGNORED_STR("snapshot_catalog_store_type", 21, "embedded"),
+    IGNORED_STR("snapshot_backup_dir", 22, ""),
+    IGNORED_BOOL("enable_multi_tenants", 11, "false"),
+    IGNORED_STR("tenant_quota_connector_type", 23, "file"),
+    IGNORED_STR("tenant_quota_connector_uri", 24, ""),
+    IGNORED_STR("max_total_finished_tasks", 25, "10000"),
+    IGNORED_STR("max_total_pending_tasks", 26, "10000"),
+    IGNORED_STR("max_total_processing_tasks", 27, "10000"),
+    IGNORED_STR("pending_task_timeout_sec", 28, "300"),
+    IGNORED_STR("processing_task_timeout_sec", 29, "300"),
+    IGNORED_STR("max_retry_attempts", 30, "10"),
+    IGNORED_BOOL("enable_cxl", 12, "false"),
+    IGNORED_STR("cxl_path", 31, "/dev/dax0.0"),
+    IGNORED_STR("cxl_size", 32, ""),
+    IGNORED_STR("pod_name", 33, ""),
+    IGNORED_STR("pod_namespace", 34, ""),
+    IGNORED_BOOL("enable_gc", 13, "false"),
+    IGNORED_STR("log_dir", 35, ""),
+    IGNORED_BOOL("logtostderr", 14, "false"),
+    IGNORED_BOOL("alsologtostderr", 15, "false"),
+    IGNORED_STR("minloglevel", 36, "0"),
+    IGNORED_STR("stderrthreshold", 37, "2"),
+};
+#define N_OPTIONS (sizeof options / sizeof options[0])
+
+/* Features that change behaviour upstream: asking for them gets a warning here. */
+static void warn_unsupported(void)
+{
+    static const struct {
+        const char *flag;
+        int idx;
+    } bools[] = {{"enable_offload", 3},    {"offload_on_evict", 4}, {"promotion_on_hit", 6},
+                 {"enable_kv_events", 7},  {"enable_oplog", 8},     {"enable_snapshot", 9},
+                 {"enable_snapshot_restore", 10}, {"enable_multi_tenants", 11},
+                 {"enable_cxl", 12},       {"enable_metadata_cleanup_on_timeout", 1}};
+    for (size_t i = 0; i < sizeof bools / sizeof bools[0]; i++)
+        if (ign_b[bools[i].idx])
+            mc_log(MC_LOG_WARN, TAG, "--%s is not supported by mooncake-c; ignored",
+                   bools[i].flag);
+    if (ign_s[4] && *ign_s[4])
+        mc_log(MC_LOG_WARN, TAG, "--root_fs_dir is not supported by mooncake-c; ignored");
+}
+
+/* Upstream ParseDurationMs: raw milliseconds, or a number with ms/s/m/h. */
+static int parse_duration_ms(const char *text, uint64_t *out)
+{
+    if (!text || !*text)
+        return -EINVAL;
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (end == text || errno || v < 0)
+        return -EINVAL;
+    double mult = 1;
+    if (*end == '\0' || strcmp(end, "ms") == 0)
+        mult = 1;
+    else if (strcmp(end, "s") == 0)
+        mult = 1000;
+    else if (strcmp(end, "m") == 0)
+        mult = 60000;
+    else if (strcmp(end, "h") == 0)
+        mult = 3600000;
+    else
+        return -EINVAL;
+    double ms = v * mult;
+    if (ms > 1e15)
+        return -ERANGE;
+    *out = (uint64_t)ms;
+    return 0;
+}
+
+static int duration_flag(const char *prog, const char *name, const char *text, uint64_t *out)
+{
+    if (parse_duration_ms(text, out) != 0) {
+        fprintf(stderr, "%s: invalid value '%s' for --%s: expected milliseconds or a "
+                        "duration like 500ms, 10s, 1m, 1h\n",
+                prog, text, name);
+        return -1;
+    }
+    return 0;
+}
+
+static void print_summary(mc_master_service *svc, mc_master_stats *prev, uint64_t *prev_ms)
+{
+    mc_master_stats cur;
+    memset(&cur, 0, sizeof cur);
+    mc_master_service_get_stats(svc, &cur);
+    uint64_t now = mc_now_ms();
+    double secs = (double)(now - *prev_ms) / 1000.0;
+    char line[4096];
+    mc_master_format_summary(prev, &cur, secs, line, sizeof line);
+    mc_log(MC_LOG_INFO, TAG, "%s", line);
+    *prev = cur;
+    *prev_ms = now;
+}
+
+int main(int argc, char **argv)
+{
+    const char *prog = "mooncake_master";
+    mc_log_init_from_env();
+    mc_options_main(options, N_OPTIONS, &argc, argv,
+                    "mooncake_master: the metadata service of the Mooncake memory pool "
+                    "(segments, object index, leases, eviction, client liveness).");
+    int exit_code = 1;
+    mc_master_service *svc = NULL;
+    mc_master_rpc_server *rpc = NULL;
+    mc_master_admin *admin = NULL;
+    mc_http_metadata_server *md = NULL;
+
+    if (argc > 1) {
+        fprintf(stderr, "%s: unexpected argument '%s'\n", prog, argv[1]);
+        exit_code = 2;
+        goto out;
+    }
+    if (verbosity >= 2)
+        mc_log_set_level(MC_LOG_TRACE);
+    else if (verbosity == 1)
+        mc_log_set_level(MC_LOG_DEBUG);
+    if (enable_ha) {
+        fprintf(stderr,
+                "%s: --enable_ha is not supported yet: mooncake-c has no leader election "
+                "(etcd/redis/k8s) nor master failover. Run a single master without "
+                "--enable_ha.\n",
+                prog);
+        goto out;
+    }
+    warn_unsupported();
+
+    mc_master_config cfg;
+    mc_master_config_init(&cfg);
+    if (duration_flag(prog, "default_kv_lease_ttl", lease_ttl, &cfg.default_kv_lease_ttl) ||
+        duration_flag(prog, "default_kv_soft_pin_ttl", soft_pin_ttl,
+                      &cfg.default_kv_soft_pin_ttl) ||
+        duration_flag(prog, "max_kv_soft_pin_ttl", max_soft_pin_ttl,
+                      &cfg.max_kv_soft_pin_ttl)) {
+        exit_code = 2;
+        goto out;
+    }
+    int strategy = mc_master_strategy_parse(allocation_strategy);
+    if (strategy < 0) {
+        fprintf(stderr,
+                "%s: invalid value '%s' for --allocation_strategy: mooncake-c implements "
+                "random and free_ratio_first\n",
+                prog, allocation_strategy);
+        exit_code = 2;
+        goto out;
+    }
+    if (strcmp(memory_allocator, "offset") != 0) {
+        if (strcmp(memory_allocator, "cachelib") != 0) {
+            fprintf(stderr, "%s: invalid value '%s' for --memory_allocator: offset or cachelib\n",
+                    prog, memory_allocator);
+            exit_code = 2;
+            goto out;
+        }
+        mc_log(MC_LOG_WARN, TAG, "--memory_allocator=cachelib: using the offset allocator");
+    }
+    cfg.allow_evict_soft_pinned_objects = allow_evict_soft;
+    cfg.eviction_ratio = eviction_ratio;
+    cfg.eviction_high_watermark_ratio = eviction_hwm;
+    cfg.client_ttl = (uint64_t)client_ttl;
+    cfg.put_start_discard_timeout_sec = (uint64_t)discard_timeout;
+    cfg.put_start_release_timeout_sec = (uint64_t)release_timeout;
+    cfg.allocation_strategy = (mc_master_strategy)strategy;
+
+    /* Block the stop signals before any thread starts: every thread inherits the mask and
+     * only the sigtimedwait below receives them. */
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int rc = mc_master_service_create(&cfg, &svc);
+    if (rc != MC_OK) {
+        fprintf(stderr, "%s: invalid configuration: %s\n", prog, mc_strerror(rc));
+        exit_code = 2;
+        goto out;
+    }
+    mc_master_rpc_server_opts ro = {.host = rpc_address,
+                                    .port = (uint16_t)rpc_port,
+                                    .threads = (unsigned)rpc_thread_num};
+    rc = mc_master_rpc_server_start(svc, &ro, &rpc);
+    if (rc != 0) {
+        fprintf(stderr, "%s: cannot listen on %s:%lld (--rpc_port): %s\n", prog, rpc_address,
+                (long long)rpc_port, strerror(-rc));
+        goto out;
+    }
+    rc = mc_master_admin_start(svc, rpc, metrics_host, (uint16_t)metrics_port, &admin);
+    if (rc != 0) {
+        fprintf(stderr, "%s: cannot listen on %s:%lld (--metrics_port): %s\n", prog,
+                metrics_host, (long long)metrics_port, strerror(-rc));
+        goto out;
+    }
+    if (enable_http_md) {
+        rc = mc_http_metadata_server_start(http_md_host, (uint16_t)http_md_port, NULL, &md);
+        if (rc != 0) {
+            fprintf(stderr, "%s: cannot listen on %s:%lld (--http_metadata_server_port): %s\n",
+                    prog, http_md_host, (long long)http_md_port, strerror(-rc));
+            goto out;
+        }
+    }
+    printf("mooncake_master: RPC listening on %s:%u (%u threads)\n", rpc_address,
+           (unsigned)mc_master_rpc_server_port(rpc), mc_master_rpc_server_threads(rpc));
+    printf("mooncake_master: metrics on http://%s:%u/metrics (also /health, /get_all_keys, "
+           "/get_all_segments, /query_key?key=)\n",
+           metrics_host, (unsigned)mc_master_admin_port(admin));
+    if (md)
+        printf("mooncake_master: HTTP metadata server on http://%s:%u/metadata\n", http_md_host,
+               (unsigned)mc_http_metadata_server_port(md));
+    printf("mooncake_master: ready (client_ttl %llds, lease %llums, eviction at %.0f%% "
+           "frees %.0f%%)\n",
+           (long long)client_ttl, (unsigned long long)cfg.default_kv_lease_ttl,
+           eviction_hwm * 100, eviction_ratio * 100);
+    fflush(stdout);
+
+    mc_master_stats prev;
+    memset(&prev, 0, sizeof prev);
+    mc_master_service_get_stats(svc, &prev);
+    uint64_t prev_ms = mc_now_ms();
+    uint64_t interval_ms = (uint64_t)report_interval * 1000;
+    int sig = 0;
+    for (;;) {
+        uint64_t due = prev_ms + interval_ms;
+        uint64_t left = mc_ms_left(due);
+        struct timespec ts = {(time_t)(left / 1000), (long)(left % 1000) * 1000000L};
+        sig = sigtimedwait(&stop, NULL, &ts);
+        if (sig == SIGINT || sig == SIGTERM)
+            break;
+        if (sig < 0 && errno != EAGAIN && errno != EINTR) {
+            mc_log(MC_LOG_ERROR, TAG, "sigtimedwait: %s", strerror(errno));
+            break;
+        }
+        if (mc_ms_left(due) == 0) {
+            if (enable_metric_reporting)
+                print_summary(svc, &prev, &prev_ms);
+            else
+                prev_ms = mc_now_ms();
+        }
+    }
+    mc_log(MC_LOG_INFO, TAG, "signal %d: stopping", sig);
+    exit_code = 0;
+out:
+    mc_http_metadata_server_destroy(md);
+    mc_master_admin_destroy(admin);
+    mc_master_rpc_server_destroy(rpc);
+    mc_master_service_destroy(svc);
+    mc_options_free(options, N_OPTIONS);
+    return exit_code;
+}

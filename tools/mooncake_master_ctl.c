@@ -1,0 +1,907 @@
+/* mooncake_master_ctl: talk to a mooncake_master over its RPC (mooncake-c tool; upstream
+ * has no equivalent). Three uses:
+ *
+ *   mooncake_master_ctl [--master=H:P] CMD ARG...    one command; the words form a JSON
+ *                                                    array (each word parsed as JSON when
+ *                                                    it is, else taken as a string)
+ *   mooncake_master_ctl [--master=H:P]               JSON commands on stdin, one per line;
+ *                                                    one JSON result per line on stdout
+ *   mooncake_master_ctl [--master=H:P] bench ...     metadata throughput (bench/)
+ *
+ * Commands (a JSON array: name, then arguments). KEY is a JSON string (NUL allowed as
+ * \u0000) or {"hex": "6b6579"} for arbitrary bytes; KEYS an array of KEY; UUID a
+ * "hex-hex" string (two 16-digit halves) or [first, second]; CFG an object
+ * {"replica_num", "preferred_segments", "soft_pin": "enable"|"disable"|"preserve",
+ * "soft_pin_ttl_ms", "with_hard_pin", "strategy": "random"|"free_ratio_first"}; SEG an
+ * object {"id": UUID (default: random), "name", "base", "size", "te_endpoint",
+ * "protocol", "host_id"}.
+ *   ["ping"] ["service_ready"] ["client"] ["set_client", UUID] ["sleep", MS]
+ *   ["mount", SEG] ["remount", [SEG...]] ["unmount", UUID]
+ *   ["put_start", KEY, SIZE, CFG?] ["put_end", KEY] ["put_revoke", KEY] (upsert_* alike)
+ *   ["batch_put_start", KEYS, SIZES, CFG?] ["batch_put_end", KEYS] ["batch_put_revoke",
+ *   KEYS] (batch_upsert_* alike) ["get", KEY] ["batch_get", KEYS] ["get_regex", PATTERN]
+ *   ["exist", KEY] ["batch_exist", KEYS] ["remove", KEY, FORCE?] ["batch_remove", KEYS,
+ *   FORCE?] ["remove_regex", PATTERN, FORCE?] ["remove_all", FORCE?]
+ * Every result has "status" (the upstream code returned by the client library) and
+ * "status_name"; calls that return data add it ("replicas", "items", "statuses",
+ * "results", "matches", "count", "client_status", ...). A malformed command gives
+ * {"error": "..."} and the tool goes on with the next line.
+ *
+ * Exit: 0 when every command ran (whatever the status codes), 1 when the master cannot
+ * be reached at start, 2 for bad flags. */
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "client/master_client.h"
+#include "mooncake/log.h"
+#include "mooncake/mc_time.h"
+#include "mooncake/options.h"
+
+static char *master_addr;
+static char *client_id_text;
+static int64_t rpc_timeout_ms;
+/* bench */
+static char *bench_op;
+static int64_t bench_batch, bench_threads, bench_keys, bench_value_size;
+static double bench_seconds;
+
+static const mc_option options[] = {
+    {.name = "master", .alias = "master_server_addr", .type = MC_OPT_STRING,
+     .target = &master_addr, .def = "127.0.0.1:50051", .env = "MOONCAKE_MASTER",
+     .help = "master RPC address host:port"},
+    {.name = "client_id", .type = MC_OPT_STRING, .target = &client_id_text, .def = "",
+     .help = "client UUID as hex-hex (default: random)"},
+    {.name = "rpc_timeout_ms", .type = MC_OPT_INT, .target = &rpc_timeout_ms, .def = "0",
+     .bounded = true, .min = 0, .max = 86400000, .unit = "ms",
+     .help = "per-call deadline (0: MC_RPC_TIMEOUT_MS or 30000)"},
+    {.name = "op", .type = MC_OPT_STRING, .target = &bench_op, .def = "put",
+     .help = "bench: put (put_start+put_end pairs) or get (get_replica_list)"},
+    {.name = "batch", .type = MC_OPT_INT, .target = &bench_batch, .def = "1", .bounded = true,
+     .min = 1, .max = 65536, .help = "bench: keys per call (1 = the single-key RPCs)"},
+    {.name = "threads", .type = MC_OPT_INT, .target = &bench_threads, .def = "1",
+     .bounded = true, .min = 1, .max = 64, .help = "bench: client threads"},
+    {.name = "seconds", .type = MC_OPT_DOUBLE, .target = &bench_seconds, .def = "2",
+     .bounded = true, .min = 0.1, .max = 3600, .unit = "s", .help = "bench: duration"},
+    {.name = "keys", .type = MC_OPT_INT, .target = &bench_keys, .def = "100000",
+     .bounded = true, .min = 1, .max = 100000000, .help = "bench get: objects read from"},
+    {.name = "value_size", .type = MC_OPT_INT, .target = &bench_value_size, .def = "64",
+     .bounded = true, .min = 0, .max = 1 << 30, .unit = "bytes",
+     .help = "bench: object size given to put_start"},
+};
+#define N_OPTIONS (sizeof options / sizeof options[0])
+
+static mc_master_client *cli;
+static mc_master_uuid client_id;
+
+/* ---- JSON helpers ---- */
+
+typedef struct keybuf {
+    void *data;
+    size_t len;
+    bool owned;
+} keybuf;
+
+static int hexval(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+static bool key_from_json(json_t *j, keybuf *k)
+{
+    k->owned = false;
+    if (json_is_string(j)) {
+        k->data = (void *)json_string_value(j);
+        k->len = json_string_length(j);
+        return true;
+    }
+    json_t *hex = json_is_object(j) ? json_object_get(j, "hex") : NULL;
+    if (!json_is_string(hex))
+        return false;
+    const char *h = json_string_value(hex);
+    size_t n = strlen(h);
+    if (n % 2)
+        return false;
+    uint8_t *b = malloc(n / 2 + 1);
+    if (!b)
+        abort();
+    for (size_t i = 0; i < n / 2; i++) {
+        int hi = hexval(h[2 * i]), lo = hexval(h[2 * i + 1]);
+        if (hi < 0 || lo < 0) {
+            free(b);
+            return false;
+        }
+        b[i] = (uint8_t)(hi * 16 + lo);
+    }
+    k->data = b;
+    k->len = n / 2;
+    k->owned = true;
+    return true;
+}
+
+static void key_free(keybuf *k)
+{
+    if (k->owned)
+        free(k->data);
+}
+
+/* Keys array -> mc_master_key[] (+ buffers to free). */
+typedef struct keyarr {
+    mc_master_key *keys;
+    keybuf *bufs;
+    size_t n;
+} keyarr;
+
+static bool keys_from_json(json_t *j, keyarr *ka)
+{
+    memset(ka, 0, sizeof *ka);
+    if (!json_is_array(j))
+        return false;
+    size_t n = json_array_size(j);
+    ka->keys = calloc(n ? n : 1, sizeof *ka->keys);
+    ka->bufs = calloc(n ? n : 1, sizeof *ka->bufs);
+    if (!ka->keys || !ka->bufs)
+        abort();
+    for (size_t i = 0; i < n; i++) {
+        if (!key_from_json(json_array_get(j, i), &ka->bufs[i])) {
+            ka->n = i;
+            return false;
+        }
+        ka->keys[i].data = ka->bufs[i].data;
+        ka->keys[i].len = ka->bufs[i].len;
+    }
+    ka->n = n;
+    return true;
+}
+
+static void keys_free(keyarr *ka)
+{
+    for (size_t i = 0; i < ka->n; i++)
+        key_free(&ka->bufs[i]);
+    free(ka->keys);
+    free(ka->bufs);
+}
+
+static json_t *key_to_json(const void *data, size_t len)
+{
+    json_t *s = json_stringn(data, len);
+    if (s)
+        return s;
+    static const char hx[] = "0123456789abcdef";
+    char *h = malloc(len * 2 + 1);
+    if (!h)
+        abort();
+    for (size_t i = 0; i < len; i++) {
+        h[2 * i] = hx[((const uint8_t *)data)[i] >> 4];
+        h[2 * i + 1] = hx[((const uint8_t *)data)[i] & 15];
+    }
+    h[len * 2] = '\0';
+    json_t *o = json_pack("{s:s}", "hex", h);
+    free(h);
+    return o;
+}
+
+static mc_master_uuid random_uuid(void)
+{
+    mc_master_uuid u = {0, 0};
+    if (getrandom(&u, sizeof u, 0) != (ssize_t)sizeof u) {
+        u.first = mc_now_ns();
+        u.second = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull;
+    }
+    return u;
+}
+
+static bool uuid_from_text(const char *t, mc_master_uuid *u)
+{
+    char *end;
+    errno = 0;
+    unsigned long long a = strtoull(t, &end, 16);
+    if (errno || *end != '-')
+        return false;
+    unsigned long long b = strtoull(end + 1, &end, 16);
+    if (errno || *end)
+        return false;
+    u->first = a;
+    u->second = b;
+    return true;
+}
+
+static bool uuid_from_json(json_t *j, mc_master_uuid *u)
+{
+    if (json_is_string(j))
+        return uuid_from_text(json_string_value(j), u);
+    if (json_is_array(j) && json_array_size(j) == 2 &&
+        json_is_integer(json_array_get(j, 0)) && json_is_integer(json_array_get(j, 1))) {
+        u->first = (uint64_t)json_integer_value(json_array_get(j, 0));
+        u->second = (uint64_t)json_integer_value(json_array_get(j, 1));
+        return true;
+    }
+    return false;
+}
+
+static json_t *uuid_to_json(mc_master_uuid u)
+{
+    char b[40];
+    snprintf(b, sizeof b, "%016" PRIx64 "-%016" PRIx64, u.first, u.second);
+    return json_string(b);
+}
+
+static json_t *replicas_to_json(const mc_master_replica_list *l)
+{
+    json_t *a = json_array();
+    for (uint32_t i = 0; i < l->n; i++) {
+        const mc_master_replica *r = &l->replicas[i];
+        json_array_append_new(
+            a, json_pack("{s:o,s:s,s:I,s:I,s:i,s:s}", "segment_id", uuid_to_json(r->segment_id),
+                         "endpoint", r->transport_endpoint, "address", (json_int_t)r->address,
+                         "size", (json_int_t)r->size, "status", r->status, "protocol",
+                         r->protocol));
+    }
+    return a;
+}
+
+/* Config: strings inside point into j (kept alive by the command). */
+typedef struct cfgbuf {
+    mc_master_put_config cfg;
+    const char *pref[MC_MASTER_MAX_PREFERRED + 8];
+} cfgbuf;
+
+static bool cfg_from_json(json_t *j, cfgbuf *cb, const mc_master_put_config **out)
+{
+    mc_master_put_config *c = &cb->cfg;
+    memset(c, 0, sizeof *c);
+    c->replica_num = 1;
+    *out = c;
+    if (!j || json_is_null(j))
+        return true;
+    if (!json_is_object(j))
+        return false;
+    json_t *v;
+    if ((v = json_object_get(j, "replica_num")))
+        c->replica_num = (uint32_t)json_integer_value(v);
+    if ((v = json_object_get(j, "preferred_segments"))) {
+        size_t n = json_array_size(v);
+        if (n > sizeof cb->pref / sizeof cb->pref[0])
+            n = sizeof cb->pref / sizeof cb->pref[0];
+        for (size_t i = 0; i < n; i++)
+            cb->pref[i] = json_string_value(json_array_get(v, i));
+        c->preferred_segments = cb->pref;
+        c->n_preferred = n;
+    }
+    if ((v = json_object_get(j, "soft_pin"))) {
+        if (json_is_string(v)) {
+            const char *s = json_string_value(v);
+            c->soft_pin = !strcmp(s, "enable")    ? MC_MASTER_SOFT_PIN_ENABLE
+                          : !strcmp(s, "disable") ? MC_MASTER_SOFT_PIN_DISABLE
+                                                  : MC_MASTER_SOFT_PIN_PRESERVE;
+        } else if (json_is_true(v)) {
+            c->soft_pin = MC_MASTER_SOFT_PIN_ENABLE;
+        } else {
+            c->soft_pin = (mc_master_soft_pin_action)json_integer_value(v);
+        }
+    }
+    if ((v = json_object_get(j, "soft_pin_ttl_ms"))) {
+        c->soft_pin_ttl_set = true;
+        c->soft_pin_ttl_ms = (uint64_t)json_integer_value(v);
+    }
+    if ((v = json_object_get(j, "with_hard_pin")))
+        c->with_hard_pin = json_is_true(v);
+    if ((v = json_object_get(j, "strategy"))) {
+        const char *s = json_string_value(v) ? json_string_value(v) : "";
+        c->strategy = !strcmp(s, "random")             ? MC_MASTER_STRATEGY_RANDOM
+                      : !strcmp(s, "free_ratio_first") ? MC_MASTER_STRATEGY_FREE_RATIO_FIRST
+                      : !strcmp(s, "default")          ? MC_MASTER_STRATEGY_DEFAULT
+                                                       : (mc_master_strategy)99;
+    }
+    return true;
+}
+
+static bool seg_from_json(json_t *j, mc_master_segment *s)
+{
+    memset(s, 0, sizeof *s);
+    if (!json_is_object(j))
+        return false;
+    json_t *id = json_object_get(j, "id");
+    if (id) {
+        if (!uuid_from_json(id, &s->id))
+            return false;
+    } else {
+        s->id = random_uuid();
+    }
+    s->name = json_string_value(json_object_get(j, "name"));
+    s->base = (uint64_t)json_integer_value(json_object_get(j, "base"));
+    s->size = (uint64_t)json_integer_value(json_object_get(j, "size"));
+    s->te_endpoint = json_string_value(json_object_get(j, "te_endpoint"));
+    s->protocol = json_string_value(json_object_get(j, "protocol"));
+    s->host_id = json_string_value(json_object_get(j, "host_id"));
+    return s->name != NULL;
+}
+
+static json_t *result(int status)
+{
+    const char *name = mc_status_name(status);
+    return json_pack("{s:i,s:s}", "status", status, "status_name",
+                     name ? name : (status == 1 ? "TRUE" : "?"));
+}
+
+static json_t *err(const char *msg)
+{
+    return json_pack("{s:s}", "error", msg);
+}
+
+static json_t *statuses_json(const int *st, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(a, json_integer(st[i]));
+    return a;
+}
+
+/* ---- commands ---- */
+
+typedef int (*kfn)(mc_master_client *, mc_master_uuid, const void *, size_t);
+typedef int (*sfn)(mc_master_client *, mc_master_uuid, const void *, size_t, uint64_t,
+                   const mc_master_put_config *, mc_master_replica_list *);
+typedef int (*bsfn)(mc_master_client *, mc_master_uuid, const mc_master_key *,
+                    const uint64_t *, size_t, const mc_master_put_config *,
+                    mc_master_replica_list *, int *);
+typedef int (*bkfn)(mc_master_client *, mc_master_uuid, const mc_master_key *, size_t, int *);
+
+static const struct {
+    const char *name;
+    kfn fn;
+} key_cmds[] = {{"put_end", mc_master_client_put_end},
+                {"put_revoke", mc_master_client_put_revoke},
+                {"upsert_end", mc_master_client_upsert_end},
+                {"upsert_revoke", mc_master_client_upsert_revoke}};
+
+static const struct {
+    const char *name;
+    bkfn fn;
+} bkey_cmds[] = {{"batch_put_end", mc_master_client_batch_put_end},
+                 {"batch_put_revoke", mc_master_client_batch_put_revoke},
+                 {"batch_upsert_end", mc_master_client_batch_upsert_end},
+                 {"batch_upsert_revoke", mc_master_client_batch_upsert_revoke}};
+
+static json_t *run(json_t *cmd)
+{
+    if (!json_is_array(cmd) || !json_is_string(json_array_get(cmd, 0)))
+        return err("a command is a JSON array whose first item is the command name");
+    const char *name = json_string_value(json_array_get(cmd, 0));
+    json_t *a1 = json_array_get(cmd, 1), *a2 = json_array_get(cmd, 2),
+           *a3 = json_array_get(cmd, 3);
+
+    if (!strcmp(name, "ping")) {
+        mc_master_ping_result pr;
+        int rc = mc_master_client_ping(cli, client_id, &pr);
+        json_t *r = result(rc);
+        json_object_set_new(r, "view_version", json_integer(pr.view_version));
+        json_object_set_new(r, "client_status",
+                            json_string(pr.client_status == MC_MASTER_CLIENT_OK ? "OK"
+                                        : pr.client_status == MC_MASTER_CLIENT_NEED_REMOUNT
+                                            ? "NEED_REMOUNT"
+                                            : "UNDEFINED"));
+        return r;
+    }
+    if (!strcmp(name, "service_ready")) {
+        char v[128];
+        int rc = mc_master_client_service_ready(cli, v, sizeof v);
+        json_t *r = result(rc);
+        json_object_set_new(r, "version", json_string(v));
+        return r;
+    }
+    if (!strcmp(name, "client")) {
+        json_t *r = result(MC_OK);
+        json_object_set_new(r, "client_id", uuid_to_json(client_id));
+        return r;
+    }
+    if (!strcmp(name, "set_client")) {
+        if (!uuid_from_json(a1, &client_id))
+            return err("set_client UUID");
+        return result(MC_OK);
+    }
+    if (!strcmp(name, "sleep")) {
+        mc_sleep_ms((uint64_t)json_integer_value(a1));
+        return result(MC_OK);
+    }
+    if (!strcmp(name, "mount")) {
+        mc_master_segment s;
+        if (!seg_from_json(a1, &s))
+            return err("mount SEG (an object with at least a name)");
+        json_t *r = result(mc_master_client_mount_segment(cli, &s, client_id));
+        json_object_set_new(r, "segment_id", uuid_to_json(s.id));
+        return r;
+    }
+    if (!strcmp(name, "remount")) {
+        size_t n = json_array_size(a1);
+        if (!json_is_array(a1))
+            return err("remount [SEG...]");
+        mc_master_segment *segs = calloc(n ? n : 1, sizeof *segs);
+        if (!segs)
+            abort();
+        for (size_t i = 0; i < n; i++)
+            if (!seg_from_json(json_array_get(a1, i), &segs[i])) {
+                free(segs);
+                return err("remount: bad SEG");
+            }
+        json_t *r = result(mc_master_client_remount_segments(cli, segs, n, client_id));
+        free(segs);
+        return r;
+    }
+    if (!strcmp(name, "unmount")) {
+        mc_master_uuid sid;
+        if (!uuid_from_json(a1, &sid))
+            return err("unmount UUID");
+        return result(mc_master_client_unmount_segment(cli, sid, client_id));
+    }
+    if (!strcmp(name, "put_start") || !strcmp(name, "upsert_start")) {
+        keybuf k;
+        cfgbuf cb;
+        const mc_master_put_config *cfg;
+        if (!json_is_integer(a2) || !cfg_from_json(a3, &cb, &cfg) || !key_from_json(a1, &k))
+            return err("put_start KEY SIZE CFG?");
+        sfn fn = name[0] == 'p' ? mc_master_client_put_start : mc_master_client_upsert_start;
+        mc_master_replica_list out;
+        int rc = fn(cli, client_id, k.data, k.len, (uint64_t)json_integer_value(a2), cfg, &out);
+        key_free(&k);
+        json_t *r = result(rc);
+        json_object_set_new(r, "replicas", replicas_to_json(&out));
+        return r;
+    }
+    for (size_t i = 0; i < sizeof key_cmds / sizeof key_cmds[0]; i++) {
+        if (strcmp(name, key_cmds[i].name))
+            continue;
+        keybuf k;
+        if (!key_from_json(a1, &k))
+            return err("expected KEY");
+        int rc = key_cmds[i].fn(cli, client_id, k.data, k.len);
+        key_free(&k);
+        return result(rc);
+    }
+    if (!strcmp(name, "batch_put_start") || !strcmp(name, "batch_upsert_start")) {
+        keyarr ka;
+        cfgbuf cb;
+        const mc_master_put_config *cfg;
+        if (!json_is_array(a2) || !cfg_from_json(a3, &cb, &cfg))
+            return err("batch_put_start KEYS SIZES CFG?");
+        if (!keys_from_json(a1, &ka) || json_array_size(a2) != ka.n) {
+            keys_free(&ka);
+            return err("batch_put_start KEYS SIZES CFG? (as many sizes as keys)");
+        }
+        size_t n = ka.n;
+        uint64_t *sizes = calloc(n ? n : 1, sizeof *sizes);
+        mc_master_replica_list *outs = calloc(n ? n : 1, sizeof *outs);
+        int *st = calloc(n ? n : 1, sizeof *st);
+        if (!sizes || !outs || !st)
+            abort();
+        for (size_t i = 0; i < n; i++)
+            sizes[i] = (uint64_t)json_integer_value(json_array_get(a2, i));
+        bsfn fn = name[6] == 'p' ? mc_master_client_batch_put_start
+                                 : mc_master_client_batch_upsert_start;
+        int rc = fn(cli, client_id, ka.keys, sizes, n, cfg, outs, st);
+        json_t *r = result(rc);
+        json_t *items = json_array();
+        for (size_t i = 0; i < n; i++) {
+            json_t *it = result(st[i]);
+            json_object_set_new(it, "replicas", replicas_to_json(&outs[i]));
+            json_array_append_new(items, it);
+        }
+        json_object_set_new(r, "items", items);
+        free(sizes);
+        free(outs);
+        free(st);
+        keys_free(&ka);
+        return r;
+    }
+    for (size_t i = 0; i < sizeof bkey_cmds / sizeof bkey_cmds[0]; i++) {
+        if (strcmp(name, bkey_cmds[i].name))
+            continue;
+        keyarr ka;
+        if (!keys_from_json(a1, &ka)) {
+            keys_free(&ka);
+            return err("expected KEYS");
+        }
+        int *st = calloc(ka.n ? ka.n : 1, sizeof *st);
+        if (!st)
+            abort();
+        json_t *r = result(bkey_cmds[i].fn(cli, client_id, ka.keys, ka.n, st));
+        json_object_set_new(r, "statuses", statuses_json(st, ka.n));
+        free(st);
+        keys_free(&ka);
+        return r;
+    }
+    if (!strcmp(name, "get")) {
+        keybuf k;
+        if (!key_from_json(a1, &k))
+            return err("get KEY");
+        mc_master_replica_list out;
+        int rc = mc_master_client_get_replica_list(cli, k.data, k.len, &out);
+        key_free(&k);
+        json_t *r = result(rc);
+        json_object_set_new(r, "replicas", replicas_to_json(&out));
+        json_object_set_new(r, "lease_ttl_ms", json_integer((json_int_t)out.lease_ttl_ms));
+        return r;
+    }
+    if (!strcmp(name, "batch_get")) {
+        keyarr ka;
+        if (!keys_from_json(a1, &ka)) {
+            keys_free(&ka);
+            return err("batch_get KEYS");
+        }
+        mc_master_replica_list *outs = calloc(ka.n ? ka.n : 1, sizeof *outs);
+        int *st = calloc(ka.n ? ka.n : 1, sizeof *st);
+        if (!outs || !st)
+            abort();
+        json_t *r = result(mc_master_client_batch_get_replica_list(cli, ka.keys, ka.n, outs, st));
+        json_t *items = json_array();
+        for (size_t i = 0; i < ka.n; i++) {
+            json_t *it = result(st[i]);
+            json_object_set_new(it, "replicas", replicas_to_json(&outs[i]));
+            json_object_set_new(it, "lease_ttl_ms",
+                                json_integer((json_int_t)outs[i].lease_ttl_ms));
+            json_array_append_new(items, it);
+        }
+        json_object_set_new(r, "items", items);
+        free(outs);
+        free(st);
+        keys_free(&ka);
+        return r;
+    }
+    if (!strcmp(name, "get_regex")) {
+        if (!json_is_string(a1))
+            return err("get_regex PATTERN");
+        mc_master_regex_match *m = NULL;
+        size_t n = 0;
+        bool trunc = false;
+        int rc = mc_master_client_get_replica_list_by_regex(
+            cli, json_string_value(a1), json_string_length(a1), &m, &n, &trunc);
+        json_t *r = result(rc);
+        json_t *ms = json_array();
+        for (size_t i = 0; i < n; i++)
+            json_array_append_new(ms, json_pack("{s:o,s:o}", "key",
+                                                key_to_json(m[i].key, m[i].key_len),
+                                                "replicas", replicas_to_json(&m[i].replicas)));
+        json_object_set_new(r, "matches", ms);
+        json_object_set_new(r, "truncated", json_boolean(trunc));
+        mc_master_client_free_matches(m, n);
+        return r;
+    }
+    if (!strcmp(name, "exist")) {
+        keybuf k;
+        if (!key_from_json(a1, &k))
+            return err("exist KEY");
+        int rc = mc_master_client_exist_key(cli, k.data, k.len);
+        key_free(&k);
+        json_t *r = result(rc < 0 ? rc : MC_OK);
+        json_object_set_new(r, "exists", json_integer(rc));
+        return r;
+    }
+    if (!strcmp(name, "batch_exist")) {
+        keyarr ka;
+        if (!keys_from_json(a1, &ka)) {
+            keys_free(&ka);
+            return err("batch_exist KEYS");
+        }
+        int *res = calloc(ka.n ? ka.n : 1, sizeof *res);
+        if (!res)
+            abort();
+        json_t *r = result(mc_master_client_batch_exist_key(cli, ka.keys, ka.n, res));
+        json_object_set_new(r, "results", statuses_json(res, ka.n));
+        free(res);
+        keys_free(&ka);
+        return r;
+    }
+    if (!strcmp(name, "remove")) {
+        keybuf k;
+        if (!key_from_json(a1, &k))
+            return err("remove KEY FORCE?");
+        int rc = mc_master_client_remove(cli, k.data, k.len, json_is_true(a2));
+        key_free(&k);
+        return result(rc);
+    }
+    if (!strcmp(name, "batch_remove")) {
+        keyarr ka;
+        if (!keys_from_json(a1, &ka)) {
+            keys_free(&ka);
+            return err("batch_remove KEYS FORCE?");
+        }
+        int *st = calloc(ka.n ? ka.n : 1, sizeof *st);
+        if (!st)
+            abort();
+        json_t *r =
+            result(mc_master_client_batch_remove(cli, ka.keys, ka.n, json_is_true(a2), st));
+        json_object_set_new(r, "statuses", statuses_json(st, ka.n));
+        free(st);
+        keys_free(&ka);
+        return r;
+    }
+    if (!strcmp(name, "remove_regex") || !strcmp(name, "remove_all")) {
+        uint64_t count = 0;
+        int rc;
+        if (name[7] == 'r') {
+            if (!json_is_string(a1))
+                return err("remove_regex PATTERN FORCE?");
+            rc = mc_master_client_remove_by_regex(cli, json_string_value(a1),
+                                                  json_string_length(a1), json_is_true(a2),
+                                                  &count);
+        } else {
+            rc = mc_master_client_remove_all(cli, json_is_true(a1), &count);
+        }
+        json_t *r = result(rc);
+        json_object_set_new(r, "count", json_integer((json_int_t)count));
+        return r;
+    }
+    return err("unknown command");
+}
+
+static void emit(json_t *r)
+{
+    char *s = json_dumps(r, JSON_COMPACT | JSON_ENSURE_ASCII);
+    json_decref(r);
+    if (!s)
+        abort();
+    fputs(s, stdout);
+    fputc('\n', stdout);
+    fflush(stdout);
+    free(s);
+}
+
+/* ---- bench ---- */
+
+typedef struct bench_thread {
+    pthread_t th;
+    unsigned idx;
+    uint64_t deadline_ms;
+    uint64_t calls, items, failures;
+} bench_thread;
+
+static void key_name(char *buf, size_t len, unsigned tid, uint64_t i)
+{
+    snprintf(buf, len, "bench/%u/%016" PRIx64, tid, i);
+}
+
+#define KEY_LEN 40
+
+static void *bench_put(void *arg)
+{
+    bench_thread *t = arg;
+    size_t b = (size_t)bench_batch;
+    char *names = malloc(b * KEY_LEN);
+    mc_master_key *keys = malloc(b * sizeof *keys);
+    uint64_t *sizes = malloc(b * sizeof *sizes);
+    mc_master_replica_list *outs = malloc(b * sizeof *outs);
+    int *st = malloc(b * sizeof *st);
+    if (!names || !keys || !sizes || !outs || !st)
+        abort();
+    uint64_t seq = 0;
+    while (mc_now_ms() < t->deadline_ms) {
+        for (size_t i = 0; i < b; i++) {
+            key_name(names + i * KEY_LEN, KEY_LEN, t->idx, seq++);
+            keys[i].data = names + i * KEY_LEN;
+            keys[i].len = strlen(names + i * KEY_LEN);
+            sizes[i] = (uint64_t)bench_value_size;
+        }
+        if (b == 1) {
+            int rc = mc_master_client_put_start(cli, client_id, keys[0].data, keys[0].len,
+                                                sizes[0], NULL, &outs[0]);
+            if (rc == MC_OK)
+                rc = mc_master_client_put_end(cli, client_id, keys[0].data, keys[0].len);
+            t->failures += rc != MC_OK;
+        } else {
+            mc_master_client_batch_put_start(cli, client_id, keys, sizes, b, NULL, outs, st);
+            size_t ok = 0;
+            for (size_t i = 0; i < b; i++)
+                if (st[i] == MC_OK)
+                    keys[ok++] = keys[i];
+                else
+                    t->failures++;
+            mc_master_client_batch_put_end(cli, client_id, keys, ok, st);
+            for (size_t i = 0; i < ok; i++)
+                t->failures += st[i] != MC_OK;
+        }
+        t->calls++;
+        t->items += b;
+    }
+    free(names);
+    free(keys);
+    free(sizes);
+    free(outs);
+    free(st);
+    return NULL;
+}
+
+static void *bench_get(void *arg)
+{
+    bench_thread *t = arg;
+    size_t b = (size_t)bench_batch;
+    char *names = malloc(b * KEY_LEN);
+    mc_master_key *keys = malloc(b * sizeof *keys);
+    mc_master_replica_list *outs = malloc(b * sizeof *outs);
+    int *st = malloc(b * sizeof *st);
+    if (!names || !keys || !outs || !st)
+        abort();
+    uint64_t x = 0x9e3779b97f4a7c15ull * (t->idx + 1);
+    while (mc_now_ms() < t->deadline_ms) {
+        for (size_t i = 0; i < b; i++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            key_name(names + i * KEY_LEN, KEY_LEN, 0, x % (uint64_t)bench_keys);
+            keys[i].data = names + i * KEY_LEN;
+            keys[i].len = strlen(names + i * KEY_LEN);
+        }
+        if (b == 1) {
+            int rc = mc_master_client_get_replica_list(cli, keys[0].data, keys[0].len, &outs[0]);
+            t->failures += rc != MC_OK;
+        } else {
+            mc_master_client_batch_get_replica_list(cli, keys, b, outs, st);
+            for (size_t i = 0; i < b; i++)
+                t->failures += st[i] != MC_OK;
+        }
+        t->calls++;
+        t->items += b;
+    }
+    free(names);
+    free(keys);
+    free(outs);
+    free(st);
+    return NULL;
+}
+
+/* Fills keys bench/0/0 .. bench/0/(keys-1) for the get bench. */
+static int bench_fill(void)
+{
+    size_t b = 1024;
+    char *names = malloc(b * KEY_LEN);
+    mc_master_key *keys = malloc(b * sizeof *keys);
+    uint64_t *sizes = malloc(b * sizeof *sizes);
+    mc_master_replica_list *outs = malloc(b * sizeof *outs);
+    int *st = malloc(b * sizeof *st);
+    if (!names || !keys || !sizes || !outs || !st)
+        abort();
+    int rc = MC_OK;
+    for (uint64_t base = 0; base < (uint64_t)bench_keys && rc == MC_OK; base += b) {
+        size_t n = (uint64_t)bench_keys - base < b ? (size_t)((uint64_t)bench_keys - base) : b;
+        for (size_t i = 0; i < n; i++) {
+            key_name(names + i * KEY_LEN, KEY_LEN, 0, base + i);
+            keys[i].data = names + i * KEY_LEN;
+            keys[i].len = strlen(names + i * KEY_LEN);
+            sizes[i] = (uint64_t)bench_value_size;
+        }
+        rc = mc_master_client_batch_put_start(cli, client_id, keys, sizes, n, NULL, outs, st);
+        if (rc == MC_OK || rc == MC_OBJECT_ALREADY_EXISTS)
+            rc = mc_master_client_batch_put_end(cli, client_id, keys, n, st);
+        if (rc == MC_INVALID_WRITE) /* already complete from an earlier run */
+            rc = MC_OK;
+    }
+    free(names);
+    free(keys);
+    free(sizes);
+    free(outs);
+    free(st);
+    return rc;
+}
+
+static int bench(void)
+{
+    bool put = strcmp(bench_op, "put") == 0;
+    if (!put && strcmp(bench_op, "get") != 0) {
+        fprintf(stderr, "mooncake_master_ctl: --op must be put or get\n");
+        return 2;
+    }
+    /* One large segment (metadata only: the master never touches the memory). */
+    mc_master_segment seg = {.id = random_uuid(),
+                             .name = "127.0.0.1:1",
+                             .base = 1ull << 40,
+                             .size = 1ull << 40};
+    int rc = mc_master_client_mount_segment(cli, &seg, client_id);
+    if (rc != MC_OK) {
+        fprintf(stderr, "mooncake_master_ctl: mount failed: %s\n", mc_strerror(rc));
+        return 1;
+    }
+    if (!put && (rc = bench_fill()) != MC_OK) {
+        fprintf(stderr, "mooncake_master_ctl: filling %lld keys failed: %s\n",
+                (long long)bench_keys, mc_strerror(rc));
+        return 1;
+    }
+    unsigned n = (unsigned)bench_threads;
+    bench_thread *ts = calloc(n, sizeof *ts);
+    if (!ts)
+        abort();
+    uint64_t t0 = mc_now_ns();
+    uint64_t deadline = mc_now_ms() + (uint64_t)(bench_seconds * 1000);
+    for (unsigned i = 0; i < n; i++) {
+        ts[i].idx = i + 1;
+        ts[i].deadline_ms = deadline;
+        pthread_create(&ts[i].th, NULL, put ? bench_put : bench_get, &ts[i]);
+    }
+    uint64_t calls = 0, items = 0, failures = 0;
+    for (unsigned i = 0; i < n; i++) {
+        pthread_join(ts[i].th, NULL);
+        calls += ts[i].calls;
+        items += ts[i].items;
+        failures += ts[i].failures;
+    }
+    double secs = (double)(mc_now_ns() - t0) / 1e9;
+    free(ts);
+    mc_master_client_unmount_segment(cli, seg.id, client_id);
+    json_t *r = json_pack("{s:s,s:I,s:I,s:f,s:I,s:I,s:I,s:f,s:f}", "op", bench_op, "batch",
+                          (json_int_t)bench_batch, "threads", (json_int_t)n, "seconds", secs,
+                          "calls", (json_int_t)calls, "items", (json_int_t)items, "failures",
+                          (json_int_t)failures, "calls_per_s", (double)calls / secs,
+                          "items_per_s", (double)items / secs);
+    emit(r);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    mc_log_init_from_env();
+    mc_options_main(options, N_OPTIONS, &argc, argv,
+                    "mooncake_master_ctl: run master RPCs (one command from the arguments, "
+                    "JSON lines from stdin, or `bench`).");
+    int code = 0;
+    if (*client_id_text) {
+        if (!uuid_from_text(client_id_text, &client_id)) {
+            fprintf(stderr, "mooncake_master_ctl: --client_id wants hex-hex\n");
+            mc_options_free(options, N_OPTIONS);
+            return 2;
+        }
+    } else {
+        client_id = random_uuid();
+    }
+    mc_master_client_opts o = {.rpc_timeout_ms = (uint32_t)rpc_timeout_ms,
+                               .max_conns = (uint32_t)(bench_threads > 4 ? bench_threads : 4)};
+    int rc = mc_master_client_create(master_addr, &o, &cli);
+    if (rc != MC_OK) {
+        fprintf(stderr, "mooncake_master_ctl: cannot reach the master at %s: %s\n",
+                master_addr, mc_strerror(rc));
+        mc_options_free(options, N_OPTIONS);
+        return 1;
+    }
+    if (argc > 1 && !strcmp(argv[1], "bench")) {
+        code = bench();
+    } else if (argc > 1) {
+        json_t *cmd = json_array();
+        for (int i = 1; i < argc; i++) {
+            json_t *v = json_loads(argv[i], JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+            json_array_append_new(cmd, v && i > 1 ? v : json_string(argv[i]));
+            if (v && i == 1)
+                json_decref(v);
+        }
+        emit(run(cmd));
+        json_decref(cmd);
+    } else {
+        char *line = NULL;
+        size_t cap = 0;
+        ssize_t len;
+        while ((len = getline(&line, &cap, stdin)) > 0) {
+            if (len == 1 && line[0] == '\n')
+                continue;
+            json_error_t je;
+            json_t *cmd = json_loadb(line, (size_t)len, JSON_ALLOW_NUL, &je);
+            if (!cmd) {
+                emit(err(je.text));
+                continue;
+            }
+            emit(run(cmd));
+            json_decref(cmd);
+        }
+        free(line);
+    }
+    mc_master_client_destroy(cli);
+    mc_options_free(options, N_OPTIONS);
+    return code;
+}
