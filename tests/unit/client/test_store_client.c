@@ -1,0 +1,1157 @@
+/* test_store_client.c: the store client (include/mooncake/store.h) against a real
+ * mooncake_master process, with one or two in-process clients and forked-and-exec'd
+ * client processes (this binary re-run with --child-*), all on 127.0.0.1.
+ *
+ * Covers API.md §5: zero-length objects, key limits, duplicate puts, duplicate keys in a
+ * batch, concurrent puts of one key from two processes, a writer killed between
+ * put_start and put_end, lease expiry during a read; plus replication across segments,
+ * out-of-space, get_into capacities, leases and remove, the TCP and same-host paths,
+ * upsert, handles outliving close, and a bounded multithreaded mix.
+ *
+ * The master binary comes from MC_TEST_MASTER_BIN (set by meson); when it is not built,
+ * every test that needs it is skipped with a message. */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "client/store_internal.h"
+#include "mooncake/mc_time.h"
+#include "mooncake/status.h"
+#include "mooncake/store.h"
+
+extern char **environ;
+
+#define MIB (1ull << 20)
+
+/* ------------------------------------------------------------------------------------ */
+/* A mooncake_master process                                                             */
+/* ------------------------------------------------------------------------------------ */
+
+typedef struct master_proc {
+    pid_t pid;
+    int out_fd; /* its stdout (kept open so it never gets SIGPIPE) */
+    int port;
+    char addr[64];
+} master_proc;
+
+static const char *master_bin(void)
+{
+    const char *p = getenv("MC_TEST_MASTER_BIN");
+    if (!p || access(p, X_OK) != 0)
+        return NULL;
+    return p;
+}
+
+/* Starts a master on 127.0.0.1 with free ports and the extra flags (NULL-terminated
+ * list). Returns 0, or -1 (logged). */
+static int master_start(master_proc *m, const char *const *extra)
+{
+    memset(m, 0, sizeof *m);
+    const char *bin = master_bin();
+    if (!bin)
+        return -1;
+    const char *argv[32];
+    int n = 0;
+    argv[n++] = bin;
+    argv[n++] = "--rpc_port=0";
+    argv[n++] = "--rpc_address=127.0.0.1";
+    argv[n++] = "--metrics_port=0";
+    argv[n++] = "--metrics_host=127.0.0.1";
+    argv[n++] = "--enable_metric_reporting=false";
+    for (int i = 0; extra && extra[i] && n < 30; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
+    int pfd[2];
+    if (pipe(pfd) != 0)
+        return -1;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
+    posix_spawn_file_actions_addclose(&fa, pfd[0]);
+    int rc = posix_spawn(&m->pid, bin, &fa, NULL, (char *const *)argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(pfd[1]);
+    if (rc != 0) {
+        close(pfd[0]);
+        return -1;
+    }
+    m->out_fd = pfd[0];
+    char buf[4096];
+    size_t len = 0;
+    uint64_t deadline = mc_now_ms() + 10000;
+    while (mc_now_ms() < deadline && len < sizeof buf - 1) {
+        struct pollfd p = {.fd = m->out_fd, .events = POLLIN};
+        if (poll(&p, 1, 200) <= 0)
+            continue;
+        ssize_t r = read(m->out_fd, buf + len, sizeof buf - 1 - len);
+        if (r <= 0)
+            break;
+        len += (size_t)r;
+        buf[len] = '\0';
+        if (strstr(buf, "ready")) {
+            const char *l = strstr(buf, "RPC listening on 127.0.0.1:");
+            if (l && sscanf(l, "RPC listening on 127.0.0.1:%d", &m->port) == 1) {
+                snprintf(m->addr, sizeof m->addr, "127.0.0.1:%d", m->port);
+                return 0;
+            }
+            break;
+        }
+    }
+    fprintf(stderr, "master did not start: %s\n", buf);
+    kill(m->pid, SIGKILL);
+    waitpid(m->pid, NULL, 0);
+    close(m->out_fd);
+    return -1;
+}
+
+static int wait_pid(pid_t pid, int timeout_ms, int *status)
+{
+    uint64_t deadline = mc_now_ms() + (uint64_t)timeout_ms;
+    for (;;) {
+        pid_t r = waitpid(pid, status, WNOHANG);
+        if (r == pid)
+            return 0;
+        if (r < 0)
+            return -1;
+        if (mc_now_ms() > deadline)
+            return -1;
+        mc_sleep_ms(10);
+    }
+}
+
+static void master_stop(master_proc *m)
+{
+    if (m->pid <= 0)
+        return;
+    kill(m->pid, SIGTERM);
+    int st;
+    if (wait_pid(m->pid, 5000, &st) != 0) {
+        kill(m->pid, SIGKILL);
+        waitpid(m->pid, &st, 0);
+    }
+    close(m->out_fd);
+    m->pid = 0;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Helpers                                                                               */
+/* ------------------------------------------------------------------------------------ */
+
+static mc_store *store_up_opts(const char *master, uint64_t seg, uint64_t lbuf)
+{
+    mc_store *s = NULL;
+    assert_int_equal(mc_store_create(&s), MC_OK);
+    mc_store_config c;
+    mc_store_config_init(&c);
+    c.local_hostname = "127.0.0.1";
+    c.metadata_server = "P2PHANDSHAKE";
+    c.global_segment_size = seg;
+    c.local_buffer_size = lbuf;
+    c.protocol = "tcp";
+    c.master_server_addr = master;
+    int rc = mc_store_setup(s, &c);
+    if (rc != MC_OK)
+        fail_msg("setup failed: %s (%d)", mc_strerror(rc), rc);
+    return s;
+}
+
+static mc_store *store_up(const master_proc *m, uint64_t seg)
+{
+    return store_up_opts(m->addr, seg, 16 * MIB);
+}
+
+static void fill(void *p, size_t n, uint32_t seed)
+{
+    unsigned char *b = p;
+    uint32_t x = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        b[i] = (unsigned char)x;
+    }
+}
+
+static int put_s(mc_store *s, const char *key, const void *v, size_t n)
+{
+    return mc_store_put(s, key, strlen(key), v, n, NULL);
+}
+
+static int64_t get_s(mc_store *s, const char *key, void *buf, size_t cap)
+{
+    return mc_store_get_into(s, key, strlen(key), buf, cap);
+}
+
+/* Per-test state: one master. */
+typedef struct fixture {
+    master_proc m;
+    bool have;
+} fixture;
+
+static int fixture_start(void **state, const char *const *extra)
+{
+    fixture *f = calloc(1, sizeof *f);
+    if (master_bin() && master_start(&f->m, extra) == 0)
+        f->have = true;
+    *state = f;
+    return 0;
+}
+
+static int setup_default(void **state)
+{
+    return fixture_start(state, NULL);
+}
+
+static int setup_short_lease(void **state)
+{
+    static const char *const flags[] = {"--default_kv_lease_ttl=200", NULL};
+    return fixture_start(state, flags);
+}
+
+static int setup_fast_discard(void **state)
+{
+    static const char *const flags[] = {"--put_start_discard_timeout_sec=1", NULL};
+    return fixture_start(state, flags);
+}
+
+static int teardown_master(void **state)
+{
+    fixture *f = *state;
+    if (f->have)
+        master_stop(&f->m);
+    free(f);
+    mc__store_test_hook = NULL;
+    return 0;
+}
+
+#define NEED_MASTER(f)                                                                     \
+    do {                                                                                   \
+        if (!(f)->have) {                                                                  \
+            fprintf(stderr, "SKIP: mooncake_master is not built (MC_TEST_MASTER_BIN=%s)\n", \
+                    getenv("MC_TEST_MASTER_BIN") ? getenv("MC_TEST_MASTER_BIN") : "");   \
+            skip();                                                                        \
+        }                                                                                  \
+    } while (0)
+
+/* Spawns this binary with the given arguments (a client child process). */
+static pid_t spawn_self(const char *const *args)
+{
+    const char *argv[16];
+    int n = 0;
+    argv[n++] = "/proc/self/exe";
+    for (int i = 0; args[i] && n < 15; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    char self[4096];
+    ssize_t l = readlink("/proc/self/exe", self, sizeof self - 1);
+    assert_true(l > 0);
+    self[l] = '\0';
+    pid_t pid;
+    assert_int_equal(posix_spawn(&pid, self, NULL, NULL, (char *const *)argv, environ), 0);
+    return pid;
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Tests without a master                                                                */
+/* ------------------------------------------------------------------------------------ */
+
+static void test_not_set_up(void **state)
+{
+    (void)state;
+    mc_store *s = NULL;
+    assert_int_equal(mc_store_create(&s), MC_OK);
+    char buf[64];
+    assert_int_equal(mc_store_put(s, "k", 1, "v", 1, NULL), MC_INVALID_PARAMS);
+    assert_int_equal(mc_store_get_into(s, "k", 1, buf, sizeof buf), MC_INVALID_PARAMS);
+    assert_int_equal(mc_store_is_exist(s, "k", 1), MC_INVALID_PARAMS);
+    assert_int_equal(mc_store_remove(s, "k", 1, false), MC_INVALID_PARAMS);
+    assert_int_equal(mc_store_remove_all(s, true), MC_INVALID_PARAMS);
+    assert_int_equal(mc_store_get_hostname(s, buf, sizeof buf), MC_INVALID_PARAMS);
+    assert_int_equal(mc_store_health_check(s), MC_STORE_NOT_INITIALIZED);
+    mc_store_key k = {"k", 1};
+    int r = 7;
+    assert_int_equal(mc_store_batch_is_exist(s, &k, 1, &r), MC_INVALID_PARAMS);
+    assert_int_equal(r, MC_INVALID_PARAMS);
+    assert_int_equal(mc_store_batch_is_exist(s, NULL, 0, &r), MC_OK); /* empty: fine */
+    assert_int_equal(mc_store_close(s), MC_OK);
+    assert_int_equal(mc_store_close(s), MC_OK);
+    mc_store_destroy(s);
+    mc_store_destroy(NULL);
+}
+
+static void test_setup_validation(void **state)
+{
+    (void)state;
+    mc_store *s = NULL;
+    assert_int_equal(mc_store_create(&s), MC_OK);
+    mc_store_config c;
+    mc_store_config_init(&c);
+    c.metadata_server = "P2PHANDSHAKE";
+    c.master_server_addr = "127.0.0.1:1";
+    assert_int_equal(mc_store_setup(s, &c), MC_INVALID_PARAMS); /* no hostname */
+    c.local_hostname = "";
+    assert_int_equal(mc_store_setup(s, &c), MC_INVALID_PARAMS);
+    c.local_hostname = "127.0.0.1:99999";
+    assert_int_equal(mc_store_setup(s, &c), MC_INVALID_PARAMS);
+    c.local_hostname = "127.0.0.1:x";
+    assert_int_equal(mc_store_setup(s, &c), MC_INVALID_PARAMS);
+    c.local_hostname = "127.0.0.1";
+    c.metadata_server = NULL;
+    assert_int_equal(mc_store_setup(s, &c), MC_INVALID_PARAMS);
+    c.metadata_server = "ftp://x";
+    assert_int_equal(mc_store_setup(s, &c), MC_INVALID_PARAMS);
+    c.metadata_server = "P2PHANDSHAKE";
+    c.global_segment_size = 100; /* below 1 KiB */
+    assert_int_equal(mc_store_setup(s, &c), MC_INVALID_PARAMS);
+    c.global_segment_size = MIB;
+    c.local_buffer_size = (1ull << 40) + 1;
+    assert_int_equal(mc_store_setup(s, &c), MC_INVALID_PARAMS);
+    c.local_buffer_size = 512;
+    assert_int_equal(mc_store_setup(s, &c), MC_INVALID_PARAMS);
+    c.local_buffer_size = MIB;
+    c.client_http_port = 70000;
+    assert_int_equal(mc_store_setup(s, &c), MC_INVALID_PARAMS);
+    c.client_http_port = 9300;
+    c.master_server_addr = "etcd://127.0.0.1:2379";
+    assert_int_equal(mc_store_setup(s, &c), MC_NOT_SUPPORTED);
+    c.master_server_addr = "127.0.0.1:1"; /* nobody listens: RPC failure, nothing left */
+    int rc = mc_store_setup(s, &c);
+    assert_true(rc == MC_RPC_FAIL || rc == MC_RPC_TIMEOUT);
+    assert_false(mc_store_is_setup(s));
+    assert_int_equal(mc_store_health_check(s), MC_STORE_NOT_INITIALIZED);
+    mc_store_destroy(s);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Tests with a master                                                                   */
+/* ------------------------------------------------------------------------------------ */
+
+static void test_lifecycle_hostname(void **state)
+{
+    fixture *f = *state;
+    NEED_MASTER(f);
+    mc_store *a = store_up(&f->m, 4 * MIB);
+    mc_store *b = store_up(&f->m, 4 * MIB);
+    char ha[128], hb[128];
+    int la = mc_store_get_hostname(a, ha, sizeof ha);
+    assert_true(la > 0);
+    assert_int_equal((size_t)la, strlen(ha));
+    int lb = mc_store_get_hostname(b, hb, sizeof hb);
+    assert_int_equal(lb, (int)strlen(hb));
+    assert_string_not_equal(ha, hb);
+    int port = 0;
+    assert_int_equal(sscanf(ha, "127.0.0.1:%d", &port), 1);
+    assert_in_range(port, 12300, 14300);
+    char tiny[4];
+    assert_int_equal(mc_store_get_hostname(a, tiny, sizeof tiny), MC_BUFFER_OVERFLOW);
+    assert_int_equal(mc_store_health_check(a), MC_STORE_HEALTHY);
+    assert_non_null(mc_store_engine(a));
+
+    /* Setting up twice is refused; close is idempotent; setup again works. */
+    mc_store_config c;
+    mc_store_config_init(&c);
+    c.local_hostname = "127.0.0.1";
+    c.metadata_server = "P2PHANDSHAKE";
+    c.master_server_addr = f->m.addr;
+    assert_int_equal(mc_store_setup(a, &c), MC_INVALID_PARAMS);
+    assert_int_equal(mc_store_close(a), MC_OK);
+    assert_int_equal(mc_store_close(a), MC_OK);
+    assert_int_equal(put_s(a, "x", "1", 1), MC_INVALID_PARAMS);
+    assert_int_equal(mc_store_health_check(a), MC_STORE_NOT_INITIALIZED);
+    c.global_segment_size = 4 * MIB;
+    assert_int_equal(mc_store_setup(a, &c), MC_OK);
+    assert_int_equal(put_s(a, "x", "1", 1), MC_OK);
+    char v[2] = {0};
+    assert_int_equal(get_s(b, "x", v, sizeof v), 1);
+    assert_int_equal(v[0], '1');
+    mc_store_destroy(a);
+    mc_store_destroy(b);
+}
+
+static void test_roundtrip_sizes(void **state)
+{
+    fixture *f = *state;
+    NEED_MASTER(f);
+    mc_store *a = store_up(&f->m, 64 * MIB);
+    mc_store *b = store_up(&f->m, 0); /* pure client: reads over the engine */
+    static const size_t sizes[] = {0, 1, 4096, 16 * MIB};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        size_t n = sizes[i];
+        char key[32];
+        snprintf(key, sizeof key, "size-%zu", n);
+        unsigned char *v = malloc(n + 1), *got = malloc(n + 1);
+        fill(v, n, (uint32_t)i + 1);
+        assert_int_equal(put_s(b, key, v, n), MC_OK); /* b has no segment: lands on a */
+        assert_int_equal(mc_store_is_exist(a, key, strlen(key)), 1);
+        assert_int_equal(mc_store_get_size(b, key, strlen(key)), (int64_t)n);
+        for (int who = 0; who < 2; who++) {
+            mc_store *s = who ? b : a;
+            memset(got, 0xEE, n + 1);
+            assert_int_equal(get_s(s, key, got, n), (int64_t)n);
+            assert_memory_equal(got, v, n);
+            void *p = NULL;
+            assert_int_equal(mc_store_get_alloc(s, key, strlen(key), &p), (int64_t)n);
+            assert_non_null(p);
+            assert_memory_equal(p, v, n);
+            free(p);
+            mc_store_buffer *h = NULL;
+            assert_int_equal(mc_store_get_buffer(s, key, strlen(key), &h), MC_OK);
+            assert_non_null(h);
+            assert_int_equal(mc_store_buffer_size(h), n);
+            if (n)
+                assert_memory_equal(mc_store_buffer_data(h), v, n);
+            else
+                assert_null(mc_store_buffer_data(h));
+            mc_store_buffer_free(h);
+        }
+        free(v);
+        free(got);
+    }
+    /* A miss. */
+    char buf[8];
+    assert_int_equal(get_s(a, "missing", buf, sizeof buf), MC_OBJECT_NOT_FOUND);
+    assert_int_equal(mc_store_is_exist(a, "missing", 7), 0);
+    assert_int_equal(mc_store_get_size(a, "missing", 7), MC_OBJECT_NOT_FOUND);
+    void *p = (void *)1;
+    assert_int_equal(mc_store_get_alloc(a, "missing", 7, &p), MC_OBJECT_NOT_FOUND);
+    assert_null(p);
+    mc_store_buffer *h = (void *)1;
+    assert_int_equal(mc_store_get_buffer(a, "missing", 7, &h), MC_OBJECT_NOT_FOUND);
+    assert_null(h);
+    mc_store_destroy(b);
+    mc_store_destroy(a);
+}
+
+static void test_keys(void **state)
+{
+    fixture *f = *state;
+    NEED_MASTER(f);
+    mc_store *s = store_up(&f->m, 16 * MIB);
+    char *longkey = malloc(4097);
+    memset(longkey, 'K', 4097);
+    const struct {
+        const char *k;
+        size_t n;
+    } keys[] = {
+        {"a/b:c@1 2%3", 11},
+        {"\xe9\x94\xae-\xc3\xbc", 7}, /* "键-ü" in UTF-8 */
+        {longkey, 4096},
+        {"nul\0inside", 10},
+    };
+    for (size_t i = 0; i < 4; i++) {
+        char v[16], got[16];
+        snprintf(v, sizeof v, "value-%zu", i);
+        assert_int_equal(mc_store_put(s, keys[i].k, keys[i].n, v, strlen(v), NULL), MC_OK);
+        assert_int_equal(mc_store_is_exist(s, keys[i].k, keys[i].n), 1);
+        assert_int_equal(mc_store_get_into(s, keys[i].k, keys[i].n, got, sizeof got),
+                         (int64_t)strlen(v));
+        assert_memory_equal(got, v, strlen(v));
+    }
+    /* "nul" alone is another key. */
+    assert_int_equal(mc_store_is_exist(s, "nul", 3), 0);
+    /* Removal: plain, and by regex (the objects are leased by the reads: force). */
+    assert_int_equal(mc_store_remove(s, keys[0].k, keys[0].n, true), MC_OK);
+    assert_int_equal(mc_store_is_exist(s, keys[0].k, keys[0].n), 0);
+    assert_int_equal(mc_store_remove_by_regex(s, "^\xe9\x94\xae-", 5, true), 1);
+    assert_int_equal(mc_store_is_exist(s, keys[1].k, keys[1].n), 0);
+    assert_int_equal(mc_store_remove_by_regex(s, "^K{4096}$", 9, true), 1);
+    assert_int_equal(mc_store_is_exist(s, longkey, 4096), 0);
+    assert_int_equal(mc_store_remove_by_regex(s, "(", 1, true), MC_INVALID_PARAMS);
+
+    /* Empty and 4097-byte keys: INVALID_PARAMS everywhere, nothing stored. */
+    char buf[4];
+    assert_int_equal(mc_store_put(s, "", 0, "v", 1, NULL), MC_INVALID_PARAMS);
+    assert_int_equal(mc_store_put(s, longkey, 4097, "v", 1, NULL), MC_INVALID_PARAMS);
+    assert_int_equal(mc_store_put(s, NULL, 3, "v", 1, NULL), MC_INVALID_PARAMS);
+    assert_int_equal(mc_store_get_into(s, "", 0, buf, 4), MC_INVALID_PARAMS);
+    assert_int_equal(mc_store_get_into(s, longkey, 4097, buf, 4), MC_INVALID_PARAMS);
+    assert_int_equal(mc_store_is_exist(s, longkey, 4097), MC_INVALID_PARAMS);
+    assert_int_equal(mc_store_remove(s, "", 0, true), MC_INVALID_PARAMS);
+    assert_int_equal(mc_store_is_exist(s, longkey, 4096), 0);
+    mc_store_key bk[3] = {{"ok-key", 6}, {"", 0}, {longkey, 4097}};
+    const void *vals[3] = {"a", "b", "c"};
+    uint64_t sz[3] = {1, 1, 1};
+    int res[3];
+    assert_int_equal(mc_store_batch_put_from(s, bk, 3, vals, sz, NULL, res), MC_OK);
+    assert_int_equal(res[0], MC_OK);
+    assert_int_equal(res[1], MC_INVALID_PARAMS);
+    assert_int_equal(res[2], MC_INVALID_PARAMS);
+    assert_int_equal(mc_store_batch_is_exist(s, bk, 3, res), MC_OK);
+    assert_int_equal(res[0], 1);
+    assert_int_equal(res[1], MC_INVALID_PARAMS);
+    assert_int_equal(res[2], MC_INVALID_PARAMS);
+    free(longkey);
+    mc_store_destroy(s);
+}
+
+static void test_get_into_capacity_and_dup_put(void **state)
+{
+    fixture *f = *state;
+    NEED_MASTER(f);
+    mc_store *s = store_up(&f->m, 16 * MIB);
+    char v[100];
+    fill(v, sizeof v, 9);
+    assert_int_equal(put_s(s, "cap", v, sizeof v), MC_OK);
+    char small[99], big[300];
+    assert_int_equal(get_s(s, "cap", small, sizeof small), MC_INVALID_PARAMS);
+    memset(big, 0x5A, sizeof big);
+    assert_int_equal(get_s(s, "cap", big, sizeof big), 100);
+    assert_memory_equal(big, v, 100);
+    for (size_t i = 100; i < sizeof big; i++)
+        assert_int_equal((unsigned char)big[i], 0x5A); /* the rest is untouched */
+    assert_int_equal(get_s(s, "cap", NULL, 10), MC_INVALID_PARAMS);
+
+    /* A second put keeps the first value and returns 0. */
+    assert_int_equal(put_s(s, "dup", "first", 5), MC_OK);
+    assert_int_equal(put_s(s, "dup", "second!", 7), MC_OK);
+    char got[16];
+    assert_int_equal(get_s(s, "dup", got, sizeof got), 5);
+    assert_memory_equal(got, "first", 5);
+
+    /* Zero-length: a real object. */
+    assert_int_equal(put_s(s, "empty", "", 0), MC_OK);
+    assert_int_equal(mc_store_is_exist(s, "empty", 5), 1);
+    assert_int_equal(get_s(s, "empty", NULL, 0), 0);
+    assert_int_equal(mc_store_get_size(s, "empty", 5), 0);
+
+    /* put_parts concatenates. */
+    mc_store_iov parts[3] = {{"ab", 2}, {"", 0}, {"cde", 3}};
+    assert_int_equal(mc_store_put_parts(s, "parts", 5, parts, 3, NULL), MC_OK);
+    assert_int_equal(get_s(s, "parts", got, sizeof got), 5);
+    assert_memory_equal(got, "abcde", 5);
+
+    /* Memory that was never registered, from the heap, and registration round trip. */
+    size_t n = 3 * MIB + 7;
+    unsigned char *heap = malloc(n), *back = malloc(n);
+    fill(heap, n, 77);
+    assert_int_equal(mc_store_put(s, "heap", 4, heap, n, NULL), MC_OK);
+    assert_int_equal(mc_store_get_into(s, "heap", 4, back, n), (int64_t)n);
+    assert_memory_equal(heap, back, n);
+    assert_int_equal(mc_store_register_buffer(s, back, n), MC_OK);
+    memset(back, 0, n);
+    assert_int_equal(mc_store_get_into(s, "heap", 4, back, n), (int64_t)n);
+    assert_memory_equal(heap, back, n);
+    assert_int_equal(mc_store_unregister_buffer(s, back), MC_OK);
+    assert_int_equal(mc_store_unregister_buffer(s, back), MC_INVALID_PARAMS);
+    free(heap);
+    free(back);
+    mc_store_destroy(s);
+}
+
+static void test_batches(void **state)
+{
+    fixture *f = *state;
+    NEED_MASTER(f);
+    mc_store *a = store_up(&f->m, 32 * MIB);
+    mc_store *b = store_up(&f->m, 32 * MIB);
+    enum { N = 40 };
+    mc_store_key keys[N];
+    char names[N][16];
+    unsigned char *vals[N];
+    uint64_t sizes[N];
+    int res[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(names[i], sizeof names[i], "b-%d", i % 30); /* 10 duplicates */
+        keys[i] = (mc_store_key){names[i], strlen(names[i])};
+        sizes[i] = 1000 + (uint64_t)(i % 30) * 512;
+        vals[i] = malloc(sizes[i]);
+        fill(vals[i], sizes[i], (uint32_t)(i % 30));
+    }
+    assert_int_equal(mc_store_batch_put_from(a, keys, N, (const void *const *)vals, sizes, NULL,
+                                             res),
+                     MC_OK);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(res[i], MC_OK);
+    /* Read everything from the other client; duplicates each get their own copy. */
+    void *bufs[N];
+    uint64_t caps[N];
+    int64_t got[N];
+    for (int i = 0; i < N; i++) {
+        caps[i] = sizes[i] + 10;
+        bufs[i] = calloc(1, caps[i]);
+    }
+    assert_int_equal(mc_store_batch_get_into(b, keys, N, bufs, caps, got), MC_OK);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(got[i], (int64_t)sizes[i]);
+        assert_memory_equal(bufs[i], vals[i], sizes[i]);
+    }
+    /* The case: the same key twice. */
+    mc_store_key kk[2] = {keys[0], keys[0]};
+    void *pp[2] = {calloc(1, sizes[0]), calloc(1, sizes[0])};
+    uint64_t nn[2] = {sizes[0], sizes[0]};
+    assert_int_equal(mc_store_batch_get_into(a, kk, 2, pp, nn, got), MC_OK);
+    assert_int_equal(got[0], (int64_t)sizes[0]);
+    assert_int_equal(got[1], (int64_t)sizes[0]);
+    assert_memory_equal(pp[0], vals[0], sizes[0]);
+    assert_memory_equal(pp[1], vals[0], sizes[0]);
+    free(pp[0]);
+    free(pp[1]);
+    /* Existence, sizes, a miss inside a batch, empty batches. */
+    mc_store_key mixed[3] = {keys[1], {"nope", 4}, keys[1]};
+    int ex[3];
+    assert_int_equal(mc_store_batch_is_exist(b, mixed, 3, ex), MC_OK);
+    assert_int_equal(ex[0], 1);
+    assert_int_equal(ex[1], 0);
+    assert_int_equal(ex[2], 1);
+    void *mb[3] = {bufs[1], bufs[2], bufs[3]};
+    uint64_t mc[3] = {caps[1], caps[2], caps[3]};
+    assert_int_equal(mc_store_batch_get_into(b, mixed, 3, mb, mc, got), MC_OK);
+    assert_int_equal(got[0], (int64_t)sizes[1]);
+    assert_int_equal(got[1], MC_OBJECT_NOT_FOUND);
+    assert_int_equal(got[2], (int64_t)sizes[1]);
+    assert_int_equal(mc_store_batch_get_into(b, keys, 0, NULL, NULL, got), MC_OK);
+    assert_int_equal(mc_store_batch_put_from(b, NULL, 0, NULL, NULL, NULL, res), MC_OK);
+
+    /* Multi-buffer put and get (scatter/gather), with prefer_alloc_in_same_node. */
+    unsigned char p1[300], p2[500], q1[100], q2[700];
+    fill(p1, sizeof p1, 1);
+    fill(p2, sizeof p2, 2);
+    mc_store_iov in[2] = {{p1, sizeof p1}, {p2, sizeof p2}};
+    const mc_store_iov *ins[1] = {in};
+    size_t cnt[1] = {2};
+    mc_store_key mk[1] = {{"multi", 5}};
+    mc_store_replicate_config rc;
+    mc_store_replicate_config_init(&rc);
+    rc.prefer_alloc_in_same_node = true;
+    assert_int_equal(mc_store_batch_put_from_multi_buffers(b, mk, 1, ins, cnt, &rc, res), MC_OK);
+    assert_int_equal(res[0], MC_OK);
+    mc_store_replica_list rl;
+    assert_int_equal(mc_store_get_replica_desc(b, "multi", 5, &rl), MC_OK);
+    assert_int_equal(rl.n, 1);
+    char hb[64];
+    mc_store_get_hostname(b, hb, sizeof hb);
+    assert_string_equal(rl.replicas[0].transport_endpoint, hb); /* same node first */
+    assert_int_equal(rl.replicas[0].size, 800);
+    assert_true(rl.lease_ttl_ms > 0);
+    /* prefer_alloc_in_same_node is refused by the plain puts, as upstream. */
+    assert_int_equal(mc_store_put(b, "x", 1, "y", 1, &rc), MC_INVALID_PARAMS);
+    mc_store_iov out[2] = {{q1, sizeof q1}, {q2, sizeof q2}};
+    const mc_store_iov *outs[1] = {out};
+    assert_int_equal(mc_store_batch_get_into_multi_buffers(a, mk, 1, outs, cnt, false, got),
+                     MC_OK);
+    assert_int_equal(got[0], 800);
+    assert_memory_equal(q1, p1, 100);
+    assert_memory_equal(q2, p1 + 100, 200);
+    assert_memory_equal(q2 + 200, p2, 500);
+    mc_store_iov shortv[1] = {{q2, 700}};
+    const mc_store_iov *shorts[1] = {shortv};
+    size_t one[1] = {1};
+    assert_int_equal(mc_store_batch_get_into_multi_buffers(a, mk, 1, shorts, one, false, got),
+                     MC_OK);
+    assert_int_equal(got[0], MC_INVALID_PARAMS);
+
+    /* get_batch-style allocation and batch handles. */
+    void *outp[N];
+    assert_int_equal(mc_store_batch_get_buffer(a, keys, 3, (mc_store_buffer **)outp, got),
+                     MC_OK);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(got[i], (int64_t)sizes[i]);
+        assert_memory_equal(mc_store_buffer_data(outp[i]), vals[i], sizes[i]);
+        mc_store_buffer_free(outp[i]);
+    }
+    /* Replica descriptors in a batch. */
+    mc_store_replica_list rls[2];
+    mc_store_key dk[2] = {keys[2], {"nope", 4}};
+    assert_int_equal(mc_store_batch_get_replica_desc(a, dk, 2, rls, res), MC_OK);
+    assert_int_equal(res[0], MC_OK);
+    assert_int_equal(rls[0].n, 1);
+    assert_int_equal(res[1], MC_OBJECT_NOT_FOUND);
+    assert_int_equal(rls[1].n, 0);
+    /* Batch remove (leased by the reads: force). */
+    assert_int_equal(mc_store_batch_remove(a, dk, 2, true, res), MC_OK);
+    assert_int_equal(res[0], MC_OK);
+    assert_int_equal(res[1], MC_OBJECT_NOT_FOUND);
+    assert_true(mc_store_remove_all(a, true) >= 29);
+    assert_int_equal(mc_store_is_exist(a, names[5], strlen(names[5])), 0);
+    for (int i = 0; i < N; i++) {
+        free(vals[i]);
+        free(bufs[i]);
+    }
+    mc_store_destroy(a);
+    mc_store_destroy(b);
+}
+
+static void *alloc_cb(void *ctx, size_t index, uint64_t size)
+{
+    size_t *calls = ctx;
+    calls[index]++;
+    return malloc(size ? size : 1);
+}
+
+static void test_get_with(void **state)
+{
+    fixture *f = *state;
+    NEED_MASTER(f);
+    mc_store *s = store_up(&f->m, 16 * MIB);
+    assert_int_equal(put_s(s, "w1", "hello", 5), MC_OK);
+    assert_int_equal(put_s(s, "w0", "", 0), MC_OK);
+    size_t calls[3] = {0};
+    void *p = NULL;
+    assert_int_equal(mc_store_get_with(s, "w1", 2, alloc_cb, calls, &p), 5);
+    assert_int_equal(calls[0], 1);
+    assert_memory_equal(p, "hello", 5);
+    free(p);
+    mc_store_key k[3] = {{"w1", 2}, {"none", 4}, {"w0", 2}};
+    void *outs[3];
+    int64_t res[3];
+    memset(calls, 0, sizeof calls);
+    assert_int_equal(mc_store_batch_get_with(s, k, 3, alloc_cb, calls, outs, res), MC_OK);
+    assert_int_equal(res[0], 5);
+    assert_int_equal(res[1], MC_OBJECT_NOT_FOUND);
+    assert_int_equal(res[2], 0);
+    assert_int_equal(calls[0], 1);
+    assert_int_equal(calls[1], 0); /* no allocation for a miss */
+    assert_int_equal(calls[2], 1);
+    assert_memory_equal(outs[0], "hello", 5);
+    assert_null(outs[1]);
+    free(outs[0]);
+    free(outs[2]);
+    mc_store_destroy(s);
+}
+
+static void test_replication_and_space(void **state)
+{
+    fixture *f = *state;
+    NEED_MASTER(f);
+    mc_store *a = store_up(&f->m, 4 * MIB);
+    mc_store *b = store_up(&f->m, 4 * MIB);
+    mc_store_replicate_config rc;
+    mc_store_replicate_config_init(&rc);
+    rc.replica_num = 3;
+    size_t n = MIB;
+    unsigned char *v = malloc(n), *got = malloc(n);
+    fill(v, n, 3);
+    assert_int_equal(mc_store_put(a, "rep", 3, v, n, &rc), MC_OK);
+    mc_store_replica_list rl;
+    assert_int_equal(mc_store_get_replica_desc(a, "rep", 3, &rl), MC_OK);
+    assert_int_equal(rl.n, 2); /* best effort: two segments */
+    assert_string_not_equal(rl.replicas[0].transport_endpoint, rl.replicas[1].transport_endpoint);
+    for (int i = 0; i < 2; i++) {
+        memset(got, 0, n);
+        assert_int_equal(mc_store_get_into(i ? b : a, "rep", 3, got, n), (int64_t)n);
+        assert_memory_equal(got, v, n);
+    }
+    /* Bad configs. */
+    rc.replica_num = 0;
+    assert_int_equal(mc_store_put(a, "bad", 3, v, 1, &rc), MC_INVALID_PARAMS);
+    rc.replica_num = 1;
+    rc.soft_pin_action = 7;
+    assert_int_equal(mc_store_put(a, "bad", 3, v, 1, &rc), MC_INVALID_PARAMS);
+    rc.soft_pin_action = MC_STORE_SOFT_PIN_PRESERVE;
+    rc.nof_replica_num = 1;
+    assert_int_equal(mc_store_put(a, "bad", 3, v, 1, &rc), MC_INVALID_PARAMS);
+    rc.nof_replica_num = 0;
+    const char *groups[2] = {"g", "h"};
+    rc.group_ids = groups;
+    rc.n_group_ids = 2; /* one key, two groups */
+    assert_int_equal(mc_store_put(a, "bad", 3, v, 1, &rc), MC_INVALID_PARAMS);
+    rc.n_group_ids = 1;
+    rc.with_soft_pin = true;
+    rc.with_hard_pin = true;
+    char hb[64];
+    mc_store_get_hostname(b, hb, sizeof hb);
+    rc.preferred_segment = hb;
+    assert_int_equal(mc_store_put(a, "pinned", 6, v, 10, &rc), MC_OK);
+    assert_int_equal(mc_store_get_replica_desc(a, "pinned", 6, &rl), MC_OK);
+    assert_int_equal(rl.n, 1);
+    assert_string_equal(rl.replicas[0].transport_endpoint, hb);
+    assert_int_equal(mc_store_is_exist(a, "bad", 3), 0);
+
+    /* Larger than any segment: NO_AVAILABLE_HANDLE, nothing left behind. */
+    size_t huge = 6 * MIB;
+    unsigned char *hv = calloc(1, huge);
+    assert_int_equal(mc_store_put(a, "huge", 4, hv, huge, NULL), MC_NO_AVAILABLE_HANDLE);
+    assert_int_equal(mc_store_is_exist(a, "huge", 4), 0);
+    assert_int_equal(mc_store_get_into(b, "huge", 4, hv, huge), MC_OBJECT_NOT_FOUND);
+    assert_int_equal(mc_store_remove(a, "huge", 4, true), MC_OBJECT_NOT_FOUND);
+    /* The space is still usable: a 2 MiB object fits. */
+    assert_int_equal(mc_store_put(a, "fits", 4, hv, 2 * MIB, NULL), MC_OK);
+    free(hv);
+    free(v);
+    free(got);
+    mc_store_destroy(a);
+    mc_store_destroy(b);
+}
+
+static void test_tcp_path(void **state)
+{
+    fixture *f = *state;
+    NEED_MASTER(f);
+    setenv("MC_FORCE_TCP", "1", 1);
+    mc_store *a = store_up(&f->m, 40 * MIB);
+    mc_store *b = store_up(&f->m, 40 * MIB);
+    unsetenv("MC_FORCE_TCP");
+    char ha[64], hb[64];
+    mc_store_get_hostname(a, ha, sizeof ha);
+    mc_store_get_hostname(b, hb, sizeof hb);
+    size_t n = 16 * MIB + 3;
+    unsigned char *v = malloc(n), *got = malloc(n);
+    fill(v, n, 5);
+    mc_store_replicate_config rc;
+    mc_store_replicate_config_init(&rc);
+    const char *pref[1] = {hb};
+    rc.preferred_segments = pref;
+    rc.n_preferred_segments = 1;
+    assert_int_equal(mc_store_put(a, "tcp", 3, v, n, &rc), MC_OK); /* a -> b's segment */
+    mc_store_replica_list rl;
+    assert_int_equal(mc_store_get_replica_desc(a, "tcp", 3, &rl), MC_OK);
+    assert_string_equal(rl.replicas[0].transport_endpoint, hb);
+    assert_int_equal(mc_store_get_into(a, "tcp", 3, got, n), (int64_t)n); /* b -> a */
+    assert_memory_equal(got, v, n);
+    memset(got, 0, n);
+    assert_int_equal(mc_store_get_into(b, "tcp", 3, got, n), (int64_t)n); /* own memory */
+    assert_memory_equal(got, v, n);
+    mc_te_stats st;
+    mc_te_get_stats(mc_store_engine(a), &st);
+    assert_true(st.tcp_bytes_sent >= n);
+    assert_true(st.tcp_bytes_received >= n);
+    assert_int_equal(st.shm_bytes, 0);
+    free(v);
+    free(got);
+    mc_store_destroy(a);
+    mc_store_destroy(b);
+}
+
+static void test_remove_and_lease(void **state)
+{
+    fixture *f = *state;
+    NEED_MASTER(f);
+    mc_store *s = store_up(&f->m, 8 * MIB);
+    char buf[8];
+    assert_int_equal(put_s(s, "l", "abc", 3), MC_OK);
+    assert_int_equal(put_s(s, "nolease", "abc", 3), MC_OK);
+    assert_int_equal(mc_store_remove(s, "nolease", 7, false), MC_OK); /* never read */
+    assert_int_equal(get_s(s, "l", buf, sizeof buf), 3);              /* grants a lease */
+    assert_int_equal(mc_store_remove(s, "l", 1, false), MC_OBJECT_HAS_LEASE);
+    assert_int_equal(mc_store_remove(s, "l", 1, true), MC_OK);
+    assert_int_equal(mc_store_remove(s, "l", 1, true), MC_OBJECT_NOT_FOUND);
+    assert_int_equal(mc_store_is_exist(s, "l", 1), 0);
+
+    /* Upsert: replace in place and with another size; refused under a reader's lease. */
+    assert_int_equal(put_s(s, "u", "aaaa", 4), MC_OK);
+    assert_int_equal(mc_store_upsert(s, "u", 1, "bbbb", 4, NULL), MC_OK);
+    assert_int_equal(mc_store_upsert(s, "u", 1, "cccccc", 6, NULL), MC_OK);
+    assert_int_equal(get_s(s, "u", buf, sizeof buf), 6);
+    assert_memory_equal(buf, "cccccc", 6);
+    assert_int_equal(mc_store_upsert(s, "u", 1, "dd", 2, NULL), MC_OBJECT_HAS_LEASE);
+    assert_int_equal(mc_store_upsert(s, "u2", 2, "new", 3, NULL), MC_OK); /* insert */
+    mc_store_iov parts[2] = {{"x", 1}, {"yz", 2}};
+    assert_int_equal(mc_store_upsert_parts(s, "u2", 2, parts, 2, NULL), MC_OK);
+    assert_int_equal(get_s(s, "u2", buf, sizeof buf), 3);
+    assert_memory_equal(buf, "xyz", 3);
+    mc_store_destroy(s);
+}
+
+static void sleep_hook(const char *point, const void *key, size_t key_len)
+{
+    (void)key;
+    (void)key_len;
+    if (!strcmp(point, MC__STORE_HOOK_READ_DONE))
+        mc_sleep_ms(450); /* the master's lease is 200 ms in this test */
+}
+
+static void test_lease_expired(void **state)
+{
+    fixture *f = *state;
+    NEED_MASTER(f);
+    mc_store *a = store_up(&f->m, 8 * MIB);
+    mc_store *b = store_up(&f->m, 8 * MIB);
+    char ha[64];
+    mc_store_get_hostname(a, ha, sizeof ha);
+    mc_store_replicate_config rc;
+    mc_store_replicate_config_init(&rc);
+    rc.preferred_segment = ha;
+    unsigned char v[4096], got[4096];
+    fill(v, sizeof v, 11);
+    assert_int_equal(mc_store_put(a, "lease", 5, v, sizeof v, &rc), MC_OK);
+    mc__store_test_hook = sleep_hook;
+    assert_int_equal(mc_store_get_into(b, "lease", 5, got, sizeof got), MC_LEASE_EXPIRED);
+    assert_int_equal(mc_store_get_into(a, "lease", 5, got, sizeof got), MC_LEASE_EXPIRED);
+    mc_store_key k[2] = {{"lease", 5}, {"lease", 5}};
+    void *bufs[2] = {got, got};
+    uint64_t caps[2] = {sizeof got, sizeof got};
+    int64_t res[2];
+    assert_int_equal(mc_store_batch_get_into(b, k, 2, bufs, caps, res), MC_OK);
+    assert_int_equal(res[0], MC_LEASE_EXPIRED);
+    assert_int_equal(res[1], MC_LEASE_EXPIRED);
+    mc__store_test_hook = NULL;
+    assert_int_equal(mc_store_get_into(b, "lease", 5, got, sizeof got), (int64_t)sizeof v);
+    assert_memory_equal(got, v, sizeof v);
+    /* The lease is short here: after it passes, remove without force works. */
+    mc_sleep_ms(300);
+    assert_int_equal(mc_store_remove(b, "lease", 5, false), MC_OK);
+    mc_store_destroy(a);
+    mc_store_destroy(b);
+}
+
+/* A writer process killed between put_start and put_end. */
+static void test_killed_writer(void **state)
+{
+    fixture *f = *state;
+    NEED_MASTER(f);
+    mc_store *s = store_up(&f->m, 8 * MIB);
+    const char *args[] = {"--child-writer", f->m.addr, "zombie", NULL};
+    pid_t pid = spawn_self(args);
+    int st = 0;
+    assert_int_equal(wait_pid(pid, 20000, &st), 0);
+    assert_true(WIFSIGNALED(st));
+    assert_int_equal(WTERMSIG(st), SIGKILL);
+    char buf[16];
+    /* In flight: not readable, not removable. */
+    assert_int_equal(mc_store_is_exist(s, "zombie", 6), 0);
+    int64_t g = get_s(s, "zombie", buf, sizeof buf);
+    assert_true(g == MC_REPLICA_IS_NOT_READY || g == MC_OBJECT_NOT_FOUND);
+    assert_int_equal(mc_store_remove(s, "zombie", 6, true), MC_REPLICA_IS_NOT_READY);
+    /* After put_start_discard_timeout_sec (1 s here) a new put takes the key over. */
+    uint64_t t0 = mc_now_ms();
+    for (;;) {
+        assert_int_equal(put_s(s, "zombie", "alive", 5), MC_OK);
+        if (get_s(s, "zombie", buf, sizeof buf) == 5)
+            break;
+        assert_true(mc_now_ms() - t0 < 4000);
+        mc_sleep_ms(100);
+    }
+    assert_memory_equal(buf, "alive", 5);
+    assert_true(mc_now_ms() - t0 < 3000); /* 1 s discard timeout + slack */
+    mc_store_destroy(s);
+}
+
+/* Two processes put the same keys with different values at the same time. */
+static void test_concurrent_processes(void **state)
+{
+    fixture *f = *state;
+    NEED_MASTER(f);
+    mc_store *s = store_up(&f->m, 32 * MIB);
+    const char *a1[] = {"--child-putter", f->m.addr, "65", NULL}; /* 'A' */
+    const char *a2[] = {"--child-putter", f->m.addr, "66", NULL}; /* 'B' */
+    pid_t p1 = spawn_self(a1), p2 = spawn_self(a2);
+    int st1 = 0, st2 = 0;
+    assert_int_equal(wait_pid(p1, 60000, &st1), 0);
+    assert_int_equal(wait_pid(p2, 60000, &st2), 0);
+    assert_true(WIFEXITED(st1) && WEXITSTATUS(st1) == 0);
+    assert_true(WIFEXITED(st2) && WEXITSTATUS(st2) == 0);
+    enum { VAL = 16384 };
+    unsigned char *buf = malloc(VAL);
+    for (int i = 0; i <= 100; i++) {
+        char key[16];
+        if (i == 100)
+            snprintf(key, sizeof key, "same");
+        else
+            snprintf(key, sizeof key, "c%d", i);
+        assert_int_equal(get_s(s, key, buf, VAL), VAL);
+        unsigned char c = buf[0];
+        assert_true(c == 'A' || c == 'B');
+        for (int j = 1; j < VAL; j++)
+            if (buf[j] != c)
+                fail_msg("key %s: byte %d is %c, byte 0 is %c (a mix)", key, j, buf[j], c);
+    }
+    free(buf);
+    mc_store_destroy(s);
+}
+
+typedef struct mt_arg {
+    mc_store *s;
+    int id;
+    int bad;
+} mt_arg;
+
+static void key_value(int k, unsigned char *v, size_t n)
+{
+    memset(v, 'a' + k % 26, n);
+}
+
+static void *mt_main(void *p)
+{
+    mt_arg *a = p;
+    enum { VAL = 8192 };
+    unsigned char v[VAL], got[VAL];
+    uint32_t x = (uint32_t)a->id * 7919u + 1;
+    for (int i = 0; i < 150; i++) {
+        x = x * 1103515245u + 12345u;
+        int k = (int)((x >> 8) % 16);
+        char key[16];
+        snprintf(key, sizeof key, "mt-%d", k);
+        int op = (int)((x >> 20) % 4);
+        if (op <= 1) {
+            key_value(k, v, VAL);
+            int rc = put_s(a->s, key, v, VAL);
+            if (rc != MC_OK && rc != MC_NO_AVAILABLE_HANDLE)
+                a->bad++;
+        } else if (op == 2) {
+            int64_t rc = get_s(a->s, key, got, VAL);
+            if (rc == VAL) {
+                key_value(k, v, VAL);
+                if (memcmp(got, v, VAL))
+                    a->bad++;
+            } else if (rc != MC_OBJECT_NOT_FOUND && rc != MC_REPLICA_IS_NOT_READY) {
+                a->bad++;
+            }
+        } else {
+            int rc = mc_store_remove(a->s, key, strlen(key), (x >> 30) & 1);
+            if (rc != MC_OK && rc != MC_OBJECT_NOT_FOUND && rc != MC_OBJECT_HAS_LEASE &&
+                rc != MC_REPLICA_IS_NOT_READY)
+                a->bad++;
+        }
+    }
+    return NULL;
+}
+
+static void test_threads(void **state)
+{
+    fixture *f = *state;
+    NEED_MASTER(f);
+    mc_store *s = store_up(&f->m, 16 * MIB);
+    enum { T = 4 };
+    pthread_t th[T];
+    mt_arg args[T];
+    for (int i = 0; i < T; i++) {
+        args[i] = (mt_arg){s, i, 0};
+        assert_int_equal(pthread_create(&th[i], NULL, mt_main, &args[i]), 0);
+    }
+    for (int i = 0; i < T; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(args[i].bad, 0);
+    }
+    mc_store_destroy(s);
+}
+
+static void test_handle_outlives_close(void **state)
+{
+    fixture *f = *state;
+    NEED_MASTER(f);
+    mc_store *s = store_up_opts(f->m.addr, 8 * MIB, 64 * 1024);
+    unsigned char v[40000];
+    fill(v, sizeof v, 21);
+    assert_int_equal(put_s(s, "h1", v, sizeof v), MC_OK);
+    assert_int_equal(put_s(s, "h2", v, sizeof v), MC_OK);
+    mc_store_buffer *h1 = NULL, *h2 = NULL, *h3 = NULL;
+    assert_int_equal(mc_store_get_buffer(s, "h1", 2, &h1), MC_OK);
+    void *base;
+    uint64_t size, used;
+    assert_int_equal(mc_store_local_buffer_info(s, &base, &size, &used), MC_OK);
+    assert_int_equal(size, 64 * 1024);
+    assert_true(used >= sizeof v);
+    /* The local buffer is full now: the second handle falls back to the heap. */
+    assert_int_equal(mc_store_get_buffer(s, "h2", 2, &h2), MC_OK);
+    assert_int_equal(mc_store_buffer_alloc(s, 40000, &h3), MC_NO_AVAILABLE_HANDLE);
+    assert_int_equal(mc_store_buffer_alloc(s, 1000, &h3), MC_OK);
+    assert_int_equal(mc_store_buffer_size(h3), 1000);
+    mc_store_buffer_free(h3);
+    assert_int_equal(mc_store_buffer_alloc(s, 0, &h3), MC_INVALID_PARAMS);
+    assert_null(h3);
+    assert_int_equal(mc_store_close(s), MC_OK);
+    assert_memory_equal(mc_store_buffer_data(h1), v, sizeof v);
+    assert_memory_equal(mc_store_buffer_data(h2), v, sizeof v);
+    mc_store_destroy(s);
+    assert_memory_equal(mc_store_buffer_data(h1), v, sizeof v);
+    mc_store_buffer_free(h1);
+    mc_store_buffer_free(h2);
+    mc_store_buffer_free(NULL);
+}
+
+/* ------------------------------------------------------------------------------------ */
+/* Child processes                                                                       */
+/* ------------------------------------------------------------------------------------ */
+
+static mc_store *child_store(const char *master)
+{
+    mc_store *s = NULL;
+    mc_store_create(&s);
+    mc_store_config c;
+    mc_store_config_init(&c);
+    c.local_hostname = "127.0.0.1";
+    c.metadata_server = "P2PHANDSHAKE";
+    c.global_segment_size = 0; /* pure client: its death loses no replica */
+    c.local_buffer_size = 0;
+    c.master_server_addr = master;
+    if (mc_store_setup(s, &c) != MC_OK) {
+        fprintf(stderr, "child: setup failed\n");
+        exit(2);
+    }
+    return s;
+}
+
+static void die_hook(const char *point, const void *key, size_t key_len)
+{
+    (void)key;
+    (void)key_len;
+    if (!strcmp(point, MC__STORE_HOOK_PUT_STARTED))
+        raise(SIGKILL);
+}
+
+static int child_writer(const char *master, const char *key)
+{
+    mc_store *s = child_store(master);
+    mc__store_test_hook = die_hook;
+    static unsigned char v[MIB];
+    put_s(s, key, v, sizeof v);
+    return 3; /* not reached */
+}
+
+static int child_putter(const char *master, int byte)
+{
+    mc_store *s = child_store(master);
+    enum { VAL = 16384 };
+    unsigned char *v = malloc(VAL);
+    memset(v, byte, VAL);
+    int bad = 0;
+    for (int i = 0; i < 100; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "c%d", i);
+        if (put_s(s, key, v, VAL) != MC_OK)
+            bad++;
+    }
+    for (int i = 0; i < 1000; i++)
+        if (put_s(s, "same", v, VAL) != MC_OK)
+            bad++;
+    free(v);
+    mc_store_destroy(s);
+    if (bad)
+        fprintf(stderr, "child putter %c: %d puts failed\n", byte, bad);
+    return bad ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 4 && !strcmp(argv[1], "--child-writer"))
+        return child_writer(argv[2], argv[3]);
+    if (argc >= 4 && !strcmp(argv[1], "--child-putter"))
+        return child_putter(argv[2], atoi(argv[3]));
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_not_set_up),
+        cmocka_unit_test(test_setup_validation),
+        cmocka_unit_test_setup_teardown(test_lifecycle_hostname, setup_default, teardown_master),
+        cmocka_unit_test_setup_teardown(test_roundtrip_sizes, setup_default, teardown_master),
+        cmocka_unit_test_setup_teardown(test_keys, setup_default, teardown_master),
+        cmocka_unit_test_setup_teardown(test_get_into_capacity_and_dup_put, setup_default,
+                                        teardown_master),
+        cmocka_unit_test_setup_teardown(test_batches, setup_default, teardown_master),
+        cmocka_unit_test_setup_teardown(test_get_with, setup_default, teardown_master),
+        cmocka_unit_test_setup_teardown(test_replication_and_space, setup_default,
+                                        teardown_master),
+        cmocka_unit_test_setup_teardown(test_tcp_path, setup_default, teardown_master),
+        cmocka_unit_test_setup_teardown(test_remove_and_lease, setup_default, teardown_master),
+        cmocka_unit_test_setup_teardown(test_lease_expired, setup_short_lease, teardown_master),
+        cmocka_unit_test_setup_teardown(test_killed_writer, setup_fast_discard, teardown_master),
+        cmocka_unit_test_setup_teardown(test_concurrent_processes, setup_default,
+                                        teardown_master),
+        cmocka_unit_test_setup_teardown(test_threads, setup_default, teardown_master),
+        cmocka_unit_test_setup_teardown(test_handle_outlives_close, setup_default,
+                                        teardown_master),
+    };
+    return cmocka_run_group_tests_name("store_client", tests, NULL, NULL);
+}
