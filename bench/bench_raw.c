@@ -1,0 +1,181 @@
+/* bench_raw: the physical baselines the transfer-engine benchmark compares against,
+ * measured on this box in the same run (driven by bench/bench_transfer.py).
+ *   bench_raw tcp BLOCK SECONDS [SPAN]
+ *       one loopback TCP stream between two processes: the sender send()s BLOCK bytes at
+ *       a time, the receiver recv()s BLOCK bytes at a time (MSG_WAITALL); both walk
+ *       through SPAN bytes of memory (default BLOCK: one cache-hot buffer), so the memory
+ *       footprint can match the engine run it is compared with. Throughput is measured
+ *       at the receiver.
+ *   bench_raw memcpy BLOCK SECONDS [SPAN] [THREADS]
+ *       THREADS threads (default 1) each memcpy BLOCK-byte pieces walking through SPAN
+ *       bytes (default 256 MiB) of their own source and destination.
+ * Prints one JSON line: {"kind": ..., "block": B, "span": S, "threads": T, "seconds": s,
+ * "bytes": N, "GBps": X} (GB = 1e9 bytes). */
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void report(const char *kind, size_t block, size_t span, int threads, double secs,
+                   uint64_t bytes)
+{
+    printf("{\"kind\": \"%s\", \"block\": %zu, \"span\": %zu, \"threads\": %d, "
+           "\"seconds\": %.3f, \"bytes\": %llu, \"GBps\": %.4f}\n",
+           kind, block, span, threads, secs, (unsigned long long)bytes,
+           (double)bytes / secs / 1e9);
+}
+
+static int run_tcp(size_t block, double seconds, size_t span)
+{
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(lfd, 1) < 0 ||
+        getsockname(lfd, (struct sockaddr *)&sa, &sl) < 0)
+        return 1;
+    int res[2];
+    if (pipe(res) < 0)
+        return 1;
+    pid_t pid = fork();
+    if (pid == 0) { /* receiver */
+        close(res[0]);
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0)
+            _exit(1);
+        char *buf = malloc(span);
+        memset(buf, 0, span);
+        size_t nblk = span / block, i = 0;
+        uint64_t got = 0;
+        double t0 = 0;
+        for (;;) {
+            ssize_t k = recv(fd, buf + (i++ % nblk) * block, block, MSG_WAITALL);
+            if (k <= 0)
+                break;
+            if (!t0)
+                t0 = now_s();
+            got += (uint64_t)k;
+        }
+        double el = now_s() - t0;
+        char line[128];
+        int n = snprintf(line, sizeof line, "%llu %.9f", (unsigned long long)got, el);
+        if (write(res[1], line, (size_t)n) < 0)
+            _exit(1);
+        _exit(0);
+    }
+    close(res[1]);
+    int fd = accept(lfd, NULL, NULL);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    char *buf = malloc(span);
+    memset(buf, 1, span);
+    size_t nblk = span / block, j = 0;
+    double end = now_s() + seconds;
+    while (now_s() < end) {
+        for (int i = 0; i < 16; i++) {
+            size_t off = 0;
+            char *p = buf + (j++ % nblk) * block;
+            while (off < block) {
+                ssize_t k = send(fd, p + off, block - off, MSG_NOSIGNAL);
+                if (k <= 0)
+                    return 1;
+                off += (size_t)k;
+            }
+        }
+    }
+    close(fd);
+    char line[128] = {0};
+    if (read(res[0], line, sizeof line - 1) <= 0)
+        return 1;
+    waitpid(pid, NULL, 0);
+    unsigned long long got;
+    double el;
+    if (sscanf(line, "%llu %lf", &got, &el) != 2)
+        return 1;
+    report("raw_tcp", block, span, 1, el, got);
+    return 0;
+}
+
+typedef struct mthr {
+    pthread_t th;
+    size_t block, span;
+    double seconds, secs;
+    uint64_t bytes;
+} mthr;
+
+static void *memcpy_thread(void *arg)
+{
+    mthr *m = arg;
+    char *a = malloc(m->span), *b = malloc(m->span);
+    memset(a, 1, m->span);
+    memset(b, 2, m->span);
+    size_t nblk = m->span / m->block, i = 0;
+    double t0 = now_s(), end = t0 + m->seconds, t;
+    do {
+        for (int k = 0; k < 64; k++) {
+            size_t off = (i++ % nblk) * m->block;
+            memcpy(b + off, a + off, m->block);
+            m->bytes += m->block;
+        }
+        t = now_s();
+    } while (t < end);
+    m->secs = t - t0;
+    free(a);
+    free(b);
+    return NULL;
+}
+
+static int run_memcpy(size_t block, double seconds, size_t span, int threads)
+{
+    mthr *ms = calloc((size_t)threads, sizeof *ms);
+    for (int i = 0; i < threads; i++) {
+        ms[i] = (mthr){.block = block, .span = span, .seconds = seconds};
+        pthread_create(&ms[i].th, NULL, memcpy_thread, &ms[i]);
+    }
+    uint64_t bytes = 0;
+    double secs = 0;
+    for (int i = 0; i < threads; i++) {
+        pthread_join(ms[i].th, NULL);
+        bytes += ms[i].bytes;
+        if (ms[i].secs > secs)
+            secs = ms[i].secs;
+    }
+    report("memcpy", block, span, threads, secs, bytes);
+    free(ms);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 4 || argc > 6) {
+        fprintf(stderr, "usage: %s tcp|memcpy BLOCK SECONDS [SPAN] [THREADS]\n", argv[0]);
+        return 2;
+    }
+    size_t block = strtoull(argv[2], NULL, 0);
+    double secs = atof(argv[3]);
+    int tcp = strcmp(argv[1], "tcp") == 0;
+    size_t span = argc > 4 ? strtoull(argv[4], NULL, 0) : tcp ? block : (256u << 20);
+    int threads = argc > 5 ? atoi(argv[5]) : 1;
+    if (!block || secs <= 0 || threads < 1 || threads > 256)
+        return 2;
+    if (span < block)
+        span = block;
+    if (tcp)
+        return run_tcp(block, secs, span);
+    if (strcmp(argv[1], "memcpy") == 0)
+        return run_memcpy(block, secs, span, threads);
+    return 2;
+}
