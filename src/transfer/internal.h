@@ -246,6 +246,7 @@ struct mc_te {
     int hs_lfd, data_lfd, shm_lfd;
     te_io io[TE_MAX_IO];
     atomic_uint next_io;
+    atomic_int n_sconns; /* data connections being served */
 
     /* own descriptor */
     pthread_mutex_t publish_lock; /* serialises republishing */

@@ -11,6 +11,8 @@
  * is checked against the descriptor and against the mapping. The loop watches the Unix
  * connection: when the owner goes away, mappings are dropped before the next use. */
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -266,6 +268,14 @@ static te_map *map_buffer(mc_te *te, te_peer *p, uint64_t base, uint64_t desc_le
         rlen > (uint64_t)MC_SEGMENT_MAX_ADDR) {
         if (memfd >= 0)
             close(memfd);
+        return NULL;
+    }
+    /* the owner seals its memfds against shrinking; anything else could SIGBUS us */
+    struct stat sb;
+    int seals = fcntl(memfd, F_GET_SEALS);
+    if (seals < 0 || !(seals & F_SEAL_SHRINK) || fstat(memfd, &sb) < 0 ||
+        (uint64_t)sb.st_size < rlen) {
+        close(memfd);
         return NULL;
     }
     void *ptr = mmap(NULL, rlen, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);

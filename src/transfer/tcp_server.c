@@ -22,6 +22,7 @@
 #define SCRATCH 65536
 #define OUT_MAX_COUNT 4096
 #define OUT_MAX_BYTES (64ull << 20)
+#define MAX_SCONNS 4096 /* data connections served per engine */
 
 static const char zeros[SCRATCH];
 
@@ -35,6 +36,7 @@ static void set_events(te_sconn *c, uint32_t ev)
 
 static void sconn_close(te_sconn *c)
 {
+    atomic_fetch_sub(&c->io->te->n_sconns, 1);
     mc_loop_del(c->io->loop, c->fd);
     close(c->fd);
     if (c->state == TE_S_PAYLOAD)
@@ -352,6 +354,7 @@ static void sconn_adopt(void *arg)
     c->fd = a->fd;
     c->events = EPOLLIN;
     if (mc_loop_add(c->io->loop, c->fd, c->events, sconn_io, c) < 0) {
+        atomic_fetch_sub(&c->io->te->n_sconns, 1);
         close(c->fd);
         free(c);
         free(a);
@@ -373,6 +376,11 @@ static void data_accept(mc_loop *loop, int lfd, uint32_t events, void *arg)
         int fd = mc_sock_accept(lfd, true);
         if (fd < 0)
             return;
+        if (atomic_fetch_add(&te->n_sconns, 1) >= MAX_SCONNS) {
+            atomic_fetch_sub(&te->n_sconns, 1);
+            close(fd);
+            continue;
+        }
         mc_sock_set_nodelay(fd);
         mc_sock_set_keepalive(fd, 60, 10, 6);
         unsigned idx = atomic_fetch_add(&te->next_io, 1) % te->nio;
@@ -384,6 +392,7 @@ static void data_accept(mc_loop *loop, int lfd, uint32_t events, void *arg)
         if (idx == 0) {
             sconn_adopt(a);
         } else if (mc_loop_post(a->io->loop, sconn_adopt, a) < 0) {
+            atomic_fetch_sub(&te->n_sconns, 1);
             close(fd);
             free(a);
         }
