@@ -345,7 +345,11 @@ MC_API int64_t mc_store_get_into(mc_store *s, const void *key, size_t key_len, v
  * get_replica_list RPC, before the transfer) on the calling thread. index is the key's
  * position (0 for single calls); size may be 0. Returns memory for at least size bytes
  * (the caller's; the store only writes into it), or NULL to give up on that key
- * (result MC_INTERNAL_ERROR; for size 0 a NULL return is fine and not an error). */
+ * (result MC_INTERNAL_ERROR; for size 0 a NULL return is fine and not an error).
+ * It runs inside the store call (the store's call lock is held shared): it must not call
+ * any mc_store_* function on the same store, and must not wait for a thread that is in
+ * mc_store_close (a Python binding releases the GIL around close, so an allocator that
+ * takes the GIL is fine). */
 typedef void *(*mc_store_alloc_fn)(void *ctx, size_t index, uint64_t size);
 
 /* mc_store_get_with: reads the object into memory obtained from alloc(ctx, 0, size), in

@@ -44,6 +44,7 @@ typedef struct master_proc {
     pid_t pid;
     int out_fd; /* its stdout (kept open so it never gets SIGPIPE) */
     int port;
+    int md_port; /* embedded HTTP metadata server, 0 when not enabled */
     char addr[64];
 } master_proc;
 
@@ -55,9 +56,9 @@ static const char *master_bin(void)
     return p;
 }
 
-/* Starts a master on 127.0.0.1 with free ports and the extra flags (NULL-terminated
- * list). Returns 0, or -1 (logged). */
-static int master_start(master_proc *m, const char *const *extra)
+/* Starts a master on 127.0.0.1 with the given RPC port (0: a free one) and the extra
+ * flags (NULL-terminated list). Returns 0, or -1 (logged). */
+static int master_start_port(master_proc *m, int rpc_port, const char *const *extra)
 {
     memset(m, 0, sizeof *m);
     const char *bin = master_bin();
@@ -65,8 +66,10 @@ static int master_start(master_proc *m, const char *const *extra)
         return -1;
     const char *argv[32];
     int n = 0;
+    char portflag[32];
+    snprintf(portflag, sizeof portflag, "--rpc_port=%d", rpc_port);
     argv[n++] = bin;
-    argv[n++] = "--rpc_port=0";
+    argv[n++] = portflag;
     argv[n++] = "--rpc_address=127.0.0.1";
     argv[n++] = "--metrics_port=0";
     argv[n++] = "--metrics_host=127.0.0.1";
@@ -103,6 +106,9 @@ static int master_start(master_proc *m, const char *const *extra)
         buf[len] = '\0';
         if (strstr(buf, "ready")) {
             const char *l = strstr(buf, "RPC listening on 127.0.0.1:");
+            const char *md = strstr(buf, "HTTP metadata server on http://127.0.0.1:");
+            if (md)
+                sscanf(md, "HTTP metadata server on http://127.0.0.1:%d", &m->md_port);
             if (l && sscanf(l, "RPC listening on 127.0.0.1:%d", &m->port) == 1) {
                 snprintf(m->addr, sizeof m->addr, "127.0.0.1:%d", m->port);
                 return 0;
@@ -115,6 +121,11 @@ static int master_start(master_proc *m, const char *const *extra)
     waitpid(m->pid, NULL, 0);
     close(m->out_fd);
     return -1;
+}
+
+static int master_start(master_proc *m, const char *const *extra)
+{
+    return master_start_port(m, 0, extra);
 }
 
 static int wait_pid(pid_t pid, int timeout_ms, int *status)
@@ -150,14 +161,16 @@ static void master_stop(master_proc *m)
 /* Helpers                                                                               */
 /* ------------------------------------------------------------------------------------ */
 
-static mc_store *store_up_opts(const char *master, uint64_t seg, uint64_t lbuf)
+static mc_store *store_up_md(const char *master, uint64_t seg, uint64_t lbuf, const char *md,
+                             uint32_t hb_ms)
 {
     mc_store *s = NULL;
     assert_int_equal(mc_store_create(&s), MC_OK);
     mc_store_config c;
     mc_store_config_init(&c);
     c.local_hostname = "127.0.0.1";
-    c.metadata_server = "P2PHANDSHAKE";
+    c.metadata_server = md;
+    c.heartbeat_interval_ms = hb_ms;
     c.global_segment_size = seg;
     c.local_buffer_size = lbuf;
     c.protocol = "tcp";
@@ -166,6 +179,11 @@ static mc_store *store_up_opts(const char *master, uint64_t seg, uint64_t lbuf)
     if (rc != MC_OK)
         fail_msg("setup failed: %s (%d)", mc_strerror(rc), rc);
     return s;
+}
+
+static mc_store *store_up_opts(const char *master, uint64_t seg, uint64_t lbuf)
+{
+    return store_up_md(master, seg, lbuf, "P2PHANDSHAKE", 0);
 }
 
 static mc_store *store_up(const master_proc *m, uint64_t seg)
@@ -224,6 +242,14 @@ static int setup_short_lease(void **state)
 static int setup_fast_discard(void **state)
 {
     static const char *const flags[] = {"--put_start_discard_timeout_sec=1", NULL};
+    return fixture_start(state, flags);
+}
+
+static int setup_http_md(void **state)
+{
+    static const char *const flags[] = {"--enable_http_metadata_server=true",
+                                        "--http_metadata_server_port=0",
+                                        "--http_metadata_server_host=127.0.0.1", NULL};
     return fixture_start(state, flags);
 }
 
@@ -1062,6 +1088,82 @@ static void test_handle_outlives_close(void **state)
     mc_store_buffer_free(NULL);
 }
 
+/* HTTP metadata (in the master) and a master restart: clients notice (health), remount
+ * their segments and republish their descriptors, and keep working with an empty cache. */
+static void test_http_metadata_and_restart(void **state)
+{
+    fixture *f = *state;
+    NEED_MASTER(f);
+    assert_true(f->m.md_port > 0);
+    char md[96];
+    snprintf(md, sizeof md, "http://127.0.0.1:%d/metadata", f->m.md_port);
+    mc_store *a = store_up_md(f->m.addr, 8 * MIB, MIB, md, 50);
+    mc_store *b = store_up_md(f->m.addr, 8 * MIB, MIB, md, 50);
+    char ha[64], hb[64];
+    mc_store_get_hostname(a, ha, sizeof ha);
+    mc_store_get_hostname(b, hb, sizeof hb);
+    assert_string_not_equal(ha, hb);
+    mc_store_replicate_config rc;
+    mc_store_replicate_config_init(&rc);
+    rc.preferred_segment = hb;
+    unsigned char v[70000], got[70000];
+    fill(v, sizeof v, 31);
+    assert_int_equal(mc_store_put(a, "before", 6, v, sizeof v, &rc), MC_OK);
+    assert_int_equal(mc_store_get_into(a, "before", 6, got, sizeof got), (int64_t)sizeof v);
+    assert_memory_equal(got, v, sizeof v);
+
+    int rpc_port = f->m.port;
+    const char *flags[] = {"--enable_http_metadata_server=true", NULL,
+                           "--http_metadata_server_host=127.0.0.1", NULL};
+    char mdflag[64];
+    snprintf(mdflag, sizeof mdflag, "--http_metadata_server_port=%d", f->m.md_port);
+    flags[1] = mdflag;
+    master_stop(&f->m);
+    f->have = false;
+    uint64_t t0 = mc_now_ms();
+    while (mc_store_health_check(a) != MC_STORE_MASTER_UNREACHABLE) {
+        assert_true(mc_now_ms() - t0 < 3000);
+        mc_sleep_ms(20);
+    }
+    t0 = mc_now_ms();
+    while (master_start_port(&f->m, rpc_port, flags) != 0) {
+        assert_true(mc_now_ms() - t0 < 5000);
+        mc_sleep_ms(100);
+    }
+    f->have = true;
+    /* Until both clients remounted, puts preferring b may find no space. */
+    t0 = mc_now_ms();
+    int prc;
+    while ((prc = mc_store_put(a, "after", 5, v, sizeof v, &rc)) != MC_OK ||
+           mc_store_health_check(a) != MC_STORE_HEALTHY) {
+        assert_true(mc_now_ms() - t0 < 5000);
+        mc_sleep_ms(50);
+    }
+    mc_store_replica_list rl;
+    t0 = mc_now_ms();
+    for (;;) { /* b remounts on its own heartbeat */
+        assert_int_equal(mc_store_remove(a, "after", 5, true), MC_OK);
+        assert_int_equal(mc_store_put(a, "after", 5, v, sizeof v, &rc), MC_OK);
+        assert_int_equal(mc_store_get_replica_desc(a, "after", 5, &rl), MC_OK);
+        if (!strcmp(rl.replicas[0].transport_endpoint, hb))
+            break;
+        assert_true(mc_now_ms() - t0 < 5000);
+        mc_sleep_ms(50);
+    }
+    memset(got, 0, sizeof got);
+    assert_int_equal(mc_store_get_into(a, "after", 5, got, sizeof got), (int64_t)sizeof v);
+    assert_memory_equal(got, v, sizeof v);
+    assert_int_equal(mc_store_get_into(b, "before", 6, got, sizeof got), MC_OBJECT_NOT_FOUND);
+    /* A client that starts after the restart finds b through the republished metadata. */
+    mc_store *c = store_up_md(f->m.addr, 0, 0, md, 50);
+    memset(got, 0, sizeof got);
+    assert_int_equal(mc_store_get_into(c, "after", 5, got, sizeof got), (int64_t)sizeof v);
+    assert_memory_equal(got, v, sizeof v);
+    mc_store_destroy(c);
+    mc_store_destroy(a);
+    mc_store_destroy(b);
+}
+
 /* ------------------------------------------------------------------------------------ */
 /* Child processes                                                                       */
 /* ------------------------------------------------------------------------------------ */
@@ -1151,6 +1253,8 @@ int main(int argc, char **argv)
                                         teardown_master),
         cmocka_unit_test_setup_teardown(test_threads, setup_default, teardown_master),
         cmocka_unit_test_setup_teardown(test_handle_outlives_close, setup_default,
+                                        teardown_master),
+        cmocka_unit_test_setup_teardown(test_http_metadata_and_restart, setup_http_md,
                                         teardown_master),
     };
     return cmocka_run_group_tests_name("store_client", tests, NULL, NULL);
