@@ -25,11 +25,14 @@
 /* Bytes of keys per request of a split batch (well under MC_MASTER_RPC_MAX_BODY). */
 #define CHUNK_KEY_BYTES (4u << 20)
 #define STR_MAX (MC_MASTER_NAME_MAX - 1)
+/* An idle connection is checked for a close by the master after this many ms idle. */
+#define STALE_CHECK_IDLE_MS 10u
 
 typedef struct conn_slot {
     int fd;           /* -1 when closed; owned by whoever holds the slot (busy) */
     bool busy;        /* guarded by the client lock */
     uint64_t next_id; /* request ids on this connection */
+    uint64_t last_ms; /* monotonic ms of the last completed call */
     mc__arena ar;     /* reply decoding */
     ProtobufCAllocator alloc;
     uint8_t *sbuf;    /* one packed request */
@@ -124,7 +127,9 @@ static int acquire(mc_master_client *c, uint64_t deadline, conn_slot **out)
     }
     s->busy = true;
     pthread_mutex_unlock(&c->lock);
-    if (s->fd >= 0 && slot_stale(s))
+    /* Checked only after a pause: a master restart takes longer than that, and the poll
+     * would cost a syscall per call in a busy loop. */
+    if (s->fd >= 0 && mc_now_ms() - s->last_ms >= STALE_CHECK_IDLE_MS && slot_stale(s))
         slot_close(s);
     if (s->fd < 0) {
         int rc = slot_connect(c, s, deadline);
@@ -144,6 +149,7 @@ static void release(mc_master_client *c, conn_slot *s, bool ok)
 {
     if (!ok)
         slot_close(s);
+    s->last_ms = mc_now_ms();
     mc__arena_reset(&s->ar);
     pthread_mutex_lock(&c->lock);
     s->busy = false;
@@ -323,10 +329,31 @@ static bool copy_str(char *dst, size_t cap, const char *src)
     return true;
 }
 
+/* A reply's segment table (borrowed from the decoded reply). */
+typedef struct segtab {
+    Mcrpc__SegmentRef **v;
+    size_t n;
+} segtab;
+
+/* Checks every entry once: the strings fit mc_master_replica's fields. */
+static int segtab_check(Mcrpc__SegmentRef **v, size_t n, segtab *t)
+{
+    t->v = v;
+    t->n = n;
+    for (size_t i = 0; i < n; i++) {
+        const char *e = v[i]->transport_endpoint ? v[i]->transport_endpoint : "";
+        const char *p = v[i]->protocol ? v[i]->protocol : "";
+        if (strnlen(e, MC_MASTER_NAME_MAX) >= MC_MASTER_NAME_MAX ||
+            strnlen(p, MC_MASTER_PROTOCOL_MAX) >= MC_MASTER_PROTOCOL_MAX)
+            return MC_RPC_FAIL;
+    }
+    return MC_OK;
+}
+
 /* Replica descriptors from the master into out. MC_RPC_FAIL when they break the
- * protocol (too many, strings too long). */
+ * protocol (too many, a segment index outside the reply's table). */
 static int replicas_from_pb(Mcrpc__ReplicaDescriptor **v, size_t n, uint64_t lease,
-                            mc_master_replica_list *out)
+                            const segtab *t, mc_master_replica_list *out)
 {
     out->n = 0;
     out->lease_ttl_ms = lease;
@@ -334,19 +361,17 @@ static int replicas_from_pb(Mcrpc__ReplicaDescriptor **v, size_t n, uint64_t lea
         return MC_RPC_FAIL;
     for (size_t i = 0; i < n; i++) {
         const Mcrpc__ReplicaDescriptor *d = v[i];
+        if (d->segment >= t->n)
+            return MC_RPC_FAIL;
+        const Mcrpc__SegmentRef *sr = t->v[d->segment];
         mc_master_replica *r = &out->replicas[i];
-        memset(r, 0, sizeof *r);
-        if (d->segment_id) {
-            r->segment_id.first = d->segment_id->first;
-            r->segment_id.second = d->segment_id->second;
-        }
+        r->segment_id.first = sr->id ? sr->id->first : 0;
+        r->segment_id.second = sr->id ? sr->id->second : 0;
         r->address = d->address;
         r->size = d->size;
         r->status = (int)d->status;
-        if (!copy_str(r->transport_endpoint, sizeof r->transport_endpoint,
-                      d->transport_endpoint) ||
-            !copy_str(r->protocol, sizeof r->protocol, d->protocol))
-            return MC_RPC_FAIL;
+        copy_str(r->transport_endpoint, sizeof r->transport_endpoint, sr->transport_endpoint);
+        copy_str(r->protocol, sizeof r->protocol, sr->protocol);
     }
     out->n = (uint32_t)n;
     return MC_OK;
@@ -674,7 +699,10 @@ static int take_put_start(void *user, const ProtobufCMessage *m)
         out->n = 0;
         return r->status;
     }
-    int rc = replicas_from_pb(r->replicas, r->n_replicas, 0, out);
+    segtab t;
+    int rc = segtab_check(r->segments, r->n_segments, &t);
+    if (rc == MC_OK)
+        rc = replicas_from_pb(r->replicas, r->n_replicas, 0, &t, out);
     return rc != MC_OK ? rc : r->status;
 }
 
@@ -851,15 +879,16 @@ static int bstart_reply(void *ctx, size_t i, int fst, const ProtobufCMessage *m)
         return MC_OK;
     }
     const Mcrpc__BatchPutStartReply *r = (const Mcrpc__BatchPutStartReply *)m;
-    if (r->n_items != k)
+    segtab t;
+    if (r->n_items != k || segtab_check(r->segments, r->n_segments, &t) != MC_OK)
         return MC_RPC_FAIL;
     for (size_t j = 0; j < k; j++) {
-        const Mcrpc__PutStartReply *it = r->items[j];
+        const Mcrpc__ReplicaList *it = r->items[j];
         b->st[off + j] = it->status;
         b->outs[off + j].n = 0;
         b->outs[off + j].lease_ttl_ms = 0;
         if (it->status == MC_OK &&
-            replicas_from_pb(it->replicas, it->n_replicas, 0, &b->outs[off + j]) != MC_OK)
+            replicas_from_pb(it->replicas, it->n_replicas, 0, &t, &b->outs[off + j]) != MC_OK)
             return MC_RPC_FAIL;
     }
     return MC_OK;
@@ -1025,7 +1054,10 @@ static int take_get(void *user, const ProtobufCMessage *m)
         out->n = 0;
         return r->status;
     }
-    int rc = replicas_from_pb(r->replicas, r->n_replicas, r->lease_ttl_ms, out);
+    segtab t;
+    int rc = segtab_check(r->segments, r->n_segments, &t);
+    if (rc == MC_OK)
+        rc = replicas_from_pb(r->replicas, r->n_replicas, r->lease_ttl_ms, &t, out);
     return rc != MC_OK ? rc : r->status;
 }
 
@@ -1068,15 +1100,16 @@ static int bget_reply(void *ctx, size_t i, int fst, const ProtobufCMessage *m)
         return MC_OK;
     }
     const Mcrpc__BatchGetReplicaListReply *r = (const Mcrpc__BatchGetReplicaListReply *)m;
-    if (r->n_items != k)
+    segtab t;
+    if (r->n_items != k || segtab_check(r->segments, r->n_segments, &t) != MC_OK)
         return MC_RPC_FAIL;
     for (size_t j = 0; j < k; j++) {
-        const Mcrpc__GetReplicaListReply *it = r->items[j];
+        const Mcrpc__ReplicaList *it = r->items[j];
         b->st[off + j] = it->status;
         b->outs[off + j].n = 0;
         b->outs[off + j].lease_ttl_ms = 0;
         if (it->status == MC_OK &&
-            replicas_from_pb(it->replicas, it->n_replicas, it->lease_ttl_ms,
+            replicas_from_pb(it->replicas, it->n_replicas, it->lease_ttl_ms, &t,
                              &b->outs[off + j]) != MC_OK)
             return MC_RPC_FAIL;
     }
@@ -1121,6 +1154,9 @@ static int take_regex(void *user, const ProtobufCMessage *m)
     o->truncated = r->truncated;
     if (r->n_matches == 0)
         return MC_OK;
+    segtab t;
+    if (segtab_check(r->segments, r->n_segments, &t) != MC_OK)
+        return MC_RPC_FAIL;
     o->v = calloc(r->n_matches, sizeof *o->v);
     if (!o->v)
         abort();
@@ -1137,7 +1173,7 @@ static int take_regex(void *user, const ProtobufCMessage *m)
         ((char *)d->key)[k->key.len] = '\0';
         d->key_len = k->key.len;
         o->n = i + 1;
-        if (replicas_from_pb(k->replicas, k->n_replicas, k->lease_ttl_ms, &d->replicas) !=
+        if (replicas_from_pb(k->replicas, k->n_replicas, k->lease_ttl_ms, &t, &d->replicas) !=
             MC_OK)
             return MC_RPC_FAIL;
     }

@@ -14,9 +14,10 @@
  * Failures and reconnection: a connection that fails (connect refused, reset, timeout,
  * malformed reply) is closed and the call returns MC_RPC_FAIL (MC_RPC_TIMEOUT when the
  * deadline passed); the next call opens a new connection, so a restarted master is
- * reached again without any action from the caller. An idle connection that the master
- * closed meanwhile is detected before use and replaced, so the first call after a master
- * restart does not fail for that reason. Each call has a deadline of rpc_timeout_ms
+ * reached again without any action from the caller. A connection idle for 10 ms or more
+ * is checked before use (one poll) and replaced when the master closed it meanwhile, so
+ * the first call after a master restart does not fail for that reason (a restart takes
+ * longer than 10 ms). No request is ever resent. Each call has a deadline of rpc_timeout_ms
  * (env MC_RPC_TIMEOUT_MS, default 30000) covering connect, send and receive.
  *
  * Return values: upstream status codes (include/mooncake/status.h): MC_OK or the code the

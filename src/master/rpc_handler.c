@@ -22,6 +22,11 @@ struct mc_master_rpc_handler {
     ProtobufCAllocator alloc;
     uint8_t *out; /* reply body */
     size_t out_cap;
+    /* the current reply's segment table (arena; reset per request) */
+    Mcrpc__SegmentRef **segs;
+    size_t nsegs;
+    uint32_t *slots; /* open addressing: index + 1, 0 = empty */
+    size_t nslots;
 };
 
 mc_master_rpc_handler *mc_master_rpc_handler_create(mc_master_service *svc)
@@ -88,11 +93,65 @@ static Mcrpc__Uuid *uuid_to_pb(mc_master_rpc_handler *h, mc_master_uuid id)
     return u;
 }
 
-/* Replica descriptors for a list; strings are copied into the arena when copy is set
- * (the list is borrowed only for a callback), else they point into the list. */
+/* The reply's segment table: each segment replicas refer to is listed once; replicas
+ * carry its index. Entries (and their strings, copied) live in the arena. */
+static uint64_t uuid_hash(mc_master_uuid id)
+{
+    uint64_t x = id.first * 0x9e3779b97f4a7c15ull ^ id.second;
+    x ^= x >> 29;
+    x *= 0xbf58476d1ce4e5b9ull;
+    return x ^ (x >> 32);
+}
+
+static void segtab_grow(mc_master_rpc_handler *h)
+{
+    size_t ns = h->nslots ? h->nslots * 2 : 16;
+    uint32_t *slots = aalloc_n(h, ns, sizeof *slots);
+    memset(slots, 0, ns * sizeof *slots);
+    for (size_t i = 0; i < h->nsegs; i++) {
+        mc_master_uuid id = {h->segs[i]->id->first, h->segs[i]->id->second};
+        size_t j = uuid_hash(id) & (ns - 1);
+        while (slots[j])
+            j = (j + 1) & (ns - 1);
+        slots[j] = (uint32_t)i + 1;
+    }
+    h->slots = slots;
+    h->nslots = ns;
+    size_t cap = ns / 2;
+    Mcrpc__SegmentRef **v = aalloc_n(h, cap, sizeof *v);
+    if (h->nsegs)
+        memcpy(v, h->segs, h->nsegs * sizeof *v);
+    h->segs = v;
+}
+
+static uint32_t segtab_index(mc_master_rpc_handler *h, const mc_master_replica *r)
+{
+    if ((h->nsegs + 1) * 2 > h->nslots)
+        segtab_grow(h);
+    size_t j = uuid_hash(r->segment_id) & (h->nslots - 1);
+    while (h->slots[j]) {
+        const Mcrpc__Uuid *u = h->segs[h->slots[j] - 1]->id;
+        if (u->first == r->segment_id.first && u->second == r->segment_id.second)
+            return h->slots[j] - 1;
+        j = (j + 1) & (h->nslots - 1);
+    }
+    Mcrpc__SegmentRef *ref = aalloc(h, sizeof *ref);
+    mcrpc__segment_ref__init(ref);
+    ref->id = uuid_to_pb(h, r->segment_id);
+    ref->transport_endpoint = astrndup(
+        h, r->transport_endpoint, strnlen(r->transport_endpoint, sizeof r->transport_endpoint));
+    ref->protocol = astrndup(h, r->protocol, strnlen(r->protocol, sizeof r->protocol));
+    uint32_t idx = (uint32_t)h->nsegs++;
+    h->segs[idx] = ref;
+    h->slots[j] = idx + 1;
+    return idx;
+}
+
+/* Replica descriptors for a list (the list may be borrowed only for a callback: nothing
+ * points into it afterwards). */
 static Mcrpc__ReplicaDescriptor **replicas_to_pb(mc_master_rpc_handler *h,
                                                  const mc_master_replica_list *l,
-                                                 size_t *n_out, bool copy)
+                                                 size_t *n_out)
 {
     uint32_t n = l->n <= MC_MASTER_MAX_REPLICAS ? l->n : MC_MASTER_MAX_REPLICAS;
     *n_out = n;
@@ -103,17 +162,7 @@ static Mcrpc__ReplicaDescriptor **replicas_to_pb(mc_master_rpc_handler *h,
     for (uint32_t i = 0; i < n; i++) {
         const mc_master_replica *r = &l->replicas[i];
         mcrpc__replica_descriptor__init(&d[i]);
-        d[i].segment_id = uuid_to_pb(h, r->segment_id);
-        size_t el = strnlen(r->transport_endpoint, sizeof r->transport_endpoint);
-        size_t pl = strnlen(r->protocol, sizeof r->protocol);
-        if (copy || el == sizeof r->transport_endpoint)
-            d[i].transport_endpoint = astrndup(h, r->transport_endpoint, el);
-        else
-            d[i].transport_endpoint = (char *)r->transport_endpoint;
-        if (copy || pl == sizeof r->protocol)
-            d[i].protocol = astrndup(h, r->protocol, pl);
-        else
-            d[i].protocol = (char *)r->protocol;
+        d[i].segment = segtab_index(h, r);
         d[i].address = r->address;
         d[i].size = r->size;
         d[i].status = (Mcrpc__ReplicaStatus)r->status;
@@ -301,7 +350,9 @@ static int do_start(mc_master_rpc_handler *h, start_fn fn, const uint8_t *body, 
     r.status = fn(h->svc, uuid_from_pb(req->client_id), req->key.data, req->key.len,
                   req->size, &cfg, out);
     if (r.status == MC_OK)
-        r.replicas = replicas_to_pb(h, out, &r.n_replicas, false);
+        r.replicas = replicas_to_pb(h, out, &r.n_replicas);
+    r.segments = h->segs;
+    r.n_segments = h->nsegs;
     return REPLY(r);
 }
 
@@ -341,14 +392,16 @@ static int do_batch_start(mc_master_rpc_handler *h, batch_start_fn fn, const uin
     r.status = fn(h->svc, uuid_from_pb(req->client_id), keys, req->sizes, n, &cfg, outs, st);
     r.n_items = n;
     r.items = aalloc_n(h, n, sizeof *r.items);
-    Mcrpc__PutStartReply *items = aalloc_n(h, n, sizeof *items);
+    Mcrpc__ReplicaList *items = aalloc_n(h, n, sizeof *items);
     for (size_t i = 0; i < n; i++) {
-        mcrpc__put_start_reply__init(&items[i]);
+        mcrpc__replica_list__init(&items[i]);
         items[i].status = st[i];
         if (st[i] == MC_OK)
-            items[i].replicas = replicas_to_pb(h, &outs[i], &items[i].n_replicas, false);
+            items[i].replicas = replicas_to_pb(h, &outs[i], &items[i].n_replicas);
         r.items[i] = &items[i];
     }
+    r.segments = h->segs;
+    r.n_segments = h->nsegs;
     return REPLY(r);
 }
 
@@ -383,9 +436,11 @@ static int do_get(mc_master_rpc_handler *h, const uint8_t *body, size_t len,
     Mcrpc__GetReplicaListReply r = MCRPC__GET_REPLICA_LIST_REPLY__INIT;
     r.status = mc_master_service_get_replica_list(h->svc, req->key.data, req->key.len, out);
     if (r.status == MC_OK) {
-        r.replicas = replicas_to_pb(h, out, &r.n_replicas, false);
+        r.replicas = replicas_to_pb(h, out, &r.n_replicas);
         r.lease_ttl_ms = out->lease_ttl_ms;
     }
+    r.segments = h->segs;
+    r.n_segments = h->nsegs;
     return REPLY(r);
 }
 
@@ -408,16 +463,18 @@ static int do_batch_get(mc_master_rpc_handler *h, const uint8_t *body, size_t le
     r.status = mc_master_service_batch_get_replica_list(h->svc, keys, n, outs, st);
     r.n_items = n;
     r.items = aalloc_n(h, n, sizeof *r.items);
-    Mcrpc__GetReplicaListReply *items = aalloc_n(h, n, sizeof *items);
+    Mcrpc__ReplicaList *items = aalloc_n(h, n, sizeof *items);
     for (size_t i = 0; i < n; i++) {
-        mcrpc__get_replica_list_reply__init(&items[i]);
+        mcrpc__replica_list__init(&items[i]);
         items[i].status = st[i];
         if (st[i] == MC_OK) {
-            items[i].replicas = replicas_to_pb(h, &outs[i], &items[i].n_replicas, false);
+            items[i].replicas = replicas_to_pb(h, &outs[i], &items[i].n_replicas);
             items[i].lease_ttl_ms = outs[i].lease_ttl_ms;
         }
         r.items[i] = &items[i];
     }
+    r.segments = h->segs;
+    r.n_segments = h->nsegs;
     return REPLY(r);
 }
 
@@ -436,8 +493,9 @@ static int regex_collect(const void *key, size_t key_len, const mc_master_replic
     regex_acc *acc = ctx;
     size_t est = key_len + 16;
     for (uint32_t i = 0; i < list->n && i < MC_MASTER_MAX_REPLICAS; i++)
-        est += 48 + strnlen(list->replicas[i].transport_endpoint, MC_MASTER_NAME_MAX) +
+        est += 32 + strnlen(list->replicas[i].transport_endpoint, MC_MASTER_NAME_MAX) +
                strnlen(list->replicas[i].protocol, MC_MASTER_PROTOCOL_MAX);
+    /* (endpoint strings are counted per replica although sent once per segment: a bound) */
     if (acc->bytes + est > MC_MASTER_RPC_MAX_REGEX_REPLY) {
         acc->truncated = true;
         return 1;
@@ -457,7 +515,7 @@ static int regex_collect(const void *key, size_t key_len, const mc_master_replic
     m->key.data = aalloc(h, key_len ? key_len : 1);
     if (key_len)
         memcpy(m->key.data, key, key_len);
-    m->replicas = replicas_to_pb(h, list, &m->n_replicas, true);
+    m->replicas = replicas_to_pb(h, list, &m->n_replicas);
     m->lease_ttl_ms = list->lease_ttl_ms;
     acc->v[acc->n++] = m;
     acc->bytes += est;
@@ -478,6 +536,8 @@ static int do_get_regex(mc_master_rpc_handler *h, const uint8_t *body, size_t le
         r.n_matches = acc.n;
         r.matches = acc.v;
         r.truncated = acc.truncated;
+        r.segments = h->segs;
+        r.n_segments = h->nsegs;
     }
     int rc = REPLY(r);
     free(acc.v);
@@ -671,6 +731,10 @@ int mc_master_rpc_handle(mc_master_rpc_handler *h, uint16_t opcode, const uint8_
                          size_t len, const uint8_t **reply, size_t *reply_len)
 {
     mc__arena_reset(&h->ar);
+    h->segs = NULL;
+    h->nsegs = 0;
+    h->slots = NULL;
+    h->nslots = 0;
     *reply = h->out;
     *reply_len = 0;
     if (len > MC_MASTER_RPC_MAX_BODY)
