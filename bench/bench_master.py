@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""bench_master.py: metadata throughput of mooncake_master against Redis, in one run.
+
+Rows, measured back to back so the box's load is the same for every figure:
+  put   put_start + put_end of new keys (one pair per item; batch > 1 uses
+        batch_put_start + batch_put_end), value size 64 bytes (metadata only: no bytes
+        move), each row on a fresh master
+  get   get_replica_list of random keys among --keys complete objects (batch > 1 uses
+        batch_get_replica_list)
+for batch 1 and 128, 1 and 2 client threads (mooncake_master_ctl bench: the C client
+library, one pooled connection per thread), against a master on 127.0.0.1.
+Anchor, same run, measured right before each row: redis-server on a free loopback port
+and redis-benchmark -P 16 -t set,get -d 64 -q -n N.
+Each row prints calls/s, items/s, the Redis figure for the matching op (SET for put, GET
+for get) and the ratio items/s / Redis ops/s; each row is run --repeat times alternating
+with Redis, and the medians of both are reported. Goal (issue 4): batched items/s >=
+Redis.
+
+Usage:
+  python3 bench/bench_master.py [--bin DIR] [--seconds 2] [--keys 100000] [--repeat 3]
+      [--redis-requests 1000000] [--out bench/out/master]
+--bin: where mooncake_master and mooncake_master_ctl are (default: next to this Python,
+then PATH). Results: <out>/results.json and <out>/table.md.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, proc, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port}")
+
+
+def find_tool(name, bin_dir):
+    for d in ([bin_dir] if bin_dir else []) + [os.path.dirname(sys.executable)]:
+        p = os.path.join(d, name)
+        if os.path.exists(p):
+            return p
+    p = shutil.which(name)
+    if not p:
+        sys.exit(f"bench_master: {name} not found (build it, or pass --bin build/<dir>/tools)")
+    return p
+
+
+def stop(proc):
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def run_master_row(master_bin, ctl_bin, op, batch, threads, seconds, keys):
+    port, metrics = free_port(), free_port()
+    m = subprocess.Popen([master_bin, f"--rpc_port={port}", "--rpc_address=127.0.0.1",
+                          f"--metrics_port={metrics}", "--metrics_host=127.0.0.1",
+                          "--enable_metric_reporting=false"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port, m)
+        out = subprocess.run([ctl_bin, f"--master=127.0.0.1:{port}", "bench", f"--op={op}",
+                              f"--batch={batch}", f"--threads={threads}",
+                              f"--seconds={seconds}", f"--keys={keys}", "--value_size=64"],
+                             capture_output=True, text=True, timeout=seconds + 120)
+        if out.returncode != 0:
+            raise RuntimeError(f"mooncake_master_ctl bench failed: {out.stderr.strip()}")
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    finally:
+        stop(m)
+
+
+def run_redis(requests):
+    server, bench = shutil.which("redis-server"), shutil.which("redis-benchmark")
+    if not server or not bench:
+        sys.exit("bench_master: redis-server / redis-benchmark not found "
+                 "(apt-get install redis-server redis-tools)")
+    port = free_port()
+    r = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                          "--appendonly", "no"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port, r)
+        out = subprocess.run([bench, "-h", "127.0.0.1", "-p", str(port), "-P", "16", "-t",
+                              "set,get", "-d", "64", "-q", "-n", str(requests)],
+                             capture_output=True, text=True, timeout=600)
+        figures = {}
+        # -q prints progress lines separated by \r, then "SET: 573394.50 requests per second"
+        for m in re.finditer(r"(SET|GET): ([0-9.]+) requests per second", out.stdout):
+            figures[m.group(1)] = float(m.group(2))
+        if set(figures) != {"SET", "GET"}:
+            raise RuntimeError(f"cannot parse redis-benchmark output: {out.stdout[-300:]!r}")
+        return figures
+    finally:
+        stop(r)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--bin", help="directory holding mooncake_master and mooncake_master_ctl")
+    ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument("--keys", type=int, default=100000)
+    ap.add_argument("--redis-requests", type=int, default=1000000)
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="runs of each row (alternating with Redis); medians are reported")
+    ap.add_argument("--batches", default="1,128")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "out", "master"))
+    args = ap.parse_args()
+    master_bin = find_tool("mooncake_master", args.bin)
+    ctl_bin = find_tool("mooncake_master_ctl", args.bin)
+    batches = [int(x) for x in args.batches.split(",")]
+    threads = [int(x) for x in args.threads.split(",")]
+
+    print(f"# master: {master_bin}  ({os.cpu_count()} CPUs; loopback; 64-byte values)")
+    print("# anchor: redis-benchmark -P 16 -t set,get -d 64 -q "
+          f"-n {args.redis_requests}, run right before each row (the box is shared: its "
+          "load changes)", flush=True)
+    rows = []
+    hdr = (f"{'op':<4} {'batch':>5} {'threads':>7} {'calls/s':>10} {'items/s':>11} "
+           f"{'redis ops/s':>11} {'ratio':>6}")
+    print(hdr)
+    for op in ("put", "get"):
+        for b in batches:
+            for t in threads:
+                # alternate Redis and ours --repeat times; report the medians
+                peers, runs = [], []
+                for _ in range(args.repeat):
+                    peers.append(run_redis(args.redis_requests)["SET" if op == "put" else "GET"])
+                    runs.append(run_master_row(master_bin, ctl_bin, op, b, t, args.seconds,
+                                               args.keys))
+                runs.sort(key=lambda x: x["items_per_s"])
+                r = dict(runs[len(runs) // 2])
+                r["failures"] = sum(x["failures"] for x in runs)
+                r["all_items_per_s"] = [round(x["items_per_s"]) for x in runs]
+                peer = statistics.median(peers)
+                r["all_redis_ops_per_s"] = [round(x) for x in peers]
+                r["redis_ops_per_s"] = peer
+                r["ratio"] = r["items_per_s"] / peer
+                rows.append(r)
+                print(f"{op:<4} {b:>5} {t:>7} {r['calls_per_s']:>10.0f} "
+                      f"{r['items_per_s']:>11.0f} {peer:>11.0f} {r['ratio']:>6.2f}"
+                      + (f"  ({r['failures']} failed)" if r["failures"] else ""), flush=True)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump({"rows": rows}, f, indent=2)
+    with open(os.path.join(args.out, "table.md"), "w") as f:
+        f.write("| op | batch | threads | calls/s | items/s | Redis ops/s | ratio |\n")
+        f.write("|---|---:|---:|---:|---:|---:|---:|\n")
+        for r in rows:
+            f.write(f"| {r['op']} | {r['batch']} | {r['threads']} | {r['calls_per_s']:.0f} | "
+                    f"{r['items_per_s']:.0f} | {r['redis_ops_per_s']:.0f} | "
+                    f"{r['ratio']:.2f} |\n")
+    print(f"# results: {args.out}/results.json, table.md")
+
+
+if __name__ == "__main__":
+    main()
