@@ -364,7 +364,12 @@ static PyObject *store_get_hostname(PyObject *o, PyObject *unused)
     mcpy_store *self = (mcpy_store *)o;
     char buf[MC_STORE_NAME_MAX];
     buf[0] = 0;
-    int n = mc_store_get_hostname(self->store, buf, sizeof(buf));
+    int n;
+    /* takes the store's call lock: never wait for it holding the GIL (a get_with
+     * allocator holding that lock may be waiting for the GIL) */
+    Py_BEGIN_ALLOW_THREADS
+    n = mc_store_get_hostname(self->store, buf, sizeof(buf));
+    Py_END_ALLOW_THREADS
     if (n < 0)
         return PyUnicode_FromString("");
     return PyUnicode_DecodeUTF8(buf, (Py_ssize_t)strnlen(buf, sizeof(buf)), "replace");

@@ -1153,10 +1153,20 @@ static PyObject *replica_get_disk(PyObject *o, PyObject *u)
 static PyObject *replica_repr(PyObject *o)
 {
     replica_object *r = (replica_object *)o;
+    PyObject *name = PyObject_GetAttrString(r->status, "name"), *res;
+    if (!name) {
+        PyErr_Clear();
+        name = PyObject_Str(r->status);
+        if (!name)
+            return NULL;
+    }
     if (r->memory)
-        return PyUnicode_FromFormat("<ReplicaDescriptor status=%S memory=%R>", r->status,
-                                    ((memdesc_object *)r->memory)->buffer_descriptor);
-    return PyUnicode_FromFormat("<ReplicaDescriptor status=%S>", r->status);
+        res = PyUnicode_FromFormat("<ReplicaDescriptor status=%U memory=%R>", name,
+                                   ((memdesc_object *)r->memory)->buffer_descriptor);
+    else
+        res = PyUnicode_FromFormat("<ReplicaDescriptor status=%U>", name);
+    Py_DECREF(name);
+    return res;
 }
 
 static PyMethodDef replica_methods[] = {
