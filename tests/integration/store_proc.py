@@ -62,9 +62,14 @@ class StoreCluster:
                 self.addr)
 
     def restart(self):
+        self.master.stop()
+        self.start()
+
+    def start(self):
+        """Starts the master again (after master.stop()) on the same ports."""
         from conftest import wait_port
 
-        self.master.restart()
+        self.master.start()
         wait_port(self.http_port, timeout=10)
 
 
@@ -136,13 +141,18 @@ def fn_get_into_raw(store, key, cap):
     return n, (buf.raw[:n] if n > 0 else b"")
 
 
-def fn_wait_healthy(store, timeout):
+def fn_wait_health(store, state, timeout):
+    """Waits until health_check() == state (0 healthy, 2 master unreachable)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        if store.health_check() == 0:
+        if store.health_check() == state:
             return True
         time.sleep(0.05)
     return False
+
+
+def fn_wait_healthy(store, timeout):
+    return fn_wait_health(store, 0, timeout)
 
 
 def fn_put_retry(store, key, value, timeout):

@@ -396,6 +396,12 @@ def test_setup_with_shared_engine(cluster):
         MooncakeDistributedStore().setup(*cluster.setup_args(), object())
 
 
+def test_init_all_on_a_set_up_store(store):
+    assert store.init_all("tcp", "") == INVALID_PARAMS
+    with pytest.raises(TypeError, match="mount_segment_size"):
+        store.init_all("tcp", "", mount_segment_size="1")
+
+
 def test_close_idempotent_and_everything_after_close(cluster):
     s = new_store(cluster)
     k = K("closed")

@@ -122,7 +122,7 @@ def test_killed_client_objects_disappear_after_client_ttl(spawner):
         t0 = time.monotonic()
         assert wait_until(lambda: s.batch_is_exist(ka) == [0] * 6, 15, 0.2)
         gone_after = time.monotonic() - t0
-        assert gone_after >= 1.0, gone_after                      # not before the TTL
+        assert gone_after >= 0.5, gone_after                      # not before the TTL
         # the others are unaffected
         assert s.batch_is_exist(kb) == [1] * 6
         assert b.fn("check_values", kb, 50000) == ["ok"] * 6
@@ -146,7 +146,12 @@ def test_master_restart_clients_remount_and_keep_working(spawner):
         k1 = K("before")
         assert a.fn("put_values", [k1], 10000, preferred=a.hostname) == [0]
         assert b.fn("check_values", [k1], 10000) == ["ok"]
-        c.restart()                                               # same ports, empty state
+        c.master.stop()
+        # while the master is away: health_check says so (2), puts fail with a code
+        assert a.fn("wait_health", 2, 10, timeout=30)
+        assert a.call("put", K("down"), b"x") < 0
+        assert b.call("get", k1) in (b"", value_for(k1, 10000))
+        c.start()                                                 # same ports, empty state
         assert a.fn("put_retry", K("probe"), b"x", 20, timeout=40) == 0
         assert b.fn("wait_healthy", 20, timeout=40)
         assert a.fn("wait_healthy", 20, timeout=40)
