@@ -64,9 +64,10 @@ typedef struct mc_master_client_opts {
 /* mc_master_client_create: a client for the master at `address` ("host:port", "host"
  * (port 50051) or "[v6]:port"; borrowed). opts may be NULL (defaults; borrowed). One
  * connection is opened now, so an unreachable master is reported here.
+ * A malformed MC_RPC_TIMEOUT_MS (not an integer in 1..86400000) is ignored with a warning.
  * Returns MC_OK with *out set (free with _destroy); MC_INVALID_PARAMS (bad address or
- * opts, or a malformed MC_RPC_TIMEOUT_MS); MC_RPC_FAIL (cannot connect); MC_RPC_TIMEOUT
- * (connect timed out). On error *out is untouched. */
+ * opts); MC_RPC_FAIL (cannot connect); MC_RPC_TIMEOUT (connect timed out). On error *out
+ * is untouched. */
 MC_API int mc_master_client_create(const char *address, const mc_master_client_opts *opts,
                                    mc_master_client **out);
 
