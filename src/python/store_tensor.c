@@ -268,6 +268,16 @@ static int parse_tp(PyObject *a_rank, PyObject *a_size, PyObject *a_dim, const c
     return 0;
 }
 
+/* A tp_size a put can honour: at most MC_STORE_MAX_PARTS shards (a larger one could
+ * never split a tensor uniformly anyway; refused before anything is allocated). */
+static bool tp_size_ok(long tp_size, const char *fn)
+{
+    if (tp_size <= (long)MC_STORE_MAX_PARTS)
+        return true;
+    mc_log(MC_LOG_ERROR, TAG, "%s: tp_size %ld is too large", fn, tp_size);
+    return false;
+}
+
 /* One tensor (put_tensor / pub_tensor / upsert_* / *_with_tp). */
 static PyObject *put_one(mcpy_store *self, PyObject *a_key, PyObject *tensor, PyObject *a_cfg,
                          long tp_size, long split_dim, bool upsert, const char *fn)
@@ -278,7 +288,7 @@ static PyObject *put_one(mcpy_store *self, PyObject *a_key, PyObject *tensor, Py
     mcpy_rc rc;
     if (mcpy_rc_from(a_cfg, fn, &rc) < 0)
         return NULL;
-    if (!mc_store_is_setup(self->store)) {
+    if (!mc_store_is_setup(self->store) || !tp_size_ok(tp_size, fn)) {
         mcpy_rc_clear(&rc);
         return PyLong_FromLong(MC_INVALID_PARAMS);
     }
@@ -334,7 +344,8 @@ static PyObject *put_many(mcpy_store *self, PyObject *a_keys, PyObject *a_tensor
     tbatch b;
     memset(&b, 0, sizeof(b));
     int *res = NULL, *out = NULL;
-    if ((size_t)PyTuple_GET_SIZE(tensors) != n || !mc_store_is_setup(self->store)) {
+    if ((size_t)PyTuple_GET_SIZE(tensors) != n || !mc_store_is_setup(self->store) ||
+        !tp_size_ok(tp_size, fn) || n * (tp_size > 1 ? (size_t)tp_size : 1) > MC_STORE_MAX_BATCH) {
         ret = mcpy_code_list(MC_INVALID_PARAMS, n);
         goto done;
     }
@@ -582,7 +593,7 @@ static PyObject *from_one(PyObject *o, PyObject *a_key, PyObject *a_ptr, PyObjec
     if (mcpy_key(a_key, fn, "key", &key) < 0 || mcpy_u64(a_ptr, fn, "buffer_ptr", &ptr) < 0 ||
         mcpy_u64(a_size, fn, "size", &size) < 0)
         return NULL;
-    if (!mc_store_is_setup(self->store))
+    if (!mc_store_is_setup(self->store) || !tp_size_ok(tp_size, fn))
         return PyLong_FromLong(MC_INVALID_PARAMS);
     tbatch b;
     PyObject *ret = NULL;
@@ -630,7 +641,8 @@ static PyObject *from_many(PyObject *o, PyObject *a_keys, PyObject *a_ptrs, PyOb
         mcpy_u64_list(a_sizes, fn, "sizes", &sizes, &ns) < 0)
         goto done;
     size_t n = keys.n;
-    if (np != n || ns != n || !mc_store_is_setup(self->store)) {
+    if (np != n || ns != n || !mc_store_is_setup(self->store) || !tp_size_ok(tp_size, fn) ||
+        n * (tp_size > 1 ? (size_t)tp_size : 1) > MC_STORE_MAX_BATCH) {
         ret = mcpy_code_list(MC_INVALID_PARAMS, n);
         goto done;
     }

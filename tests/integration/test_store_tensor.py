@@ -155,6 +155,8 @@ def test_tp_edge_cases(store):
     t = sample(torch.float32, (5, 4))
     assert store.put_tensor_with_tp(K("uneven"), t, tp_size=2, split_dim=0) == INVALID_PARAMS
     assert store.put_tensor_with_tp(K("dim"), t, tp_size=2, split_dim=5) == INVALID_PARAMS
+    assert store.put_tensor_with_tp(K("huge"), t, tp_size=2 ** 30) == INVALID_PARAMS
+    assert store.batch_put_tensor_with_tp([K("huge")], [t], tp_size=2 ** 30) == [INVALID_PARAMS]
     k = K("tp1")
     assert store.put_tensor_with_tp(k, t, tp_rank=0, tp_size=1) == 0   # plain put_tensor
     assert same(store.get_tensor(k), t)
