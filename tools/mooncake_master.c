@@ -5,7 +5,11 @@
  *   - the master RPC (proto/master.proto) on --rpc_address:--rpc_port (50051);
  *   - Prometheus /metrics and the admin routes on --metrics_host:--metrics_port (9003);
  *   - with --enable_http_metadata_server, the transfer engine's HTTP metadata server on
- *     --http_metadata_server_host:--http_metadata_server_port (8080).
+ *     --http_metadata_server_host:--http_metadata_server_port (8080); with
+ *     --enable_metadata_cleanup_on_timeout as well, a client that expires (client_ttl)
+ *     also loses its `mooncake/[<cluster>/]ram/<segment>` and `.../rpc_meta/<segment>`
+ *     keys there (upstream ClientMonitorFunc, upstream-mooncake.md §4.7; the cluster part
+ *     comes from MC_METADATA_CLUSTER_ID, as the clients' keys do).
  * Prints one line per listener on stdout when ready, then logs the upstream-style summary
  * ("Master Admin Metrics: ...") every --metric_report_interval_sec when
  * --enable_metric_reporting. Stops cleanly on SIGINT/SIGTERM (exit 0).
@@ -14,6 +18,7 @@
  * 2 for a bad flag. */
 #include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +42,7 @@ static char *rpc_address, *metrics_host, *http_md_host, *lease_ttl, *soft_pin_tt
 static char *max_soft_pin_ttl, *allocation_strategy, *memory_allocator, *config_path;
 static char *ha_backend_type, *ha_backend_connstring, *etcd_endpoints, *cluster_id;
 static bool enable_http_md, allow_evict_soft, enable_ha, enable_metric_reporting;
+static bool enable_md_cleanup;
 static double eviction_ratio, eviction_hwm;
 
 /* ---- upstream flags accepted for compatibility, without effect here ---- */
@@ -82,6 +88,10 @@ static const mc_option options[] = {
      .help = "port of the embedded HTTP metadata server"},
     {.name = "http_metadata_server_host", .type = MC_OPT_STRING, .target = &http_md_host,
      .def = "0.0.0.0", .help = "address of the embedded HTTP metadata server"},
+    {.name = "enable_metadata_cleanup_on_timeout", .type = MC_OPT_BOOL,
+     .target = &enable_md_cleanup, .def = "false",
+     .help = "when a client expires (client_ttl), delete its segments' ram/ and rpc_meta/ "
+             "keys from the embedded HTTP metadata server"},
     {.name = "default_kv_lease_ttl", .type = MC_OPT_STRING, .target = &lease_ttl,
      .def = "10000", .unit = "ms",
      .help = "read lease granted by get/exist (ms, or a duration: 500ms, 10s, 1m, 1h)"},
@@ -131,7 +141,6 @@ static const mc_option options[] = {
     IGNORED_BOOL("rpc_enable_tcp_no_delay", 0, "true"),
     IGNORED_STR("nof_eviction_ratio", 2, "0.05"),
     IGNORED_STR("nof_eviction_high_watermark_ratio", 3, "0.90"),
-    IGNORED_BOOL("enable_metadata_cleanup_on_timeout", 1, "false"),
     IGNORED_STR("root_fs_dir", 4, ""),
     IGNORED_STR("global_file_segment_size", 5, ""),
     IGNORED_BOOL("enable_disk_eviction", 2, "true"),
@@ -192,7 +201,7 @@ static void warn_unsupported(void)
     } bools[] = {{"enable_offload", 3},    {"offload_on_evict", 4}, {"promotion_on_hit", 6},
                  {"enable_kv_events", 7},  {"enable_oplog", 8},     {"enable_snapshot", 9},
                  {"enable_snapshot_restore", 10}, {"enable_multi_tenants", 11},
-                 {"enable_cxl", 12},       {"enable_metadata_cleanup_on_timeout", 1}};
+                 {"enable_cxl", 12}};
     for (size_t i = 0; i < sizeof bools / sizeof bools[0]; i++)
         if (ign_b[bools[i].idx])
             mc_log(MC_LOG_WARN, TAG, "--%s is not supported by mooncake-c; ignored",
@@ -238,6 +247,35 @@ static int duration_flag(const char *prog, const char *name, const char *text, u
         return -1;
     }
     return 0;
+}
+
+/* --enable_metadata_cleanup_on_timeout: the service's on_client_expired hook. The server
+ * is published once it listens; the hook runs on the tick thread, which stops (with the
+ * RPC server) before the metadata server is destroyed. */
+static _Atomic(mc_http_metadata_server *) cleanup_md;
+
+static void remove_md_key(mc_http_metadata_server *md, char *key, mc_master_uuid client)
+{
+    if (!key)
+        return;
+    int rc = mc_http_metadata_server_remove(md, key);
+    mc_log(MC_LOG_INFO, TAG, "client %016llx%016llx expired: metadata key %s %s",
+           (unsigned long long)client.first, (unsigned long long)client.second, key,
+           rc == MC_OK ? "deleted" : "was absent");
+    free(key);
+}
+
+static void on_client_expired(void *ctx, mc_master_uuid client, const char *const *names,
+                              size_t n)
+{
+    (void)ctx;
+    mc_http_metadata_server *md = atomic_load(&cleanup_md);
+    if (!md)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        remove_md_key(md, mc_metadata_segment_key(NULL, names[i]), client);
+        remove_md_key(md, mc_metadata_rpc_meta_key(NULL, names[i]), client);
+    }
 }
 
 static void print_summary(mc_master_service *svc, mc_master_stats *prev, uint64_t *prev_ms)
@@ -321,6 +359,12 @@ int main(int argc, char **argv)
     cfg.put_start_discard_timeout_sec = (uint64_t)discard_timeout;
     cfg.put_start_release_timeout_sec = (uint64_t)release_timeout;
     cfg.allocation_strategy = (mc_master_strategy)strategy;
+    if (enable_md_cleanup && !enable_http_md)
+        mc_log(MC_LOG_WARN, TAG,
+               "--enable_metadata_cleanup_on_timeout cleans the embedded metadata server "
+               "only: without --enable_http_metadata_server it has no effect");
+    if (enable_md_cleanup && enable_http_md)
+        cfg.on_client_expired = on_client_expired;
 
     /* Block the stop signals before any thread starts: every thread inherits the mask and
      * only the sigtimedwait below receives them. */
@@ -359,6 +403,8 @@ int main(int argc, char **argv)
                     prog, http_md_host, (long long)http_md_port, strerror(-rc));
             goto out;
         }
+        if (enable_md_cleanup)
+            atomic_store(&cleanup_md, md);
     }
     printf("mooncake_master: RPC listening on %s:%u (%u threads)\n", rpc_address,
            (unsigned)mc_master_rpc_server_port(rpc), mc_master_rpc_server_threads(rpc));
@@ -401,9 +447,12 @@ int main(int argc, char **argv)
     mc_log(MC_LOG_INFO, TAG, "signal %d: stopping", sig);
     exit_code = 0;
 out:
-    mc_http_metadata_server_destroy(md);
+    /* admin reads the RPC server's counters; the RPC server's tick thread may call
+     * on_client_expired, which uses the metadata server: stop them in this order */
     mc_master_admin_destroy(admin);
     mc_master_rpc_server_destroy(rpc);
+    atomic_store(&cleanup_md, NULL);
+    mc_http_metadata_server_destroy(md);
     mc_master_service_destroy(svc);
     mc_options_free(options, N_OPTIONS);
     return exit_code;

@@ -102,6 +102,29 @@ char *mc_master_metrics_text(mc_master_service *svc, mc_master_rpc_server *rpc, 
     metric(&b, "master_segment_count", "gauge", "Mounted segments", st.segment_count);
     metric(&b, "master_put_start_discarded_staging_size", "gauge",
            "Bytes reserved by puts in flight", st.processing_bytes);
+    metric(&b, "master_deferred_free_bytes", "gauge",
+           "Bytes of force-removed objects kept until their readers' leases end (part of "
+           "master_allocated_bytes)",
+           st.deferred_free_bytes);
+    metric(&b, "master_deferred_free_key_count", "gauge",
+           "Force-removed objects whose space waits for their readers' leases to end",
+           st.deferred_free_keys);
+    /* upstream's histogram: cumulative buckets, then _sum and _count */
+    sb_printf(&b, "# HELP master_value_size_bytes Distribution of object value sizes\n"
+                  "# TYPE master_value_size_bytes histogram\n");
+    uint64_t cum = 0;
+    for (int i = 0; i < MC_MASTER_VALUE_SIZE_BUCKETS; i++) {
+        cum += st.value_size_buckets[i];
+        if (i < MC_MASTER_VALUE_SIZE_BUCKETS - 1)
+            sb_printf(&b, "master_value_size_bytes_bucket{le=\"%" PRIu64 "\"} %" PRIu64 "\n",
+                      mc_master_value_size_bound(i), cum);
+        else
+            sb_printf(&b, "master_value_size_bytes_bucket{le=\"+Inf\"} %" PRIu64 "\n", cum);
+    }
+    sb_printf(&b,
+              "master_value_size_bytes_sum %" PRIu64 "\nmaster_value_size_bytes_count %" PRIu64
+              "\n",
+              st.value_size_sum, st.value_size_count);
     for (int op = 0; op < MC_MASTER_OP_COUNT; op++) {
         char name[128], help[160];
         const char *stem = mc_master_op_name(op);

@@ -7,8 +7,9 @@
  * Routes (GET only; anything else 405; unknown paths 404):
  *   /metrics          Prometheus text format 0.0.4: upstream names (master_allocated_bytes,
  *                     master_key_count, master_<op>_requests_total, master_batch_<op>_*,
- *                     master_successful_evictions_total, ...) plus ours, prefixed
- *                     master_rpc_ (connections, frames).
+ *                     master_successful_evictions_total, the master_value_size_bytes
+ *                     histogram with upstream's buckets, ...) plus ours: master_rpc_*
+ *                     (connections, frames), master_deferred_free_{bytes,key_count}.
  *   /metrics/summary  the summary line (as logged) over the time since the last call.
  *   /health           200 {"status":"ok","role":"leader","state":"serving","ready":true}.
  *   /get_all_segments one mounted segment name per line (text/plain; upstream's format).

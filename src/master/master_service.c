@@ -13,9 +13,15 @@
  *     segment has its own mutex around its allocator. A replica names its segment by
  *     slot; a slot is reused only after every replica on it has been dropped.
  *
- * Lock order: shard mutex -> segment table (read) -> segment mutex. The eviction mutex
- * comes before any shard mutex; the client mutex is never held with another lock.
- * Nothing takes the table lock for reading twice (the table lock prefers writers).
+ * Lock order: shard mutex -> deferred-free mutex -> segment table (read) -> segment
+ * mutex. The eviction mutex comes before any shard mutex; the client mutex is never held
+ * with another lock. Nothing takes the table lock for reading twice (the table lock
+ * prefers writers).
+ *
+ * Deferred frees: an object removed by force while a reader's lease is active leaves the
+ * index at once but keeps its space (on the `deferred` list, linked through `next`, its
+ * reserved bytes in `pin`) until the lease deadline (atime + lease TTL); tick frees it
+ * then. An unmount drops its replicas on that segment like any other replica.
  *
  * Eviction (approximate LRU across shards): sample up to EVICT_SAMPLE eligible objects
  * from the head (oldest end) of every shard's lists, sort the samples by last access,
@@ -144,6 +150,10 @@ struct mc_master_service {
     client_rec *clients; /* guarded by client_mu */
     size_t nclients, clients_cap;
 
+    pthread_mutex_t defer_mu;
+    obj *deferred;      /* force-removed, leased objects; guarded by defer_mu         */
+    uint64_t defer_min; /* earliest deadline on the list (UINT64_MAX: none); defer_mu  */
+
     pthread_mutex_t evict_mu;
     counter evict_gen;
     atomic_bool need_evict;
@@ -156,6 +166,8 @@ struct mc_master_service {
     } batch[MC_MASTER_BATCH_COUNT];
     counter alloc_failures, partial_allocs, evict_attempts, evict_successes;
     counter evicted_keys, evicted_bytes, put_discarded, put_released, clients_expired;
+    counter defer_keys, defer_bytes;
+    counter vsize[MC_MASTER_VALUE_SIZE_BUCKETS], vsize_sum;
 };
 
 /* ---- small helpers ---- */
@@ -226,6 +238,25 @@ static void count_batch(mc_master_service *svc, mc_master_batch_op op, size_t n,
         cadd(&svc->batch[op].failures, 1);
     else if (nfail)
         cadd(&svc->batch[op].partial, 1);
+}
+
+/* master_value_size_bytes: upstream's buckets (`master_metric_manager.cpp`). */
+static const uint64_t vsize_bounds[MC_MASTER_VALUE_SIZE_BUCKETS - 1] = {
+    4096, 65536, 262144, 1048576, 4194304, 16777216, 67108864,
+};
+
+uint64_t mc_master_value_size_bound(int i)
+{
+    return i >= 0 && i < MC_MASTER_VALUE_SIZE_BUCKETS - 1 ? vsize_bounds[i] : UINT64_MAX;
+}
+
+static void observe_size(mc_master_service *svc, uint64_t size)
+{
+    int i = 0;
+    while (i < MC_MASTER_VALUE_SIZE_BUCKETS - 1 && size > vsize_bounds[i])
+        i++;
+    cadd(&svc->vsize[i], 1);
+    cadd(&svc->vsize_sum, size);
 }
 
 /* ---- lists ---- */
@@ -420,6 +451,127 @@ static void obj_erase(mc_master_service *svc, shard *sh, obj *o)
     free(o);
 }
 
+/* Bytes o's replicas reserve in their allocators (block sizes, as `allocated` counts
+ * them). Caller holds the table read lock. */
+static uint64_t reps_reserved_locked(mc_master_service *svc, const obj *o)
+{
+    uint64_t b = 0;
+    for (uint32_t i = 0; i < o->nrep; i++) {
+        const rep *r = &o->reps[i];
+        if (r->handle == MC__ALLOC_NONE)
+            continue;
+        seg *s = svc->segs[r->seg];
+        pthread_mutex_lock(&s->mu);
+        b += mc__alloc_block_size(s->alloc, r->handle);
+        pthread_mutex_unlock(&s->mu);
+    }
+    return b;
+}
+
+/* Removes a complete object from the index. Its space is freed now, unless a reader's
+ * lease is still active (a forced removal): then the object waits on the deferred list
+ * until the lease's deadline, so no put can be given that space while the reader may still
+ * be transferring from it. Caller holds sh->mu and not the table lock. */
+static void obj_remove(mc_master_service *svc, shard *sh, obj *o, uint64_t now)
+{
+    if (!leased(svc, o, now)) {
+        obj_erase(svc, sh, o);
+        return;
+    }
+    ht_remove(sh, o);
+    obj_unlist(sh, o);
+    account_gone(svc, o);
+    pthread_rwlock_rdlock(&svc->seg_lock);
+    uint64_t b = reps_reserved_locked(svc, o);
+    pthread_rwlock_unlock(&svc->seg_lock);
+    if (!b) { /* zero-size: nothing to protect */
+        free(o);
+        return;
+    }
+    o->pin = b; /* the soft pin is gone with the key: `pin` now holds the bytes kept */
+    uint64_t deadline = o->atime + svc->lease_ttl;
+    pthread_mutex_lock(&svc->defer_mu);
+    o->prev = NULL;
+    o->next = svc->deferred;
+    svc->deferred = o;
+    if (deadline < svc->defer_min)
+        svc->defer_min = deadline;
+    cadd(&svc->defer_keys, 1);
+    cadd(&svc->defer_bytes, b);
+    pthread_mutex_unlock(&svc->defer_mu);
+}
+
+/* Frees the deferred objects whose lease deadline is at or before now. Cheap when none is
+ * due. Caller holds no lock. */
+static void defer_reap(mc_master_service *svc, uint64_t now)
+{
+    if (!cget(&svc->defer_keys))
+        return;
+    pthread_mutex_lock(&svc->defer_mu);
+    if (now >= svc->defer_min) {
+        uint64_t min = UINT64_MAX;
+        pthread_rwlock_rdlock(&svc->seg_lock);
+        obj **pp = &svc->deferred;
+        while (*pp) {
+            obj *o = *pp;
+            uint64_t deadline = o->atime + svc->lease_ttl;
+            if (deadline > now) {
+                if (deadline < min)
+                    min = deadline;
+                pp = &o->next;
+                continue;
+            }
+            *pp = o->next;
+            reps_free_locked(svc, o);
+            csub(&svc->defer_bytes, o->pin);
+            csub(&svc->defer_keys, 1);
+            free(o);
+        }
+        pthread_rwlock_unlock(&svc->seg_lock);
+        svc->defer_min = min;
+    }
+    pthread_mutex_unlock(&svc->defer_mu);
+}
+
+/* Drops the deferred objects' replicas on `slot` (being unmounted: its allocator goes
+ * away, its bytes already left `allocated`); objects left without space are freed. */
+static void defer_drop_slot(mc_master_service *svc, uint32_t slot)
+{
+    pthread_mutex_lock(&svc->defer_mu);
+    pthread_rwlock_rdlock(&svc->seg_lock);
+    seg *s = svc->segs[slot];
+    obj **pp = &svc->deferred;
+    while (*pp) {
+        obj *o = *pp;
+        uint32_t j = 0;
+        for (uint32_t i = 0; i < o->nrep; i++) {
+            rep *r = &o->reps[i];
+            if (r->seg != slot) {
+                o->reps[j++] = *r;
+                continue;
+            }
+            if (r->handle != MC__ALLOC_NONE) {
+                pthread_mutex_lock(&s->mu);
+                uint64_t b = mc__alloc_block_size(s->alloc, r->handle);
+                pthread_mutex_unlock(&s->mu);
+                o->pin -= b;
+                csub(&svc->defer_bytes, b);
+            }
+        }
+        o->nrep = (uint8_t)j; /* the key bytes are not read again */
+        if (j) {
+            pp = &o->next;
+            continue;
+        }
+        *pp = o->next;
+        csub(&svc->defer_bytes, o->pin);
+        csub(&svc->defer_keys, 1);
+        free(o);
+    }
+    pthread_rwlock_unlock(&svc->seg_lock);
+    pthread_mutex_unlock(&svc->defer_mu);
+}
+
 /* Fills out with o's replicas (status for all). Caller holds the table read lock. */
 static void fill_list_locked(mc_master_service *svc, obj *o, int status,
                              mc_master_replica_list *out)
@@ -562,6 +714,8 @@ int mc_master_service_create(const mc_master_config *cfg, mc_master_service **ou
     pthread_rwlockattr_destroy(&ra);
     pthread_mutex_init(&svc->client_mu, NULL);
     pthread_mutex_init(&svc->evict_mu, NULL);
+    pthread_mutex_init(&svc->defer_mu, NULL);
+    svc->defer_min = UINT64_MAX;
     *out = svc;
     return MC_OK;
 }
@@ -592,6 +746,11 @@ void mc_master_service_destroy(mc_master_service *svc)
         pthread_mutex_destroy(&sh->mu);
     }
     free(svc->shards);
+    while (svc->deferred) {
+        obj *o = svc->deferred;
+        svc->deferred = o->next;
+        free(o);
+    }
     for (uint32_t i = 0; i < svc->nslots; i++)
         if (svc->segs[i])
             seg_free(svc->segs[i]);
@@ -600,6 +759,7 @@ void mc_master_service_destroy(mc_master_service *svc)
     pthread_rwlock_destroy(&svc->seg_lock);
     pthread_mutex_destroy(&svc->client_mu);
     pthread_mutex_destroy(&svc->evict_mu);
+    pthread_mutex_destroy(&svc->defer_mu);
     free(svc);
 }
 
@@ -806,6 +966,7 @@ static void unmount_finish(mc_master_service *svc, uint32_t slot)
 {
     for (uint32_t i = 0; i < svc->nshards; i++)
         drop_slot(svc, &svc->shards[i], slot);
+    defer_drop_slot(svc, slot);
     pthread_rwlock_wrlock(&svc->seg_lock);
     seg *s = svc->segs[slot];
     svc->segs[slot] = NULL;
@@ -1198,6 +1359,7 @@ static int do_start(mc_master_service *svc, mc_master_uuid client, const void *k
             cadd(&svc->proc_bytes, obj_bytes(o));
             fill_list(svc, o, MC_MASTER_REPLICA_PROCESSING, out);
             pthread_mutex_unlock(&sh->mu);
+            observe_size(svc, size);
             return MC_OK;
         }
 
@@ -1232,12 +1394,15 @@ static int do_start(mc_master_service *svc, mc_master_uuid client, const void *k
             pthread_mutex_unlock(&sh->mu);
             if (c.n < want)
                 cadd(&svc->partial_allocs, 1);
+            observe_size(svc, size);
             return MC_OK;
         }
         pthread_mutex_unlock(&sh->mu);
 
         if (c.could_fit && attempt == 0 && svc->cfg.sync_eviction) {
-            /* Evict inline and retry once (unless another thread just evicted). */
+            /* Free what lapsed leases released, evict inline and retry once (unless
+             * another thread just evicted). */
+            defer_reap(svc, now_ms(svc));
             pthread_mutex_lock(&svc->evict_mu);
             if (cget(&svc->evict_gen) == gen) {
                 uint64_t t = (uint64_t)(svc->cfg.eviction_ratio * (double)cget(&svc->capacity));
@@ -1604,7 +1769,7 @@ static uint64_t remove_where(mc_master_service *svc, regex *r, bool force)
                 obj *next = o->hnext;
                 if (!(o->flags & F_PROC) && (force || !leased(svc, o, now)) &&
                     (!r || regex_match(r, o))) {
-                    obj_erase(svc, sh, o);
+                    obj_remove(svc, sh, o, now);
                     count++;
                 }
                 o = next;
@@ -1651,14 +1816,15 @@ static int do_remove(mc_master_service *svc, const void *key, size_t len, bool f
     shard *sh = shard_for(svc, key, len, &h32);
     pthread_mutex_lock(&sh->mu);
     obj *o = ht_find(sh, h32, key, len);
+    uint64_t now = now_ms(svc);
     if (!o)
         rc = MC_OBJECT_NOT_FOUND;
     else if (o->flags & F_PROC)
         rc = MC_REPLICA_IS_NOT_READY;
-    else if (!force && leased(svc, o, now_ms(svc)))
+    else if (!force && leased(svc, o, now))
         rc = MC_OBJECT_HAS_LEASE;
     else
-        obj_erase(svc, sh, o);
+        obj_remove(svc, sh, o, now);
     pthread_mutex_unlock(&sh->mu);
     return rc;
 }
@@ -1711,6 +1877,8 @@ static void expire_clients(mc_master_service *svc, uint64_t now)
         cadd(&svc->clients_expired, 1);
         mc_log(MC_LOG_INFO, TAG, "client %016llx%016llx expired; unmounting its segments",
                (unsigned long long)dead[k].first, (unsigned long long)dead[k].second);
+        char **names = NULL; /* distinct names of its segments, for on_client_expired */
+        size_t nnames = 0;
         for (;;) {
             uint32_t slot = UINT32_MAX;
             pthread_rwlock_wrlock(&svc->seg_lock);
@@ -1722,11 +1890,30 @@ static void expire_clients(mc_master_service *svc, uint64_t now)
                     break;
                 }
             }
+            if (slot != UINT32_MAX && svc->cfg.on_client_expired) {
+                const char *name = svc->segs[slot]->name;
+                size_t j = 0;
+                while (j < nnames && strcmp(names[j], name) != 0)
+                    j++;
+                if (j == nnames) {
+                    char **t = realloc(names, (nnames + 1) * sizeof(*t));
+                    if (!t || !(t[nnames] = strdup(name)))
+                        abort();
+                    names = t;
+                    nnames++;
+                }
+            }
             pthread_rwlock_unlock(&svc->seg_lock);
             if (slot == UINT32_MAX)
                 break;
             unmount_finish(svc, slot);
         }
+        if (svc->cfg.on_client_expired)
+            svc->cfg.on_client_expired(svc->cfg.on_client_expired_ctx, dead[k],
+                                       (const char *const *)names, nnames);
+        for (size_t j = 0; j < nnames; j++)
+            free(names[j]);
+        free(names);
     }
     free(dead);
 }
@@ -1761,6 +1948,7 @@ static void sweep_soft_pins(mc_master_service *svc)
 
 void mc_master_service_tick(mc_master_service *svc)
 {
+    defer_reap(svc, now_ms(svc));
     expire_clients(svc, now_ms(svc));
     release_stale_puts(svc);
     sweep_soft_pins(svc);
@@ -1809,6 +1997,13 @@ void mc_master_service_get_stats(mc_master_service *svc, mc_master_stats *out)
     out->put_discarded = cget(&svc->put_discarded);
     out->put_released = cget(&svc->put_released);
     out->clients_expired = cget(&svc->clients_expired);
+    out->deferred_free_keys = cget(&svc->defer_keys);
+    out->deferred_free_bytes = cget(&svc->defer_bytes);
+    for (int i = 0; i < MC_MASTER_VALUE_SIZE_BUCKETS; i++) {
+        out->value_size_buckets[i] = cget(&svc->vsize[i]);
+        out->value_size_count += out->value_size_buckets[i];
+    }
+    out->value_size_sum = cget(&svc->vsize_sum);
 }
 
 size_t mc_master_service_foreach_segment(mc_master_service *svc, mc_master_segment_cb cb,

@@ -98,6 +98,15 @@ typedef enum mc_master_client_status {
 /* Clock: returns monotonic milliseconds. */
 typedef uint64_t (*mc_master_clock_fn)(void *ctx);
 
+/* Called by mc_master_service_tick once per client that expired (silent for client_ttl),
+ * after its segments were unmounted. names: the distinct names of the segments it had
+ * mounted (n may be 0), borrowed for the call. Runs on the ticking thread with no service
+ * lock held: it may take its time (the next tick waits) and may call the service. The
+ * master uses it for upstream's --enable_metadata_cleanup_on_timeout (upstream
+ * ClientMonitorFunc, upstream-mooncake.md §4.7). */
+typedef void (*mc_master_client_expired_fn)(void *ctx, mc_master_uuid client,
+                                            const char *const *names, size_t n);
+
 /* Service configuration. Names and defaults are upstream's mooncake_master flags
  * (upstream-mooncake.md §5.1); the unit is in each field's name or comment. Fill with
  * mc_master_config_init() and change what you need. */
@@ -122,6 +131,8 @@ typedef struct mc_master_config {
     uint64_t client_ttl_ms;    /* ms; 0 = use client_ttl * 1000 (tests use small values)  */
     mc_master_clock_fn clock;  /* NULL = mc_now_ms                                        */
     void *clock_ctx;
+    mc_master_client_expired_fn on_client_expired; /* NULL = none                         */
+    void *on_client_expired_ctx;
 } mc_master_config;
 
 /* mc_master_config_init: fills *cfg with the defaults above. */
@@ -358,7 +369,8 @@ MC_API int mc_master_service_exist_key(mc_master_service *svc, const void *key,
                                        size_t key_len);
 
 /* Batch: results[i] = 1 / 0 / negative code per key. Returns OK, or INVALID_PARAMS for
- * NULL arrays with n > 0. */
+ * NULL arrays with n > 0. Batch metrics count only negative results as failed items: an
+ * absent key (0) is an answer, not a failure. */
 MC_API int mc_master_service_batch_exist_key(mc_master_service *svc,
                                              const mc_master_key *keys, size_t n,
                                              int *results);
@@ -368,7 +380,13 @@ MC_API int mc_master_service_batch_exist_key(mc_master_service *svc,
 /* mc_master_service_remove: erases the object and frees its space.
  * Returns OK; OBJECT_NOT_FOUND; REPLICA_IS_NOT_READY (a write is in flight, even with
  * force); OBJECT_HAS_LEASE (a reader's lease is active and !force). Hard pins do not
- * stop it. */
+ * stop it.
+ * Forced removal under an active lease (here and in batch_remove, remove_by_regex and
+ * remove_all): the key is gone at once (new readers get OBJECT_NOT_FOUND, a put of the key
+ * may start), but the object's space stays reserved until the lease's deadline, so a
+ * reader still transferring never gets bytes a later put wrote (API.md §5: a read never
+ * returns bytes that may have been overwritten). Tick frees it after the deadline; until
+ * then it counts in allocated_bytes and in deferred_free_bytes/_keys. */
 MC_API int mc_master_service_remove(mc_master_service *svc, const void *key, size_t key_len,
                                     bool force);
 
@@ -394,7 +412,9 @@ MC_API int mc_master_service_remove_all(mc_master_service *svc, bool force,
 /* ---- housekeeping ---- */
 
 /* mc_master_service_tick: periodic work; the server calls it every 10-100 ms from one
- * thread. Expires clients silent for client_ttl (unmounting their segments), releases
+ * thread. Frees the space of force-removed objects whose readers' leases ended, expires
+ * clients silent for client_ttl (unmounting their segments, then calling
+ * on_client_expired), releases
  * in-flight puts older than put_start_release_timeout_sec, and evicts when the used
  * ratio is above eviction_high_watermark_ratio or a put failed for space (upstream
  * EvictionThreadFunc / ClientMonitorFunc, §4.5, §4.7). */
@@ -460,6 +480,9 @@ typedef enum mc_master_batch_op {
 MC_API const char *mc_master_op_name(int op);
 MC_API const char *mc_master_batch_op_name(int op);
 
+/* Buckets of the master_value_size_bytes histogram: 7 upstream bounds + the +Inf one. */
+#define MC_MASTER_VALUE_SIZE_BUCKETS 8
+
 typedef struct mc_master_batch_counters {
     uint64_t requests, failures, partial_successes, items, failed_items;
 } mc_master_batch_counters;
@@ -491,7 +514,23 @@ typedef struct mc_master_stats {
     uint64_t put_released;           /* released by tick (older than release timeout)   */
     /* client liveness */
     uint64_t clients_expired;
+    /* force-removed objects whose space waits for their readers' leases to end (part of
+     * allocated_bytes; key_count no longer counts them) */
+    uint64_t deferred_free_keys;
+    uint64_t deferred_free_bytes;
+    /* master_value_size_bytes: sizes of the objects placed by put_start / upsert_start
+     * (and their batch forms). value_size_buckets[i] counts sizes <= bound i and above
+     * bound i-1 (not cumulative); the last bucket counts sizes above every bound. */
+    uint64_t value_size_buckets[MC_MASTER_VALUE_SIZE_BUCKETS];
+    uint64_t value_size_sum;   /* bytes */
+    uint64_t value_size_count;
 } mc_master_stats;
+
+/* mc_master_value_size_bound: upper bound (bytes, inclusive: Prometheus `le`) of bucket i
+ * of master_value_size_bytes, for i < MC_MASTER_VALUE_SIZE_BUCKETS - 1: upstream's buckets
+ * 4 KiB, 64 KiB, 256 KiB, 1 MiB, 4 MiB, 16 MiB, 64 MiB (`master_metric_manager.cpp`).
+ * UINT64_MAX for the last bucket (+Inf) and out-of-range i. */
+MC_API uint64_t mc_master_value_size_bound(int i);
 
 /* mc_master_service_get_stats: fills *out (a consistent-enough snapshot: gauges and
  * counters are read without a global lock). */

@@ -6,6 +6,9 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 
 import pytest
 
@@ -46,6 +49,59 @@ def test_silent_client_loses_its_segments(spawn):
     assert silent("remount", [segment(name="127.0.0.1:17102")])["status"] == OK
     assert silent("ping")["client_status"] == "OK"
     assert silent("put_start", "again", 10)["status"] == OK
+
+
+def _md_request(port, method, key, body=None):
+    """Status of one request to an HTTP metadata server on 127.0.0.1:port."""
+    url = f"http://127.0.0.1:{port}/metadata?key={urllib.parse.quote(key, safe='')}"
+    req = urllib.request.Request(url, data=body, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_expired_client_metadata_is_cleaned_only_when_asked(spawn):
+    # Two masters side by side, one with --enable_metadata_cleanup_on_timeout (upstream's
+    # default is off: the other keeps the keys). Each has a live and a silent client.
+    setups = []
+    for cleanup in (True, False):
+        md_port = free_port()
+        flags = ["--client_ttl=1", "--enable_http_metadata_server=1",
+                 "--http_metadata_server_host=127.0.0.1",
+                 f"--http_metadata_server_port={md_port}"]
+        if cleanup:
+            flags.append("--enable_metadata_cleanup_on_timeout=1")
+        m = _quiet(spawn, *flags)
+        wait_port(md_port, proc=m.proc)
+        alive, silent = Ctl(spawn, m.addr), Ctl(spawn, m.addr)
+        assert alive("mount", segment(name="127.0.0.1:17101"))["status"] == OK
+        assert silent("mount", segment(name="127.0.0.1:17102"))["status"] == OK
+        assert silent("mount", segment(name="127.0.0.1:17102", base=1 << 40))["status"] == OK
+        for name in ("127.0.0.1:17101", "127.0.0.1:17102"):
+            assert _md_request(md_port, "PUT", f"mooncake/ram/{name}", b'{"name": 1}') == 200
+            assert _md_request(md_port, "PUT", f"mooncake/rpc_meta/{name}",
+                               b'{"ip_or_host_name": "127.0.0.1", "rpc_port": 1}') == 200
+        assert _md_request(md_port, "PUT", "mooncake/other", b"x") == 200
+        setups.append((cleanup, m, md_port, alive, silent))
+    # `alive` pings every 200 ms for 2.6 s (> client_ttl + one monitor period)
+    deadline = time.monotonic() + 2.6
+    while time.monotonic() < deadline:
+        for _, _, _, alive, _ in setups:
+            assert alive("ping")["client_status"] == "OK"
+        time.sleep(0.2)
+    for cleanup, m, md_port, alive, silent in setups:
+        assert silent("ping")["client_status"] == "NEED_REMOUNT"
+        gone = 404 if cleanup else 200
+        assert _md_request(md_port, "GET", "mooncake/ram/127.0.0.1:17102") == gone
+        assert _md_request(md_port, "GET", "mooncake/rpc_meta/127.0.0.1:17102") == gone
+        assert _md_request(md_port, "GET", "mooncake/ram/127.0.0.1:17101") == 200
+        assert _md_request(md_port, "GET", "mooncake/rpc_meta/127.0.0.1:17101") == 200
+        assert _md_request(md_port, "GET", "mooncake/other") == 200
+        rc, out = m.stop()
+        assert rc == 0
+        assert ("metadata key mooncake/ram/127.0.0.1:17102 deleted" in out) == cleanup
 
 
 def test_restart_under_a_live_client(spawn):
@@ -183,6 +239,24 @@ def test_admin_http(spawn):
     status, body = m.http("/metrics")
     assert b"# TYPE master_put_start_requests_total counter" in body
     assert b"# TYPE master_key_count gauge" in body
+    # upstream's value-size histogram, fed by every placed object (1000, 24, 1, 2 bytes)
+    assert b"# TYPE master_value_size_bytes histogram" in body
+    assert metrics['master_value_size_bytes_bucket{le="4096"}'] == 4
+    assert metrics['master_value_size_bytes_bucket{le="67108864"}'] == 4
+    assert metrics['master_value_size_bytes_bucket{le="+Inf"}'] == 4
+    assert metrics["master_value_size_bytes_count"] == 4
+    assert metrics["master_value_size_bytes_sum"] == 1000 + 24 + 1 + 2
+    assert metrics["master_deferred_free_bytes"] == 0
+
+    # batch_exist_key: absent keys are answers (0), not failed items
+    r = c("batch_exist", ["k/one", "nope1", "nope2"])
+    assert r["status"] == OK and r["results"] == [1, 0, 0]
+    metrics = m.metrics()
+    assert metrics["master_batch_exist_key_requests_total"] == 1
+    assert metrics["master_batch_exist_key_items_total"] == 3
+    assert metrics["master_batch_exist_key_failed_items_total"] == 0
+    assert metrics["master_batch_exist_key_failures_total"] == 0
+    assert metrics["master_batch_exist_key_partial_successes_total"] == 0
 
     status, body = m.http("/health")
     assert status == 200 and json.loads(body)["status"] == "ok"

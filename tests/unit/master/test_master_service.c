@@ -453,7 +453,161 @@ static void test_remove_all(void **state)
     assert_int_equal(n, 1); /* leased; the write in flight stays */
     assert_int_equal(stats(svc).key_count, 1);
     assert_int_equal(mc_master_service_put_revoke(svc, C1, "inflight", 8), MC_OK);
+    /* the leased object's space waits for its lease to end */
+    assert_int_equal(stats(svc).allocated_bytes, 128);
+    fake_now += 500;
+    mc_master_service_tick(svc);
     assert_int_equal(stats(svc).allocated_bytes, 0);
+    mc_master_service_destroy(svc);
+}
+
+/* A forced remove under a reader's lease must not hand the reader's bytes to a new put
+ * before the lease ends (API.md §5): the key goes at once, the space at the deadline. */
+static void test_force_remove_defers_free(void **state)
+{
+    (void)state;
+    mc_master_service *svc = make(NULL); /* lease 500 ms */
+    /* one segment that holds exactly one 4 KiB object: any reuse would be visible */
+    mount(svc, 1, "a:1", 1 << 20, 4 * KIB, C1);
+    mc_master_put_config c = pcfg(1);
+    mc_master_replica_list out;
+    assert_int_equal(mc_master_service_put_start(svc, C1, "k", 1, 4 * KIB, &c, &out), MC_OK);
+    uint64_t addr = out.replicas[0].address;
+    assert_int_equal(mc_master_service_put_end(svc, C1, "k", 1), MC_OK);
+    uint64_t t0 = fake_now;
+    assert_int_equal(get(svc, "k", NULL), MC_OK);        /* lease until t0 + 500 */
+    fake_now += 300;
+    assert_int_equal(mc_master_service_exist_key(svc, "k", 1), 1); /* now t0 + 800 */
+    fake_now += 100;
+    assert_int_equal(mc_master_service_remove(svc, "k", 1, true), MC_OK);
+    /* gone for new readers and writers... */
+    assert_false(exists_quiet(svc, "k"));
+    assert_int_equal(get(svc, "k", NULL), MC_OBJECT_NOT_FOUND);
+    assert_int_equal(mc_master_service_remove(svc, "k", 1, true), MC_OBJECT_NOT_FOUND);
+    mc_master_stats st = stats(svc);
+    assert_int_equal(st.key_count, 0);
+    assert_int_equal(st.allocated_bytes, 4 * KIB); /* ...but its space is still held */
+    assert_int_equal(st.deferred_free_keys, 1);
+    assert_int_equal(st.deferred_free_bytes, 4 * KIB);
+    assert_int_equal(mc_master_service_put_start(svc, C1, "n", 1, 4 * KIB, &c, &out),
+                     MC_NO_AVAILABLE_HANDLE);
+    assert_int_equal(mc_master_service_put_start(svc, C1, "k", 1, 4 * KIB, &c, &out),
+                     MC_NO_AVAILABLE_HANDLE);
+    fake_now = t0 + 799;
+    mc_master_service_tick(svc);
+    assert_int_equal(stats(svc).deferred_free_keys, 1);
+    assert_int_equal(mc_master_service_put_start(svc, C1, "n", 1, 4 * KIB, &c, &out),
+                     MC_NO_AVAILABLE_HANDLE);
+    /* the last lease ends: the next tick frees the space, and a put reuses it */
+    fake_now = t0 + 800;
+    mc_master_service_tick(svc);
+    st = stats(svc);
+    assert_int_equal(st.deferred_free_keys, 0);
+    assert_int_equal(st.deferred_free_bytes, 0);
+    assert_int_equal(st.allocated_bytes, 0);
+    assert_int_equal(mc_master_service_put_start(svc, C1, "n", 1, 4 * KIB, &c, &out), MC_OK);
+    assert_int_equal(out.replicas[0].address, addr);
+    assert_int_equal(mc_master_service_put_end(svc, C1, "n", 1), MC_OK);
+
+    /* Without a lease the space is freed at once, as before. */
+    fake_now += 1000;
+    assert_int_equal(mc_master_service_remove(svc, "n", 1, false), MC_OK);
+    assert_int_equal(stats(svc).allocated_bytes, 0);
+    assert_int_equal(stats(svc).deferred_free_keys, 0);
+
+    /* A bigger segment: a put during the lease lands elsewhere, one after it reuses. */
+    mount(svc, 2, "b:1", 1ull << 32, 16 * MIB, C1);
+    mc_master_uuid a = {1, 1};
+    assert_int_equal(mc_master_service_unmount_segment(svc, a, C1), MC_OK);
+    assert_int_equal(mc_master_service_put_start(svc, C1, "k", 1, 64 * KIB, &c, &out), MC_OK);
+    addr = out.replicas[0].address;
+    assert_int_equal(mc_master_service_put_end(svc, C1, "k", 1), MC_OK);
+    assert_int_equal(get(svc, "k", NULL), MC_OK);
+    mc_master_key kk = {"k", 1};
+    int rs;
+    assert_int_equal(mc_master_service_batch_remove(svc, &kk, 1, true, &rs), MC_OK);
+    assert_int_equal(rs, MC_OK);
+    for (int i = 0; i < 64; i++) { /* every size class near it, several times */
+        char key[16];
+        snprintf(key, sizeof key, "x%d", i);
+        uint64_t sz = (uint64_t)(1 + i % 8) * 16 * KIB;
+        assert_int_equal(mc_master_service_put_start(svc, C1, key, strlen(key), sz, &c, &out),
+                         MC_OK);
+        uint64_t a0 = out.replicas[0].address;
+        assert_true(a0 + sz <= addr || a0 >= addr + 64 * KIB);
+        assert_int_equal(mc_master_service_put_revoke(svc, C1, key, strlen(key)), MC_OK);
+    }
+    fake_now += 500;
+    mc_master_service_tick(svc);
+    assert_int_equal(mc_master_service_put_start(svc, C1, "y", 1, 64 * KIB, &c, &out), MC_OK);
+    assert_int_equal(out.replicas[0].address, addr);
+    assert_int_equal(mc_master_service_put_revoke(svc, C1, "y", 1), MC_OK);
+    assert_int_equal(stats(svc).allocated_bytes, 0);
+    mc_master_service_destroy(svc);
+}
+
+/* The same for remove_all(force) and remove_by_regex(force), and a deferred object whose
+ * segment goes away (or whose service is destroyed) before its lease ends. */
+static void test_force_remove_all_regex_defer(void **state)
+{
+    (void)state;
+    mc_master_service *svc = make(NULL);
+    mount(svc, 1, "a:1", 1 << 20, 8 * KIB, C1);
+    mc_master_put_config c = pcfg(1);
+    mc_master_replica_list out;
+    assert_int_equal(put(svc, "r1", 4 * KIB), MC_OK);
+    assert_int_equal(put(svc, "r2", 4 * KIB), MC_OK);
+    assert_int_equal(get(svc, "r1", NULL), MC_OK);
+    uint64_t n = 0;
+    assert_int_equal(mc_master_service_remove_by_regex(svc, "^r", 2, true, &n), MC_OK);
+    assert_int_equal(n, 2);
+    mc_master_stats st = stats(svc);
+    assert_int_equal(st.key_count, 0);
+    assert_int_equal(st.deferred_free_keys, 1); /* r1 (leased); r2 was freed at once */
+    assert_int_equal(st.allocated_bytes, 4 * KIB);
+    assert_int_equal(put(svc, "a", 4 * KIB), MC_OK); /* r2's space */
+    assert_int_equal(get(svc, "a", NULL), MC_OK);    /* (so eviction can't take it) */
+    assert_int_equal(put(svc, "b", 4 * KIB), MC_NO_AVAILABLE_HANDLE);
+    fake_now += 400;
+    assert_int_equal(get(svc, "a", NULL), MC_OK); /* a's lease outlives r1's */
+    fake_now += 100;
+    mc_master_service_tick(svc); /* frees r1 (and can't evict a) */
+    assert_int_equal(put(svc, "b", 4 * KIB), MC_OK);
+    assert_int_equal(get(svc, "a", NULL), MC_OK);
+    assert_int_equal(mc_master_service_remove_all(svc, true, &n), MC_OK);
+    assert_int_equal(n, 2);
+    st = stats(svc);
+    assert_int_equal(st.deferred_free_keys, 1);
+    assert_int_equal(st.allocated_bytes, 4 * KIB);
+    assert_int_equal(put(svc, "c", 8 * KIB), MC_NO_AVAILABLE_HANDLE);
+    fake_now += 500;
+    mc_master_service_tick(svc);
+    assert_int_equal(put(svc, "c", 8 * KIB), MC_OK);
+    /* unmounting drops the deferred replicas with the segment */
+    mount(svc, 2, "b:1", 1ull << 32, 16 * MIB, C2);
+    const char *pref[] = {"b:1"};
+    c.preferred_segments = pref;
+    c.n_preferred = 1;
+    c.replica_num = 2;
+    assert_int_equal(mc_master_service_put_start(svc, C2, "two", 3, 4 * KIB, &c, &out), MC_OK);
+    assert_int_equal(out.n, 1); /* a:1 is full */
+    assert_int_equal(mc_master_service_put_end(svc, C2, "two", 3), MC_OK);
+    assert_int_equal(get(svc, "two", NULL), MC_OK);
+    assert_int_equal(get(svc, "c", NULL), MC_OK);
+    assert_int_equal(mc_master_service_remove_all(svc, true, &n), MC_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(stats(svc).deferred_free_keys, 2);
+    mc_master_uuid b = {2, 2};
+    assert_int_equal(mc_master_service_unmount_segment(svc, b, C2), MC_OK);
+    st = stats(svc);
+    assert_int_equal(st.deferred_free_keys, 1); /* "c" on a:1 still waits */
+    assert_int_equal(st.deferred_free_bytes, 8 * KIB);
+    assert_int_equal(st.allocated_bytes, 8 * KIB);
+    mount(svc, 3, "c:1", 1ull << 33, 16 * MIB, C2); /* reuses b's slot */
+    assert_int_equal(put(svc, "d", 4 * KIB), MC_OK);
+    mc_master_service_tick(svc); /* nothing due yet */
+    assert_int_equal(stats(svc).deferred_free_keys, 1);
+    /* destroyed with a deferred object: nothing leaks (ASan) */
     mc_master_service_destroy(svc);
 }
 
@@ -921,11 +1075,32 @@ static void test_mount_unmount(void **state)
     mc_master_service_destroy(svc);
 }
 
+typedef struct expired_rec {
+    int calls;
+    mc_master_uuid client;
+    size_t n;
+    char names[4][32];
+} expired_rec;
+
+static void on_expired(void *ctx, mc_master_uuid client, const char *const *names, size_t n)
+{
+    expired_rec *r = ctx;
+    r->calls++;
+    r->client = client;
+    r->n = n;
+    for (size_t i = 0; i < n && i < 4; i++)
+        snprintf(r->names[i], sizeof r->names[i], "%s", names[i]);
+}
+
 static void test_client_expiry(void **state)
 {
     (void)state;
     mc_master_config cfg = base_cfg();
     cfg.client_ttl = 10;
+    expired_rec rec;
+    memset(&rec, 0, sizeof rec);
+    cfg.on_client_expired = on_expired;
+    cfg.on_client_expired_ctx = &rec;
     mc_master_service *svc = make(&cfg);
     mc_master_ping_result pr;
     assert_int_equal(mc_master_service_ping(svc, C1, &pr), MC_OK);
@@ -960,6 +1135,11 @@ static void test_client_expiry(void **state)
     assert_int_equal(st.segment_count, 1); /* both of C1's segments are gone */
     assert_false(exists_quiet(svc, "ona"));
     assert_true(exists_quiet(svc, "onb"));
+    /* the hook heard of it once, with each segment name once (both were "a:1") */
+    assert_int_equal(rec.calls, 1);
+    assert_true(rec.client.first == C1.first && rec.client.second == C1.second);
+    assert_int_equal(rec.n, 1);
+    assert_string_equal(rec.names[0], "a:1");
     /* C1 comes back */
     mc_master_segment segs[2] = {
         {.id = {1, 1}, .name = "a:1", .base = 0, .size = 8 * MIB},
@@ -975,6 +1155,16 @@ static void test_client_expiry(void **state)
     assert_int_equal(mc_master_service_ping(svc, c3, &pr), MC_OK);
     assert_int_equal(pr.client_status, MC_MASTER_CLIENT_OK);
     assert_int_equal(stats(svc).active_clients, 3);
+    /* a client without segments expires with no names */
+    for (int i = 0; i < 11; i++) {
+        fake_now += 1000;
+        assert_int_equal(mc_master_service_ping(svc, C1, &pr), MC_OK);
+        assert_int_equal(mc_master_service_ping(svc, C2, &pr), MC_OK);
+        mc_master_service_tick(svc);
+    }
+    assert_int_equal(rec.calls, 2);
+    assert_true(rec.client.first == 3 && rec.client.second == 3);
+    assert_int_equal(rec.n, 0);
     mc_master_service_destroy(svc);
 }
 
@@ -1038,10 +1228,57 @@ static void test_batches(void **state)
     assert_int_equal(b->failed_items, 2);
     assert_int_equal(b->partial_successes, 1);
     assert_int_equal(b->failures, 0);
-    assert_int_equal(s.batch[MC_MASTER_BATCH_EXIST_KEY].failed_items, 1);
+    assert_int_equal(s.batch[MC_MASTER_BATCH_EXIST_KEY].failed_items, 1); /* only "" */
+    /* a batch of misses is an answered batch: no failed items, no failed request */
+    mc_master_key miss[2] = {{"m1", 2}, {"m2", 2}};
+    assert_int_equal(mc_master_service_batch_exist_key(svc, miss, 2, ex), MC_OK);
+    assert_int_equal(ex[0], 0);
+    assert_int_equal(ex[1], 0);
+    mc_master_batch_counters be = stats(svc).batch[MC_MASTER_BATCH_EXIST_KEY];
+    assert_int_equal(be.requests, 3); /* with the empty batch */
+    assert_int_equal(be.items, 5);
+    assert_int_equal(be.failed_items, 1);
+    assert_int_equal(be.failures, 0);
+    assert_int_equal(be.partial_successes, 1);
     assert_int_equal(s.batch[MC_MASTER_BATCH_UPSERT_END].items, 2);
     assert_int_equal(s.key_count, 2);
     assert_int_equal(s.requests[MC_MASTER_OP_PUT_START], 0); /* batches count apart */
+    mc_master_service_destroy(svc);
+}
+
+/* master_value_size_bytes: every object placed by a put or upsert, in upstream's buckets. */
+static void test_value_size_histogram(void **state)
+{
+    (void)state;
+    mc_master_service *svc = make(NULL);
+    mount(svc, 1, "a:1", 0, 256 * MIB, C1);
+    assert_int_equal(mc_master_value_size_bound(0), 4096);
+    assert_int_equal(mc_master_value_size_bound(6), 64 * MIB);
+    assert_true(mc_master_value_size_bound(7) == UINT64_MAX);
+    assert_true(mc_master_value_size_bound(-1) == UINT64_MAX);
+    assert_int_equal(put(svc, "z", 0), MC_OK);
+    assert_int_equal(put(svc, "a", 4096), MC_OK);         /* le 4096 */
+    assert_int_equal(put(svc, "b", 4097), MC_OK);         /* le 65536 */
+    assert_int_equal(put(svc, "c", 1 * MIB), MC_OK);      /* le 1 MiB */
+    assert_int_equal(put(svc, "d", 100 * MIB), MC_OK);    /* +Inf */
+    assert_int_equal(put(svc, "a", 10), MC_OBJECT_ALREADY_EXISTS); /* not placed */
+    assert_int_equal(put(svc, "e", 1024 * MIB), MC_NO_AVAILABLE_HANDLE);
+    mc_master_put_config c = pcfg(1);
+    mc_master_replica_list out;
+    assert_int_equal(mc_master_service_upsert_start(svc, C1, "b", 1, 4097, &c, &out), MC_OK);
+    mc_master_key keys[2] = {{"x", 1}, {"y", 1}};
+    uint64_t sizes[2] = {64 * KIB, 16 * MIB};
+    mc_master_replica_list outs[2];
+    int st[2];
+    assert_int_equal(
+        mc_master_service_batch_put_start(svc, C1, keys, sizes, 2, &c, outs, st), MC_OK);
+    mc_master_stats s = stats(svc);
+    const uint64_t want[MC_MASTER_VALUE_SIZE_BUCKETS] = {2, 3, 0, 1, 0, 1, 0, 1};
+    for (int i = 0; i < MC_MASTER_VALUE_SIZE_BUCKETS; i++)
+        assert_int_equal(s.value_size_buckets[i], want[i]);
+    assert_int_equal(s.value_size_count, 8);
+    assert_int_equal(s.value_size_sum,
+                     4096 + 4097 + MIB + 100 * MIB + 4097 + 64 * KIB + 16 * MIB);
     mc_master_service_destroy(svc);
 }
 
@@ -1118,6 +1355,8 @@ int main(void)
         cmocka_unit_test(test_zero_size),
         cmocka_unit_test(test_lease_and_remove),
         cmocka_unit_test(test_remove_all),
+        cmocka_unit_test(test_force_remove_defers_free),
+        cmocka_unit_test(test_force_remove_all_regex_defer),
         cmocka_unit_test(test_regex),
         cmocka_unit_test(test_eviction_lru_order),
         cmocka_unit_test(test_eviction_exclusions),
@@ -1128,6 +1367,7 @@ int main(void)
         cmocka_unit_test(test_mount_unmount),
         cmocka_unit_test(test_client_expiry),
         cmocka_unit_test(test_batches),
+        cmocka_unit_test(test_value_size_histogram),
         cmocka_unit_test(test_admin),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "master/master_service.h"
@@ -205,6 +206,15 @@ static void test_threads(void **state)
     assert_int_equal(n, st.key_count);
     mc_master_service_get_stats(svc, &st);
     assert_int_equal(st.key_count, 0);
+    /* objects that were still leased keep their space until the lease (2 ms) ends */
+    assert_int_equal(st.allocated_bytes, st.deferred_free_bytes);
+    for (int i = 0; i < 1000 && st.deferred_free_keys; i++) {
+        usleep(1000);
+        mc_master_service_tick(svc);
+        mc_master_service_get_stats(svc, &st);
+    }
+    assert_int_equal(st.deferred_free_keys, 0);
+    assert_int_equal(st.deferred_free_bytes, 0);
     assert_int_equal(st.allocated_bytes, 0);
     seg_used_sum = 0;
     mc_master_service_foreach_segment(svc, sum_used, NULL);
