@@ -16,7 +16,7 @@ setup-demo:
 	@VENV=$(VENV) scripts/setup.sh --no-test-deps
 
 demo: setup-demo
-	$(PY) -m mooncake.demo
+	$(VENV)/bin/mooncake_trace_replay --demo
 
 build/debug/build.ninja:
 	$(MESON) setup build/debug -Dtests=enabled -Dwerror=true

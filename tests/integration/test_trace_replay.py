@@ -1,8 +1,8 @@
 """mooncake_trace_replay: reference hit rates, the synthetic trace, and real replays.
 
 The Redis-backend tests start real redis-server processes on 127.0.0.1; the store-backend
-tests start a real mooncake_master and store nodes, and are skipped (with the reason)
-until the master and MooncakeDistributedStore exist. Traces are read from
+tests start a real mooncake_master and store nodes (skipped, with the reason, only where
+the package was installed without them). Traces are read from
 ../shared/traces (never copied into the repository); tests that need the real trace are
 skipped only when that folder is absent. Every replay is a subprocess with a timeout.
 """
@@ -239,6 +239,10 @@ def test_sigint_stops_the_redis_replay_and_leaves_nothing_behind(tmp_path):
 def test_bad_options_exit_2_naming_the_problem(tmp_path):
     rc, _, out, err = replay(["--backend", "redis", "--block-bytes", "1001"], tmp_path, 30)
     assert rc == 2 and "multiple of 8" in err
+    rc, _, out, err = replay(["--lease-ttl-ms", "0"], tmp_path, 30)
+    assert rc == 2 and "LEASE_EXPIRED" in err
+    rc, _, out, err = replay(["--eviction-high-watermark", "1.5"], tmp_path, 30)
+    assert rc == 2 and "[0, 1]" in err
     rc, _, out, err = replay(["--backend", "redis", "--trace", str(tmp_path / "nope.jsonl")],
                              tmp_path, 30)
     assert rc == 2 and "nope.jsonl" in err
@@ -277,14 +281,35 @@ def test_store_replay_with_a_small_pool_evicts_and_stays_correct(tmp_path):
     assert (r["evictions_backend"] or 0) > 0 or r["evictions_observed"] > 0
     assert r["errors"] == 0 and r["corrupt_blocks"] == 0
     assert r["block_hits"] < ref["ideal"]["block_hits"]
+    # approximate LRU over 1024 shards, watermark eviction and 200 ms leases stay close to
+    # an exact LRU of the same pool (measured here: within 1 point)
+    assert abs(r["block_hit_rate"] - ref["lru"]["block_hit_rate"]) < 0.05, out
+    occ = doc["occupancy"]
+    assert occ["samples_t_keys_evictions"] and 0 < occ["mean_keys_after_eviction_began"] <= 1024
+    assert "RESULT: OK" in out and "held" in out
+
+
+@need_store
+def test_store_eviction_watermark_reaches_the_local_master(tmp_path):
+    # the tool's --eviction-* flags configure the master it starts: at 99 % / 1 % the
+    # pool stays fuller while evicting than the default 90 % / 5 % lets it
+    rc, doc, out, err = replay(["--backend", "store", "--synthetic-requests", "300",
+                                "--block-bytes", "16KiB", "--nodes", "1",
+                                "--segment-size", "16MiB", "--eviction-high-watermark",
+                                "0.99", "--eviction-ratio", "0.01"], tmp_path, 180)
+    assert rc == 0, out + err
+    assert "eviction at 99% frees 1%" in open(tmp_path / "logs" / "master.log").read()
+    assert doc["meta"]["master_settings"]["eviction_high_watermark_ratio"] == 0.99
+    assert doc["occupancy"]["mean_keys_after_eviction_began"] > 0.95 * 1024
+    assert doc["results"]["errors"] == 0 and doc["results"]["corrupt_blocks"] == 0
 
 
 @need_store
 def test_store_corrupted_block_is_counted(tmp_path, spawn):
     from mooncake.store import MooncakeDistributedStore
-    rpc, http = free_port(), free_port()
+    rpc, http, metrics = free_port(), free_port(), free_port()
     spawn([os.path.join(BIN_DIR, "mooncake_master"), f"--rpc_port={rpc}",
-           "--rpc_address=127.0.0.1", f"--metrics_port={free_port()}",
+           "--rpc_address=127.0.0.1", f"--metrics_port={metrics}",
            "--metrics_host=127.0.0.1", "--enable_http_metadata_server=1",
            f"--http_metadata_server_port={http}", "--http_metadata_server_host=127.0.0.1",
            "--default_kv_lease_ttl=200"])
@@ -299,9 +324,14 @@ def test_store_corrupted_block_is_counted(tmp_path, spawn):
         assert time.monotonic() < deadline, "store node not ready"
         time.sleep(0.1)
     args = ["--backend", "store", "--master", f"127.0.0.1:{rpc}", "--metadata", meta,
+            "--metrics-url", f"http://127.0.0.1:{metrics}/metrics",
             "--key-prefix", "corrupt/", "--synthetic-requests", "40", "--block-bytes", "4KiB"]
     rc, doc, out, err = replay(args, tmp_path, 120)
     assert rc == 0 and doc["results"]["corrupt_blocks"] == 0, out + err
+    # an existing cluster: the LRU reference gets the cluster's own size from /metrics
+    assert doc["meta"]["pool_bytes"] == 64 << 20
+    assert doc["reference"]["lru"]["capacity_blocks"] == (64 << 20) // 4096
+    assert doc["results"]["block_hits"] == doc["reference"]["lru"]["block_hits"]
     first = json.loads(open(tmp_path / "synthetic_trace.jsonl").readline())["hash_ids"]
     key = f"corrupt/{first[0]}"
     s = MooncakeDistributedStore()

@@ -24,6 +24,7 @@ INTERNAL_ERROR = -1
 NO_AVAILABLE_HANDLE = -200
 OBJECT_NOT_FOUND = -704
 OBJECT_ALREADY_EXISTS = -705
+LEASE_EXPIRED = -707
 
 _NAMES = {0: "OK", -1: "INTERNAL_ERROR", -10: "BUFFER_OVERFLOW", -200: "NO_AVAILABLE_HANDLE",
           -600: "INVALID_PARAMS", -704: "OBJECT_NOT_FOUND", -705: "OBJECT_ALREADY_EXISTS",
@@ -104,6 +105,11 @@ class Backend:
     def keys_held(self) -> int | None:
         """Keys the backend holds now, or None if it cannot tell."""
         return None
+
+    def sample(self) -> tuple:
+        """(keys held, evictions so far), either None when unknown; called about every
+        0.25 s during the replay to follow the pool's occupancy."""
+        return self.keys_held(), self.evictions()
 
     def close(self):
         pass
@@ -336,6 +342,23 @@ class StoreBackend(Backend):
         if not m or "master_key_count" not in m:
             return None
         return int(m["master_key_count"])
+
+    def sample(self):
+        m = self._metrics()
+        if not m:
+            return None, None
+        kh = m.get("master_key_count")
+        ev = m.get("master_evicted_key_count")
+        return (None if kh is None else int(kh),
+                None if ev is None else int(ev) - self._evicted0)
+
+    def capacity_bytes(self) -> int | None:
+        """Bytes of all segments mounted in the cluster (master_total_capacity_bytes), or
+        None without a metrics URL."""
+        m = self._metrics()
+        if not m or "master_total_capacity_bytes" not in m:
+            return None
+        return int(m["master_total_capacity_bytes"])
 
 
 def shm_entries() -> set:

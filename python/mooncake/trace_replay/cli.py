@@ -15,7 +15,8 @@ from .backends import (BackendUnavailable, RedisBackend, StoreBackend, check_sto
 from .blocks import BlockCodec
 from .cluster import (LocalCluster, ProcessGroup, find_tool, peak_rss_bytes, start_redis)
 from .models import BLOCK_TOKENS, PRESETS, fmt_bytes, parse_size
-from .report import summarize, table, timeseries, write_json, write_png
+from .report import (LEGEND, files_note, summarize, table, timeseries, verdict, write_json,
+                     write_png)
 from .sim import simulate_ideal, simulate_lru
 from .trace import TraceError, count_lines, load_trace, synthetic_trace, write_trace
 
@@ -23,9 +24,9 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 DEFAULTS = dict(backend="store", nodes=2, segment_size="256MiB", concurrency=1,
                 time_scale=0.0, out="replay-out", seed=0, synthetic_requests=1000,
-                lease_ttl_ms=1000)
-DEMO = dict(backend="store", nodes=2, segment_size="64MiB", concurrency=1, time_scale=0.0,
-            out="demo-out", seed=0, synthetic_requests=1500, lease_ttl_ms=1000)
+                lease_ttl_ms=200)
+DEMO = dict(backend="store", nodes=2, segment_size="128MiB", concurrency=1, time_scale=0.0,
+            out="demo-out", seed=0, synthetic_requests=1500, lease_ttl_ms=200)
 
 EPILOG = models.presets_help() + """
 
@@ -103,8 +104,20 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--redis-addr", metavar="HOST:PORT",
                    help="use a running redis-server instead of starting one")
     g.add_argument("--lease-ttl-ms", type=int, metavar="MS",
-                   help="--default_kv_lease_ttl of the local master (default 1000; upstream's "
-                        "10000 pins the hot set for 10 s after every exist/get)")
+                   help="--default_kv_lease_ttl of the local master (default 200). Every "
+                        "exist/get leases the block, and eviction skips leased blocks. The "
+                        "replay runs the trace hundreds of times faster than real time, so a "
+                        "lease in wall-clock ms pins that many times more of the trace: "
+                        "upstream's 10000 (or even 1000) would pin most of a small pool and "
+                        "force eviction of the blocks just written. 200 ms of replay is still "
+                        "about a minute of the trace's own time")
+    g.add_argument("--eviction-high-watermark", type=float, metavar="R",
+                   help="--eviction_high_watermark_ratio of the local master: eviction runs "
+                        "when more than this fraction of the pool is used (default: the "
+                        "master's, upstream's 0.90)")
+    g.add_argument("--eviction-ratio", type=float, metavar="R",
+                   help="--eviction_ratio of the local master: the fraction of the pool one "
+                        "eviction pass frees (default: the master's, upstream's 0.05)")
     g.add_argument("--master-bin", metavar="PATH",
                    help="mooncake_master to start (default: next to this Python, then PATH)")
     g.add_argument("--upstream-python", metavar="PATH",
@@ -114,9 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
     g = ap.add_argument_group("output")
     g.add_argument("--out", metavar="DIR", help="output directory (default replay-out)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g.add_argument("--no-legend", action="store_true",
+                   help="do not explain the figures under the final table")
     g.add_argument("--demo", action="store_true",
                    help="the embedded default that `make demo` runs: store backend, local "
-                        "2-node cluster of 64 MiB segments, 1500 synthetic requests, "
+                        "2-node cluster of 128 MiB segments, 1500 synthetic requests, "
                         "64 KiB blocks, output in demo-out/ (explicit options still win)")
     return ap
 
@@ -128,6 +143,7 @@ def _fail(msg: str) -> int:
 
 def _resolve(args):
     base = DEMO if args.demo else DEFAULTS
+    args.pool_given = args.nodes is not None or args.segment_size is not None
     for k, v in base.items():
         if getattr(args, k) is None:
             setattr(args, k, v)
@@ -156,6 +172,10 @@ def _resolve(args):
         raise ValueError("--segment-size must be positive")
     if args.time_scale < 0:
         raise ValueError("--time-scale must be >= 0")
+    if args.lease_ttl_ms < 1:
+        raise ValueError("--lease-ttl-ms must be >= 1 (a read whose lease lapsed before the "
+                         "transfer finished fails with LEASE_EXPIRED -707, so 0 fails every "
+                         "read)")
     if args.max_requests is not None and args.max_requests < 0:
         raise ValueError("--max-requests must be >= 0")
     if (args.master is None) != (args.metadata is None):
@@ -164,6 +184,13 @@ def _resolve(args):
         raise ValueError("--master/--metadata are for the store and upstream backends")
     if args.redis_addr and args.backend != "redis":
         raise ValueError("--redis-addr is for --backend redis")
+    for name in ("eviction_high_watermark", "eviction_ratio"):
+        v = getattr(args, name)
+        if v is not None and not 0.0 <= v <= 1.0:
+            raise ValueError(f"--{name.replace('_', '-')} must be in [0, 1], got {v}")
+        if v is not None and (args.master or args.backend == "redis"):
+            raise ValueError(f"--{name.replace('_', '-')} configures the master the tool "
+                             "starts (store and upstream backends, no --master)")
     if args.key_prefix is None:
         args.key_prefix = f"replay-{secrets.token_hex(4)}/"
     args.pool_bytes = args.nodes * args.segment_size
@@ -265,6 +292,37 @@ class _Progress:
             self.bar.close()
 
 
+class _Occupancy(threading.Thread):
+    """Samples the backend's keys held and evictions every INTERVAL_S during the replay
+    (the store keeps some of its pool free: eviction starts above the high watermark)."""
+    INTERVAL_S = 0.1
+
+    def __init__(self, backend):
+        super().__init__(daemon=True, name="replay-occupancy")
+        self.backend = backend
+        self.halt = threading.Event()
+        self.samples = []            # [t since start (s), keys held, evictions so far]
+        self.t0 = time.perf_counter()
+
+    def run(self):
+        while not self.halt.wait(self.INTERVAL_S):
+            try:
+                kh, ev = self.backend.sample()
+            except Exception:        # a sample is optional; the replay goes on
+                continue
+            if kh is not None:
+                self.samples.append([round(time.perf_counter() - self.t0, 3), kh, ev])
+
+    def stop(self):
+        self.halt.set()
+        self.join(timeout=5)
+
+    def mean_after_eviction(self) -> int | None:
+        """Mean keys held over the samples taken once eviction had begun, or None."""
+        vals = [k for _, k, e in self.samples if e]
+        return round(sum(vals) / len(vals)) if vals else None
+
+
 def _say(msg):
     print(f"replay: {msg}", file=sys.stderr, flush=True)
 
@@ -315,6 +373,10 @@ def main(argv=None) -> int:
         "time_scale": args.time_scale, "key_prefix": args.key_prefix, "nodes": args.nodes,
         "segment_size": args.segment_size, "pool_bytes": args.pool_bytes,
         "buffer_slots": slots, "interrupted": False, "argv": raw,
+        "master_settings": None if (args.master or args.backend == "redis") else {
+            "default_kv_lease_ttl_ms": args.lease_ttl_ms,
+            "eviction_high_watermark_ratio": args.eviction_high_watermark,
+            "eviction_ratio": args.eviction_ratio},
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 
@@ -342,10 +404,26 @@ def main(argv=None) -> int:
     wall = 0.0
     failure = None
     progress = None
+    occupancy = None
     try:
         backend, cluster_desc = _start_backend(args, group, upstream_child)
         meta["cluster"] = cluster_desc
         meta["backend_info"] = backend.describe()
+        if args.master:
+            cap = backend.capacity_bytes()
+            if cap and not args.pool_given:
+                args.pool_bytes = cap        # the LRU reference gets the cluster's size
+                meta["pool_bytes"] = cap
+            meta["pool_source"] = ("the master's master_total_capacity_bytes"
+                                   if cap and not args.pool_given else
+                                   "--nodes x --segment-size (given or default; pass "
+                                   "--metrics-url to read the cluster's own capacity)")
+            if cap and args.pool_given and cap != args.pool_bytes:
+                _say(f"note: the cluster holds {fmt_bytes(cap)} but --nodes x "
+                     f"--segment-size says {fmt_bytes(args.pool_bytes)}; the LRU "
+                     f"reference uses the latter")
+        else:
+            meta["pool_source"] = "--nodes x --segment-size of the cluster this tool started"
         for _ in range(args.concurrency):
             sessions.append(backend.session(slots, args.block_bytes))
         _say(f"running: {len(requests)} requests, block {fmt_bytes(args.block_bytes)}, pool "
@@ -353,9 +431,14 @@ def main(argv=None) -> int:
         label = ("SYNTHETIC " if synthetic else "") + f"replay[{args.backend}]"
         progress = _Progress(len(requests), label, not args.no_progress)
         from .replay import run_replay
+        occupancy = _Occupancy(backend)
+        occupancy.start()
         phase["replay"] = True
-        stats, wall, _ = run_replay(requests, sessions, codec, args.key_prefix,
-                                    args.time_scale, stop, on_done=progress)
+        try:
+            stats, wall, _ = run_replay(requests, sessions, codec, args.key_prefix,
+                                        args.time_scale, stop, on_done=progress)
+        finally:
+            occupancy.stop()
         phase["replay"] = False
     except BackendUnavailable as e:
         failure = str(e)
@@ -405,6 +488,9 @@ def main(argv=None) -> int:
     ref_hits = {"ideal": dict(zip(done_idx, ideal_hits)), "lru": dict(zip(done_idx, lru_hits))}
     if kh is not None and ev and 0 < kh < cap:
         reference["lru_at_keys_held"] = simulate_lru(done, kh).as_dict()
+    mean_kh = occupancy.mean_after_eviction() if occupancy is not None else None
+    if mean_kh is not None and 0 < mean_kh < cap:
+        reference["lru_at_mean_occupancy"] = simulate_lru(done, mean_kh).as_dict()
     results = summarize(stats, wall)
     results["evictions_backend"] = ev
     results["keys_held_at_end"] = kh
@@ -413,16 +499,25 @@ def main(argv=None) -> int:
         rss[f"{c.label} (pid {c.pid})"] = c.peak_rss or 0
     doc = {"meta": meta, "results": results, "reference": reference,
            "peak_rss": {"by_process": rss, "total": sum(rss.values())},
-           "shm_leftovers": leftovers, "timeseries": timeseries(stats, wall, ref_hits)}
+           "shm_leftovers": leftovers, "timeseries": timeseries(stats, wall, ref_hits),
+           "occupancy": {"interval_s": _Occupancy.INTERVAL_S,
+                         "mean_keys_after_eviction_began": mean_kh,
+                         "samples_t_keys_evictions": occupancy.samples if occupancy else []}}
     json_path = os.path.join(args.out, "replay.json")
     png_path = os.path.join(args.out, "replay.png")
     write_json(doc, json_path)
     why = write_png(doc, stats, png_path)
     print(table(doc))
-    print(f"  JSON {json_path}" + (f"   PNG {png_path}" if why is None else
-                                   f"   (no PNG: {why})"))
+    print(verdict(doc))
+    if not args.no_legend:
+        print(LEGEND)
+    print(files_note(doc, json_path, png_path, why, group.log_dir))
     if leftovers:
         print(f"  WARNING: new entries left in /dev/shm: {leftovers}")
+    if args.demo and synthetic:
+        print("Next: the same on a real FAST'25 trace (README, \"Replay a real trace\"):\n"
+              "  mooncake_trace_replay --trace PATH/TO/conversation_trace.jsonl "
+              "--segment-size 1GiB")
     if meta["interrupted"]:
         return EXIT_INTERRUPTED
     return EXIT_FAILED if (results["errors"] or results["corrupt_blocks"]) else EXIT_OK
@@ -452,7 +547,13 @@ def _start_backend(args, group, upstream_child):
         raise BackendUnavailable(
             "mooncake_master is not installed next to this Python or on PATH: the master is "
             "not built yet? Use --backend redis, or --master/--metadata for a running cluster")
-    cl = LocalCluster(group, master_bin, args.nodes, args.segment_size, args.lease_ttl_ms)
+    extra = []
+    if args.eviction_high_watermark is not None:
+        extra.append(f"--eviction_high_watermark_ratio={args.eviction_high_watermark}")
+    if args.eviction_ratio is not None:
+        extra.append(f"--eviction_ratio={args.eviction_ratio}")
+    cl = LocalCluster(group, master_bin, args.nodes, args.segment_size, args.lease_ttl_ms,
+                      extra_master_args=extra)
     _say(f"started mooncake_master pid {cl.master.pid} (rpc {cl.master_addr}, metadata "
          f"{cl.metadata_url}) and {args.nodes} store nodes (pids "
          f"{', '.join(str(c.pid) for c, _ in cl.nodes)}), {fmt_bytes(args.segment_size)} each")

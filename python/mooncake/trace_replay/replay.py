@@ -5,7 +5,10 @@ Per request (hash ids h_0..h_{n-1}, keys = key_prefix + str(h_i)):
 2. get_batch_into the prefix blocks into the session's registered buffer and verify every
    byte (blocks.BlockCodec); a block of the wrong size or content counts as corrupt, a
    block that vanished between the two calls as a late miss; the hit is the run of good
-   blocks from the start;
+   blocks from the start. A block the store refused with LEASE_EXPIRED (-707: its read
+   lease ran out before the transfer finished, so the bytes are not vouched for) is read
+   once more, as a client would, and counted in lease_retries; a second refusal is an
+   error;
 3. put_batch the blocks after the hit that were absent (filled with their content).
 Requests larger than the buffer are done in chunks of `slots` blocks.
 """
@@ -16,7 +19,7 @@ import time
 
 import numpy as np
 
-from .backends import OBJECT_NOT_FOUND, OK, code_name
+from .backends import LEASE_EXPIRED, OBJECT_NOT_FOUND, OK, code_name
 from .blocks import BlockCodec
 from .sim import hit_tokens
 
@@ -37,6 +40,7 @@ class Stats:
         self.bytes_written = 0
         self.corrupt = 0
         self.late_misses = 0
+        self.lease_retries = 0
         self.errors = collections.Counter()      # "op:CODE" -> count
         self.evicted_observed = 0
         # per completed request, for the time series and the latency CDF
@@ -87,12 +91,19 @@ class Worker:
         # 2. read and verify the prefix
         hit = k
         read_miss = set()
-        corrupt = late = blocks_read = bytes_read = 0
+        corrupt = late = blocks_read = bytes_read = retries = 0
         c0 = 0
         while c0 < k:
             m = min(self.slots, k - c0)
             res = self.s.get_batch_into(keys[c0:c0 + m], range(m))
             res = np.asarray(list(res) + [-1] * (m - len(res)), dtype=np.int64)[:m]
+            expired = np.flatnonzero(res == LEASE_EXPIRED)
+            if len(expired):
+                retries += len(expired)
+                again = self.s.get_batch_into([keys[c0 + int(j)] for j in expired],
+                                              [int(j) for j in expired])
+                again = list(again) + [-1] * (len(expired) - len(again))
+                res[expired] = np.asarray(again[:len(expired)], dtype=np.int64)
             content_ok = self.codec.verify(buf.rows, ids[c0:c0 + m], buf.scratch)
             good = (res == B) & content_ok
             bad_data = (res >= 0) & ~good
@@ -148,6 +159,7 @@ class Worker:
             st.bytes_written += blocks_written * B
             st.corrupt += corrupt
             st.late_misses += late
+            st.lease_retries += retries
             st.errors.update(errors)
             st.t_done.append(t_end - self.t0)
             st.latency.append(t_end - t_start)

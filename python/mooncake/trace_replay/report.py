@@ -2,6 +2,7 @@
 import json
 import math
 import os
+import textwrap
 
 import numpy as np
 
@@ -80,6 +81,7 @@ def summarize(stats, wall_s: float) -> dict:
                        else 0.0, "max": float(lat_ms.max()) if len(lat_ms) else 0.0},
         "errors": stats.error_total, "errors_by_kind": dict(stats.errors),
         "corrupt_blocks": stats.corrupt, "late_misses": stats.late_misses,
+        "lease_retries": stats.lease_retries,
         "evictions_observed": stats.evicted_observed,
     }
 
@@ -100,8 +102,9 @@ def table(doc: dict) -> str:
                  f"{'INTERRUPTED  ' if m['interrupted'] else ''}{title}")
     lines.append(f"  {r['requests']} of {tr['requests_in_trace']} requests; block "
                  f"{fmt_bytes(m['block_bytes'])} ({m['bytes_per_token']} B/token x 512, "
-                 f"{m['model'] or 'no model preset'}); pool {fmt_bytes(m['pool_bytes'])} = "
-                 f"{ref['lru']['capacity_blocks']} blocks ({m['cluster']})")
+                 f"{m['model'] or 'no model preset'})")
+    lines.append(f"  pool {fmt_bytes(m['pool_bytes'])} = {ref['lru']['capacity_blocks']} "
+                 f"blocks ({m.get('cluster', '?')})")
     lines.append(f"  concurrency {m['concurrency']}, time-scale {m['time_scale']}, "
                  f"key prefix {m['key_prefix']!r}")
     lines.append("-" * 78)
@@ -111,7 +114,11 @@ def table(doc: dict) -> str:
         f"   LRU {_pc(ref['lru']['block_hit_rate'])}")
     row("token hit rate", f"{_pc(r['token_hit_rate'])}   ideal {_pc(ref['ideal']['token_hit_rate'])}"
         f"   LRU {_pc(ref['lru']['token_hit_rate'])}")
-    if ref.get("lru_at_keys_held"):
+    if ref.get("lru_at_mean_occupancy"):
+        e = ref["lru_at_mean_occupancy"]
+        row("", f"(LRU at {e['capacity_blocks']} blocks, what the store held on average "
+            f"while evicting: {_pc(e['block_hit_rate']).strip()})")
+    elif ref.get("lru_at_keys_held"):
         e = ref["lru_at_keys_held"]
         row("", f"(LRU with the {e['capacity_blocks']} blocks the backend held at the end: "
             f"{_pc(e['block_hit_rate']).strip()})")
@@ -128,13 +135,87 @@ def table(doc: dict) -> str:
         f", LRU model {ref['lru']['evictions']}")
     errs = ", ".join(f"{k} {v}" for k, v in sorted(r["errors_by_kind"].items()))
     row("errors", f"{r['errors']}" + (f"  ({errs})" if errs else ""))
-    row("corrupt blocks", f"{r['corrupt_blocks']}" + (f"  (late misses {r['late_misses']})"
-                                                     if r["late_misses"] else ""))
+    notes = [f"{k} {r.get(k.replace(' ', '_'), 0)}" for k in ("late misses", "lease retries")
+             if r.get(k.replace(" ", "_"))]
+    row("corrupt blocks", f"{r['corrupt_blocks']}" + (f"  ({', '.join(notes)})" if notes
+                                                     else ""))
     rss = doc.get("peak_rss", {})
     parts = ", ".join(f"{k} {fmt_bytes(v)}" for k, v in rss.get("by_process", {}).items())
     row("peak RSS", f"{fmt_bytes(rss.get('total', 0))}  ({parts})")
     lines.append("=" * 78)
     return "\n".join(lines)
+
+
+def verdict(doc: dict) -> str:
+    """A few lines: is the run correct, and how far is the hit rate from the exact LRU
+    (at the pool's size, and at what the store held on average while evicting)."""
+    r, ref = doc["results"], doc["reference"]
+    hr = 100 * r["block_hit_rate"]
+    lru = ref["lru"]
+    ok = not r["errors"] and not r["corrupt_blocks"]
+    lines = [("RESULT: OK, every block read back was verified byte for byte and no call "
+              "failed." if ok else
+              f"RESULT: FAILED, {r['errors']} errors and {r['corrupt_blocks']} corrupt "
+              "blocks (see 'errors' above and the JSON's errors_by_kind).")
+             + ("  [INTERRUPTED: partial run]" if doc["meta"]["interrupted"] else "")]
+    lines.append(f"  Block hit rate {hr:.2f} %; an exact LRU of the pool's "
+                 f"{lru['capacity_blocks']} blocks hits {100 * lru['block_hit_rate']:.2f} % "
+                 f"({hr - 100 * lru['block_hit_rate']:+.2f} points).")
+    occ = ref.get("lru_at_mean_occupancy")
+    if occ and doc["meta"]["backend"] != "redis":
+        ms = doc["meta"].get("master_settings") or {}
+        hw = ms.get("eviction_high_watermark_ratio")
+        er = ms.get("eviction_ratio")
+        if ms:
+            how = (f"eviction starts at {100 * (0.90 if hw is None else hw):g} % full and "
+                   f"frees {100 * (0.05 if er is None else er):g} % of the pool at a time"
+                   + (", upstream's defaults" if hw is None and er is None else ""))
+        else:
+            how = "eviction starts at its high watermark, 90 % full by default"
+        lines.append(textwrap.fill(
+            f"The store keeps part of its pool free ({how}): it held "
+            f"{occ['capacity_blocks']} blocks on average while evicting, where an exact LRU "
+            f"hits {100 * occ['block_hit_rate']:.2f} % "
+            f"({hr - 100 * occ['block_hit_rate']:+.2f} points).", 88,
+            initial_indent="  ", subsequent_indent="  "))
+    return "\n".join(lines)
+
+
+LEGEND = """\
+What the figures mean (one request = one prompt; its KV cache is cut into 512-token blocks):
+  requests        trace requests replayed, and requests per second of wall time (QPS).
+  block hit rate  share of the requests' blocks served from the store: per request, the
+                  longest run of stored blocks from its start, read back and verified.
+                  ideal = an infinite cache (the most any cache could hit on this trace);
+                  LRU = an exact least-recently-used cache with as many blocks as the pool
+                  holds. A store that evicts well comes close to LRU.
+  token hit rate  the same in prompt tokens (a request's last block may be partial).
+  read / written  blocks fetched (hits) and stored (misses), bytes and GB/s.
+  blocks moved/s  (read + written) blocks per second: the figure bench/replay_compare ranks.
+  latency         per request: exist check + get + byte check + put of the missing blocks.
+  evictions       keys the store dropped to make room (its master's count), blocks this run
+                  wrote and later found gone (observed), and the LRU model's count.
+  errors          calls that returned an error code; corrupt blocks: bytes read back that
+                  differ from what was written. Both must be 0. (A read refused with
+                  LEASE_EXPIRED is retried once and counted as a lease retry.)
+  peak RSS        largest resident memory of each process (the pool's shared memory counts
+                  in the process that touched it)."""
+
+
+def files_note(doc: dict, json_path: str, png_path: str | None, png_why: str | None,
+               log_dir: str) -> str:
+    """Where the output went (absolute paths)."""
+    lines = [f"  {os.path.abspath(json_path)}   every figure above, per-second series, settings"]
+    if png_why is None:
+        lines.append(f"  {os.path.abspath(png_path)}   hit rate vs ideal/LRU and throughput "
+                     "over time, latency CDF")
+    else:
+        lines.append(f"  (no PNG: {png_why})")
+    lines.append(f"  {os.path.abspath(log_dir)}/   logs of the processes this run started")
+    if doc["meta"]["trace"]["synthetic"]:
+        lines.append(f"  {os.path.abspath(os.path.join(os.path.dirname(json_path), 'synthetic_trace.jsonl'))}"
+                     "   the synthetic trace (FAST'25 format)")
+    return "Output files:\n" + "\n".join(lines)
 
 
 def write_json(doc: dict, path: str) -> None:
