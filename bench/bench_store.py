@@ -130,7 +130,8 @@ class Cell:
 
 class Loop:
     """Decides when a cell has run long enough: --seconds of call time and --min-calls
-    calls, or 4x --seconds of wall time, or max_calls."""
+    calls, or max(4x --seconds + 1, 15) s of wall time (a batch of 4 GiB takes seconds
+    per call), or max_calls."""
 
     def __init__(self, seconds, min_calls, max_calls=1_000_000):
         self.seconds, self.min_calls, self.max_calls = seconds, min_calls, max_calls
@@ -140,7 +141,7 @@ class Loop:
         n = len(cell.lat)
         if cell.error or n >= self.max_calls:
             return False
-        if time.monotonic() - self.t0 > 4 * self.seconds + 1 and n >= 1:
+        if time.monotonic() - self.t0 > max(4 * self.seconds + 1, 15) and n >= 1:
             return False
         return cell.busy < self.seconds or n < self.min_calls
 
@@ -258,6 +259,13 @@ def run_backend(args) -> int:
                 rows, ramp = fill(size, batch, salt)
                 ptrs = [base + j * size for j in range(batch)]
                 sizes_l = [size] * batch
+                # one untimed call first: the segment's pages are touched (a fresh
+                # memfd faults them in on first write) and connections are open
+                clear()
+                rcs = store.batch_put_from([f"warm/{size}/{batch}/{j}" for j in range(batch)],
+                                           ptrs, sizes_l)
+                if any(r != 0 for r in rcs):
+                    put.error = f"batch_put_from (warm-up): {[r for r in rcs if r][:3]}"
                 clear()
                 stored, used, i = [], 0, 0
                 loop = Loop(args.seconds, args.min_calls)
@@ -315,6 +323,10 @@ def run_backend(args) -> int:
             value = bytes(arr[:size])
             put = Cell("put", "put", size, 1)
             get = Cell("get", "get", size, 1)
+            clear()
+            rc = store.put(f"warm/plain/{size}", value)
+            if rc != 0:
+                put.error = f"put (warm-up) returned {rc}"
             clear()
             stored, used, i = [], 0, 0
             loop = Loop(args.seconds, args.min_calls)
@@ -626,11 +638,12 @@ def analyse(res):
         if c.get("gbps") is None:
             why = c.get("skipped") or c.get("error") or "no figure"
             targets.append({"target": name, "cell": what, "ratio": None, "bar": bar,
-                            "met": None, "note": why})
+                            "met": None, "note": why, "size": c["size"]})
         else:
             targets.append({"target": name, "cell": what, "ratio": ratio, "bar": bar,
                             "met": None if ratio is None else ratio >= bar,
-                            "note": "no figure to compare with" if ratio is None else ""})
+                            "note": "no figure to compare with" if ratio is None else "",
+                            "size": c["size"]})
 
     for c in ourt:
         if c["op"] == "get" and c["size"] >= MiB and c["api"] == "batch_get_into":
@@ -653,7 +666,7 @@ def analyse(res):
                 if cell_key(c) in up:
                     verdict(f">= 1.5x upstream ({label})", c,
                             c.get("ratio", {}).get("upstream"), T_UPSTREAM,
-                            f"{c['op']} {c['api']} {human(c['size'])} batch {c['batch']}")
+                            f"{c['op']} {c['api']} b{c['batch']}")
     res["targets"] = targets
 
 
@@ -696,12 +709,41 @@ def table_lines(res):
 
 
 def target_lines(res):
+    """One line per cell for the anchor targets; one line per value size for the upstream
+    targets (cells met, the lowest ratio and where)."""
     out = []
+
+    def verdict(t):
+        if t["met"] is None:
+            return f"n/a ({t.get('note', '')})"
+        return "met" if t["met"] else "MISSED"
+
+    groups = {}
     for t in res["targets"]:
-        v = ("n/a (" + t.get("note", "") + ")" if t["met"] is None else
-             ("met" if t["met"] else "MISSED"))
-        r = "-" if t["ratio"] is None else f"{t['ratio']:.2f}"
-        out.append(f"{t['target']:42} {t['cell']:38} ratio {r:>6} (bar {t['bar']:.2f})  {v}")
+        groups.setdefault(t["target"], []).append(t)
+    for name, ts in groups.items():
+        if "upstream" not in name:
+            for t in ts:
+                r = "-" if t["ratio"] is None else f"{t['ratio']:.2f}"
+                out.append(f"{name:52} {t['cell']:17} ratio {r:>6} (bar {t['bar']:.2f})  "
+                           f"{verdict(t)}")
+            continue
+        by_size = {}
+        for t in ts:
+            by_size.setdefault(t["size"], []).append(t)
+        for size, st in by_size.items():
+            rated = [t for t in st if t["ratio"] is not None]
+            met = sum(1 for t in st if t["met"])
+            lo = min(rated, key=lambda t: t["ratio"]) if rated else None
+            miss = [t for t in st if t["met"] is False]
+            line = (f"{name:52} {human(size):>7}: {met}/{len(st)} cells met" +
+                    (f", lowest {lo['ratio']:.2f} ({lo['cell']})" if lo else ""))
+            if miss:
+                line += "; MISSED: " + ", ".join(f"{t['cell']} {t['ratio']:.2f}" for t in miss)
+            na = [t for t in st if t["met"] is None]
+            if na:
+                line += f"; {len(na)} without a figure"
+            out.append(line)
     return out
 
 
@@ -712,7 +754,8 @@ def summary_lines(res):
         groups.setdefault(t["target"], []).append(t)
     for name, ts in groups.items():
         met = sum(1 for t in ts if t["met"])
-        miss = [t["cell"] for t in ts if t["met"] is False]
+        miss = [t["cell"] if "upstream" not in name else f"{human(t['size'])} {t['cell']}"
+                for t in ts if t["met"] is False]
         na = sum(1 for t in ts if t["met"] is None)
         out.append(f"{name}: {met}/{len(ts)} met" +
                    (f"; missed at {', '.join(miss)}" if miss else "") +
@@ -774,7 +817,7 @@ def markdown(res, table, targets, summary):
     lines = [
         BEGIN,
         f"Generated by `{p['command']}` on {res['date']} ({p['mode']} run, "
-        f"{res['wall_s']:.0f} s).",
+        f"{res['wall_s']:.0f} s), tree at `{res.get('commit', '?')}`.",
         "",
         f"Machine: {m['cpu']}, {m['cores']} cores, {m['mem_bytes'] / GiB:.0f} GiB RAM, "
         f"{m['os']}, kernel {m['kernel']}, Python {m['python']}; load average "
@@ -925,7 +968,13 @@ def drive(args) -> int:
     log_dir = tempfile.mkdtemp(prefix="mc-bench-store-")
     group = ProcessGroup(log_dir)
     cmd = "python bench/bench_store.py" + (" --quick" if q else "")
+    try:
+        commit = subprocess.run(["git", "-C", REPO, "describe", "--always", "--dirty"],
+                                capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        commit = ""
     res = {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "machine": machine(),
+           "commit": commit or "?",
            "params": {"mode": "quick" if q else "full", "command": cmd,
                       "sizes": args.sizes, "batches": args.batches,
                       "seconds": args.seconds, "min_calls": args.min_calls,
