@@ -336,6 +336,9 @@ def main(argv=None) -> int:
     except ValueError as e:
         return _fail(str(e))
     upstream_child = os.environ.get("MC_REPLAY_UPSTREAM_CHILD") == "1"
+    # the store client logs each setup at INFO; keep the terminal for the replay's own
+    # output (set MC_LOG_LEVEL=INFO to see them). Read when mooncake.store loads, below.
+    os.environ.setdefault("MC_LOG_LEVEL", "WARNING")
     if args.backend == "upstream" and not upstream_child:
         return _run_upstream(args, raw)
 
