@@ -2,12 +2,19 @@
  *
  * Layout
  *   - Index: `shard_count` shards chosen by the low bits of XXH3-64(key); each shard has
- *     one mutex, a chained hash table (bucket from the high 32 bits, doubled when the
- *     load passes 1) and three intrusive lists: `proc` (writes in flight, by put_start
- *     time), `lru` (complete objects, by last access) and `soft` (complete soft-pinned
- *     objects, by last access). Hard-pinned and zero-size complete objects are in no
- *     list (never evicted, never scanned).
- *   - An object is ONE malloc: the `obj` header (72 bytes), its replicas (16 bytes each)
+ *     one mutex, an open-addressing hash table (below) and three intrusive lists: `proc`
+ *     (writes in flight, by put_start time), `lru` (complete objects, by last access) and
+ *     `soft` (complete soft-pinned objects, by last access). Hard-pinned and zero-size
+ *     complete objects are in no list (never evicted, never scanned).
+ *   - Hash table: linear probing over 8-byte slots, each the object's address (below
+ *     2^48, checked) with the low 16 bits of the key's 32-bit in-shard hash `h32` in the
+ *     top 16 bits; 0 = empty. The home slot is h32 & mask, so while a table has at most
+ *     2^16 slots the slot alone gives an entry's home (growing and deleting never read
+ *     the objects), and the tag bits above the home bits tell most other keys apart
+ *     without reading the object: a lookup miss usually costs one cache line of slots and
+ *     no object. Load <= 3/4 (doubling); deletion shifts the cluster back (no
+ *     tombstones). Batch calls hash a few keys ahead and prefetch their slots.
+ *   - An object is ONE malloc: the `obj` header (64 bytes), its replicas (16 bytes each)
  *     and the key bytes.
  *   - Segments: a slot table under a reader/writer lock (writers: mount/unmount); each
  *     segment has its own mutex around its allocator. A replica names its segment by
@@ -87,8 +94,7 @@ enum {
 };
 
 typedef struct obj {
-    struct obj *hnext;         /* hash chain                                 */
-    struct obj *prev, *next;   /* proc / lru / soft list                     */
+    struct obj *prev, *next;   /* proc / lru / soft list (next: deferred)    */
     uint64_t size;             /* bytes                                      */
     uint64_t atime;            /* complete: last access ms; in flight: start */
     uint64_t pin;              /* soft pin deadline ms (TTL with F_SOFT_REL) */
@@ -99,6 +105,8 @@ typedef struct obj {
     uint8_t flags;
     rep reps[];                /* then key_len key bytes                     */
 } obj;
+
+_Static_assert(sizeof(obj) == 64, "the object header is one cache line");
 
 static inline uint8_t *okey(obj *o)
 {
@@ -111,8 +119,9 @@ typedef struct olist {
 
 typedef struct shard {
     pthread_mutex_t mu;
-    obj **buckets; /* guarded by mu */
-    uint32_t nbuckets, count;
+    uint64_t *slots; /* hash table (see the top); guarded by mu, but slots/mask are */
+    uint32_t mask;   /* stored atomically so batch calls may prefetch without it    */
+    uint32_t count;
     olist proc, lru, soft;
 } __attribute__((aligned(64))) shard;
 
@@ -203,10 +212,15 @@ static inline int check_key(const void *key, size_t len)
     return MC_OK;
 }
 
-static inline shard *shard_for(mc_master_service *svc, const void *key, size_t len,
-                               uint32_t *h32)
+/* The key's hash, or 0 for a key check_key rejects (callers check before using it). */
+static inline uint64_t key_hash(const mc_master_service *svc, const void *key, size_t len)
 {
-    uint64_t h = XXH3_64bits_withSeed(key, len, svc->seed);
+    return check_key(key, len) ? 0 : XXH3_64bits_withSeed(key, len, svc->seed);
+}
+
+/* The shard of hash h; *h32 = the in-shard hash. */
+static inline shard *shard_of(mc_master_service *svc, uint64_t h, uint32_t *h32)
+{
     *h32 = (uint32_t)(h >> 32);
     return &svc->shards[h & (svc->nshards - 1)];
 }
@@ -328,52 +342,163 @@ static void obj_list(shard *sh, obj *o)
 
 /* ---- hash table ---- */
 
+#define SLOT_PTR ((1ull << 48) - 1)
+#define SLOT_TAG_SHIFT 48
+
+static inline obj *slot_obj(uint64_t s)
+{
+    return (obj *)(uintptr_t)(s & SLOT_PTR);
+}
+
+static inline uint64_t slot_make(obj *o)
+{
+    return (uint64_t)(uintptr_t)o | ((uint64_t)(o->hash & 0xffffu) << SLOT_TAG_SHIFT);
+}
+
+/* Home slot of a stored entry under `mask`: from the tag while it holds every home bit,
+ * else from the object. */
+static inline uint32_t slot_home(uint64_t s, uint32_t mask)
+{
+    if (mask <= 0xffffu)
+        return (uint32_t)(s >> SLOT_TAG_SHIFT) & mask;
+    return slot_obj(s)->hash & mask;
+}
+
 static obj *ht_find(shard *sh, uint32_t h32, const void *key, size_t len)
 {
-    for (obj *o = sh->buckets[h32 & (sh->nbuckets - 1)]; o; o = o->hnext)
+    uint64_t tag = (uint64_t)(h32 & 0xffffu) << SLOT_TAG_SHIFT;
+    uint32_t m = sh->mask;
+    for (uint32_t i = h32 & m;; i = (i + 1) & m) {
+        uint64_t s = sh->slots[i];
+        if (!s)
+            return NULL;
+        if ((s & ~SLOT_PTR) != tag)
+            continue;
+        obj *o = slot_obj(s);
         if (o->hash == h32 && o->key_len == len && memcmp(okey(o), key, len) == 0)
             return o;
-    return NULL;
+    }
+}
+
+/* Prefetches the slot a lookup of hash h will read first. Reads the table without the
+ * shard lock (atomically): a stale table only makes the hint useless (a prefetch of a
+ * freed or foreign address does not fault). */
+static inline void ht_prefetch(mc_master_service *svc, uint64_t h)
+{
+    shard *sh = &svc->shards[h & (svc->nshards - 1)];
+    uint64_t *slots = __atomic_load_n(&sh->slots, __ATOMIC_RELAXED);
+    uint32_t m = __atomic_load_n(&sh->mask, __ATOMIC_RELAXED);
+    __builtin_prefetch(&slots[(uint32_t)(h >> 32) & m]);
+}
+
+static void ht_place(uint64_t *slots, uint32_t m, uint64_t s, uint32_t home)
+{
+    uint32_t i = home;
+    while (slots[i])
+        i = (i + 1) & m;
+    slots[i] = s;
 }
 
 static void ht_grow(shard *sh)
 {
-    uint32_t nb = sh->nbuckets * 2;
-    obj **b = calloc(nb, sizeof(*b));
-    if (!b)
+    uint32_t n = (sh->mask + 1) * 2, m = n - 1;
+    uint64_t *t = calloc(n, sizeof(*t));
+    if (!t)
         abort();
-    for (uint32_t i = 0; i < sh->nbuckets; i++) {
-        obj *o = sh->buckets[i];
-        while (o) {
-            obj *next = o->hnext;
-            obj **slot = &b[o->hash & (nb - 1)];
-            o->hnext = *slot;
-            *slot = o;
-            o = next;
-        }
+    for (uint32_t i = 0; i <= sh->mask; i++) {
+        uint64_t s = sh->slots[i];
+        if (s)
+            ht_place(t, m, s, slot_home(s, m));
     }
-    free(sh->buckets);
-    sh->buckets = b;
-    sh->nbuckets = nb;
+    free(sh->slots);
+    __atomic_store_n(&sh->slots, t, __ATOMIC_RELAXED);
+    __atomic_store_n(&sh->mask, m, __ATOMIC_RELAXED);
 }
 
+/* Inserts o (its key must not be in the table). */
 static void ht_insert(shard *sh, obj *o)
 {
-    if (sh->count >= sh->nbuckets && sh->nbuckets < (1u << 30))
+    if ((uint64_t)(sh->count + 1) * 4 > (uint64_t)(sh->mask + 1) * 3 && sh->mask < (1u << 30))
         ht_grow(sh);
-    obj **slot = &sh->buckets[o->hash & (sh->nbuckets - 1)];
-    o->hnext = *slot;
-    *slot = o;
+    ht_place(sh->slots, sh->mask, slot_make(o), o->hash & sh->mask);
     sh->count++;
 }
 
+/* Removes o: its slot is refilled by shifting the rest of its cluster back. */
 static void ht_remove(shard *sh, obj *o)
 {
-    obj **pp = &sh->buckets[o->hash & (sh->nbuckets - 1)];
-    while (*pp != o)
-        pp = &(*pp)->hnext;
-    *pp = o->hnext;
+    uint32_t m = sh->mask, i = o->hash & m;
+    while (slot_obj(sh->slots[i]) != o)
+        i = (i + 1) & m;
+    for (uint32_t j = i;;) {
+        j = (j + 1) & m;
+        uint64_t s = sh->slots[j];
+        if (!s)
+            break;
+        /* s may fill the hole at i unless its home lies cyclically in (i, j] */
+        if (((j - slot_home(s, m)) & m) >= ((j - i) & m)) {
+            sh->slots[i] = s;
+            i = j;
+        }
+    }
+    sh->slots[i] = 0;
     sh->count--;
+}
+
+/* A growable list of objects. Walks over a table that remove entries collect them here
+ * first and remove them after the walk, since a removal shifts entries between slots. */
+typedef struct objvec {
+    obj **v;
+    size_t n, cap;
+} objvec;
+
+static void objvec_push(objvec *ov, obj *o)
+{
+    if (ov->n == ov->cap) {
+        size_t cap = ov->cap ? ov->cap * 2 : 64;
+        obj **v = realloc(ov->v, cap * sizeof(*v));
+        if (!v)
+            abort();
+        ov->v = v;
+        ov->cap = cap;
+    }
+    ov->v[ov->n++] = o;
+}
+
+/* Batch calls hash keys AHEAD positions in advance and prefetch their first slot, so the
+ * cache misses of several keys overlap instead of following one another. (Prefetching the
+ * objects too would need the slot's content, which cannot be read without the lock: the
+ * table may be freed by a concurrent grow.) */
+#define AHEAD 4
+
+typedef struct ahead {
+    const mc_master_key *keys;
+    size_t n;
+    uint64_t h[AHEAD];
+} ahead;
+
+static inline uint64_t ahead_hash(mc_master_service *svc, const mc_master_key *k)
+{
+    uint64_t h = key_hash(svc, k->data, k->len);
+    ht_prefetch(svc, h);
+    return h;
+}
+
+static void ahead_init(mc_master_service *svc, ahead *a, const mc_master_key *keys, size_t n)
+{
+    a->keys = keys;
+    a->n = n;
+    for (size_t i = 0; i < n && i < AHEAD; i++)
+        a->h[i] = ahead_hash(svc, &keys[i]);
+}
+
+/* The hash of key i (called for i = 0, 1, ... in order); starts on key i + AHEAD. */
+static inline uint64_t ahead_next(mc_master_service *svc, ahead *a, size_t i)
+{
+    uint64_t h = a->h[i % AHEAD];
+    if (i + AHEAD < a->n)
+        a->h[i % AHEAD] = ahead_hash(svc, &a->keys[i + AHEAD]);
+    return h;
 }
 
 /* ---- object lifetime ---- */
@@ -383,6 +508,10 @@ static obj *obj_new(uint32_t nrep, const void *key, size_t len, uint32_t h32)
     obj *o = malloc(sizeof(obj) + nrep * sizeof(rep) + len);
     if (!o)
         abort();
+    if ((uintptr_t)o & ~SLOT_PTR) { /* the hash table keeps a tag in the top 16 bits */
+        mc_log(MC_LOG_ERROR, TAG, "heap address %p above 2^48: unsupported platform", o);
+        abort();
+    }
     memset(o, 0, sizeof(obj));
     o->nrep = (uint8_t)nrep;
     o->key_len = (uint16_t)len;
@@ -702,9 +831,9 @@ int mc_master_service_create(const mc_master_config *cfg, mc_master_service **ou
     for (uint32_t i = 0; i < svc->nshards; i++) {
         shard *sh = &svc->shards[i];
         pthread_mutex_init(&sh->mu, NULL);
-        sh->nbuckets = 16;
-        sh->buckets = calloc(sh->nbuckets, sizeof(obj *));
-        if (!sh->buckets)
+        sh->mask = 15;
+        sh->slots = calloc(sh->mask + 1, sizeof(*sh->slots));
+        if (!sh->slots)
             abort();
     }
     pthread_rwlockattr_t ra;
@@ -734,15 +863,9 @@ void mc_master_service_destroy(mc_master_service *svc)
         return;
     for (uint32_t i = 0; i < svc->nshards; i++) {
         shard *sh = &svc->shards[i];
-        for (uint32_t b = 0; b < sh->nbuckets; b++) {
-            obj *o = sh->buckets[b];
-            while (o) {
-                obj *next = o->hnext;
-                free(o);
-                o = next;
-            }
-        }
-        free(sh->buckets);
+        for (uint32_t b = 0; b <= sh->mask; b++)
+            free(slot_obj(sh->slots[b]));
+        free(sh->slots);
         pthread_mutex_destroy(&sh->mu);
     }
     free(svc->shards);
@@ -928,37 +1051,36 @@ int mc_master_service_remount_segments(mc_master_service *svc, const mc_master_s
  * allocator goes away); objects left without replicas are erased. */
 static void drop_slot(mc_master_service *svc, shard *sh, uint32_t slot)
 {
+    objvec gone = {0};
     pthread_mutex_lock(&sh->mu);
-    for (uint32_t b = 0; b < sh->nbuckets; b++) {
-        obj **pp = &sh->buckets[b];
-        while (*pp) {
-            obj *o = *pp;
-            uint32_t j = 0;
-            for (uint32_t i = 0; i < o->nrep; i++)
-                if (o->reps[i].seg != slot)
-                    o->reps[j++] = o->reps[i];
-            uint32_t dropped = o->nrep - j;
-            if (!dropped) {
-                pp = &o->hnext;
-                continue;
-            }
-            uint8_t *key = okey(o);
-            memmove(o->reps + j, key, o->key_len); /* the key follows the replicas */
-            if (o->flags & F_PROC)
-                csub(&svc->proc_bytes, o->size * dropped);
-            o->nrep = (uint8_t)j;
-            if (j) {
-                pp = &o->hnext;
-                continue;
-            }
-            *pp = o->hnext;
-            sh->count--;
-            obj_unlist(sh, o);
-            account_gone(svc, o);
-            free(o);
-        }
+    for (uint32_t b = 0; b <= sh->mask; b++) {
+        obj *o = slot_obj(sh->slots[b]);
+        if (!o)
+            continue;
+        uint32_t j = 0;
+        for (uint32_t i = 0; i < o->nrep; i++)
+            if (o->reps[i].seg != slot)
+                o->reps[j++] = o->reps[i];
+        uint32_t dropped = o->nrep - j;
+        if (!dropped)
+            continue;
+        uint8_t *key = okey(o);
+        memmove(o->reps + j, key, o->key_len); /* the key follows the replicas */
+        if (o->flags & F_PROC)
+            csub(&svc->proc_bytes, o->size * dropped);
+        o->nrep = (uint8_t)j;
+        if (!j)
+            objvec_push(&gone, o);
+    }
+    for (size_t k = 0; k < gone.n; k++) {
+        obj *o = gone.v[k];
+        ht_remove(sh, o);
+        obj_unlist(sh, o);
+        account_gone(svc, o);
+        free(o);
     }
     pthread_mutex_unlock(&sh->mu);
+    free(gone.v);
 }
 
 /* Unmounts the segment in `slot`, which the caller marked unmounting. */
@@ -1310,7 +1432,7 @@ static void apply_pins(mc_master_service *svc, obj *o, const obj *old, const pin
 }
 
 static int do_start(mc_master_service *svc, mc_master_uuid client, const void *key,
-                    size_t len, uint64_t size, const mc_master_put_config *cfg,
+                    size_t len, uint64_t h, uint64_t size, const mc_master_put_config *cfg,
                     mc_master_replica_list *out, bool upsert)
 {
     int rc = check_key(key, len);
@@ -1326,7 +1448,7 @@ static int do_start(mc_master_service *svc, mc_master_uuid client, const void *k
     mc_master_strategy strategy =
         cfg->strategy ? cfg->strategy : svc->cfg.allocation_strategy;
     uint32_t h32;
-    shard *sh = shard_for(svc, key, len, &h32);
+    shard *sh = shard_of(svc, h, &h32);
 
     for (int attempt = 0;; attempt++) {
         uint64_t gen = cget(&svc->evict_gen);
@@ -1420,13 +1542,13 @@ static int do_start(mc_master_service *svc, mc_master_uuid client, const void *k
 }
 
 static int do_end(mc_master_service *svc, mc_master_uuid client, const void *key, size_t len,
-                  bool revoke)
+                  uint64_t h, bool revoke)
 {
     int rc = check_key(key, len);
     if (rc)
         return rc;
     uint32_t h32;
-    shard *sh = shard_for(svc, key, len, &h32);
+    shard *sh = shard_of(svc, h, &h32);
     pthread_mutex_lock(&sh->mu);
     obj *o = ht_find(sh, h32, key, len);
     if (!o) {
@@ -1458,7 +1580,8 @@ int mc_master_service_put_start(mc_master_service *svc, mc_master_uuid client_id
                                 const void *key, size_t key_len, uint64_t size,
                                 const mc_master_put_config *cfg, mc_master_replica_list *out)
 {
-    int rc = do_start(svc, client_id, key, key_len, size, cfg, out, false);
+    int rc = do_start(svc, client_id, key, key_len, key_hash(svc, key, key_len), size,
+                      cfg, out, false);
     count_op(svc, MC_MASTER_OP_PUT_START, rc);
     return rc;
 }
@@ -1466,7 +1589,7 @@ int mc_master_service_put_start(mc_master_service *svc, mc_master_uuid client_id
 int mc_master_service_put_end(mc_master_service *svc, mc_master_uuid client_id,
                               const void *key, size_t key_len)
 {
-    int rc = do_end(svc, client_id, key, key_len, false);
+    int rc = do_end(svc, client_id, key, key_len, key_hash(svc, key, key_len), false);
     count_op(svc, MC_MASTER_OP_PUT_END, rc);
     return rc;
 }
@@ -1474,7 +1597,7 @@ int mc_master_service_put_end(mc_master_service *svc, mc_master_uuid client_id,
 int mc_master_service_put_revoke(mc_master_service *svc, mc_master_uuid client_id,
                                  const void *key, size_t key_len)
 {
-    int rc = do_end(svc, client_id, key, key_len, true);
+    int rc = do_end(svc, client_id, key, key_len, key_hash(svc, key, key_len), true);
     count_op(svc, MC_MASTER_OP_PUT_REVOKE, rc);
     return rc;
 }
@@ -1483,7 +1606,8 @@ int mc_master_service_upsert_start(mc_master_service *svc, mc_master_uuid client
                                    const void *key, size_t key_len, uint64_t size,
                                    const mc_master_put_config *cfg, mc_master_replica_list *out)
 {
-    int rc = do_start(svc, client_id, key, key_len, size, cfg, out, true);
+    int rc = do_start(svc, client_id, key, key_len, key_hash(svc, key, key_len), size,
+                      cfg, out, true);
     count_op(svc, MC_MASTER_OP_UPSERT_START, rc);
     return rc;
 }
@@ -1491,7 +1615,7 @@ int mc_master_service_upsert_start(mc_master_service *svc, mc_master_uuid client
 int mc_master_service_upsert_end(mc_master_service *svc, mc_master_uuid client_id,
                                  const void *key, size_t key_len)
 {
-    int rc = do_end(svc, client_id, key, key_len, false);
+    int rc = do_end(svc, client_id, key, key_len, key_hash(svc, key, key_len), false);
     count_op(svc, MC_MASTER_OP_UPSERT_END, rc);
     return rc;
 }
@@ -1499,7 +1623,7 @@ int mc_master_service_upsert_end(mc_master_service *svc, mc_master_uuid client_i
 int mc_master_service_upsert_revoke(mc_master_service *svc, mc_master_uuid client_id,
                                     const void *key, size_t key_len)
 {
-    int rc = do_end(svc, client_id, key, key_len, true);
+    int rc = do_end(svc, client_id, key, key_len, key_hash(svc, key, key_len), true);
     count_op(svc, MC_MASTER_OP_UPSERT_REVOKE, rc);
     return rc;
 }
@@ -1515,9 +1639,11 @@ static int batch_start(mc_master_service *svc, mc_master_batch_op op, mc_master_
         return MC_INVALID_PARAMS;
     int first = MC_OK;
     size_t nfail = 0;
+    ahead a;
+    ahead_init(svc, &a, keys, n);
     for (size_t i = 0; i < n; i++) {
-        statuses[i] =
-            do_start(svc, client, keys[i].data, keys[i].len, sizes[i], cfg, &outs[i], upsert);
+        statuses[i] = do_start(svc, client, keys[i].data, keys[i].len, ahead_next(svc, &a, i),
+                               sizes[i], cfg, &outs[i], upsert);
         if (statuses[i] != MC_OK && nfail++ == 0)
             first = statuses[i];
     }
@@ -1532,8 +1658,11 @@ static int batch_end(mc_master_service *svc, mc_master_batch_op op, mc_master_uu
         return MC_INVALID_PARAMS;
     int first = MC_OK;
     size_t nfail = 0;
+    ahead a;
+    ahead_init(svc, &a, keys, n);
     for (size_t i = 0; i < n; i++) {
-        statuses[i] = do_end(svc, client, keys[i].data, keys[i].len, revoke);
+        statuses[i] =
+            do_end(svc, client, keys[i].data, keys[i].len, ahead_next(svc, &a, i), revoke);
         if (statuses[i] != MC_OK && nfail++ == 0)
             first = statuses[i];
     }
@@ -1594,14 +1723,14 @@ static void grant_lease(shard *sh, obj *o, uint64_t now)
     obj_list(sh, o);
 }
 
-static int do_get(mc_master_service *svc, const void *key, size_t len,
+static int do_get(mc_master_service *svc, const void *key, size_t len, uint64_t h,
                   mc_master_replica_list *out)
 {
     int rc = check_key(key, len);
     if (rc)
         return rc;
     uint32_t h32;
-    shard *sh = shard_for(svc, key, len, &h32);
+    shard *sh = shard_of(svc, h, &h32);
     pthread_mutex_lock(&sh->mu);
     obj *o = ht_find(sh, h32, key, len);
     if (!o) {
@@ -1626,7 +1755,8 @@ static int do_get(mc_master_service *svc, const void *key, size_t len,
 int mc_master_service_get_replica_list(mc_master_service *svc, const void *key,
                                        size_t key_len, mc_master_replica_list *out)
 {
-    int rc = out ? do_get(svc, key, key_len, out) : MC_INVALID_PARAMS;
+    int rc = out ? do_get(svc, key, key_len, key_hash(svc, key, key_len), out)
+                 : MC_INVALID_PARAMS;
     count_op(svc, MC_MASTER_OP_GET_REPLICA_LIST, rc);
     return rc;
 }
@@ -1639,8 +1769,10 @@ int mc_master_service_batch_get_replica_list(mc_master_service *svc,
         return MC_INVALID_PARAMS;
     int first = MC_OK;
     size_t nfail = 0;
+    ahead a;
+    ahead_init(svc, &a, keys, n);
     for (size_t i = 0; i < n; i++) {
-        statuses[i] = do_get(svc, keys[i].data, keys[i].len, &outs[i]);
+        statuses[i] = do_get(svc, keys[i].data, keys[i].len, ahead_next(svc, &a, i), &outs[i]);
         if (statuses[i] != MC_OK && nfail++ == 0)
             first = statuses[i];
     }
@@ -1648,9 +1780,9 @@ int mc_master_service_batch_get_replica_list(mc_master_service *svc,
     return first;
 }
 
-static int do_exist(mc_master_service *svc, const void *key, size_t len)
+static int do_exist(mc_master_service *svc, const void *key, size_t len, uint64_t h)
 {
-    int rc = do_get(svc, key, len, NULL);
+    int rc = do_get(svc, key, len, h, NULL);
     if (rc == MC_OK)
         return 1;
     if (rc == MC_OBJECT_NOT_FOUND || rc == MC_REPLICA_IS_NOT_READY)
@@ -1660,7 +1792,7 @@ static int do_exist(mc_master_service *svc, const void *key, size_t len)
 
 int mc_master_service_exist_key(mc_master_service *svc, const void *key, size_t key_len)
 {
-    int rc = do_exist(svc, key, key_len);
+    int rc = do_exist(svc, key, key_len, key_hash(svc, key, key_len));
     count_op(svc, MC_MASTER_OP_EXIST_KEY, rc);
     return rc;
 }
@@ -1671,8 +1803,10 @@ int mc_master_service_batch_exist_key(mc_master_service *svc, const mc_master_ke
     if (n && (!keys || !results))
         return MC_INVALID_PARAMS;
     size_t nfail = 0;
+    ahead a;
+    ahead_init(svc, &a, keys, n);
     for (size_t i = 0; i < n; i++) {
-        results[i] = do_exist(svc, keys[i].data, keys[i].len);
+        results[i] = do_exist(svc, keys[i].data, keys[i].len, ahead_next(svc, &a, i));
         if (results[i] < 0)
             nfail++;
     }
@@ -1735,16 +1869,15 @@ int mc_master_service_get_replica_list_by_regex(mc_master_service *svc, const ch
             shard *sh = &svc->shards[i];
             pthread_mutex_lock(&sh->mu);
             uint64_t now = now_ms(svc);
-            for (uint32_t b = 0; b < sh->nbuckets && !stop; b++) {
-                for (obj *o = sh->buckets[b]; o && !stop; o = o->hnext) {
-                    if ((o->flags & F_PROC) || !regex_match(&r, o))
-                        continue;
-                    grant_lease(sh, o, now);
-                    fill_list(svc, o, MC_MASTER_REPLICA_COMPLETE, list);
-                    list->lease_ttl_ms = svc->lease_ttl;
-                    if (cb && cb(okey(o), o->key_len, list, ctx))
-                        stop = true;
-                }
+            for (uint32_t b = 0; b <= sh->mask && !stop; b++) {
+                obj *o = slot_obj(sh->slots[b]);
+                if (!o || (o->flags & F_PROC) || !regex_match(&r, o))
+                    continue;
+                grant_lease(sh, o, now);
+                fill_list(svc, o, MC_MASTER_REPLICA_COMPLETE, list);
+                list->lease_ttl_ms = svc->lease_ttl;
+                if (cb && cb(okey(o), o->key_len, list, ctx))
+                    stop = true;
             }
             pthread_mutex_unlock(&sh->mu);
         }
@@ -1755,28 +1888,29 @@ int mc_master_service_get_replica_list_by_regex(mc_master_service *svc, const ch
     return rc;
 }
 
-/* Removes the complete, removable objects for which keep() says so. */
+/* Removes the complete objects that match r (all when NULL), leased ones only with
+ * force. */
 static uint64_t remove_where(mc_master_service *svc, regex *r, bool force)
 {
     uint64_t count = 0;
+    objvec hit = {0};
     for (uint32_t i = 0; i < svc->nshards; i++) {
         shard *sh = &svc->shards[i];
         pthread_mutex_lock(&sh->mu);
         uint64_t now = now_ms(svc);
-        for (uint32_t b = 0; b < sh->nbuckets; b++) {
-            obj *o = sh->buckets[b];
-            while (o) {
-                obj *next = o->hnext;
-                if (!(o->flags & F_PROC) && (force || !leased(svc, o, now)) &&
-                    (!r || regex_match(r, o))) {
-                    obj_remove(svc, sh, o, now);
-                    count++;
-                }
-                o = next;
-            }
+        hit.n = 0;
+        for (uint32_t b = 0; b <= sh->mask; b++) {
+            obj *o = slot_obj(sh->slots[b]);
+            if (o && !(o->flags & F_PROC) && (force || !leased(svc, o, now)) &&
+                (!r || regex_match(r, o)))
+                objvec_push(&hit, o);
         }
+        for (size_t k = 0; k < hit.n; k++)
+            obj_remove(svc, sh, hit.v[k], now);
+        count += hit.n;
         pthread_mutex_unlock(&sh->mu);
     }
+    free(hit.v);
     return count;
 }
 
@@ -1807,13 +1941,14 @@ int mc_master_service_remove_all(mc_master_service *svc, bool force, uint64_t *c
 
 /* ---- remove ---- */
 
-static int do_remove(mc_master_service *svc, const void *key, size_t len, bool force)
+static int do_remove(mc_master_service *svc, const void *key, size_t len, uint64_t h,
+                     bool force)
 {
     int rc = check_key(key, len);
     if (rc)
         return rc;
     uint32_t h32;
-    shard *sh = shard_for(svc, key, len, &h32);
+    shard *sh = shard_of(svc, h, &h32);
     pthread_mutex_lock(&sh->mu);
     obj *o = ht_find(sh, h32, key, len);
     uint64_t now = now_ms(svc);
@@ -1832,7 +1967,7 @@ static int do_remove(mc_master_service *svc, const void *key, size_t len, bool f
 int mc_master_service_remove(mc_master_service *svc, const void *key, size_t key_len,
                              bool force)
 {
-    int rc = do_remove(svc, key, key_len, force);
+    int rc = do_remove(svc, key, key_len, key_hash(svc, key, key_len), force);
     count_op(svc, MC_MASTER_OP_REMOVE, rc);
     return rc;
 }
@@ -1844,8 +1979,10 @@ int mc_master_service_batch_remove(mc_master_service *svc, const mc_master_key *
         return MC_INVALID_PARAMS;
     int first = MC_OK;
     size_t nfail = 0;
+    ahead a;
+    ahead_init(svc, &a, keys, n);
     for (size_t i = 0; i < n; i++) {
-        statuses[i] = do_remove(svc, keys[i].data, keys[i].len, force);
+        statuses[i] = do_remove(svc, keys[i].data, keys[i].len, ahead_next(svc, &a, i), force);
         if (statuses[i] != MC_OK && nfail++ == 0)
             first = statuses[i];
     }
@@ -2041,8 +2178,9 @@ size_t mc_master_service_foreach_key(mc_master_service *svc, mc_master_key_cb cb
     for (uint32_t i = 0; i < svc->nshards && !stop; i++) {
         shard *sh = &svc->shards[i];
         pthread_mutex_lock(&sh->mu);
-        for (uint32_t b = 0; b < sh->nbuckets && !stop; b++) {
-            for (obj *o = sh->buckets[b]; o && !stop; o = o->hnext) {
+        for (uint32_t b = 0; b <= sh->mask && !stop; b++) {
+            obj *o = slot_obj(sh->slots[b]);
+            if (o) {
                 n++;
                 if (cb && cb(okey(o), o->key_len, o->size, !(o->flags & F_PROC), ctx))
                     stop = true;
@@ -2063,7 +2201,7 @@ int mc_master_service_query_key(mc_master_service *svc, const void *key, size_t 
     out->replicas.n = 0;
     out->replicas.lease_ttl_ms = 0;
     uint32_t h32;
-    shard *sh = shard_for(svc, key, key_len, &h32);
+    shard *sh = shard_of(svc, key_hash(svc, key, key_len), &h32);
     pthread_mutex_lock(&sh->mu);
     obj *o = ht_find(sh, h32, key, key_len);
     if (!o) {

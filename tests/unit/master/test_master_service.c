@@ -611,6 +611,76 @@ static void test_force_remove_all_regex_defer(void **state)
     mc_master_service_destroy(svc);
 }
 
+/* The index under load in one shard: growth past 2^16 slots (where an entry's home comes
+ * from the object instead of the slot), removal in the middle of clusters, batch calls
+ * (which hash ahead), regex removal over the whole table, re-insertion. */
+static void check_index(size_t nkeys)
+{
+    mc_master_config cfg = base_cfg();
+    cfg.shard_count = 1;
+    mc_master_service *svc = make(&cfg);
+    mount(svc, 1, "a:1", 0, 16 * MIB, C1);
+    char key[32];
+    for (size_t i = 0; i < nkeys; i++) {
+        snprintf(key, sizeof key, "key-%zu", i);
+        assert_int_equal(put(svc, key, 0), MC_OK);
+    }
+    assert_int_equal(stats(svc).key_count, nkeys);
+    for (size_t i = 0; i < nkeys; i += 3) {
+        snprintf(key, sizeof key, "key-%zu", i);
+        assert_int_equal(mc_master_service_remove(svc, key, strlen(key), false), MC_OK);
+    }
+    /* every key answers as it should, one by one and in batches */
+    static char bkeys[128][32];
+    mc_master_key keys[128];
+    int res[128];
+    for (size_t i = 0; i < nkeys; i += 128) {
+        size_t n = nkeys - i < 128 ? nkeys - i : 128;
+        for (size_t k = 0; k < n; k++) {
+            snprintf(bkeys[k], sizeof bkeys[k], "key-%zu", i + k);
+            keys[k] = (mc_master_key){bkeys[k], strlen(bkeys[k])};
+        }
+        assert_int_equal(mc_master_service_batch_exist_key(svc, keys, n, res), MC_OK);
+        for (size_t k = 0; k < n; k++)
+            assert_int_equal(res[k], (i + k) % 3 ? 1 : 0);
+        if (i % 1024 == 0)
+            assert_int_equal(exists_quiet(svc, bkeys[0]), i % 3 != 0);
+    }
+    size_t left = nkeys - (nkeys + 2) / 3;
+    assert_int_equal(stats(svc).key_count, left);
+    assert_int_equal(mc_master_service_foreach_key(svc, NULL, NULL), left);
+    /* removed keys can be put again; then remove half of everything by regex */
+    for (size_t i = 0; i < nkeys; i += 3) {
+        snprintf(key, sizeof key, "key-%zu", i);
+        assert_int_equal(put(svc, key, 0), MC_OK);
+    }
+    fake_now += 1000;
+    uint64_t n = 0;
+    assert_int_equal(mc_master_service_remove_by_regex(svc, "[02468]$", 8, false, &n), MC_OK);
+    assert_int_equal(n, (nkeys + 1) / 2);
+    for (size_t i = 0; i < nkeys; i++) {
+        snprintf(key, sizeof key, "key-%zu", i);
+        assert_int_equal(mc_master_service_exist_key(svc, key, strlen(key)), (int)(i % 2));
+    }
+    assert_int_equal(mc_master_service_remove_all(svc, true, &n), MC_OK);
+    assert_int_equal(n, nkeys / 2);
+    assert_int_equal(stats(svc).key_count, 0);
+    assert_int_equal(mc_master_service_foreach_key(svc, NULL, NULL), 0);
+    mc_master_service_destroy(svc);
+}
+
+static void test_index_small(void **state)
+{
+    (void)state;
+    check_index(5000);
+}
+
+static void test_index_large(void **state)
+{
+    (void)state;
+    check_index(120000); /* > 3/4 of 2^17 slots: the table reaches 2^18 */
+}
+
 typedef struct seen {
     int n;
     char keys[8][32];
@@ -1348,6 +1418,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config),
+        cmocka_unit_test(test_index_small),
+        cmocka_unit_test(test_index_large),
         cmocka_unit_test(test_keys),
         cmocka_unit_test(test_put_lifecycle),
         cmocka_unit_test(test_replicas_distinct_and_preferred),

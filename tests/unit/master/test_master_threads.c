@@ -65,7 +65,7 @@ static void *worker(void *arg)
         uint64_t size = 4 * KIB * (1 + (r >> 20) % 16);
         cfg.replica_num = 1 + (uint32_t)((r >> 30) % 2);
         int rc;
-        switch ((r >> 8) % 6) {
+        switch ((r >> 8) % 7) {
         case 0:
         case 1: /* put */
             rc = mc_master_service_put_start(svc, me, key, len, size, &cfg, &out);
@@ -110,6 +110,20 @@ static void *worker(void *arg)
                 expect(rc == MC_OK || rc == MC_OBJECT_NOT_FOUND, "upsert_end", rc);
             }
             break;
+        case 6: { /* a batch (hashes and prefetches ahead while other threads grow tables) */
+            char bk[8][32];
+            mc_master_key keys[8];
+            int res[8];
+            for (int k = 0; k < 8; k++) {
+                snprintf(bk[k], sizeof bk[k], "t%d-%d", id, (int)((r >> (k * 4)) % 200));
+                keys[k] = (mc_master_key){bk[k], strlen(bk[k])};
+            }
+            rc = mc_master_service_batch_exist_key(svc, keys, 8, res);
+            expect(rc == MC_OK, "batch_exist", rc);
+            for (int k = 0; k < 8; k++)
+                expect(res[k] == 0 || res[k] == 1, "batch_exist item", res[k]);
+            break;
+        }
         }
     }
     atomic_fetch_add(&done_workers, 1);
