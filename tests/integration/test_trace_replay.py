@@ -31,10 +31,10 @@ need_trace = pytest.mark.skipif(not os.path.exists(TRACE),
 def _store_missing_reason():
     master = os.path.join(BIN_DIR, "mooncake_master")
     if not os.path.exists(master):
-        return f"mooncake_master is not installed in {BIN_DIR} (the master is not built yet)"
+        return f"mooncake_master is not installed in {BIN_DIR} (a build without it)"
     import mooncake.store as ms
     if not hasattr(ms, "MooncakeDistributedStore"):
-        return "mooncake.store has no MooncakeDistributedStore yet (store client not built)"
+        return "mooncake.store has no MooncakeDistributedStore (a build without the store client)"
     return None
 
 

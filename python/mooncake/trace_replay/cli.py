@@ -548,8 +548,9 @@ def _start_backend(args, group, upstream_child):
     master_bin = args.master_bin or find_tool("mooncake_master")
     if not master_bin:
         raise BackendUnavailable(
-            "mooncake_master is not installed next to this Python or on PATH: the master is "
-            "not built yet? Use --backend redis, or --master/--metadata for a running cluster")
+            "mooncake_master is not installed next to this Python or on PATH (make setup, or "
+            "pip install . from the repository, installs it), or pass --master-bin; "
+            "--master/--metadata use a running cluster instead")
     extra = []
     if args.eviction_high_watermark is not None:
         extra.append(f"--eviction_high_watermark_ratio={args.eviction_high_watermark}")

@@ -213,8 +213,8 @@ def files_note(doc: dict, json_path: str, png_path: str | None, png_why: str | N
         lines.append(f"  (no PNG: {png_why})")
     lines.append(f"  {os.path.abspath(log_dir)}/   logs of the processes this run started")
     if doc["meta"]["trace"]["synthetic"]:
-        lines.append(f"  {os.path.abspath(os.path.join(os.path.dirname(json_path), 'synthetic_trace.jsonl'))}"
-                     "   the synthetic trace (FAST'25 format)")
+        trace = os.path.join(os.path.dirname(os.path.abspath(json_path)), "synthetic_trace.jsonl")
+        lines.append(f"  {trace}   the synthetic trace (FAST'25 format)")
     return "Output files:\n" + "\n".join(lines)
 
 
