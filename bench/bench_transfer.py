@@ -123,7 +123,8 @@ class Runner:
         """Bytes one engine run walks through on each side (its buffer wraps at MAX_BUF)."""
         return max(block, min(MAX_BUF, block * batch * self.args.threads))
 
-    def ours(self, block, batches, shm):
+    def start_ours(self, block, batches, shm):
+        """Starts a target of ours; returns (process, env, initiator flags)."""
         env = dict(self.env)
         if not shm:
             env["MC_FORCE_TCP"] = "1"
@@ -135,14 +136,11 @@ class Runner:
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         try:
             seg = wait_line(tgt, r"segment_id (\S+)").group(1)
-            res = {}
-            for n in batches:
-                res[n] = self.initiator(self.bench, env, [
-                    "--metadata_server=P2PHANDSHAKE", "--local_server_name=127.0.0.1",
-                    f"--segment_id={seg}", f"--buffer_size={buf}"], block, n)
-            return res
-        finally:
+        except Exception:
             stop(tgt)
+            raise
+        return tgt, env, ["--metadata_server=P2PHANDSHAKE", "--local_server_name=127.0.0.1",
+                          f"--segment_id={seg}", f"--buffer_size={buf}"]
 
     def initiator(self, exe, env, extra, block, batch):
         cmd = [exe, "--mode=initiator", "--protocol=tcp", f"--operation={self.args.op}",
@@ -159,42 +157,69 @@ class Runner:
             return None
         return float(m.group(3))
 
-    def upstream_row(self, block, batches):
-        if not self.upstream:
-            return {}
+    def start_upstream(self, block, batches):
+        """Starts upstream's metadata server + target; returns (procs, env, flags, buf)."""
         need = block * max(batches) * self.args.threads
         buf = min(MAX_BUF, max(need, 64 << 20))
         hport, tport = free_port(), free_port()
         env = dict(self.env, MC_LOG_LEVEL="INFO")  # upstream logs its result at INFO
         meta = subprocess.Popen([self.meta_srv, f"--port={hport}", "--host=127.0.0.1"],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        tgt = None
+        wait_line(meta, r"listening")
+        url = f"http://127.0.0.1:{hport}/metadata"
+        tgt = subprocess.Popen(
+            [self.upstream, "--mode=target", f"--metadata_server={url}",
+             f"--local_server_name=127.0.0.1:{tport}", "--protocol=tcp",
+             f"--buffer_size={buf}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        time.sleep(1.5)  # upstream prints nothing when ready at WARNING level
+        return [tgt, meta], env, [f"--metadata_server={url}",
+                                  f"--segment_id=127.0.0.1:{tport}",
+                                  f"--buffer_size={buf}"], buf
+
+    def row(self, block, batches):
+        """One measurement of every figure of a block size; the figures of one batch size
+        are taken back to back (raw TCP, ours TCP, memcpy, ours shm, upstream)."""
+        procs = []
         try:
-            wait_line(meta, r"listening")
-            url = f"http://127.0.0.1:{hport}/metadata"
-            tgt = subprocess.Popen(
-                [self.upstream, "--mode=target", f"--metadata_server={url}",
-                 f"--local_server_name=127.0.0.1:{tport}", "--protocol=tcp",
-                 f"--buffer_size={buf}"],
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-            time.sleep(1.5)  # upstream prints nothing when ready at WARNING level
-            res = {}
+            t_tgt, t_env, t_flags = self.start_ours(block, batches, shm=False)
+            procs.append(t_tgt)
+            s_tgt, s_env, s_flags = self.start_ours(block, batches, shm=True)
+            procs.append(s_tgt)
+            up = None
+            if self.upstream:
+                up_procs, u_env, u_flags, u_buf = self.start_upstream(block, batches)
+                procs += up_procs
+                up = (u_env, u_flags, u_buf)
+            res = {"hot": self.raw_figure("tcp", block), "raw": {}, "mem": {}, "tcp": {},
+                   "shm": {}, "up": {}}
             for n in batches:
-                if block * n * self.args.threads > buf:
-                    res[n] = None  # does not fit upstream's buffer: skipped
-                    continue
-                res[n] = self.initiator(self.upstream, env, [
-                    f"--metadata_server={url}",
-                    f"--local_server_name=127.0.0.1:{free_port()}",
-                    f"--segment_id=127.0.0.1:{tport}", f"--buffer_size={buf}"], block, n)
+                span = self.span(block, n)
+                res["raw"][n] = self.raw_figure("tcp", block, span, 1)
+                res["tcp"][n] = self.initiator(self.bench, t_env, t_flags, block, n)
+                res["mem"][n] = self.raw_figure("memcpy", block,
+                                                max(block, span // self.args.threads),
+                                                self.args.threads)
+                res["shm"][n] = self.initiator(self.bench, s_env, s_flags, block, n)
+                if up and block * n * self.args.threads <= up[2]:
+                    res["up"][n] = self.initiator(
+                        self.upstream, up[0],
+                        up[1] + [f"--local_server_name=127.0.0.1:{free_port()}"], block, n)
+                else:
+                    res["up"][n] = None  # not installed, or does not fit its buffer
             return res
         finally:
-            stop(tgt)
-            stop(meta)
+            for p in procs:
+                stop(p)
 
 
-def ratio(a, b):
-    return f"{a / b:.2f}" if a and b else "-"
+def median(xs):
+    xs = sorted(x for x in xs if x)
+    return xs[len(xs) // 2] if xs else None
+
+
+def div(a, b):
+    return a / b if a and b else None
 
 
 def fmt(x):
@@ -209,6 +234,8 @@ def main():
     ap.add_argument("--op", choices=["write", "read"], default="write")
     ap.add_argument("--blocks", default="4K,16K,64K,256K,1M,4M,16M")
     ap.add_argument("--batches", default="1,16,128")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="measure every row this many times and report medians")
     ap.add_argument("--upstream", choices=["auto", "on", "off"], default="auto")
     ap.add_argument("--out", default="bench/out/transfer")
     ap.add_argument("--plot", default="")
@@ -217,36 +244,39 @@ def main():
     batches = [int(x) for x in args.batches.split(",")]
     r = Runner(args)
     print(f"# transfer engine bench: op={args.op} threads={args.threads} "
-          f"duration={args.duration}s per figure; GB = 1e9 bytes; "
+          f"duration={args.duration}s per figure; repeat={args.repeat} (medians); "
+          f"GB = 1e9 bytes; "
           f"upstream={'yes' if r.upstream else 'no'}; cpus={os.cpu_count()} "
           f"load={os.getloadavg()[0]:.2f}")
     rows = []
     for block in blocks:
-        hot = r.raw_figure("tcp", block)
-        raw = {n: r.raw_figure("tcp", block, r.span(block, n), 1) for n in batches}
-        mem = {n: r.raw_figure("memcpy", block,
-                               max(block, r.span(block, n) // args.threads), args.threads)
-               for n in batches}
-        tcp = r.ours(block, batches, shm=False)
-        shm = r.ours(block, batches, shm=True)
-        up = r.upstream_row(block, batches)
+        reps = [r.row(block, batches) for _ in range(args.repeat)]
+        hot = median([x["hot"] for x in reps])
+        raw, mem, tcp, shm, up = ({n: median([x[k].get(n) for x in reps]) for n in batches}
+                                  for k in ("raw", "mem", "tcp", "shm", "up"))
+        # ratios: the median of the ratios of each repetition (pairs taken back to back)
+        rt = {n: median([div(x["tcp"][n], x["raw"][n]) for x in reps]) for n in batches}
+        rs = {n: median([div(x["shm"][n], x["mem"][n]) for x in reps]) for n in batches}
+        ru = {n: median([div(x["tcp"][n], x["up"][n]) for x in reps]) for n in batches}
         print(f"block {human(block)}: raw_tcp (one cache-hot buffer) {hot:.2f} GB/s")
         for n in batches:
             row = {"block": block, "batch": n, "threads": args.threads, "op": args.op,
                    "span": r.span(block, n), "raw_tcp_hot": hot, "raw_tcp": raw[n],
                    "memcpy": mem[n], "ours_tcp": tcp.get(n), "ours_shm": shm.get(n),
-                   "upstream_tcp": up.get(n)}
+                   "upstream_tcp": up.get(n), "tcp_vs_raw": rt[n], "shm_vs_memcpy": rs[n],
+                   "tcp_vs_upstream": ru[n]}
             rows.append(row)
             print(f"  block {human(block):>8} batch {n:>3} threads {args.threads} span "
                   f"{human(row['span'])}: raw_tcp {fmt(raw[n])}, ours_tcp {fmt(row['ours_tcp'])} "
-                  f"GB/s ({ratio(row['ours_tcp'], raw[n])} x raw_tcp)"
+                  f"GB/s ({fmt(rt[n])} x raw_tcp)"
                   f" | memcpy {fmt(mem[n])}, ours_shm {fmt(row['ours_shm'])} GB/s "
-                  f"({ratio(row['ours_shm'], mem[n])} x memcpy)"
+                  f"({fmt(rs[n])} x memcpy)"
                   f" | upstream_tcp {fmt(row['upstream_tcp'])} GB/s"
-                  f" (ours/upstream {ratio(row['ours_tcp'], row['upstream_tcp'])})", flush=True)
+                  f" (ours/upstream {fmt(ru[n])})", flush=True)
     out = os.path.join(ROOT, args.out)
     os.makedirs(out, exist_ok=True)
     meta = {"op": args.op, "threads": args.threads, "duration_s": args.duration,
+            "repeat": args.repeat,
             "cpus": os.cpu_count(), "upstream": bool(r.upstream), "rows": rows}
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(meta, f, indent=1)
@@ -256,10 +286,10 @@ def main():
     for x in rows:
         lines.append(f"| {human(x['block'])} | {x['batch']} | {human(x['span'])} | "
                      f"{fmt(x['raw_tcp_hot'])} | {fmt(x['raw_tcp'])} | "
-                     f"{fmt(x['ours_tcp'])} | {ratio(x['ours_tcp'], x['raw_tcp'])} | "
+                     f"{fmt(x['ours_tcp'])} | {fmt(x['tcp_vs_raw'])} | "
                      f"{fmt(x['memcpy'])} | {fmt(x['ours_shm'])} | "
-                     f"{ratio(x['ours_shm'], x['memcpy'])} | {fmt(x['upstream_tcp'])} | "
-                     f"{ratio(x['ours_tcp'], x['upstream_tcp'])} |")
+                     f"{fmt(x['shm_vs_memcpy'])} | {fmt(x['upstream_tcp'])} | "
+                     f"{fmt(x['tcp_vs_upstream'])} |")
     with open(os.path.join(out, "table.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

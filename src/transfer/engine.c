@@ -646,6 +646,7 @@ static te_peer *peer_get(mc_te *te, const char *name)
     p->shm_fd = -1;
     pthread_mutex_init(&p->refresh_lock, NULL);
     pthread_mutex_init(&p->lock, NULL);
+    pthread_rwlock_init(&p->shm_rw, NULL);
     mc_segment_desc_init(&p->desc);
     te->peers[te->n_peers++] = p;
     pthread_mutex_unlock(&te->seg_lock);
@@ -737,6 +738,19 @@ int mc__te_peer_refresh(mc_te *te, te_peer *p)
                           d.shm_socket ? d.shm_socket : "") != 0;
     if (changed)
         mc__te_peer_shm_reset(p);
+    te_range *bufs = NULL;
+    size_t nb = d.n_buffers;
+    if (nb && !(bufs = calloc(nb, sizeof *bufs)))
+        abort();
+    for (size_t i = 0; i < nb; i++)
+        bufs[i] = (te_range){.addr = d.buffers[i].addr, .len = d.buffers[i].length,
+                             .shm = d.buffers[i].shm};
+    pthread_rwlock_wrlock(&p->shm_rw);
+    free(p->shm_bufs);
+    p->shm_bufs = bufs;
+    p->n_shm_bufs = nb;
+    p->shm_ok = same_host && !te->force_tcp;
+    pthread_rwlock_unlock(&p->shm_rw);
     mc_segment_desc_deinit(&p->desc);
     p->desc = d;
     snprintf(p->host, sizeof p->host, "%s", host);
@@ -854,7 +868,6 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
             free(peers);
             return MC_INVALID_PARAMS;
         }
-        nslices += (r->length + te->slice_size - 1) / te->slice_size;
     }
     pthread_mutex_lock(&b->lock);
     if (b->n + n > b->cap || atomic_load(&b->notify_state) != TE_NOTIFY_NONE) {
@@ -874,15 +887,6 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
     b->n += n;
     b->terminal = false;
     atomic_fetch_add(&b->tasks_left, n + 1); /* + 1: this submit, released at the end */
-    te_chunk *chunk = NULL;
-    if (nslices) {
-        chunk = calloc(1, sizeof *chunk + nslices * sizeof(te_slice));
-        if (!chunk)
-            abort();
-        chunk->n = nslices;
-        chunk->next = b->chunks;
-        b->chunks = chunk;
-    }
     if (notify_peer) {
         size_t nl = strlen(nname);
         size_t body = mc__te_notify_body_size(nl, nlen);
@@ -901,8 +905,12 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
     }
     pthread_mutex_unlock(&b->lock);
 
-    size_t used = 0;
+    /* Zero-length and same-host requests complete here; the rest is cut into slices. */
     uint64_t now = mc_now_ms();
+    bool *tcp = n ? calloc(n, sizeof *tcp) : NULL;
+    if (n && !tcp)
+        abort();
+    nslices = 0;
     for (size_t i = 0; i < n; i++) {
         const mc_te_request *r = &reqs[i];
         te_task *t = &b->tasks[first + i];
@@ -917,12 +925,37 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
         if (stale)
             mc__te_peer_refresh(te, p); /* on failure the slices fail and say so */
         bool done = false;
-        mc__te_shm_try(te, p, r->opcode, r->source, r->target_offset, r->length, &done);
+        if (mc__te_shm_try(te, p, r->opcode, r->source, r->target_offset, r->length, &done) ==
+                1 &&
+            mc_now_ms() - p->last_refresh_ms > 1000 && mc__te_peer_refresh(te, p) == MC_OK)
+            /* maybe memory the peer shared after we cached its descriptor */
+            mc__te_shm_try(te, p, r->opcode, r->source, r->target_offset, r->length, &done);
         if (done) {
             atomic_store(&t->done_bytes, r->length);
             mc__te_task_finish(te, t, MC_TE_COMPLETED, 0);
             continue;
         }
+        tcp[i] = true;
+        nslices += (r->length + te->slice_size - 1) / te->slice_size;
+    }
+    te_chunk *chunk = NULL;
+    if (nslices) {
+        chunk = calloc(1, sizeof *chunk + nslices * sizeof(te_slice));
+        if (!chunk)
+            abort();
+        chunk->n = nslices;
+        pthread_mutex_lock(&b->lock);
+        chunk->next = b->chunks;
+        b->chunks = chunk;
+        pthread_mutex_unlock(&b->lock);
+    }
+    size_t used = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!tcp[i])
+            continue;
+        const mc_te_request *r = &reqs[i];
+        te_task *t = &b->tasks[first + i];
+        te_peer *p = peers[i];
         uint64_t k = (r->length + te->slice_size - 1) / te->slice_size;
         atomic_store(&t->slices_left, (uint32_t)k);
         uint64_t deadline = now + te->timeout_ms + r->length / 1000000;
@@ -942,6 +975,7 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
         }
         mc__te_peer_enqueue(p, head, &chunk->s[used - 1]);
     }
+    free(tcp);
     free(peers);
     mc__te_batch_submit_end(te, b);
     return MC_OK;
@@ -1123,6 +1157,8 @@ void mc_te_destroy(mc_te *te)
         te_peer *p = te->peers[i];
         mc_segment_desc_deinit(&p->desc);
         free(p->maps);
+        free(p->shm_bufs);
+        pthread_rwlock_destroy(&p->shm_rw);
         pthread_mutex_destroy(&p->lock);
         pthread_mutex_destroy(&p->refresh_lock);
         free(p->name);

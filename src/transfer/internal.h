@@ -105,9 +105,13 @@ struct te_batch {
 
 typedef struct te_map {
     uint64_t base, len;  /* the owner's range */
-    char *ptr;           /* our mapping */
-    atomic_int refs;     /* 1 for the peer's list + users */
+    char *ptr;           /* our mapping; unmapped under shm_rw (write) */
 } te_map;
+
+typedef struct te_range {
+    uint64_t addr, len;
+    bool shm;
+} te_range;
 
 /* A client connection to a peer's data port (loop-owned). */
 typedef struct te_cconn {
@@ -134,7 +138,7 @@ struct te_peer {
     int64_t handle;            /* index in te->peers; immutable */
     te_io *io;                 /* home loop; immutable */
     pthread_mutex_t refresh_lock; /* serialises descriptor fetches (taken before lock) */
-    uint64_t last_refresh_ms;  /* guarded by refresh_lock */
+    _Atomic uint64_t last_refresh_ms; /* written under refresh_lock */
     pthread_mutex_t lock;
     /* guarded by lock: */
     mc_segment_desc desc;
@@ -147,6 +151,13 @@ struct te_peer {
     bool same_host;
     int shm_fd;                /* Unix connection to the owner's shm socket, -1 if none */
     atomic_bool shm_dead;      /* set by the loop when shm_fd hangs up */
+    /* The same-host fast path reads these under shm_rw (read) and copies while holding
+     * it, so a mapping is never unmapped under a copy; changes take shm_rw (write) with
+     * lock held. */
+    pthread_rwlock_t shm_rw;
+    bool shm_ok;               /* same host and a shm socket: try the memfd path */
+    te_range *shm_bufs;        /* the descriptor's buffers (shm flag per buffer) */
+    size_t n_shm_bufs;
     te_map **maps;
     size_t n_maps, cap_maps;
     te_slice *inbox_head, *inbox_tail;

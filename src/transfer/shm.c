@@ -151,14 +151,6 @@ void mc__te_shm_close_all(te_io *io)
 
 /* ---- initiator side ---- */
 
-static void map_unref(te_map *m)
-{
-    if (atomic_fetch_sub(&m->refs, 1) == 1) {
-        munmap(m->ptr, m->len);
-        free(m);
-    }
-}
-
 typedef struct watch_arg {
     te_peer *p;
     int fd;
@@ -209,18 +201,22 @@ static void post_watch(te_peer *p, int fd, bool close_it)
     }
 }
 
-/* Drops the Unix connection and every mapping (users finish with their references).
- * peer->lock held. */
+/* Drops the Unix connection and every mapping (waiting for copies in progress).
+ * peer->lock held, shm_rw not. */
 void mc__te_peer_shm_reset(te_peer *p)
 {
     if (p->shm_fd >= 0) {
         post_watch(p, p->shm_fd, true);
         p->shm_fd = -1;
     }
-    for (size_t i = 0; i < p->n_maps; i++)
-        map_unref(p->maps[i]);
+    pthread_rwlock_wrlock(&p->shm_rw);
+    for (size_t i = 0; i < p->n_maps; i++) {
+        munmap(p->maps[i]->ptr, p->maps[i]->len);
+        free(p->maps[i]);
+    }
     p->n_maps = 0;
     atomic_store(&p->shm_dead, false);
+    pthread_rwlock_unlock(&p->shm_rw);
 }
 
 /* Asks the owner for the memfd of the buffer at base and maps it. peer->lock held. */
@@ -288,7 +284,7 @@ static te_map *map_buffer(mc_te *te, te_peer *p, uint64_t base, uint64_t desc_le
     m->base = rbase;
     m->len = rlen;
     m->ptr = ptr;
-    atomic_init(&m->refs, 1);
+    pthread_rwlock_wrlock(&p->shm_rw);
     if (p->n_maps == p->cap_maps) {
         p->cap_maps = p->cap_maps ? p->cap_maps * 2 : 8;
         p->maps = realloc(p->maps, p->cap_maps * sizeof *p->maps);
@@ -296,6 +292,7 @@ static te_map *map_buffer(mc_te *te, te_peer *p, uint64_t base, uint64_t desc_le
             abort();
     }
     p->maps[p->n_maps++] = m;
+    pthread_rwlock_unlock(&p->shm_rw);
     (void)te;
     return m;
 broken_fd:
@@ -306,52 +303,73 @@ broken:
     return NULL;
 }
 
+/* The descriptor buffer holding [remote, remote+len), preferring a shared one; shm_rw
+ * held. */
+static const te_range *find_buf(te_peer *p, uint64_t remote, uint64_t len)
+{
+    const te_range *hit = NULL;
+    for (size_t i = 0; i < p->n_shm_bufs; i++)
+        if (mc__te_range_inside(p->shm_bufs[i].addr, p->shm_bufs[i].len, remote, len)) {
+            hit = &p->shm_bufs[i];
+            if (hit->shm)
+                break;
+        }
+    return hit;
+}
+
+static te_map *find_map(te_peer *p, uint64_t base)
+{
+    for (size_t i = 0; i < p->n_maps; i++)
+        if (p->maps[i]->base == base)
+            return p->maps[i];
+    return NULL;
+}
+
 int mc__te_shm_try(mc_te *te, te_peer *p, int op, char *local, uint64_t remote, uint64_t len,
                    bool *handled)
 {
     *handled = false;
     if (te->force_tcp)
         return 0;
-    pthread_mutex_lock(&p->lock);
-    if (!p->same_host || !p->have_desc) {
-        pthread_mutex_unlock(&p->lock);
-        return 0;
-    }
-    if (atomic_load(&p->shm_dead))
-        mc__te_peer_shm_reset(p);
-    const mc_buffer_desc *b = NULL;
-    for (size_t i = 0; i < p->desc.n_buffers; i++) {
-        const mc_buffer_desc *x = &p->desc.buffers[i];
-        if (x->shm && mc__te_range_inside(x->addr, x->length, remote, len)) {
-            b = x;
-            break;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        /* fast path: shared lock, copy while holding it */
+        pthread_rwlock_rdlock(&p->shm_rw);
+        if (!p->shm_ok) {
+            pthread_rwlock_unlock(&p->shm_rw);
+            return 0;
         }
-    }
-    if (!b) {
-        pthread_mutex_unlock(&p->lock);
-        return 0;
-    }
-    te_map *m = NULL;
-    for (size_t i = 0; i < p->n_maps; i++)
-        if (p->maps[i]->base == b->addr) {
-            m = p->maps[i];
-            break;
+        const te_range *b = find_buf(p, remote, len);
+        if (!b || !b->shm) {
+            pthread_rwlock_unlock(&p->shm_rw);
+            return b ? 0 : 1; /* user memory: TCP; unknown: maybe a newer descriptor */
         }
-    if (!m)
-        m = map_buffer(te, p, b->addr, b->length);
-    if (!m || !mc__te_range_inside(m->base, m->len, remote, len)) {
+        te_map *m = atomic_load(&p->shm_dead) ? NULL : find_map(p, b->addr);
+        if (m && mc__te_range_inside(m->base, m->len, remote, len)) {
+            char *peer_ptr = m->ptr + (remote - m->base);
+            if (op == MC_TE_OP_WRITE)
+                memcpy(peer_ptr, local, len);
+            else
+                memcpy(local, peer_ptr, len);
+            pthread_rwlock_unlock(&p->shm_rw);
+            atomic_fetch_add_explicit(&te->st.shm, len, memory_order_relaxed);
+            *handled = true;
+            return 0;
+        }
+        uint64_t base = b->addr, blen = b->len;
+        pthread_rwlock_unlock(&p->shm_rw);
+        if (m || attempt)
+            return 0; /* the mapping is smaller than the descriptor says: TCP */
+        /* slow path: (re)connect and map, one thread at a time */
+        pthread_mutex_lock(&p->lock);
+        if (atomic_load(&p->shm_dead))
+            mc__te_peer_shm_reset(p);
+        pthread_rwlock_rdlock(&p->shm_rw);
+        bool have = find_map(p, base) != NULL;
+        pthread_rwlock_unlock(&p->shm_rw);
+        te_map *nm = have ? NULL : map_buffer(te, p, base, blen);
         pthread_mutex_unlock(&p->lock);
-        return 0; /* fall back to TCP; the owner checks again */
+        if (!have && !nm)
+            return 0; /* fall back to TCP; the owner checks again */
     }
-    atomic_fetch_add(&m->refs, 1);
-    pthread_mutex_unlock(&p->lock);
-    char *peer_ptr = m->ptr + (remote - m->base);
-    if (op == MC_TE_OP_WRITE)
-        memcpy(peer_ptr, local, len);
-    else
-        memcpy(local, peer_ptr, len);
-    map_unref(m);
-    atomic_fetch_add(&te->st.shm, len);
-    *handled = true;
     return 0;
 }

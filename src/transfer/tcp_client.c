@@ -407,13 +407,16 @@ void mc__te_peer_enqueue(te_peer *p, te_slice *first, te_slice *last)
 
 void mc__te_cconn_tick(te_io *io)
 {
+    /* Failing a connection retries its slices on others, which may close them too: so
+     * after each failure the walk starts again (expired slices are never retried, so it
+     * ends). */
     uint64_t now = mc_now_ms();
-    te_cconn *c = io->cconns;
-    while (c) {
-        te_cconn *next = c->next;
-        if (c->head && now >= c->head->deadline_ms)
+again:
+    for (te_cconn *c = io->cconns; c; c = c->next) {
+        if (c->head && now >= c->head->deadline_ms) {
             cconn_fail(c, -ETIMEDOUT, true);
-        c = next;
+            goto again;
+        }
     }
 }
 

@@ -126,8 +126,21 @@ static void test_roundtrip_shm_and_forced_tcp(void **state)
     assert_int_equal(after.shm_bytes, before.shm_bytes);
     assert_int_equal(after.tcp_bytes_sent, before.tcp_bytes_sent + 4096);
 
+    /* memory shared after the initiator cached the descriptor: found on a later refresh */
+    char *late;
+    assert_int_equal(mc_te_alloc_shared(b, 65536, (void **)&late), MC_OK);
+    mc_sleep_ms(1100); /* descriptor refreshes for unknown addresses are rate-limited */
+    mc_te_get_stats(a, &before);
+    assert_int_equal(
+        xfer(a, mc_te_segment_name(b), MC_TE_OP_WRITE, buf, (uint64_t)(uintptr_t)late, 4096),
+        MC_OK);
+    mc_te_get_stats(a, &after);
+    assert_int_equal(after.shm_bytes, before.shm_bytes + 4096);
+    assert_true(te_check(late, 4096, 5));
+
     mc_te_destroy(a);
     mc_te_destroy(t);
+    assert_int_equal(mc_te_free_shared(b, late), MC_OK);
     assert_int_equal(mc_te_free_shared(b, mem), MC_OK);
     assert_int_equal(mc_te_free_shared(b, mem), MC_INVALID_PARAMS);
     mc_te_destroy(b);

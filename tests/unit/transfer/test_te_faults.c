@@ -86,13 +86,18 @@ static void end_helper(child *c, int sig)
     waitpid(c->pid, &st, 0);
 }
 
-static mc_te *mk(uint64_t timeout_ms)
+static mc_te *mk_opts(uint64_t timeout_ms, int force_tcp)
 {
-    mc_te_opts o = {.transfer_timeout_ms = timeout_ms, .force_tcp = 1};
+    mc_te_opts o = {.transfer_timeout_ms = timeout_ms, .force_tcp = force_tcp};
     mc_te *te;
     assert_int_equal(mc_te_create(&o, &te), MC_OK);
     assert_int_equal(mc_te_initialize(te, "127.0.0.1", "P2PHANDSHAKE", "tcp", ""), MC_OK);
     return te;
+}
+
+static mc_te *mk(uint64_t timeout_ms)
+{
+    return mk_opts(timeout_ms, 1);
 }
 
 static void test_peer_killed_mid_transfer(void **state)
@@ -211,6 +216,34 @@ static void test_restarted_peer(void **state)
                      MC_OK);
     assert_true(te_check(dst, MiB, 4));
     end_helper(&c2, 0);
+    mc_te_destroy(a);
+    free(dst);
+}
+
+/* A same-host owner that dies: its memfd stays mapped here, but nothing may be read
+ * from or written to the orphaned mapping as if the transfer had reached the peer. */
+static void test_shm_owner_dies(void **state)
+{
+    (void)state;
+    child c;
+    spawn_helper(&c, 0, 4 * MiB, 6, 1);
+    mc_te *a = mk_opts(3000, 0);
+    char *dst = malloc(MiB);
+    uint64_t l = (uint64_t)(uintptr_t)dst, rem = c.addr, n = MiB;
+    assert_int_equal(mc_te_transfer_sync(a, c.seg, MC_TE_OP_READ, &l, &rem, &n, 1, NULL, NULL, 0),
+                     MC_OK);
+    assert_true(te_check(dst, MiB, 6));
+    mc_te_stats st;
+    mc_te_get_stats(a, &st);
+    assert_int_equal(st.shm_bytes, MiB);
+    end_helper(&c, SIGKILL);
+    mc_sleep_ms(200); /* the hang-up reaches our I/O thread */
+    assert_int_not_equal(
+        mc_te_transfer_sync(a, c.seg, MC_TE_OP_WRITE, &l, &rem, &n, 1, NULL, NULL, 0), MC_OK);
+    assert_int_not_equal(
+        mc_te_transfer_sync(a, c.seg, MC_TE_OP_READ, &l, &rem, &n, 1, NULL, NULL, 0), MC_OK);
+    mc_te_get_stats(a, &st);
+    assert_int_equal(st.shm_bytes, MiB);
     mc_te_destroy(a);
     free(dst);
 }
@@ -360,6 +393,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_peer_killed_mid_transfer),
         cmocka_unit_test(test_frozen_peer_times_out),
         cmocka_unit_test(test_restarted_peer),
+        cmocka_unit_test(test_shm_owner_dies),
         cmocka_unit_test(test_garbage_ports),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
