@@ -18,9 +18,12 @@ Redis.
 
 Usage:
   python3 bench/bench_master.py [--bin DIR] [--seconds 2] [--keys 100000] [--repeat 3]
-      [--redis-requests 1000000] [--out bench/out/master]
+      [--redis-requests 1000000] [--out bench/out/master] [--baseline DIR]
 --bin: where mooncake_master and mooncake_master_ctl are (default: next to this Python,
 then PATH). Results: <out>/results.json and <out>/table.md.
+--baseline DIR: an A/B run: another build's mooncake_master (e.g. the previous commit's)
+runs right next to ours in every repeat (order alternating, same client binary), and each
+row adds its median items/s and ours/baseline, so a change is measured under the same load.
 """
 import argparse
 import json
@@ -131,9 +134,16 @@ def main():
     ap.add_argument("--batches", default="1,128")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "out", "master"))
+    ap.add_argument("--baseline", help="directory of another build's mooncake_master, "
+                    "run alternately with ours (A/B)")
     args = ap.parse_args()
     master_bin = find_tool("mooncake_master", args.bin)
     ctl_bin = find_tool("mooncake_master_ctl", args.bin)
+    base_bin = None
+    if args.baseline:
+        base_bin = os.path.join(args.baseline, "mooncake_master")
+        if not os.path.exists(base_bin):
+            sys.exit(f"bench_master: no mooncake_master in {args.baseline}")
     batches = [int(x) for x in args.batches.split(",")]
     threads = [int(x) for x in args.threads.split(",")]
 
@@ -144,16 +154,25 @@ def main():
     rows = []
     hdr = (f"{'op':<4} {'batch':>5} {'threads':>7} {'calls/s':>10} {'items/s':>11} "
            f"{'redis ops/s':>11} {'ratio':>6}")
+    if base_bin:
+        print(f"# baseline: {base_bin}")
+        hdr += f" {'base items/s':>12} {'ours/base':>9}"
     print(hdr)
     for op in ("put", "get"):
         for b in batches:
             for t in threads:
                 # alternate Redis and ours --repeat times; report the medians
-                peers, runs = [], []
-                for _ in range(args.repeat):
+                peers, runs, base = [], [], []
+                for i in range(args.repeat):
                     peers.append(run_redis(args.redis_requests)["SET" if op == "put" else "GET"])
+                    if base_bin and i % 2 == 0:
+                        base.append(run_master_row(base_bin, ctl_bin, op, b, t, args.seconds,
+                                                   args.keys)["items_per_s"])
                     runs.append(run_master_row(master_bin, ctl_bin, op, b, t, args.seconds,
                                                args.keys))
+                    if base_bin and i % 2 == 1:
+                        base.append(run_master_row(base_bin, ctl_bin, op, b, t, args.seconds,
+                                                   args.keys)["items_per_s"])
                 runs.sort(key=lambda x: x["items_per_s"])
                 r = dict(runs[len(runs) // 2])
                 r["failures"] = sum(x["failures"] for x in runs)
@@ -162,20 +181,31 @@ def main():
                 r["all_redis_ops_per_s"] = [round(x) for x in peers]
                 r["redis_ops_per_s"] = peer
                 r["ratio"] = r["items_per_s"] / peer
+                extra = ""
+                if base:
+                    r["all_baseline_items_per_s"] = [round(x) for x in base]
+                    r["baseline_items_per_s"] = statistics.median(base)
+                    extra = (f" {r['baseline_items_per_s']:>12.0f} "
+                             f"{r['items_per_s'] / r['baseline_items_per_s']:>9.2f}")
                 rows.append(r)
                 print(f"{op:<4} {b:>5} {t:>7} {r['calls_per_s']:>10.0f} "
-                      f"{r['items_per_s']:>11.0f} {peer:>11.0f} {r['ratio']:>6.2f}"
+                      f"{r['items_per_s']:>11.0f} {peer:>11.0f} {r['ratio']:>6.2f}" + extra
                       + (f"  ({r['failures']} failed)" if r["failures"] else ""), flush=True)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump({"rows": rows}, f, indent=2)
     with open(os.path.join(args.out, "table.md"), "w") as f:
-        f.write("| op | batch | threads | calls/s | items/s | Redis ops/s | ratio |\n")
-        f.write("|---|---:|---:|---:|---:|---:|---:|\n")
+        ab = " baseline items/s | ours/baseline |" if base_bin else ""
+        f.write("| op | batch | threads | calls/s | items/s | Redis ops/s | ratio |" + ab + "\n")
+        f.write("|---|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if base_bin else "") + "\n")
         for r in rows:
             f.write(f"| {r['op']} | {r['batch']} | {r['threads']} | {r['calls_per_s']:.0f} | "
                     f"{r['items_per_s']:.0f} | {r['redis_ops_per_s']:.0f} | "
-                    f"{r['ratio']:.2f} |\n")
+                    f"{r['ratio']:.2f} |")
+            if base_bin:
+                f.write(f" {r['baseline_items_per_s']:.0f} | "
+                        f"{r['items_per_s'] / r['baseline_items_per_s']:.2f} |")
+            f.write("\n")
     print(f"# results: {args.out}/results.json, table.md")
 
 
