@@ -47,7 +47,12 @@
  *   - Caller memory (put_from / get_into / batch_* pointers) need not be registered:
  *     registered or not, the bytes go straight between it and the peer (TCP or the
  *     same-host memcpy). register_buffer is accepted for compatibility (and publishes
- *     the range so peers could address it).
+ *     the range so peers could address it). One check: a range (value, buffer or iov
+ *     entry, with its declared length or capacity) that starts inside a buffer
+ *     registered with mc_store_register_buffer must end inside a registered buffer that
+ *     holds its start; otherwise that key gets MC_INVALID_PARAMS before any RPC or
+ *     transfer (logged), in every put/upsert/get_into form. After
+ *     mc_store_unregister_buffer the memory is plain caller memory again.
  *
  * Return values: upstream status codes (status.h): MC_OK (0) or a negative MC_*; byte
  * counts are int64_t >= 0; existence is 1/0/negative. Every call made before setup
@@ -174,14 +179,17 @@ MC_API int mc_store_create(mc_store **out);
  * initializes the engine unless one is given (port search: up to
  * MC_STORE_CLIENT_SETUP_RETRIES tries, else MC_INTERNAL_ERROR); connects to the master
  * (MC_RPC_FAIL / MC_RPC_TIMEOUT when unreachable); allocates the global segment with
- * mc_te_alloc_shared and mounts it (MC_NO_AVAILABLE_HANDLE when the memory cannot be
- * had); maps and registers the local buffer; starts the heartbeat thread (ping every
- * heartbeat_interval_ms; on NEED_REMOUNT it remounts the segment and republishes the
+ * mc_te_alloc_shared and mounts it (MC_INVALID_PARAMS, logged as a local allocation
+ * failure, when this process cannot map that much: upstream real_client.cpp
+ * setup_internal does the same); maps and registers the local buffer
+ * (MC_NO_AVAILABLE_HANDLE when it cannot be mapped); starts the heartbeat thread (ping
+ * every heartbeat_interval_ms; on NEED_REMOUNT it remounts the segment and republishes the
  * engine's descriptor; health_check reports failed pings).
  * On any error everything done so far is undone and the store stays not set up (setup
  * may be tried again). A store that was closed may be set up again.
  * Returns MC_OK or the codes above (engine codes pass through: MC_NOT_SUPPORTED for a
- * protocol it lacks, metadata errors). */
+ * protocol it lacks, e.g. "rdma" without MC_FORCE_TCP, logged with what to pass instead;
+ * metadata errors). */
 MC_API int mc_store_setup(mc_store *s, const mc_store_config *cfg);
 
 /* mc_store_close: waits for calls in flight, stops the heartbeat, unmounts the segment
@@ -275,7 +283,8 @@ MC_API void mc_store_replicate_config_init(mc_store_replicate_config *cfg);
 /* mc_store_put: stores value (len bytes, borrowed for the call; len may be 0) under key
  * (upstream put / put_from: the bytes are written straight from value, no staging copy).
  * Returns MC_OK (also when the key already exists: the old value is kept);
- * MC_INVALID_PARAMS (bad key, NULL value with len > 0, bad config, not set up);
+ * MC_INVALID_PARAMS (bad key, NULL value with len > 0, bad config, not set up, a range
+ * running past the end of a registered buffer it starts in: see top);
  * MC_NO_AVAILABLE_HANDLE (no segment can hold it, even after eviction: nothing is left
  * behind); MC_TRANSFER_FAIL / MC_RPC_TIMEOUT (writing a replica failed: revoked);
  * MC_RPC_FAIL / MC_RPC_TIMEOUT (master unreachable). */
@@ -334,7 +343,8 @@ MC_API int mc_store_batch_upsert_from_multi_buffers(mc_store *s, const mc_store_
 /* mc_store_get_into: reads the object into buf (capacity cap bytes; upstream get_into).
  * Returns the object's size in bytes (>= 0; buf may be larger, the rest is untouched);
  * MC_INVALID_PARAMS (bad key; NULL buf with cap > 0; cap smaller than the object,
- * detected before any transfer; not set up); MC_OBJECT_NOT_FOUND (miss);
+ * detected before any transfer; [buf, buf+cap) starts inside a registered buffer and
+ * runs past its end (see top); not set up); MC_OBJECT_NOT_FOUND (miss);
  * MC_REPLICA_IS_NOT_READY (only a write in flight); MC_LEASE_EXPIRED (the lease ran out
  * before the read finished: buf contents are undefined); MC_TRANSFER_FAIL /
  * MC_RPC_TIMEOUT (every replica failed); MC_RPC_FAIL (master unreachable). */
@@ -506,12 +516,17 @@ MC_API int mc_store_batch_get_replica_desc(mc_store *s, const mc_store_key *keys
 /* ---------------------------------------------------------------------------------- */
 
 /* mc_store_register_buffer: registers [addr, addr+len) with the engine (upstream
- * register_buffer; not required before put_from/get_into here, see top). Returns MC_OK;
- * MC_INVALID_PARAMS (NULL, 0, same addr with another length, not set up); engine codes. */
+ * register_buffer; not required before put_from/get_into here, see top) and records it
+ * for the zero-copy calls' bounds check (a range starting inside it must end inside it;
+ * overlapping registrations are allowed, any one that holds the range will do). The
+ * memory stays the caller's; the record lasts until unregister_buffer or close.
+ * Returns MC_OK; MC_INVALID_PARAMS (NULL, 0, same addr with another length, not set up);
+ * engine codes. */
 MC_API int mc_store_register_buffer(mc_store *s, void *addr, size_t len);
 
-/* mc_store_unregister_buffer: Returns MC_OK; MC_INVALID_PARAMS (not registered, not set
- * up); engine codes. */
+/* mc_store_unregister_buffer: removes the registration that starts at addr (the memory is
+ * then plain caller memory for put_from/get_into). Returns MC_OK; MC_INVALID_PARAMS (not
+ * registered, not set up); engine codes. */
 MC_API int mc_store_unregister_buffer(mc_store *s, void *addr);
 
 #endif

@@ -212,7 +212,20 @@ struct mc_store {
     uint32_t hb_interval_ms;
     atomic_bool ping_ok;            /* last ping succeeded */
     atomic_uint_fast64_t remounts;  /* NEED_REMOUNT handled */
+
+    /* Buffers registered with mc_store_register_buffer: the zero-copy calls' bounds
+     * check (check_ranges). Sorted by base, with the prefix maximum of their ends
+     * (registrations may overlap). Guarded by ubuf_lock (register/unregister run under
+     * life shared, so life does not order them). */
+    pthread_rwlock_t ubuf_lock;
+    struct ubuf *ubufs;
+    uint64_t *ubuf_max_end;
+    size_t n_ubufs, cap_ubufs;
 };
+
+typedef struct ubuf {
+    uint64_t base, len; /* bytes */
+} ubuf;
 
 /* ---- small helpers ---- */
 
@@ -387,6 +400,7 @@ int mc_store_create(mc_store **out)
     atomic_init(&s->ping_ok, false);
     atomic_init(&s->remounts, 0);
     s->port_fd = -1;
+    pthread_rwlock_init(&s->ubuf_lock, NULL);
     pthread_mutex_init(&s->hb_lock, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -510,6 +524,13 @@ static int teardown(mc_store *s)
         mc_master_client_destroy(s->mc);
         s->mc = NULL;
     }
+    pthread_rwlock_wrlock(&s->ubuf_lock);
+    free(s->ubufs);
+    free(s->ubuf_max_end);
+    s->ubufs = NULL;
+    s->ubuf_max_end = NULL;
+    s->n_ubufs = s->cap_ubufs = 0;
+    pthread_rwlock_unlock(&s->ubuf_lock);
     if (s->te && s->own_te)
         mc_te_destroy(s->te);
     s->te = NULL;
@@ -653,8 +674,21 @@ static int start_engine(mc_store *s, const mc_store_config *c, const setup_args 
             break; /* not a port collision, or the port was given */
         mc_sleep_ms(100);
     }
-    mc_log(MC_LOG_ERROR, TAG, "setup: starting the transfer engine as %s failed: %s",
-           a->port >= 0 ? c->local_hostname : "an automatic port", mc_strerror(rc));
+    if (rc == MC_NOT_SUPPORTED && strcmp(proto, "tcp") != 0)
+        mc_log(MC_LOG_ERROR, TAG,
+               "setup: protocol \"%s\" is not available in this build or on this machine "
+               "(mooncake-c moves bytes over TCP and same-host shared memory only): pass "
+               "protocol=\"tcp\"%s",
+               proto, strcmp(proto, "rdma") == 0 ? ", or set MC_FORCE_TCP=1 to run rdma "
+                                                   "requests over TCP" : "");
+    else if (a->port >= 0)
+        mc_log(MC_LOG_ERROR, TAG, "setup: starting the transfer engine on %s failed: %s",
+               c->local_hostname, mc_strerror(rc));
+    else
+        mc_log(MC_LOG_ERROR, TAG,
+               "setup: starting the transfer engine on %s with a free port of %d..%d "
+               "failed: %s",
+               a->host, a->min_port, a->max_port, mc_strerror(rc));
     return rc;
 }
 
@@ -711,9 +745,14 @@ static int setup_locked(mc_store *s, const mc_store_config *c, const setup_args 
         void *base = NULL;
         rc = mc_te_alloc_shared(s->te, (size_t)c->global_segment_size, &base);
         if (rc != MC_OK) {
-            mc_log(MC_LOG_ERROR, TAG, "setup: cannot allocate a %llu-byte segment: %s",
+            /* upstream real_client.cpp setup_internal: a segment that cannot be
+             * allocated is INVALID_PARAMS (nothing was asked of the master's pool) */
+            mc_log(MC_LOG_ERROR, TAG,
+                   "setup: cannot allocate the %llu-byte global segment in this process "
+                   "(shared memory: memfd/mmap failed, %s): global_segment_size is larger "
+                   "than this machine can map; nothing was mounted",
                    (unsigned long long)c->global_segment_size, mc_strerror(rc));
-            return rc;
+            return MC_INVALID_PARAMS;
         }
         s->seg_base = base;
         s->seg_size = c->global_segment_size;
@@ -815,6 +854,7 @@ void mc_store_destroy(mc_store *s)
         return;
     mc_store_close(s);
     pthread_rwlock_destroy(&s->life);
+    pthread_rwlock_destroy(&s->ubuf_lock);
     pthread_mutex_destroy(&s->hb_lock);
     pthread_cond_destroy(&s->hb_cond);
     free(s);
@@ -1387,6 +1427,119 @@ static void do_write(mc_store *s, bool upsert, witem *it, size_t n,
     free(idx);
 }
 
+/* ---- the bounds check of caller memory against register_buffer's ranges ---- */
+
+static void ubuf_rebuild_locked(mc_store *s)
+{
+    uint64_t m = 0;
+    for (size_t i = 0; i < s->n_ubufs; i++) {
+        if (s->ubufs[i].base + s->ubufs[i].len > m)
+            m = s->ubufs[i].base + s->ubufs[i].len;
+        s->ubuf_max_end[i] = m;
+    }
+}
+
+/* Index of the last buffer with base <= addr, or -1. Caller holds ubuf_lock. */
+static long ubuf_find_le(const mc_store *s, uint64_t addr)
+{
+    size_t lo = 0, hi = s->n_ubufs;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (s->ubufs[mid].base <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return (long)lo - 1;
+}
+
+/* Records [base, base+len) (the engine accepted it; the same base again is a no-op). */
+static void ubuf_add(mc_store *s, uint64_t base, uint64_t len)
+{
+    pthread_rwlock_wrlock(&s->ubuf_lock);
+    long i = ubuf_find_le(s, base);
+    if (i < 0 || s->ubufs[i].base != base) {
+        if (s->n_ubufs == s->cap_ubufs) {
+            s->cap_ubufs = s->cap_ubufs ? s->cap_ubufs * 2 : 16;
+            s->ubufs = realloc(s->ubufs, s->cap_ubufs * sizeof *s->ubufs);
+            s->ubuf_max_end = realloc(s->ubuf_max_end, s->cap_ubufs * sizeof *s->ubuf_max_end);
+            if (!s->ubufs || !s->ubuf_max_end)
+                abort();
+        }
+        size_t at = (size_t)(i + 1);
+        memmove(s->ubufs + at + 1, s->ubufs + at, (s->n_ubufs - at) * sizeof *s->ubufs);
+        s->ubufs[at] = (ubuf){base, len};
+        s->n_ubufs++;
+        ubuf_rebuild_locked(s);
+    }
+    pthread_rwlock_unlock(&s->ubuf_lock);
+}
+
+/* Forgets the buffer that starts at base (its memory is plain caller memory again). */
+static void ubuf_remove(mc_store *s, uint64_t base)
+{
+    pthread_rwlock_wrlock(&s->ubuf_lock);
+    long i = ubuf_find_le(s, base);
+    if (i >= 0 && s->ubufs[i].base == base) {
+        memmove(s->ubufs + i, s->ubufs + i + 1,
+                (s->n_ubufs - (size_t)i - 1) * sizeof *s->ubufs);
+        s->n_ubufs--;
+        ubuf_rebuild_locked(s);
+    }
+    pthread_rwlock_unlock(&s->ubuf_lock);
+}
+
+/* The check every zero-copy path runs on the caller's ranges before any RPC or transfer
+ * (the `op` it names in the log). Memory that was never registered (or was
+ * unregistered) is the caller's and is used as given (upstream: over TCP unregistered
+ * memory works). A range that starts inside a buffer registered with
+ * mc_store_register_buffer must end inside one of the registered buffers that hold its
+ * start: the registration is the caller's statement of how large that buffer is, so
+ * running past it is a bad argument, not a transfer to attempt. Returns MC_OK, or
+ * MC_INVALID_PARAMS; the first refusal of a call is logged (*logged, when given, says
+ * a line was already written for this call). */
+static int check_ranges(mc_store *s, const mc_store_iov *iov, size_t n, const char *op,
+                        size_t index, bool *logged)
+{
+    if (!s)
+        return MC_OK; /* the call itself reports the NULL store */
+    int rc = MC_OK;
+    pthread_rwlock_rdlock(&s->ubuf_lock);
+    for (size_t p = 0; p < n && rc == MC_OK && s->n_ubufs; p++) {
+        uint64_t a = (uint64_t)(uintptr_t)iov[p].base, l = iov[p].len;
+        if (!l)
+            continue;
+        const ubuf *hit = NULL;
+        bool fits = false;
+        for (long i = ubuf_find_le(s, a); i >= 0 && s->ubuf_max_end[i] > a && !fits; i--) {
+            const ubuf *u = &s->ubufs[i];
+            if (a >= u->base + u->len)
+                continue; /* ends before a; an earlier one may still hold it */
+            hit = u;
+            fits = l <= u->base + u->len - a;
+        }
+        if (hit && !fits) {
+            rc = MC_INVALID_PARAMS;
+            char which[40] = "";
+            if (logged)
+                snprintf(which, sizeof which, " (key #%zu of the batch)", index);
+            if (!logged || !*logged)
+                mc_log(MC_LOG_ERROR, TAG,
+                       "%s%s: the range 0x%llx + %llu bytes starts inside the buffer "
+                       "registered at 0x%llx (%llu bytes) and runs past its end by %llu "
+                       "bytes; refused with INVALID_PARAMS before any transfer (register the "
+                       "whole buffer, or pass a size that fits)",
+                       op, which, (unsigned long long)a, (unsigned long long)l,
+                       (unsigned long long)hit->base, (unsigned long long)hit->len,
+                       (unsigned long long)(a + l < a ? l : a + l - (hit->base + hit->len)));
+            if (logged)
+                *logged = true;
+        }
+    }
+    pthread_rwlock_unlock(&s->ubuf_lock);
+    return rc;
+}
+
 /* Checks parts and sums their lengths; MC_OK or MC_INVALID_PARAMS. */
 static int iov_total(const mc_store_iov *iov, size_t n, uint64_t *total)
 {
@@ -1414,7 +1567,8 @@ static int write_single(mc_store *s, bool upsert, const void *key, size_t key_le
         return MC_INVALID_PARAMS;
     }
     witem w = {.key = key, .klen = key_len, .iov = parts, .niov = nparts};
-    if (iov_total(parts, nparts, &w.size) != MC_OK)
+    if (iov_total(parts, nparts, &w.size) != MC_OK ||
+        check_ranges(s, parts, nparts, upsert ? "upsert" : "put", 0, NULL) != MC_OK)
         return MC_INVALID_PARAMS;
     int rc = enter(s);
     if (rc != MC_OK)
@@ -1498,6 +1652,7 @@ static int write_batch(mc_store *s, bool upsert, const mc_store_key *keys, size_
     witem *it = calloc(n, sizeof *it);
     if (!it)
         abort();
+    bool logged = false;
     for (size_t i = 0; i < n; i++) {
         witem *w = &it[i];
         w->key = keys[i].data;
@@ -1512,6 +1667,10 @@ static int write_batch(mc_store *s, bool upsert, const mc_store_key *keys, size_
             w->niov = 1;
         }
         if (w->status == MC_OK && iov_total(w->iov, w->niov, &w->size) != MC_OK)
+            w->status = MC_INVALID_PARAMS;
+        if (w->status == MC_OK &&
+            check_ranges(s, w->iov, w->niov, upsert ? "batch upsert" : "batch put", i,
+                         &logged) != MC_OK)
             w->status = MC_INVALID_PARAMS;
     }
     do_write(s, upsert, it, n, &pc.m);
@@ -1820,6 +1979,8 @@ int64_t mc_store_get_into(mc_store *s, const void *key, size_t key_len, void *bu
     ritem r = {.one = {buf, cap}};
     r.iov = &r.one;
     r.niov = 1;
+    if (check_ranges(s, r.iov, 1, "get_into", 0, NULL) != MC_OK)
+        return MC_INVALID_PARAMS;
     read_op op = {.mode = DEST_IOV};
     return read_single(s, key, key_len, &r, &op);
 }
@@ -1899,6 +2060,7 @@ static int read_batch(mc_store *s, const mc_store_key *keys, size_t n, void *con
     ritem *it = calloc(n, sizeof *it);
     if (!it)
         abort();
+    bool logged = false;
     for (size_t i = 0; i < n; i++) {
         ritem *r = &it[i];
         r->key = keys[i].data;
@@ -1917,6 +2079,9 @@ static int read_batch(mc_store *s, const mc_store_key *keys, size_t n, void *con
                 if (caps[i] && !bufs[i])
                     r->result = MC_INVALID_PARAMS;
             }
+            if (r->result == MC_OK &&
+                check_ranges(s, r->iov, r->niov, "batch get_into", i, &logged) != MC_OK)
+                r->result = MC_INVALID_PARAMS;
         }
     }
     do_read(s, it, n, op);
@@ -2282,6 +2447,8 @@ int mc_store_register_buffer(mc_store *s, void *addr, size_t len)
     if (rc != MC_OK)
         return rc;
     rc = mc_te_register_memory(s->te, addr, len, NULL);
+    if (rc == MC_OK)
+        ubuf_add(s, (uint64_t)(uintptr_t)addr, len);
     leave(s);
     return rc;
 }
@@ -2294,6 +2461,8 @@ int mc_store_unregister_buffer(mc_store *s, void *addr)
     if (rc != MC_OK)
         return rc;
     rc = mc_te_unregister_memory(s->te, addr);
+    if (rc == MC_OK)
+        ubuf_remove(s, (uint64_t)(uintptr_t)addr);
     leave(s);
     return rc;
 }

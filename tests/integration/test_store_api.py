@@ -8,6 +8,7 @@ miss, one entry per key). The issue's "Cases that must pass" are the test_case_*
 import copy
 import ctypes
 import gc
+import os
 import pickle
 import re
 import threading
@@ -317,6 +318,11 @@ def test_setup_invalid_values_return_codes(cluster):
     s = MooncakeDistributedStore()
     assert s.setup("", *a[1:]) == INVALID_PARAMS
     assert s.setup(a[0], a[1], 100, *a[3:]) == INVALID_PARAMS      # segment < 1 KiB
+    # more than this process can map: a local allocation failure, -600 as upstream (not
+    # -200, which says the master's pool is full)
+    assert s.setup(a[0], a[1], 1 << 50, *a[3:]) == INVALID_PARAMS
+    if not os.environ.get("MC_FORCE_TCP"):
+        assert s.setup(*a[:4], "rdma", *a[5:]) == -1012             # no RDMA here
     # an unreachable master: an RPC failure code, and the store stays usable for setup
     dead = f"127.0.0.1:{free_port()}"
     rc = s.setup(*a[:6], dead)
@@ -661,6 +667,37 @@ def test_put_from_get_into_registered(store, peer):
     finally:
         assert store.unregister_buffer(ps) == 0
         assert store.unregister_buffer(pd) == 0
+
+
+def test_a_range_running_past_a_registered_buffer_is_refused(store, peer):
+    # the new user's repro: 16 KiB of memory, the first 4 KiB registered
+    b = (ctypes.c_char * 16384)()
+    p = ctypes.addressof(b)
+    ctypes.memmove(p, value_for("rb", 100), 100)
+    k, k2 = K("regbound"), K("regbound2")
+    assert store.register_buffer(p, 4096) == 0
+    try:
+        assert store.put_from(k, p, 100) == 0
+        b[4090:4190] = b"\x5a" * 100
+        assert store.get_into(k, p + 4090, 100) == INVALID_PARAMS      # not an overrun
+        assert b[4090:4190] == b"\x5a" * 100
+        assert store.get_into(k, p + 3996, 100) == 100                 # ends at the end
+        assert store.put_from(k2, p + 4000, 200) == INVALID_PARAMS
+        assert store.is_exist(k2) == 0
+        assert store.batch_put_from([k2, K("rb-ok")], [p + 4000, p], [200, 10]) == \
+            [INVALID_PARAMS, 0]
+        assert store.batch_get_into([k, k], [p + 4090, p + 8192], [100, 100]) == \
+            [INVALID_PARAMS, 100]
+        assert store.batch_put_from_multi_buffers([k2], [[p, p + 4095]], [[10, 2]]) == \
+            [INVALID_PARAMS]
+        assert store.batch_get_into_multi_buffers([k], [[p + 9000, p + 4080]], [[50, 50]]) == \
+            [INVALID_PARAMS]
+        assert peer.call("is_exist", k2) == 0
+    finally:
+        assert store.unregister_buffer(p) == 0
+    # unregistered: plain caller memory again (inside b), read into without a fault
+    assert store.get_into(k, p + 4090, 100) == 100
+    assert b[4090:4190] == value_for("rb", 100)
 
 
 def test_pointer_validation(store):

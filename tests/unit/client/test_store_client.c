@@ -28,6 +28,7 @@
 #include <cmocka.h>
 
 #include "client/store_internal.h"
+#include "mooncake/log.h"
 #include "mooncake/mc_time.h"
 #include "mooncake/status.h"
 #include "mooncake/store.h"
@@ -575,6 +576,144 @@ static void test_get_into_capacity_and_dup_put(void **state)
     free(heap);
     free(back);
     mc_store_destroy(s);
+}
+
+/* Log lines captured by a sink (the setup messages' wording is part of the fix). */
+static char captured[8192];
+
+static void capture_sink(mc_log_level level, const char *tag, const char *msg, void *ctx)
+{
+    (void)level;
+    (void)tag;
+    (void)ctx;
+    size_t l = strlen(captured);
+    snprintf(captured + l, sizeof captured - l, "%s\n", msg);
+}
+
+/* Setup failures say what failed: a protocol this build has no transport for (and how to
+ * run anyway), a global segment the process cannot map (INVALID_PARAMS, as upstream's
+ * real_client setup_internal; not the master pool's NO_AVAILABLE_HANDLE). */
+static void test_setup_failure_messages(void **state)
+{
+    fixture *f = *state;
+    NEED_MASTER(f);
+    mc_store *s = NULL;
+    assert_int_equal(mc_store_create(&s), MC_OK);
+    mc_store_config c;
+    mc_store_config_init(&c);
+    c.local_hostname = "127.0.0.1";
+    c.metadata_server = "P2PHANDSHAKE";
+    c.master_server_addr = f->m.addr;
+    c.protocol = "rdma";
+    unsetenv("MC_FORCE_TCP");
+    captured[0] = '\0';
+    mc_log_set_sink(capture_sink, NULL);
+    int rc = mc_store_setup(s, &c);
+    mc_log_set_sink(NULL, NULL);
+    assert_int_equal(rc, MC_NOT_SUPPORTED);
+    assert_non_null(strstr(captured, "protocol \"rdma\" is not available"));
+    assert_non_null(strstr(captured, "protocol=\"tcp\""));
+    assert_non_null(strstr(captured, "MC_FORCE_TCP=1"));
+    assert_null(strstr(captured, "automatic port"));
+
+    c.protocol = "tcp";
+    c.global_segment_size = MC_STORE_MAX_SEGMENT_SIZE; /* 1 PiB: more than any mmap */
+    captured[0] = '\0';
+    mc_log_set_sink(capture_sink, NULL);
+    rc = mc_store_setup(s, &c);
+    mc_log_set_sink(NULL, NULL);
+    assert_int_equal(rc, MC_INVALID_PARAMS);
+    assert_non_null(strstr(captured, "cannot allocate the 1125899906842624-byte global "
+                                     "segment in this process"));
+    assert_false(mc_store_is_setup(s));
+    c.global_segment_size = 4 * MIB; /* nothing was left behind: a normal setup works */
+    assert_int_equal(mc_store_setup(s, &c), MC_OK);
+    mc_store_destroy(s);
+}
+
+/* Caller memory is used as given, except that a range starting inside a buffer
+ * registered with mc_store_register_buffer must end inside it: every zero-copy form
+ * refuses an overrun with MC_INVALID_PARAMS before any transfer (nothing written,
+ * nothing stored); after unregister_buffer the memory is plain caller memory again. */
+static void test_registered_bounds(void **state)
+{
+    fixture *f = *state;
+    NEED_MASTER(f);
+    mc_store *a = store_up(&f->m, 16 * MIB);
+    mc_store *b = store_up(&f->m, 0); /* pure client: its reads and writes use the engine */
+    mc_store *stores[2] = {a, b};
+    unsigned char *mem = malloc(16384);
+    fill(mem, 16384, 3);
+    assert_int_equal(put_s(a, "rb", mem, 100), MC_OK);
+    for (int w = 0; w < 2; w++) {
+        mc_store *s = stores[w];
+        assert_int_equal(mc_store_register_buffer(s, mem, 4096), MC_OK);
+        memset(mem + 3000, 0x5A, 3000);
+        /* get_into: overrun refused, the bytes past the buffer untouched */
+        assert_int_equal(get_s(s, "rb", mem + 4090, 100), MC_INVALID_PARAMS);
+        for (size_t i = 3000; i < 6000; i++)
+            assert_int_equal(mem[i], 0x5A);
+        assert_int_equal(get_s(s, "rb", mem + 3996, 100), 100); /* ends at the end: fine */
+        assert_memory_equal(mem + 3996, mem, 100);
+        assert_int_equal(get_s(s, "rb", mem + 8192, 100), 100); /* outside: caller memory */
+        /* writes: refused, nothing stored */
+        assert_int_equal(mc_store_put(s, "rb-put", 6, mem + 4000, 200, NULL), MC_INVALID_PARAMS);
+        assert_int_equal(mc_store_upsert(s, "rb-put", 6, mem + 4000, 200, NULL),
+                         MC_INVALID_PARAMS);
+        mc_store_iov parts[2] = {{mem, 10}, {mem + 4095, 2}};
+        assert_int_equal(mc_store_put_parts(s, "rb-put", 6, parts, 2, NULL), MC_INVALID_PARAMS);
+        assert_int_equal(mc_store_is_exist(s, "rb-put", 6), 0);
+        /* batch forms: per key */
+        char k0[16], k1[16];
+        snprintf(k0, sizeof k0, "rb-b0-%d", w);
+        snprintf(k1, sizeof k1, "rb-b1-%d", w);
+        mc_store_key keys[2] = {{k0, strlen(k0)}, {k1, strlen(k1)}};
+        const void *vals[2] = {mem, mem + 4000};
+        uint64_t sizes[2] = {50, 97};
+        int wr[2];
+        assert_int_equal(mc_store_batch_put_from(s, keys, 2, vals, sizes, NULL, wr), MC_OK);
+        assert_int_equal(wr[0], MC_OK);
+        assert_int_equal(wr[1], MC_INVALID_PARAMS);
+        assert_int_equal(mc_store_is_exist(s, k1, strlen(k1)), 0);
+        assert_int_equal(mc_store_batch_upsert_from(s, keys, 2, vals, sizes, NULL, wr), MC_OK);
+        assert_int_equal(wr[1], MC_INVALID_PARAMS);
+        mc_store_iov ok_iov[1] = {{mem, 20}}, bad_iov[2] = {{mem + 8000, 10}, {mem + 4090, 7}};
+        const mc_store_iov *iovs[2] = {ok_iov, bad_iov};
+        size_t cnt[2] = {1, 2};
+        assert_int_equal(
+            mc_store_batch_put_from_multi_buffers(s, keys, 2, iovs, cnt, NULL, wr), MC_OK);
+        assert_int_equal(wr[1], MC_INVALID_PARAMS);
+        assert_int_equal(
+            mc_store_batch_upsert_from_multi_buffers(s, keys, 2, iovs, cnt, NULL, wr), MC_OK);
+        assert_int_equal(wr[1], MC_INVALID_PARAMS);
+        mc_store_key rk[2] = {{"rb", 2}, {"rb", 2}};
+        void *bufs[2] = {mem + 3000, mem + 4090};
+        uint64_t caps[2] = {100, 100};
+        int64_t rr[2];
+        assert_int_equal(mc_store_batch_get_into(s, rk, 2, bufs, caps, rr), MC_OK);
+        assert_int_equal(rr[0], 100);
+        assert_int_equal(rr[1], MC_INVALID_PARAMS);
+        mc_store_iov g0[1] = {{mem + 5000, 100}}, g1[2] = {{mem + 9000, 50}, {mem + 4080, 50}};
+        const mc_store_iov *giovs[2] = {g0, g1};
+        assert_int_equal(
+            mc_store_batch_get_into_multi_buffers(s, rk, 2, giovs, cnt, false, rr), MC_OK);
+        assert_int_equal(rr[0], 100);
+        assert_int_equal(rr[1], MC_INVALID_PARAMS);
+        /* an overlapping registration that holds the whole range makes it fine */
+        assert_int_equal(mc_store_register_buffer(s, mem + 2048, 8192), MC_OK);
+        assert_int_equal(get_s(s, "rb", mem + 4090, 100), 100);
+        assert_int_equal(get_s(s, "rb", mem + 10200, 100), MC_INVALID_PARAMS);
+        assert_int_equal(mc_store_unregister_buffer(s, mem + 2048), MC_OK);
+        assert_int_equal(get_s(s, "rb", mem + 4090, 100), MC_INVALID_PARAMS);
+        /* unregistered: plain caller memory again, read into without any fault */
+        assert_int_equal(mc_store_unregister_buffer(s, mem), MC_OK);
+        memset(mem + 4090, 0, 100);
+        assert_int_equal(get_s(s, "rb", mem + 4090, 100), 100);
+        assert_memory_equal(mem + 4090, mem, 100);
+    }
+    free(mem);
+    mc_store_destroy(a);
+    mc_store_destroy(b);
 }
 
 static void test_batches(void **state)
@@ -1241,6 +1380,9 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_keys, setup_default, teardown_master),
         cmocka_unit_test_setup_teardown(test_get_into_capacity_and_dup_put, setup_default,
                                         teardown_master),
+        cmocka_unit_test_setup_teardown(test_setup_failure_messages, setup_default,
+                                        teardown_master),
+        cmocka_unit_test_setup_teardown(test_registered_bounds, setup_default, teardown_master),
         cmocka_unit_test_setup_teardown(test_batches, setup_default, teardown_master),
         cmocka_unit_test_setup_teardown(test_get_with, setup_default, teardown_master),
         cmocka_unit_test_setup_teardown(test_replication_and_space, setup_default,
