@@ -73,6 +73,13 @@ int main(int argc, char **argv)
         .max_body_bytes = max_body, .max_total_bytes = max_total, .threads = (unsigned)threads};
     mc_http_metadata_server *srv = NULL;
     int rc = mc_http_metadata_server_start(host, (uint16_t)port, &o, &srv);
+    if (rc == -ENOENT) {
+        fprintf(stderr, "%s: invalid address '%s' for --host: not an IP address or a host "
+                        "name that resolves\n",
+                argv[0], host);
+        mc_options_free(options, N_OPTIONS);
+        return 2;
+    }
     if (rc != 0) {
         fprintf(stderr, "%s: cannot listen on %s:%lld: %s\n", argv[0], host, (long long)port,
                 strerror(-rc));

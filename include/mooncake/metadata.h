@@ -319,7 +319,8 @@ typedef struct mc_http_metadata_server_opts {
  *       other methods -> 405 "Method not allowed".
  *     GET /health -> 200 "OK". Any other path -> 404 "not found".
  *   out: receives the running server; stop and free it with _destroy.
- * Returns 0; -EINVAL (bad host or opts); -EADDRINUSE (port taken); -EACCES (port
+ * Returns 0; -EINVAL (empty host, bad opts); -ENOENT (host is not an address and does
+ * not resolve); -EADDRINUSE (port taken); -EACCES (port
  * needs privileges); other -errno from socket/bind/listen or the server library. A
  * message naming host:port and the reason is logged on failure. */
 MC_API int mc_http_metadata_server_start(const char *host, uint16_t port,

@@ -193,9 +193,12 @@ int mc_options_load_json(const mc_option *tbl, size_t n, const char *path, char 
 {
     json_error_t jerr;
     json_t *root = json_load_file(path, 0, &jerr);
-    if (!root)
+    if (!root) {
+        if (jerr.line < 1) /* jansson: -1 when no line applies (the file cannot be read) */
+            return fail(err, errlen, "cannot read config file %s: %s", path, jerr.text);
         return fail(err, errlen, "cannot read config file %s: %s (line %d)", path, jerr.text,
                     jerr.line);
+    }
     int rc = 0;
     if (!json_is_object(root)) {
         rc = fail(err, errlen, "config file %s: expected a JSON object of flag -> value", path);

@@ -505,6 +505,19 @@ static mhd_result handler(void *cls, struct MHD_Connection *c, const char *url,
     return respond_text(c, MHD_HTTP_NOT_FOUND, "not found\n", "text/plain");
 }
 
+/* libmicrohttpd's own error lines (a client that hung up mid-request, ...) go to the
+ * log at DEBUG instead of raw to stderr. */
+static void mhd_logger(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    if (MC_LOG_DEBUG < mc__log_threshold)
+        return;
+    char buf[512];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    buf[strcspn(buf, "\n")] = '\0';
+    mc_log(MC_LOG_DEBUG, TAG, "libmicrohttpd: %s", buf);
+}
+
 int mc_master_admin_start(mc_master_service *svc, mc_master_rpc_server *rpc, const char *host,
                           uint16_t port, mc_master_admin **out)
 {
@@ -525,8 +538,10 @@ int mc_master_admin_start(mc_master_service *svc, mc_master_rpc_server *rpc, con
     a->last_ms = mc_now_ms();
     mc_master_service_get_stats(svc, &a->last);
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG;
-    a->daemon = MHD_start_daemon(flags, 0, NULL, NULL, handler, a, MHD_OPTION_LISTEN_SOCKET,
-                                 (MHD_socket)fd, MHD_OPTION_CONNECTION_LIMIT, 256u,
+    /* the logger first: libmicrohttpd prints to stderr whatever comes before it */
+    a->daemon = MHD_start_daemon(flags, 0, NULL, NULL, handler, a, MHD_OPTION_EXTERNAL_LOGGER,
+                                 mhd_logger, a, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
+                                 MHD_OPTION_CONNECTION_LIMIT, 256u,
                                  MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_END);
     if (!a->daemon) {
         close(fd);

@@ -295,7 +295,8 @@ static void mhd_logger(void *cls, const char *fmt, va_list ap)
     mc_log(MC_LOG_DEBUG, TAG, "libmicrohttpd: %s", buf);
 }
 
-/* Binds and listens on host:port; returns the fd or -errno. */
+/* Binds and listens on host:port; returns the fd or -errno (-ENOENT, logged here: host
+ * is not an address and does not resolve, as the net layer's mc_sock_listen_tcp). */
 static int bind_listen(const char *host, uint16_t port, uint16_t *bound)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
@@ -307,7 +308,7 @@ static int bind_listen(const char *host, uint16_t port, uint16_t *bound)
     if (gai != 0) {
         mc_log(MC_LOG_ERROR, TAG, "cannot resolve listen host '%s': %s", host,
                gai_strerror(gai));
-        return -EINVAL;
+        return -ENOENT;
     }
     int err = -EADDRNOTAVAIL;
     int fd = -1;
@@ -371,8 +372,9 @@ int mc_http_metadata_server_start(const char *host, uint16_t port,
     uint16_t bound = 0;
     int fd = bind_listen(host, port, &bound);
     if (fd < 0) {
-        mc_log(MC_LOG_ERROR, TAG, "cannot listen on %s:%u: %s", host, (unsigned)port,
-               strerror(-fd));
+        if (fd != -ENOENT) /* that one is logged with the resolver's reason */
+            mc_log(MC_LOG_ERROR, TAG, "cannot listen on %s:%u: %s", host, (unsigned)port,
+                   strerror(-fd));
         return fd;
     }
     mc_http_metadata_server *s = calloc(1, sizeof *s);
@@ -383,13 +385,14 @@ int mc_http_metadata_server_start(const char *host, uint16_t port,
     s->store = json_object();
     pthread_mutex_init(&s->store_lock, NULL);
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG;
+    /* the logger first: libmicrohttpd prints to stderr whatever comes before it */
     s->daemon = MHD_start_daemon(
-        flags, 0, NULL, NULL, handler, s, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)o.threads, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned int)o.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned int)o.idle_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-        (size_t)(64 * 1024), MHD_OPTION_NOTIFY_COMPLETED, completed, s,
-        MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, s, MHD_OPTION_END);
+        flags, 0, NULL, NULL, handler, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, s,
+        MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd, MHD_OPTION_THREAD_POOL_SIZE,
+        (unsigned int)o.threads, MHD_OPTION_CONNECTION_LIMIT, (unsigned int)o.max_connections,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)o.idle_timeout_s,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024), MHD_OPTION_NOTIFY_COMPLETED,
+        completed, s, MHD_OPTION_END);
     if (!s->daemon) {
         int e = errno ? errno : EIO;
         mc_log(MC_LOG_ERROR, TAG, "cannot start the HTTP server on %s:%u: %s", host,

@@ -232,6 +232,12 @@ def test_c_tool_bad_flags(spawn):
     out, _ = p.communicate(timeout=10)
     assert p.returncode == 0
     assert b"--port" in out and b"--host" in out
+    # a host that is not an address: said so (not "No such file or directory")
+    p = spawn([tool("mooncake_http_metadata_server"), "--port=0", "--host=999.1.1.1"])
+    out, _ = p.communicate(timeout=20)
+    assert p.returncode == 2, out
+    assert b"invalid address '999.1.1.1' for --host" in out
+    assert b"No such file" not in out and b"Invalid argument" not in out
 
 
 def test_c_tool_survives_garbage(spawn):

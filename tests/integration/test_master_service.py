@@ -2,6 +2,7 @@
 client (NEED_REMOUNT, then serving again after remount), malformed frames, the admin
 HTTP routes, the periodic summary, flags, ports already taken, clean shutdown."""
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -359,6 +360,51 @@ def test_flags(spawn):
     for flag in ("--rpc_port (or --port)", "--metrics_port", "--default_kv_lease_ttl",
                  "--eviction_high_watermark_ratio", "--client_ttl", "--config_path"):
         assert flag in r.stdout
+
+
+def test_bad_listen_address_and_missing_config_file():
+    # an address that is not one: named as such (exit 2), not "cannot listen on X:0: No
+    # such file or directory"
+    for flag, extra in (("rpc_address", ()),
+                        ("metrics_host", ("--rpc_address=127.0.0.1",)),
+                        ("http_metadata_server_host",
+                         ("--rpc_address=127.0.0.1", "--metrics_host=127.0.0.1",
+                          "--enable_http_metadata_server=1"))):
+        r = _run_master(f"--{flag}=999.1.1.1", "--rpc_port=0", "--metrics_port=0",
+                        "--http_metadata_server_port=0", *extra)
+        assert r.returncode == 2, r.stderr
+        assert f"invalid address '999.1.1.1' for --{flag}" in r.stderr
+        assert "No such file or directory" not in r.stderr and ":0" not in r.stderr
+    r = _run_master("--config_path=/nonexistent/master.json")
+    assert r.returncode == 2 and "/nonexistent/master.json" in r.stderr
+    assert "line" not in r.stderr          # no "(line -1)" for a file that cannot be read
+
+
+def test_libmicrohttpd_lines_go_to_the_log(spawn):
+    """A client that hangs up mid-request: libmicrohttpd's complaint reaches the log at
+    DEBUG (both HTTP servers) and never stderr raw."""
+    http = free_port()
+    flags = ("--enable_http_metadata_server=1", f"--http_metadata_server_port={http}",
+             "--http_metadata_server_host=127.0.0.1")
+    for level in ("INFO", "DEBUG"):
+        env = dict(os.environ, MC_LOG_LEVEL=level)
+        m = Master(lambda args, env=env: spawn(args, env=env),
+                   "--enable_metric_reporting=false", *flags)
+        wait_port(http, proc=m.proc, timeout=10)
+        for port in (m.metrics_port, http):
+            for _ in range(2):
+                with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+                    c.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+                    time.sleep(0.1)
+        time.sleep(0.2)
+        code, out = m.stop()
+        assert code == 0, out
+        raw = [ln for ln in out.splitlines() if ln.startswith("Connection was closed")]
+        assert raw == [], out
+        if level == "DEBUG":
+            assert "master-admin] libmicrohttpd: Connection was closed" in out, out
+            assert "http_metadata] libmicrohttpd: Connection was closed" in out, out
+            assert "is not the first option" not in out, out
 
 
 def test_upstream_flags_and_config_file(spawn, tmp_path):

@@ -166,8 +166,11 @@ static void test_env_and_config(void **state)
     assert_int_equal(parse(g, NULL, err), MC_OPTS_ERROR);
     assert_non_null(strstr(err, path));
     unlink(path);
+    assert_non_null(strstr(err, "(line 1)")); /* a syntax error names its line */
     char *h[] = {"prog", "--config_path=/nonexistent/x.json", NULL};
     assert_int_equal(parse(h, NULL, err), MC_OPTS_ERROR);
+    assert_non_null(strstr(err, "/nonexistent/x.json"));
+    assert_null(strstr(err, "line")); /* no "(line -1)" when the file cannot be read */
 }
 
 static void test_sizes(void **state)

@@ -371,7 +371,7 @@ static void test_port_taken(void **state)
     assert_int_equal(rc, -EADDRINUSE);
     assert_null(other);
     assert_int_equal(mc_http_metadata_server_start("no.such.host.invalid", 0, NULL, &other),
-                     -EINVAL);
+                     -ENOENT);
     assert_int_equal(mc_http_metadata_server_start("", 0, NULL, &other), -EINVAL);
     /* the first one is unharmed */
     raw_resp r;
