@@ -252,6 +252,29 @@ def test_bad_options_exit_2_naming_the_problem(tmp_path):
     assert rc == 2 and "bad.jsonl:1" in err and "hash_ids" in err
 
 
+def test_an_empty_trace_is_an_error_not_a_success(tmp_path):
+    # nothing replayed is not "RESULT: OK": exit 2 naming the cause, before any backend
+    (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "blank.jsonl").write_text("\n  \n\n")
+    for name in ("empty.jsonl", "blank.jsonl"):
+        rc, doc, out, err = replay(["--backend", "redis", "--trace", str(tmp_path / name)],
+                                   tmp_path, 30)
+        assert rc == 2 and name in err and "no requests" in err, out + err
+        assert "RESULT" not in out and doc is None
+    rc, doc, out, err = replay(["--backend", "redis", "--max-requests", "0"], tmp_path, 30)
+    assert rc == 2 and "--max-requests 0" in err and "RESULT" not in out
+    rc, doc, out, err = replay(["--backend", "redis", "--synthetic-requests", "0"], tmp_path, 30)
+    assert rc == 2 and "--synthetic-requests" in err and "RESULT" not in out
+
+
+def test_default_metrics_url_of_a_master():
+    from mooncake.trace_replay.cli import default_metrics_url
+    assert default_metrics_url("127.0.0.1:50051") == "http://127.0.0.1:9003/metrics"
+    assert default_metrics_url("node7:1234") == "http://node7:9003/metrics"
+    assert default_metrics_url("[::1]:50051") == "http://[::1]:9003/metrics"
+    assert default_metrics_url("node7") == "http://node7:9003/metrics"
+
+
 # ------------------------------------------------------------------ store backend
 
 @need_store
@@ -348,6 +371,56 @@ def test_store_corrupted_block_is_counted(tmp_path, spawn):
     rc, doc, out, err = replay(args, tmp_path, 120)
     assert rc == 1, out + err
     assert doc["results"]["corrupt_blocks"] >= 1 and doc["results"]["errors"] == 0
+
+
+def _port_in_use(port):
+    import socket
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@need_store
+def test_store_existing_cluster_pool_is_its_capacity_or_said_unknown(tmp_path, spawn):
+    rpc, http, metrics = free_port(), free_port(), free_port()
+    spawn([os.path.join(BIN_DIR, "mooncake_master"), f"--rpc_port={rpc}",
+           "--rpc_address=127.0.0.1", f"--metrics_port={metrics}",
+           "--metrics_host=127.0.0.1", "--enable_http_metadata_server=1",
+           f"--http_metadata_server_port={http}", "--http_metadata_server_host=127.0.0.1",
+           "--default_kv_lease_ttl=200"])
+    wait_port(rpc)
+    wait_port(http)
+    meta = f"http://127.0.0.1:{http}/metadata"
+    base = ["--backend", "store", "--master", f"127.0.0.1:{rpc}", "--metadata", meta,
+            "--synthetic-requests", "40", "--block-bytes", "4KiB"]
+    # no segment mounted: refused up front, not one put error per block
+    rc, doc, out, err = replay(base + ["--metrics-url", f"http://127.0.0.1:{metrics}/metrics"],
+                               tmp_path, 60)
+    assert rc == 2 and "holds no memory" in err and "RESULT" not in out, out + err
+    spawn([sys.executable, "-m", "mooncake.trace_replay.node", "--master", f"127.0.0.1:{rpc}",
+           "--metadata", meta, "--segment-size", str(32 << 20),
+           "--ready-file", str(tmp_path / "ready")])
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "ready").exists():
+        assert time.monotonic() < deadline, "store node not ready"
+        time.sleep(0.1)
+    # a metrics URL that does not answer: the pool is unknown, said so, no LRU invented
+    dead = free_port()
+    rc, doc, out, err = replay(base + ["--metrics-url", f"http://127.0.0.1:{dead}/metrics"],
+                               tmp_path, 120)
+    assert rc == 0 and "RESULT: OK" in out, out + err
+    assert doc["meta"]["pool_bytes"] is None and doc["reference"]["lru"] is None
+    assert doc["meta"]["pool_source"].startswith("unknown")
+    assert "pool UNKNOWN" in out and "capacity is unknown" in err and "8192 blocks" not in out
+    # without --metrics-url: the master's host and the default metrics port 9003
+    if not _port_in_use(9003):
+        rc, doc, out, err = replay(base, tmp_path, 120)
+        assert rc == 0 and doc["meta"]["pool_bytes"] is None, out + err
+        assert "http://127.0.0.1:9003/metrics (derived from --master" in err
+    # --nodes/--segment-size given: that is the pool
+    rc, doc, out, err = replay(base + ["--metrics-url", f"http://127.0.0.1:{dead}/metrics",
+                                       "--nodes", "1", "--segment-size", "32MiB"], tmp_path, 120)
+    assert rc == 0 and doc["meta"]["pool_bytes"] == 32 << 20, out + err
+    assert doc["reference"]["lru"]["capacity_blocks"] == (32 << 20) // 4096
 
 
 @need_store

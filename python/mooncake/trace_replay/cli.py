@@ -21,6 +21,7 @@ from .sim import simulate_ideal, simulate_lru
 from .trace import TraceError, count_lines, load_trace, synthetic_trace, write_trace
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+MASTER_METRICS_PORT = 9003    # mooncake_master's default --metrics_port (upstream's too)
 
 DEFAULTS = dict(backend="store", nodes=2, segment_size="256MiB", concurrency=1,
                 time_scale=0.0, out="replay-out", seed=0, synthetic_requests=1000,
@@ -40,7 +41,10 @@ backends:
             (mooncake-transfer-engine-non-cuda) from its own venv (--upstream-python;
             scripts/setup-upstream-peer.sh creates .venv-upstream).
   The pool is --nodes x --segment-size bytes for every backend; the LRU reference uses
-  pool // block bytes blocks.
+  pool // block bytes blocks. With --master the pool is the cluster's own capacity
+  (master_total_capacity_bytes on --metrics-url, by default http://MASTER-HOST:9003/metrics)
+  unless --nodes/--segment-size are given; when it cannot be read the run says so and
+  has no LRU reference. A cluster with no memory mounted is refused (exit 2).
 
 output: a progress bar, the final table, OUT/replay.json (every figure), OUT/replay.png
 (hit rate and throughput over time, latency CDF), OUT/logs/ (child processes).
@@ -100,7 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--metadata", metavar="URL",
                    help="metadata server of that cluster, e.g. http://127.0.0.1:8080/metadata")
     g.add_argument("--metrics-url", metavar="URL",
-                   help="its master's /metrics (for evictions and key count; optional)")
+                   help="its master's /metrics (the pool's size, evictions and key count; "
+                        f"default with --master: http://MASTER-HOST:{MASTER_METRICS_PORT}"
+                        "/metrics)")
     g.add_argument("--redis-addr", metavar="HOST:PORT",
                    help="use a running redis-server instead of starting one")
     g.add_argument("--lease-ttl-ms", type=int, metavar="MS",
@@ -194,6 +200,68 @@ def _resolve(args):
     if args.key_prefix is None:
         args.key_prefix = f"replay-{secrets.token_hex(4)}/"
     args.pool_bytes = args.nodes * args.segment_size
+    args.metrics_derived = False
+    if args.master and not args.metrics_url:
+        args.metrics_url = default_metrics_url(args.master)
+        args.metrics_derived = True
+
+
+def default_metrics_url(master: str) -> str:
+    """The /metrics URL of the master at `master` ("host:port", "[v6]:port") when it
+    runs with the default --metrics_port (9003) on the same host."""
+    if master.startswith("["):
+        host = master[:master.index("]") + 1] if "]" in master else master
+    else:
+        host = master.rpartition(":")[0] if ":" in master else master
+    return f"http://{host or '127.0.0.1'}:{MASTER_METRICS_PORT}/metrics"
+
+
+def _pool_of_cluster(args, backend, meta):
+    """--master: sets args.pool_bytes (what the LRU reference models) and the JSON's
+    pool fields from the cluster's own capacity (master_total_capacity_bytes), unless
+    --nodes/--segment-size were given. pool_bytes becomes None when the capacity cannot be
+    read and was not given: the run says so and has no LRU reference. Raises
+    BackendUnavailable when the cluster holds no memory (nothing mounted)."""
+    url = args.metrics_url
+    how = (f"derived from --master and the default metrics port {MASTER_METRICS_PORT}"
+           if args.metrics_derived else "--metrics-url")
+    cap = backend.capacity_bytes()
+    meta["metrics_url"] = url
+    meta["cluster_capacity_bytes"] = cap
+    if cap == 0:
+        raise BackendUnavailable(
+            f"the cluster of master {args.master} holds no memory: its "
+            f"master_total_capacity_bytes is 0 ({url}), so no store node has mounted a "
+            "segment and every put would fail; start store nodes (setup with "
+            "global_segment_size > 0) first")
+    if cap is not None:
+        _say(f"the cluster holds {fmt_bytes(cap)} (master_total_capacity_bytes at {url})")
+        if not args.pool_given:
+            args.pool_bytes = meta["pool_bytes"] = cap
+            meta["pool_source"] = f"the master's master_total_capacity_bytes ({url})"
+            return
+        meta["pool_source"] = "--nodes x --segment-size (given)"
+        if cap != args.pool_bytes:
+            _say(f"note: the cluster holds {fmt_bytes(cap)} but --nodes x --segment-size "
+                 f"says {fmt_bytes(args.pool_bytes)}; the LRU reference uses the latter")
+        return
+    why = f"no master_total_capacity_bytes from {url} ({how})"
+    fix = ("pass --metrics-url URL of its master's /metrics" if args.metrics_derived else
+           "check that --metrics-url is its master's /metrics")
+    if args.metrics_derived:
+        backend.metrics_url = None     # not there: do not wait on it for every sample
+        meta["metrics_url"] = None
+    if args.pool_given:
+        meta["pool_source"] = (f"--nodes x --segment-size (given); the cluster's own "
+                               f"capacity is unknown: {why}")
+        _say(f"note: the cluster's capacity is unknown ({why}); the LRU reference uses "
+             f"--nodes x --segment-size = {fmt_bytes(args.pool_bytes)}")
+        return
+    args.pool_bytes = meta["pool_bytes"] = None
+    meta["pool_source"] = (f"unknown: {why}; {fix} (or pass --nodes and --segment-size) "
+                           "for an LRU reference of the cluster's size")
+    _say(f"WARNING: the cluster's capacity is unknown ({why}): the run has no LRU "
+         f"reference and no eviction figures; {fix}, or pass --nodes N --segment-size SIZE")
 
 
 # --------------------------------------------------------------------- upstream re-exec
@@ -355,6 +423,13 @@ def main(argv=None) -> int:
             in_trace = n
     except (OSError, TraceError) as e:
         return _fail(f"cannot read the trace: {e}")
+    if not requests:
+        if args.max_requests == 0:
+            return _fail("--max-requests 0 selects no requests: nothing to replay")
+        if args.trace:
+            return _fail(f"the trace {args.trace} holds no requests (an empty file, or "
+                         "only blank lines): nothing to replay")
+        return _fail("--synthetic-requests must be >= 1: nothing to replay")
     synthetic = not args.trace
     if synthetic:
         _say(f"SYNTHETIC trace: {len(requests)} requests from the built-in generator "
@@ -413,24 +488,14 @@ def main(argv=None) -> int:
         meta["cluster"] = cluster_desc
         meta["backend_info"] = backend.describe()
         if args.master:
-            cap = backend.capacity_bytes()
-            if cap and not args.pool_given:
-                args.pool_bytes = cap        # the LRU reference gets the cluster's size
-                meta["pool_bytes"] = cap
-            meta["pool_source"] = ("the master's master_total_capacity_bytes"
-                                   if cap and not args.pool_given else
-                                   "--nodes x --segment-size (given or default; pass "
-                                   "--metrics-url to read the cluster's own capacity)")
-            if cap and args.pool_given and cap != args.pool_bytes:
-                _say(f"note: the cluster holds {fmt_bytes(cap)} but --nodes x "
-                     f"--segment-size says {fmt_bytes(args.pool_bytes)}; the LRU "
-                     f"reference uses the latter")
+            _pool_of_cluster(args, backend, meta)
         else:
             meta["pool_source"] = "--nodes x --segment-size of the cluster this tool started"
         for _ in range(args.concurrency):
             sessions.append(backend.session(slots, args.block_bytes))
+        pool = fmt_bytes(args.pool_bytes) if args.pool_bytes else "UNKNOWN"
         _say(f"running: {len(requests)} requests, block {fmt_bytes(args.block_bytes)}, pool "
-             f"{fmt_bytes(args.pool_bytes)}, backend {args.backend} ({cluster_desc})")
+             f"{pool}, backend {args.backend} ({cluster_desc})")
         label = ("SYNTHETIC " if synthetic else "") + f"replay[{args.backend}]"
         progress = _Progress(len(requests), label, not args.no_progress)
         from .replay import run_replay
@@ -481,18 +546,22 @@ def main(argv=None) -> int:
     # the references run over the requests that completed, in trace order
     done_idx = sorted(stats.req_index)
     done = [requests[i] for i in done_idx]
-    cap = args.pool_bytes // args.block_bytes
+    # pool_bytes is None when an existing cluster's capacity is unknown: no LRU reference
+    cap = args.pool_bytes // args.block_bytes if args.pool_bytes else None
     ideal_hits, lru_hits = [], []
     ideal = simulate_ideal(done, ideal_hits)
-    lru = simulate_lru(done, cap, lru_hits)
-    reference = {"ideal": ideal.as_dict(), "lru": lru.as_dict(),
+    lru = simulate_lru(done, cap, lru_hits) if cap is not None else None
+    reference = {"ideal": ideal.as_dict(), "lru": lru.as_dict() if lru else None,
                  "semantics": "prefix hit; hits read in request order, absent blocks after "
-                              "the hit inserted; LRU capacity = pool bytes // block bytes"}
-    ref_hits = {"ideal": dict(zip(done_idx, ideal_hits)), "lru": dict(zip(done_idx, lru_hits))}
-    if kh is not None and ev and 0 < kh < cap:
+                              "the hit inserted; LRU capacity = pool bytes // block bytes"
+                              + ("" if lru else "; no LRU: the pool's size is unknown")}
+    ref_hits = {"ideal": dict(zip(done_idx, ideal_hits))}
+    if lru:
+        ref_hits["lru"] = dict(zip(done_idx, lru_hits))
+    if cap is not None and kh is not None and ev and 0 < kh < cap:
         reference["lru_at_keys_held"] = simulate_lru(done, kh).as_dict()
     mean_kh = occupancy.mean_after_eviction() if occupancy is not None else None
-    if mean_kh is not None and 0 < mean_kh < cap:
+    if cap is not None and mean_kh is not None and 0 < mean_kh < cap:
         reference["lru_at_mean_occupancy"] = simulate_lru(done, mean_kh).as_dict()
     results = summarize(stats, wall)
     results["evictions_backend"] = ev

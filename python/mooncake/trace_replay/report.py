@@ -90,9 +90,15 @@ def _pc(x):
     return "n/a" if x is None else f"{100 * x:6.2f} %"
 
 
+def _pool_text(m: dict) -> str:
+    return fmt_bytes(m["pool_bytes"]) if m.get("pool_bytes") else "UNKNOWN"
+
+
 def table(doc: dict) -> str:
-    """The final table as text."""
+    """The final table as text. reference["lru"] is None when the pool's size is unknown
+    (an existing cluster whose capacity could not be read): LRU figures show n/a."""
     m, r, ref = doc["meta"], doc["results"], doc["reference"]
+    lru = ref.get("lru") or {}
     tr = m["trace"]
     title = "SYNTHETIC trace (built-in generator, seed %d)" % tr["seed"] if tr["synthetic"] \
         else f"trace {tr['path']}"
@@ -103,17 +109,22 @@ def table(doc: dict) -> str:
     lines.append(f"  {r['requests']} of {tr['requests_in_trace']} requests; block "
                  f"{fmt_bytes(m['block_bytes'])} ({m['bytes_per_token']} B/token x 512, "
                  f"{m['model'] or 'no model preset'})")
-    lines.append(f"  pool {fmt_bytes(m['pool_bytes'])} = {ref['lru']['capacity_blocks']} "
-                 f"blocks ({m.get('cluster', '?')})")
+    if lru:
+        lines.append(f"  pool {fmt_bytes(m['pool_bytes'])} = {lru['capacity_blocks']} "
+                     f"blocks ({m.get('cluster', '?')})")
+    else:
+        lines.append(f"  pool UNKNOWN ({m.get('cluster', '?')})")
+        lines.extend(textwrap.wrap(f"({m.get('pool_source', 'the pool size is unknown')})",
+                                   76, initial_indent="    ", subsequent_indent="     "))
     lines.append(f"  concurrency {m['concurrency']}, time-scale {m['time_scale']}, "
                  f"key prefix {m['key_prefix']!r}")
     lines.append("-" * 78)
     row = lambda k, v: lines.append(f"  {k:<24s}{v}")
     row("requests", f"{r['requests']} in {r['wall_s']:.2f} s = {r['qps']:.1f} QPS")
     row("block hit rate", f"{_pc(r['block_hit_rate'])}   ideal {_pc(ref['ideal']['block_hit_rate'])}"
-        f"   LRU {_pc(ref['lru']['block_hit_rate'])}")
+        f"   LRU {_pc(lru.get('block_hit_rate'))}")
     row("token hit rate", f"{_pc(r['token_hit_rate'])}   ideal {_pc(ref['ideal']['token_hit_rate'])}"
-        f"   LRU {_pc(ref['lru']['token_hit_rate'])}")
+        f"   LRU {_pc(lru.get('token_hit_rate'))}")
     if ref.get("lru_at_mean_occupancy"):
         e = ref["lru_at_mean_occupancy"]
         row("", f"(LRU at {e['capacity_blocks']} blocks, what the store held on average "
@@ -132,7 +143,7 @@ def table(doc: dict) -> str:
         f"(max {lat['max']:.1f})")
     ev = r.get("evictions_backend")
     row("evictions", f"backend {'n/a' if ev is None else ev}, observed {r['evictions_observed']}"
-        f", LRU model {ref['lru']['evictions']}")
+        f", LRU model {lru.get('evictions', 'n/a')}")
     errs = ", ".join(f"{k} {v}" for k, v in sorted(r["errors_by_kind"].items()))
     row("errors", f"{r['errors']}" + (f"  ({errs})" if errs else ""))
     notes = [f"{k} {r.get(k.replace(' ', '_'), 0)}" for k in ("late misses", "lease retries")
@@ -151,16 +162,20 @@ def verdict(doc: dict) -> str:
     (at the pool's size, and at what the store held on average while evicting)."""
     r, ref = doc["results"], doc["reference"]
     hr = 100 * r["block_hit_rate"]
-    lru = ref["lru"]
+    lru = ref.get("lru")
     ok = not r["errors"] and not r["corrupt_blocks"]
     lines = [("RESULT: OK, every block read back was verified byte for byte and no call "
               "failed." if ok else
               f"RESULT: FAILED, {r['errors']} errors and {r['corrupt_blocks']} corrupt "
               "blocks (see 'errors' above and the JSON's errors_by_kind).")
              + ("  [INTERRUPTED: partial run]" if doc["meta"]["interrupted"] else "")]
-    lines.append(f"  Block hit rate {hr:.2f} %; an exact LRU of the pool's "
-                 f"{lru['capacity_blocks']} blocks hits {100 * lru['block_hit_rate']:.2f} % "
-                 f"({hr - 100 * lru['block_hit_rate']:+.2f} points).")
+    if lru:
+        lines.append(f"  Block hit rate {hr:.2f} %; an exact LRU of the pool's "
+                     f"{lru['capacity_blocks']} blocks hits {100 * lru['block_hit_rate']:.2f} % "
+                     f"({hr - 100 * lru['block_hit_rate']:+.2f} points).")
+    else:
+        lines.append(f"  Block hit rate {hr:.2f} %; no LRU reference: the pool's size is "
+                     "unknown (pass --metrics-url, or --nodes and --segment-size).")
     occ = ref.get("lru_at_mean_occupancy")
     if occ and doc["meta"]["backend"] != "redis":
         ms = doc["meta"].get("master_settings") or {}
@@ -240,7 +255,7 @@ def write_png(doc: dict, stats, path: str) -> str | None:
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
     fig.suptitle(f"mooncake_trace_replay: {label}, backend {m['backend']}, "
                  f"{doc['results']['requests']} requests, block {fmt_bytes(m['block_bytes'])}, "
-                 f"pool {fmt_bytes(m['pool_bytes'])}"
+                 f"pool {_pool_text(m)}"
                  + ("  [INTERRUPTED]" if m["interrupted"] else ""), fontsize=11)
     t = np.asarray(ts["t_s"], dtype=float)
     nan = lambda a: np.asarray([np.nan if x is None else x for x in a], dtype=float)
