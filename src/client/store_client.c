@@ -749,9 +749,10 @@ static int setup_locked(mc_store *s, const mc_store_config *c, const setup_args 
              * allocated is INVALID_PARAMS (nothing was asked of the master's pool) */
             mc_log(MC_LOG_ERROR, TAG,
                    "setup: cannot allocate the %llu-byte global segment in this process "
-                   "(shared memory: memfd/mmap failed, %s): global_segment_size is larger "
-                   "than this machine can map; nothing was mounted",
-                   (unsigned long long)c->global_segment_size, mc_strerror(rc));
+                   "(the local memfd/mmap of shared memory failed, engine code %d): "
+                   "global_segment_size is more than this machine can map; nothing was "
+                   "mounted and the master's pool is not involved",
+                   (unsigned long long)c->global_segment_size, rc);
             return MC_INVALID_PARAMS;
         }
         s->seg_base = base;
