@@ -372,18 +372,25 @@ class _Occupancy(threading.Thread):
         self.samples = []            # [t since start (s), keys held, evictions so far]
         self.t0 = time.perf_counter()
 
+    def _sample_once(self):
+        try:
+            kh, ev = self.backend.sample()
+        except Exception:            # a sample is optional; the replay goes on
+            return
+        if kh is not None:
+            self.samples.append([round(time.perf_counter() - self.t0, 3), kh, ev])
+
     def run(self):
         while not self.halt.wait(self.INTERVAL_S):
-            try:
-                kh, ev = self.backend.sample()
-            except Exception:        # a sample is optional; the replay goes on
-                continue
-            if kh is not None:
-                self.samples.append([round(time.perf_counter() - self.t0, 3), kh, ev])
+            self._sample_once()
 
     def stop(self):
+        """Stops sampling and takes one last sample, so that a replay shorter than
+        INTERVAL_S (or one whose samples all failed under load) still has the final
+        occupancy."""
         self.halt.set()
         self.join(timeout=5)
+        self._sample_once()
 
     def mean_after_eviction(self) -> int | None:
         """Mean keys held over the samples taken once eviction had begun, or None."""
