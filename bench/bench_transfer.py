@@ -226,6 +226,43 @@ def fmt(x):
     return f"{x:.2f}" if x else "-"
 
 
+def make_plot(rows, batches, args, plot):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(matplotlib missing: no plot)")
+        return
+    fig, axes = plt.subplots(1, len(batches), figsize=(5 * len(batches), 4.2), sharey=True)
+    if len(batches) == 1:
+        axes = [axes]
+    for ax, n in zip(axes, batches):
+        sel = [x for x in rows if x["batch"] == n]
+        xs = [x["block"] for x in sel]
+        for key, label, style in (("raw_tcp", "raw loopback TCP (same span)", "k--"),
+                                  ("raw_tcp_hot", "raw loopback TCP (cache-hot)", "c--"),
+                                  ("memcpy", "memcpy", "k:"),
+                                  ("ours_tcp", "ours, TCP", "b-o"),
+                                  ("ours_shm", "ours, same-host shm", "g-s"),
+                                  ("upstream_tcp", "upstream, TCP", "r-^")):
+            pts = [(b, x[key]) for b, x in zip(xs, sel) if x[key]]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(xs)
+        ax.set_xticklabels([human(b).replace(" ", "") for b in xs], rotation=45)
+        ax.set_title(f"batch {n}, {args.threads} threads, {args.op}")
+        ax.set_xlabel("block size")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel("GB/s (log scale)")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(plot, dpi=110)
+    print(f"plot: {plot}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default="build/debug")
@@ -239,9 +276,17 @@ def main():
     ap.add_argument("--upstream", choices=["auto", "on", "off"], default="auto")
     ap.add_argument("--out", default="bench/out/transfer")
     ap.add_argument("--plot", default="")
+    ap.add_argument("--replot", default="", help="only redraw the plot from a results.json")
     args = ap.parse_args()
     blocks = [parse_size(x) for x in args.blocks.split(",")]
     batches = [int(x) for x in args.batches.split(",")]
+    if args.replot:
+        with open(args.replot) as f:
+            res = json.load(f)
+        args.threads, args.op = res["threads"], res["op"]
+        make_plot(res["rows"], sorted({x["batch"] for x in res["rows"]}), args,
+                  args.plot or "transfer-bench.png")
+        return
     r = Runner(args)
     print(f"# transfer engine bench: op={args.op} threads={args.threads} "
           f"duration={args.duration}s per figure; repeat={args.repeat} (medians); "
@@ -293,41 +338,7 @@ def main():
     with open(os.path.join(out, "table.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
-    plot = args.plot or os.path.join(out, "transfer-bench.png")
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(matplotlib missing: no plot)")
-        return
-    fig, axes = plt.subplots(1, len(batches), figsize=(5 * len(batches), 4), sharey=True)
-    if len(batches) == 1:
-        axes = [axes]
-    for ax, n in zip(axes, batches):
-        sel = [x for x in rows if x["batch"] == n]
-        xs = [x["block"] for x in sel]
-        for key, label, style in (("raw_tcp", "raw loopback TCP (same span)", "k--"),
-                                  ("raw_tcp_hot", "raw loopback TCP (cache-hot)", "c--"),
-                                  ("memcpy", "memcpy", "k:"),
-                                  ("ours_tcp", "ours, TCP", "b-o"),
-                                  ("ours_shm", "ours, same-host shm", "g-s"),
-                                  ("upstream_tcp", "upstream, TCP", "r-^")):
-            pts = [(b, x[key]) for b, x in zip(xs, sel) if x[key]]
-            if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=label)
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(xs)
-        ax.set_xticklabels([human(b).replace(" ", "") for b in xs], rotation=45)
-        ax.set_title(f"batch {n}, {args.threads} threads, {args.op}")
-        ax.set_xlabel("block size")
-        ax.grid(True, alpha=0.3)
-    axes[0].set_ylabel("GB/s")
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(plot, dpi=110)
-    print(f"plot: {plot}")
-
+    make_plot(rows, batches, args, args.plot or os.path.join(out, "transfer-bench.png"))
 
 if __name__ == "__main__":
     main()
