@@ -456,6 +456,51 @@ static void test_http_metadata(void **state)
     mc_te_destroy(c);
 }
 
+static void test_environment(void **state)
+{
+    (void)state;
+    mc_te *te;
+    setenv("MC_TRANSFER_TIMEOUT", "abc", 1);
+    assert_int_equal(mc_te_create(NULL, &te), MC_INVALID_PARAMS);
+    setenv("MC_TRANSFER_TIMEOUT", "0", 1);
+    assert_int_equal(mc_te_create(NULL, &te), MC_INVALID_PARAMS);
+    setenv("MC_TRANSFER_TIMEOUT", "2", 1);
+    setenv("MC_TCP_SLICE_SIZE", "1k", 1); /* below 4 KiB */
+    assert_int_equal(mc_te_create(NULL, &te), MC_INVALID_PARAMS);
+    setenv("MC_TCP_SLICE_SIZE", "64k", 1);
+    setenv("MC_TE_TCP_CONNECTIONS", "99", 1);
+    assert_int_equal(mc_te_create(NULL, &te), MC_INVALID_PARAMS);
+    setenv("MC_TE_TCP_CONNECTIONS", "3", 1);
+    setenv("MC_FORCE_TCP", "1", 1);
+    assert_int_equal(mc_te_create(NULL, &te), MC_OK);
+    assert_int_equal(mc_te_initialize(te, "127.0.0.1", "P2PHANDSHAKE", "rdma", ""), MC_OK);
+    /* forced TCP: no shm socket published, shared memory served over TCP */
+    mc_te *b = mk_p2p(0);
+    mc_segment_desc d;
+    assert_int_equal(mc_te_get_segment_desc(b, mc_te_segment_name(te), &d), MC_OK);
+    assert_true(d.shm_socket == NULL || d.shm_socket[0] == '\0');
+    mc_segment_desc_deinit(&d);
+    char *mem;
+    assert_int_equal(mc_te_alloc_shared(b, 3 * 65536 + 5, (void **)&mem), MC_OK);
+    char *src = malloc(3 * 65536 + 5);
+    te_fill(src, 3 * 65536 + 5, 12);
+    assert_int_equal(xfer(te, mc_te_segment_name(b), MC_TE_OP_WRITE, src,
+                          (uint64_t)(uintptr_t)mem, 3 * 65536 + 5),
+                     MC_OK); /* 4 slices of 64 KiB over 3 connections */
+    assert_true(te_check(mem, 3 * 65536 + 5, 12));
+    mc_te_stats st;
+    mc_te_get_stats(te, &st);
+    assert_int_equal(st.shm_bytes, 0);
+    assert_true(st.connections_opened >= 1 && st.connections_opened <= 3);
+    free(src);
+    mc_te_destroy(b);
+    mc_te_destroy(te);
+    unsetenv("MC_TRANSFER_TIMEOUT");
+    unsetenv("MC_TCP_SLICE_SIZE");
+    unsetenv("MC_TE_TCP_CONNECTIONS");
+    unsetenv("MC_FORCE_TCP");
+}
+
 typedef struct worker {
     mc_te *a;
     const char *seg;
@@ -515,6 +560,7 @@ int main(void)
         cmocka_unit_test(test_registration_rules),
         cmocka_unit_test(test_http_metadata),
         cmocka_unit_test(test_concurrent_callers),
+        cmocka_unit_test(test_environment),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
