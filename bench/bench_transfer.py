@@ -85,13 +85,26 @@ def wait_line(proc, pattern, timeout=30.0):
 
 
 def stop(proc):
-    if proc and proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
+    """Stops proc and everything it started: every child here runs in its own session
+    (upstream's transfer_engine_bench is a Python wrapper that starts the real binary as
+    a child, so killing the wrapper alone would orphan the target)."""
+    if not proc:
+        return
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
         try:
-            proc.wait(timeout=10)
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait)
+            break
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            continue
+    try:  # the group may outlive its leader: make sure nothing of it is left
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 class Runner:
@@ -133,7 +146,8 @@ class Runner:
             [self.bench, "--mode=target", "--metadata_server=P2PHANDSHAKE",
              "--local_server_name=127.0.0.1", f"--buffer_size={buf}",
              f"--use_shm={'true' if shm else 'false'}"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+            start_new_session=True)
         try:
             seg = wait_line(tgt, r"segment_id (\S+)").group(1)
         except Exception:
@@ -164,14 +178,16 @@ class Runner:
         hport, tport = free_port(), free_port()
         env = dict(self.env, MC_LOG_LEVEL="INFO")  # upstream logs its result at INFO
         meta = subprocess.Popen([self.meta_srv, f"--port={hport}", "--host=127.0.0.1"],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
         wait_line(meta, r"listening")
         url = f"http://127.0.0.1:{hport}/metadata"
         tgt = subprocess.Popen(
             [self.upstream, "--mode=target", f"--metadata_server={url}",
              f"--local_server_name=127.0.0.1:{tport}", "--protocol=tcp",
              f"--buffer_size={buf}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+            start_new_session=True)
         time.sleep(1.5)  # upstream prints nothing when ready at WARNING level
         return [tgt, meta], env, [f"--metadata_server={url}",
                                   f"--segment_id=127.0.0.1:{tport}",
