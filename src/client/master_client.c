@@ -850,6 +850,29 @@ static int first_failure(const int *st, size_t n)
     return MC_OK;
 }
 
+/* Decodes the k per-key items of a batch start/get reply into st[0..k) and outs[0..k)
+ * (the lease is taken from each item only when with_lease). MC_RPC_FAIL when the reply
+ * has the wrong item count, a bad segment table or a bad replica. */
+static int batch_items_from_pb(Mcrpc__ReplicaList **items, size_t n_items,
+                               Mcrpc__SegmentRef **segs, size_t n_segs, size_t k,
+                               bool with_lease, int *st, mc_master_replica_list *outs)
+{
+    segtab t;
+    if (n_items != k || segtab_check(segs, n_segs, &t) != MC_OK)
+        return MC_RPC_FAIL;
+    for (size_t j = 0; j < k; j++) {
+        const Mcrpc__ReplicaList *it = items[j];
+        st[j] = it->status;
+        outs[j].n = 0;
+        outs[j].lease_ttl_ms = 0;
+        if (it->status == MC_OK &&
+            replicas_from_pb(it->replicas, it->n_replicas, with_lease ? it->lease_ttl_ms : 0,
+                             &t, &outs[j]) != MC_OK)
+            return MC_RPC_FAIL;
+    }
+    return MC_OK;
+}
+
 /* batch put/upsert start */
 typedef struct bstart_ctx {
     chunking ch;
@@ -879,19 +902,8 @@ static int bstart_reply(void *ctx, size_t i, int fst, const ProtobufCMessage *m)
         return MC_OK;
     }
     const Mcrpc__BatchPutStartReply *r = (const Mcrpc__BatchPutStartReply *)m;
-    segtab t;
-    if (r->n_items != k || segtab_check(r->segments, r->n_segments, &t) != MC_OK)
-        return MC_RPC_FAIL;
-    for (size_t j = 0; j < k; j++) {
-        const Mcrpc__ReplicaList *it = r->items[j];
-        b->st[off + j] = it->status;
-        b->outs[off + j].n = 0;
-        b->outs[off + j].lease_ttl_ms = 0;
-        if (it->status == MC_OK &&
-            replicas_from_pb(it->replicas, it->n_replicas, 0, &t, &b->outs[off + j]) != MC_OK)
-            return MC_RPC_FAIL;
-    }
-    return MC_OK;
+    return batch_items_from_pb(r->items, r->n_items, r->segments, r->n_segments, k, false,
+                               b->st + off, b->outs + off);
 }
 
 static int batch_start_common(mc_master_client *c, uint16_t op, mc_master_uuid client_id,
@@ -1100,20 +1112,8 @@ static int bget_reply(void *ctx, size_t i, int fst, const ProtobufCMessage *m)
         return MC_OK;
     }
     const Mcrpc__BatchGetReplicaListReply *r = (const Mcrpc__BatchGetReplicaListReply *)m;
-    segtab t;
-    if (r->n_items != k || segtab_check(r->segments, r->n_segments, &t) != MC_OK)
-        return MC_RPC_FAIL;
-    for (size_t j = 0; j < k; j++) {
-        const Mcrpc__ReplicaList *it = r->items[j];
-        b->st[off + j] = it->status;
-        b->outs[off + j].n = 0;
-        b->outs[off + j].lease_ttl_ms = 0;
-        if (it->status == MC_OK &&
-            replicas_from_pb(it->replicas, it->n_replicas, it->lease_ttl_ms, &t,
-                             &b->outs[off + j]) != MC_OK)
-            return MC_RPC_FAIL;
-    }
-    return MC_OK;
+    return batch_items_from_pb(r->items, r->n_items, r->segments, r->n_segments, k, true,
+                               b->st + off, b->outs + off);
 }
 
 int mc_master_client_batch_get_replica_list(mc_master_client *c, const mc_master_key *keys,

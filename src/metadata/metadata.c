@@ -205,12 +205,11 @@ int mc_metadata_put_segment(mc_metadata *md, const mc_segment_desc *desc)
     return rc;
 }
 
-int mc_metadata_get_segment(mc_metadata *md, const char *segment, mc_segment_desc *out)
+/* Reads key (owned: freed here; NULL -> MC_INVALID_PARAMS) and decodes it into seg, or
+ * into meta when seg is NULL. A value that does not decode is logged and its decode
+ * error returned. */
+static int get_decoded(mc_metadata *md, char *key, mc_segment_desc *seg, mc_rpc_meta *meta)
 {
-    if (!md || !out)
-        return MC_INVALID_PARAMS;
-    mc_segment_desc_init(out);
-    char *key = segment_key(md->prefix, segment);
     if (!key)
         return MC_INVALID_PARAMS;
     char *json;
@@ -218,25 +217,40 @@ int mc_metadata_get_segment(mc_metadata *md, const char *segment, mc_segment_des
     int rc = mc_metadata_get(md, key, &json, &len);
     if (rc == MC_OK) {
         char err[256] = "";
-        rc = mc_segment_desc_decode(json, len, out, err, sizeof err);
+        rc = seg ? mc_segment_desc_decode(json, len, seg, err, sizeof err)
+                 : mc_rpc_meta_decode(json, len, meta, err, sizeof err);
         if (rc != MC_OK)
-            mc_log(MC_LOG_WARN, TAG, "segment descriptor %s does not decode: %s", key, err);
+            mc_log(MC_LOG_WARN, TAG, "%s %s does not decode: %s",
+                   seg ? "segment descriptor" : "rpc_meta", key, err);
         free(json);
     }
     free(key);
     return rc;
 }
 
-int mc_metadata_remove_segment(mc_metadata *md, const char *segment)
+/* Deletes key (owned: freed here; NULL -> MC_INVALID_PARAMS). */
+static int delete_owned(mc_metadata *md, char *key)
 {
-    if (!md)
-        return MC_INVALID_PARAMS;
-    char *key = segment_key(md->prefix, segment);
     if (!key)
         return MC_INVALID_PARAMS;
     int rc = mc_metadata_delete(md, key);
     free(key);
     return rc;
+}
+
+int mc_metadata_get_segment(mc_metadata *md, const char *segment, mc_segment_desc *out)
+{
+    if (!md || !out)
+        return MC_INVALID_PARAMS;
+    mc_segment_desc_init(out);
+    return get_decoded(md, segment_key(md->prefix, segment), out, NULL);
+}
+
+int mc_metadata_remove_segment(mc_metadata *md, const char *segment)
+{
+    if (!md)
+        return MC_INVALID_PARAMS;
+    return delete_owned(md, segment_key(md->prefix, segment));
 }
 
 int mc_metadata_put_rpc_meta(mc_metadata *md, const char *server, const mc_rpc_meta *meta)
@@ -283,31 +297,12 @@ int mc_metadata_get_rpc_meta(mc_metadata *md, const char *server, mc_rpc_meta *o
     memset(out, 0, sizeof *out);
     if (mc_metadata_is_p2p(md))
         return split_server_name(server, out);
-    char *key = join_key(md->prefix, "rpc_meta/", server);
-    if (!key)
-        return MC_INVALID_PARAMS;
-    char *json;
-    size_t len;
-    int rc = mc_metadata_get(md, key, &json, &len);
-    if (rc == MC_OK) {
-        char err[256] = "";
-        rc = mc_rpc_meta_decode(json, len, out, err, sizeof err);
-        if (rc != MC_OK)
-            mc_log(MC_LOG_WARN, TAG, "rpc_meta %s does not decode: %s", key, err);
-        free(json);
-    }
-    free(key);
-    return rc;
+    return get_decoded(md, join_key(md->prefix, "rpc_meta/", server), NULL, out);
 }
 
 int mc_metadata_remove_rpc_meta(mc_metadata *md, const char *server)
 {
     if (!md)
         return MC_INVALID_PARAMS;
-    char *key = join_key(md->prefix, "rpc_meta/", server);
-    if (!key)
-        return MC_INVALID_PARAMS;
-    int rc = mc_metadata_delete(md, key);
-    free(key);
-    return rc;
+    return delete_owned(md, join_key(md->prefix, "rpc_meta/", server));
 }
