@@ -1026,8 +1026,11 @@ static PyObject *te_transfer_sync(TEObject *self, PyObject *args, PyObject *kw)
     return res;
 }
 
-static PyObject *batch_sync(TEObject *self, PyObject *args, PyObject *kw, const char *fn,
-                            int op)
+/* batch_run: batch_transfer_{sync,async}_{write,read}(target_hostname, buffers,
+ * peer_buffer_addresses, lengths[, transport_hint]). Unequal list lengths give
+ * MC_INVALID_PARAMS (sync) or batch id 0 (async) without transferring anything. */
+static PyObject *batch_run(TEObject *self, PyObject *args, PyObject *kw, const char *fn,
+                           int op, bool async)
 {
     static char *kwlist[] = {"target_hostname", "buffers", "peer_buffer_addresses",
                              "lengths", "transport_hint", NULL};
@@ -1040,7 +1043,9 @@ static PyObject *batch_sync(TEObject *self, PyObject *args, PyObject *kw, const 
     if (parse_batch(fn, a, b, c, d, hint, &ba) < 0)
         return NULL;
     if (ba.mismatch)
-        res = ret_int(MC_INVALID_PARAMS);
+        res = async ? PyLong_FromLong(0) : ret_int(MC_INVALID_PARAMS);
+    else if (async)
+        res = do_async(self, fn, ba.target, op, ba.local, ba.remote, ba.lens, ba.n);
     else
         res = do_sync(self, fn, ba.target, op, ba.local, ba.remote, ba.lens, ba.n, NULL);
     batch_args_free(&ba);
@@ -1049,12 +1054,12 @@ static PyObject *batch_sync(TEObject *self, PyObject *args, PyObject *kw, const 
 
 static PyObject *te_batch_transfer_sync_write(TEObject *self, PyObject *args, PyObject *kw)
 {
-    return batch_sync(self, args, kw, "batch_transfer_sync_write", MC_TE_OP_WRITE);
+    return batch_run(self, args, kw, "batch_transfer_sync_write", MC_TE_OP_WRITE, false);
 }
 
 static PyObject *te_batch_transfer_sync_read(TEObject *self, PyObject *args, PyObject *kw)
 {
-    return batch_sync(self, args, kw, "batch_transfer_sync_read", MC_TE_OP_READ);
+    return batch_run(self, args, kw, "batch_transfer_sync_read", MC_TE_OP_READ, false);
 }
 
 static PyObject *te_batch_transfer_sync(TEObject *self, PyObject *args, PyObject *kw)
@@ -1085,35 +1090,14 @@ static PyObject *te_batch_transfer_sync(TEObject *self, PyObject *args, PyObject
     return res;
 }
 
-static PyObject *batch_async(TEObject *self, PyObject *args, PyObject *kw, const char *fn,
-                             int op)
-{
-    static char *kwlist[] = {"target_hostname", "buffers", "peer_buffer_addresses",
-                             "lengths", "transport_hint", NULL};
-    PyObject *a, *b, *c, *d, *hint = NULL, *res;
-    batch_args ba;
-    char fmt[64];
-    snprintf(fmt, sizeof(fmt), "OOOO|O:%s", fn);
-    if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist, &a, &b, &c, &d, &hint))
-        return NULL;
-    if (parse_batch(fn, a, b, c, d, hint, &ba) < 0)
-        return NULL;
-    if (ba.mismatch)
-        res = PyLong_FromLong(0);
-    else
-        res = do_async(self, fn, ba.target, op, ba.local, ba.remote, ba.lens, ba.n);
-    batch_args_free(&ba);
-    return res;
-}
-
 static PyObject *te_batch_transfer_async_write(TEObject *self, PyObject *args, PyObject *kw)
 {
-    return batch_async(self, args, kw, "batch_transfer_async_write", MC_TE_OP_WRITE);
+    return batch_run(self, args, kw, "batch_transfer_async_write", MC_TE_OP_WRITE, true);
 }
 
 static PyObject *te_batch_transfer_async_read(TEObject *self, PyObject *args, PyObject *kw)
 {
-    return batch_async(self, args, kw, "batch_transfer_async_read", MC_TE_OP_READ);
+    return batch_run(self, args, kw, "batch_transfer_async_read", MC_TE_OP_READ, true);
 }
 
 static PyObject *te_batch_transfer_async(TEObject *self, PyObject *args, PyObject *kw)
@@ -1641,31 +1625,18 @@ _Static_assert(sizeof(uint64_t) == sizeof(void *) && sizeof(uint64_t) == sizeof(
 
 static int add_opcode_enum(PyObject *m)
 {
-    PyObject *enum_mod = NULL, *int_enum = NULL, *members = NULL, *args = NULL;
-    PyObject *kwargs = NULL, *modname = NULL, *cls = NULL, *read = NULL, *write = NULL;
+    PyObject *members = NULL, *cls = NULL, *read = NULL, *write = NULL;
     int rc = -1;
-    enum_mod = PyImport_ImportModule("enum");
-    if (!enum_mod)
-        goto out;
-    int_enum = PyObject_GetAttrString(enum_mod, "IntEnum");
     members = Py_BuildValue("[(si)(si)]", "Read", MC_TE_OP_READ, "Write", MC_TE_OP_WRITE);
-    modname = PyModule_GetNameObject(m);
-    if (!int_enum || !members || !modname)
+    if (!members)
         goto out;
-    args = Py_BuildValue("(sO)", "TransferOpcode", members);
-    kwargs = Py_BuildValue("{sO}", "module", modname);
-    if (!args || !kwargs)
-        goto out;
-    cls = PyObject_Call(int_enum, args, kwargs);
+    cls = mc__py_int_enum(m, "TransferOpcode", members,
+                          "Direction of a transfer: Read (0, peer -> local) or "
+                          "Write (1, local -> peer). Upstream: "
+                          "TransferEnginePy::TransferOpcode (pybind arithmetic "
+                          "enum with export_values).");
     if (!cls)
         goto out;
-    if (PyObject_SetAttrString(cls, "__doc__",
-                               PyUnicode_FromString(
-                                   "Direction of a transfer: Read (0, peer -> local) or "
-                                   "Write (1, local -> peer). Upstream: "
-                                   "TransferEnginePy::TransferOpcode (pybind arithmetic "
-                                   "enum with export_values).")) < 0)
-        PyErr_Clear();
     read = PyObject_GetAttrString(cls, "Read");
     write = PyObject_GetAttrString(cls, "Write");
     if (!read || !write)
@@ -1680,12 +1651,7 @@ static int add_opcode_enum(PyObject *m)
     PyType_Modified(&TEType);
     rc = 0;
 out:
-    Py_XDECREF(enum_mod);
-    Py_XDECREF(int_enum);
     Py_XDECREF(members);
-    Py_XDECREF(args);
-    Py_XDECREF(kwargs);
-    Py_XDECREF(modname);
     Py_XDECREF(cls);
     Py_XDECREF(read);
     Py_XDECREF(write);

@@ -4,20 +4,45 @@
 #include "mooncake/log.h"
 #include "mooncake/status.h"
 
-int mc__py_add_error_code(PyObject *module)
+PyObject *mc__py_int_enum(PyObject *module, const char *name, PyObject *members,
+                          const char *doc)
 {
-    size_t n;
-    const mc_status_info *rows = mc_status_table(&n);
-    PyObject *enum_mod = NULL, *int_enum = NULL, *members = NULL, *cls = NULL;
-    PyObject *modname = NULL, *kwargs = NULL, *args = NULL;
-    int rc = -1;
-
+    PyObject *enum_mod = NULL, *int_enum = NULL, *modname = NULL, *args = NULL;
+    PyObject *kwargs = NULL, *cls = NULL;
     enum_mod = PyImport_ImportModule("enum");
     if (!enum_mod)
         goto out;
     int_enum = PyObject_GetAttrString(enum_mod, "IntEnum");
-    if (!int_enum)
+    modname = PyModule_GetNameObject(module);
+    if (!int_enum || !modname)
         goto out;
+    args = Py_BuildValue("(sO)", name, members);
+    kwargs = Py_BuildValue("{sO}", "module", modname);
+    if (!args || !kwargs)
+        goto out;
+    cls = PyObject_Call(int_enum, args, kwargs);
+    if (!cls)
+        goto out;
+    PyObject *d = PyUnicode_FromString(doc);
+    if (!d || PyObject_SetAttrString(cls, "__doc__", d) < 0)
+        PyErr_Clear();
+    Py_XDECREF(d);
+out:
+    Py_XDECREF(enum_mod);
+    Py_XDECREF(int_enum);
+    Py_XDECREF(modname);
+    Py_XDECREF(args);
+    Py_XDECREF(kwargs);
+    return cls;
+}
+
+int mc__py_add_error_code(PyObject *module)
+{
+    size_t n;
+    const mc_status_info *rows = mc_status_table(&n);
+    PyObject *members = NULL, *cls = NULL;
+    int rc = -1;
+
     members = PyList_New((Py_ssize_t)n);
     if (!members)
         goto out;
@@ -27,33 +52,18 @@ int mc__py_add_error_code(PyObject *module)
             goto out;
         PyList_SET_ITEM(members, (Py_ssize_t)i, pair);
     }
-    modname = PyModule_GetNameObject(module);
-    if (!modname)
-        goto out;
-    args = Py_BuildValue("(sO)", "ErrorCode", members);
-    kwargs = Py_BuildValue("{sO}", "module", modname);
-    if (!args || !kwargs)
-        goto out;
-    cls = PyObject_Call(int_enum, args, kwargs);
+    cls = mc__py_int_enum(module, "ErrorCode", members,
+                          "Status codes of Mooncake with upstream's names and "
+                          "numbers (mooncake-store/include/types.h). Methods "
+                          "return these as negative ints.");
     if (!cls)
         goto out;
-    if (PyObject_SetAttrString(cls, "__doc__",
-                               PyUnicode_FromString(
-                                   "Status codes of Mooncake with upstream's names and "
-                                   "numbers (mooncake-store/include/types.h). Methods "
-                                   "return these as negative ints.")) < 0)
-        PyErr_Clear();
     if (PyModule_AddObjectRef(module, "ErrorCode", cls) < 0)
         goto out;
     rc = 0;
 out:
-    Py_XDECREF(enum_mod);
-    Py_XDECREF(int_enum);
     Py_XDECREF(members);
     Py_XDECREF(cls);
-    Py_XDECREF(modname);
-    Py_XDECREF(args);
-    Py_XDECREF(kwargs);
     return rc;
 }
 

@@ -6,6 +6,12 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+/* mc__py_int_enum: a new enum.IntEnum class `name` with `members` (a list of
+ * (name, int) pairs, borrowed), __module__ = module's name and __doc__ = doc. Returns
+ * a new reference, or NULL with a Python exception set. */
+PyObject *mc__py_int_enum(PyObject *module, const char *name, PyObject *members,
+                          const char *doc);
+
 /* mc__py_add_error_code: builds `ErrorCode`, an enum.IntEnum with one member per row of
  * MC_STATUS_TABLE (upstream names and numbers), and adds it to module as "ErrorCode"
  * with __module__ = module's name. Returns 0, or -1 with a Python exception set. */
