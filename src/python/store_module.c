@@ -713,11 +713,8 @@ static PyObject *do_batch_put_from(PyObject *o, PyObject *args, PyObject *kwds,
     PyObject *ret = NULL;
     mcpy_rc rc;
     bool have_rc = false;
-    if (mcpy_keys_from(a_keys, fn, "keys", &keys) < 0)
+    if (mcpy_keys_ptrs_sizes(a_keys, a_ptrs, a_sizes, fn, &keys, &ptrs, &sizes, &np, &ns) < 0)
         return NULL;
-    if (mcpy_u64_list(a_ptrs, fn, "buffer_ptrs", &ptrs, &np) < 0 ||
-        mcpy_u64_list(a_sizes, fn, "sizes", &sizes, &ns) < 0)
-        goto out;
     if (mcpy_rc_from(a_cfg, fn, &rc) < 0)
         goto out;
     have_rc = true;
@@ -1107,11 +1104,8 @@ static PyObject *store_batch_get_into(PyObject *o, PyObject *args, PyObject *kwd
     size_t np = 0, ns = 0;
     int64_t *res = NULL;
     PyObject *ret = NULL;
-    if (mcpy_keys_from(a_keys, fn, "keys", &keys) < 0)
+    if (mcpy_keys_ptrs_sizes(a_keys, a_ptrs, a_sizes, fn, &keys, &ptrs, &sizes, &np, &ns) < 0)
         return NULL;
-    if (mcpy_u64_list(a_ptrs, fn, "buffer_ptrs", &ptrs, &np) < 0 ||
-        mcpy_u64_list(a_sizes, fn, "sizes", &sizes, &ns) < 0)
-        goto out;
     size_t n = keys.n;
     if (np != n || ns != n) {
         mc_log(MC_LOG_ERROR, TAG, "%s: %zu keys, %zu pointers, %zu sizes", fn, n, np, ns);

@@ -50,6 +50,13 @@ int mcpy_int(PyObject *obj, const char *fn, const char *arg, long long lo, long 
              long long *out);
 /* A list/tuple of unsigned ints; *out is PyMem_Malloc'd (free with PyMem_Free). */
 int mcpy_u64_list(PyObject *seq, const char *fn, const char *arg, uint64_t **out, size_t *n);
+/* keys, buffer_ptrs and sizes of a batch call `fn` (argument names as in the error
+ * messages): on success 0, *keys as mcpy_keys_from, *ptrs and *sizes PyMem_Malloc'd
+ * with *np and *ns entries (lengths not compared). On error -1 with a Python exception
+ * set and nothing left to free (*ptrs and *sizes NULL). */
+int mcpy_keys_ptrs_sizes(PyObject *a_keys, PyObject *a_ptrs, PyObject *a_sizes, const char *fn,
+                         mcpy_keys *keys, uint64_t **ptrs, uint64_t **sizes, size_t *np,
+                         size_t *ns);
 /* A list of lists of unsigned ints, flattened: *flat holds every value, (*starts)[i] is
  * the index in flat of row i's first value and (*counts)[i] its length. All three are
  * PyMem_Malloc'd. */

@@ -382,77 +382,61 @@ done:
     return ret;
 }
 
+/* put_wrap: parses (key, tensor[, config]) or, when `many`, (keys, tensors_list[, config])
+ * for method `fn`, then stores whole tensors (tp_size 1) through put_one / put_many. */
+static PyObject *put_wrap(PyObject *o, PyObject *args, PyObject *kwds, const char *fn,
+                          bool many, bool with_cfg, bool upsert)
+{
+    char *kw[] = {many ? "keys" : "key", many ? "tensors_list" : "tensor",
+                  with_cfg ? "config" : NULL, NULL};
+    PyObject *k, *t, *c = NULL;
+    char fmt[64];
+    snprintf(fmt, sizeof(fmt), "OO%s:%s", with_cfg ? "|O" : "", fn);
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kw, &k, &t, &c))
+        return NULL;
+    if (many)
+        return put_many((mcpy_store *)o, k, t, c, 1, 0, upsert, fn);
+    return put_one((mcpy_store *)o, k, t, c, 1, 0, upsert, fn);
+}
+
 static PyObject *t_put_tensor(PyObject *o, PyObject *args, PyObject *kwds)
 {
-    static char *kw[] = {"key", "tensor", NULL};
-    PyObject *k, *t;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO:put_tensor", kw, &k, &t))
-        return NULL;
-    return put_one((mcpy_store *)o, k, t, NULL, 1, 0, false, "put_tensor");
+    return put_wrap(o, args, kwds, "put_tensor", false, false, false);
 }
 
 static PyObject *t_upsert_tensor(PyObject *o, PyObject *args, PyObject *kwds)
 {
-    static char *kw[] = {"key", "tensor", NULL};
-    PyObject *k, *t;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO:upsert_tensor", kw, &k, &t))
-        return NULL;
-    return put_one((mcpy_store *)o, k, t, NULL, 1, 0, true, "upsert_tensor");
+    return put_wrap(o, args, kwds, "upsert_tensor", false, false, true);
 }
 
 static PyObject *t_pub_tensor(PyObject *o, PyObject *args, PyObject *kwds)
 {
-    static char *kw[] = {"key", "tensor", "config", NULL};
-    PyObject *k, *t, *c = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|O:pub_tensor", kw, &k, &t, &c))
-        return NULL;
-    return put_one((mcpy_store *)o, k, t, c, 1, 0, false, "pub_tensor");
+    return put_wrap(o, args, kwds, "pub_tensor", false, true, false);
 }
 
 static PyObject *t_upsert_pub_tensor(PyObject *o, PyObject *args, PyObject *kwds)
 {
-    static char *kw[] = {"key", "tensor", "config", NULL};
-    PyObject *k, *t, *c = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|O:upsert_pub_tensor", kw, &k, &t, &c))
-        return NULL;
-    return put_one((mcpy_store *)o, k, t, c, 1, 0, true, "upsert_pub_tensor");
+    return put_wrap(o, args, kwds, "upsert_pub_tensor", false, true, true);
 }
 
 static PyObject *t_batch_put_tensor(PyObject *o, PyObject *args, PyObject *kwds)
 {
-    static char *kw[] = {"keys", "tensors_list", NULL};
-    PyObject *k, *t;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO:batch_put_tensor", kw, &k, &t))
-        return NULL;
-    return put_many((mcpy_store *)o, k, t, NULL, 1, 0, false, "batch_put_tensor");
+    return put_wrap(o, args, kwds, "batch_put_tensor", true, false, false);
 }
 
 static PyObject *t_batch_upsert_tensor(PyObject *o, PyObject *args, PyObject *kwds)
 {
-    static char *kw[] = {"keys", "tensors_list", NULL};
-    PyObject *k, *t;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO:batch_upsert_tensor", kw, &k, &t))
-        return NULL;
-    return put_many((mcpy_store *)o, k, t, NULL, 1, 0, true, "batch_upsert_tensor");
+    return put_wrap(o, args, kwds, "batch_upsert_tensor", true, false, true);
 }
 
 static PyObject *t_batch_pub_tensor(PyObject *o, PyObject *args, PyObject *kwds)
 {
-    static char *kw[] = {"keys", "tensors_list", "config", NULL};
-    PyObject *k, *t, *c = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|O:batch_pub_tensor", kw, &k, &t, &c))
-        return NULL;
-    return put_many((mcpy_store *)o, k, t, c, 1, 0, false, "batch_pub_tensor");
+    return put_wrap(o, args, kwds, "batch_pub_tensor", true, true, false);
 }
 
 static PyObject *t_batch_upsert_pub_tensor(PyObject *o, PyObject *args, PyObject *kwds)
 {
-    static char *kw[] = {"keys", "tensors_list", "config", NULL};
-    PyObject *k, *t, *c = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|O:batch_upsert_pub_tensor", kw, &k, &t,
-                                     &c))
-        return NULL;
-    return put_many((mcpy_store *)o, k, t, c, 1, 0, true, "batch_upsert_pub_tensor");
+    return put_wrap(o, args, kwds, "batch_upsert_pub_tensor", true, true, true);
 }
 
 static PyObject *t_put_tensor_with_tp(PyObject *o, PyObject *args, PyObject *kwds)
@@ -635,11 +619,8 @@ static PyObject *from_many(PyObject *o, PyObject *a_keys, PyObject *a_ptrs, PyOb
     int *res = NULL, *out = NULL;
     tbatch b;
     memset(&b, 0, sizeof(b));
-    if (mcpy_keys_from(a_keys, fn, "keys", &keys) < 0)
+    if (mcpy_keys_ptrs_sizes(a_keys, a_ptrs, a_sizes, fn, &keys, &ptrs, &sizes, &np, &ns) < 0)
         return NULL;
-    if (mcpy_u64_list(a_ptrs, fn, "buffer_ptrs", &ptrs, &np) < 0 ||
-        mcpy_u64_list(a_sizes, fn, "sizes", &sizes, &ns) < 0)
-        goto done;
     size_t n = keys.n;
     if (np != n || ns != n || !mc_store_is_setup(self->store) || !tp_size_ok(tp_size, fn) ||
         n * (tp_size > 1 ? (size_t)tp_size : 1) > MC_STORE_MAX_BATCH) {
@@ -976,11 +957,8 @@ static PyObject *into_many(PyObject *o, PyObject *a_keys, PyObject *a_ptrs, PyOb
     size_t np = 0, ns = 0;
     int64_t *res = NULL;
     PyObject *ret = NULL, *holders = NULL;
-    if (mcpy_keys_from(a_keys, fn, "keys", &keys) < 0)
+    if (mcpy_keys_ptrs_sizes(a_keys, a_ptrs, a_sizes, fn, &keys, &ptrs, &sizes, &np, &ns) < 0)
         return NULL;
-    if (mcpy_u64_list(a_ptrs, fn, "buffer_ptrs", &ptrs, &np) < 0 ||
-        mcpy_u64_list(a_sizes, fn, "sizes", &sizes, &ns) < 0)
-        goto done;
     size_t n = keys.n;
     if (np != n || ns != n || !mc_store_is_setup(self->store)) {
         ret = mcpy_code_list(MC_INVALID_PARAMS, n);

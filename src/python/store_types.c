@@ -172,6 +172,25 @@ int mcpy_u64_list(PyObject *seq, const char *fn, const char *arg, uint64_t **out
     return 0;
 }
 
+int mcpy_keys_ptrs_sizes(PyObject *a_keys, PyObject *a_ptrs, PyObject *a_sizes, const char *fn,
+                         mcpy_keys *keys, uint64_t **ptrs, uint64_t **sizes, size_t *np,
+                         size_t *ns)
+{
+    *ptrs = *sizes = NULL;
+    *np = *ns = 0;
+    if (mcpy_keys_from(a_keys, fn, "keys", keys) < 0)
+        return -1;
+    if (mcpy_u64_list(a_ptrs, fn, "buffer_ptrs", ptrs, np) < 0 ||
+        mcpy_u64_list(a_sizes, fn, "sizes", sizes, ns) < 0) {
+        PyMem_Free(*ptrs);
+        *ptrs = NULL;
+        *np = 0;
+        mcpy_keys_clear(keys);
+        return -1;
+    }
+    return 0;
+}
+
 int mcpy_u64_list2(PyObject *seq, const char *fn, const char *arg, uint64_t **flat,
                    size_t **starts, size_t **counts, size_t *nrows)
 {
