@@ -371,6 +371,27 @@ typedef int (*batch_start_fn)(mc_master_service *, mc_master_uuid, const mc_mast
                               const uint64_t *, size_t, const mc_master_put_config *,
                               mc_master_replica_list *, int *);
 
+/* n per-key reply items (arena-owned) from a batch's statuses and replica lists; replicas
+ * only where st[i] is MC_OK, the lease only when with_lease. */
+static Mcrpc__ReplicaList **items_to_pb(mc_master_rpc_handler *h,
+                                        const mc_master_replica_list *outs, const int *st,
+                                        size_t n, bool with_lease)
+{
+    Mcrpc__ReplicaList **v = aalloc_n(h, n, sizeof *v);
+    Mcrpc__ReplicaList *items = aalloc_n(h, n, sizeof *items);
+    for (size_t i = 0; i < n; i++) {
+        mcrpc__replica_list__init(&items[i]);
+        items[i].status = st[i];
+        if (st[i] == MC_OK) {
+            items[i].replicas = replicas_to_pb(h, &outs[i], &items[i].n_replicas);
+            if (with_lease)
+                items[i].lease_ttl_ms = outs[i].lease_ttl_ms;
+        }
+        v[i] = &items[i];
+    }
+    return v;
+}
+
 static int do_batch_start(mc_master_rpc_handler *h, batch_start_fn fn, const uint8_t *body,
                           size_t len, const uint8_t **reply, size_t *reply_len)
 {
@@ -391,15 +412,7 @@ static int do_batch_start(mc_master_rpc_handler *h, batch_start_fn fn, const uin
     Mcrpc__BatchPutStartReply r = MCRPC__BATCH_PUT_START_REPLY__INIT;
     r.status = fn(h->svc, uuid_from_pb(req->client_id), keys, req->sizes, n, &cfg, outs, st);
     r.n_items = n;
-    r.items = aalloc_n(h, n, sizeof *r.items);
-    Mcrpc__ReplicaList *items = aalloc_n(h, n, sizeof *items);
-    for (size_t i = 0; i < n; i++) {
-        mcrpc__replica_list__init(&items[i]);
-        items[i].status = st[i];
-        if (st[i] == MC_OK)
-            items[i].replicas = replicas_to_pb(h, &outs[i], &items[i].n_replicas);
-        r.items[i] = &items[i];
-    }
+    r.items = items_to_pb(h, outs, st, n, false);
     r.segments = h->segs;
     r.n_segments = h->nsegs;
     return REPLY(r);
@@ -462,17 +475,7 @@ static int do_batch_get(mc_master_rpc_handler *h, const uint8_t *body, size_t le
     Mcrpc__BatchGetReplicaListReply r = MCRPC__BATCH_GET_REPLICA_LIST_REPLY__INIT;
     r.status = mc_master_service_batch_get_replica_list(h->svc, keys, n, outs, st);
     r.n_items = n;
-    r.items = aalloc_n(h, n, sizeof *r.items);
-    Mcrpc__ReplicaList *items = aalloc_n(h, n, sizeof *items);
-    for (size_t i = 0; i < n; i++) {
-        mcrpc__replica_list__init(&items[i]);
-        items[i].status = st[i];
-        if (st[i] == MC_OK) {
-            items[i].replicas = replicas_to_pb(h, &outs[i], &items[i].n_replicas);
-            items[i].lease_ttl_ms = outs[i].lease_ttl_ms;
-        }
-        r.items[i] = &items[i];
-    }
+    r.items = items_to_pb(h, outs, st, n, true);
     r.segments = h->segs;
     r.n_segments = h->nsegs;
     return REPLY(r);
