@@ -75,31 +75,7 @@ static int arg_u64(const char *fn, const char *name, PyObject *o, uint64_t *out)
 static int arg_str(const char *fn, const char *name, PyObject *o, int allow_none,
                    const char **out)
 {
-    const char *s;
-    Py_ssize_t n;
-    if (o == Py_None && allow_none) {
-        *out = NULL;
-        return 0;
-    }
-    if (PyUnicode_Check(o)) {
-        s = PyUnicode_AsUTF8AndSize(o, &n);
-        if (!s)
-            return -1;
-    } else if (PyBytes_Check(o)) {
-        s = PyBytes_AS_STRING(o);
-        n = PyBytes_GET_SIZE(o);
-    } else {
-        PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be str%s, not %.100s", fn,
-                     name, allow_none ? " or None" : "", Py_TYPE(o)->tp_name);
-        return -1;
-    }
-    if ((size_t)n != strlen(s)) {
-        PyErr_Format(PyExc_ValueError, "%s(): argument '%s' contains a NUL character", fn,
-                     name);
-        return -1;
-    }
-    *out = s;
-    return 0;
+    return mc__py_cstr(fn, name, o, allow_none, out);
 }
 
 /* A sequence of ints in [0, 2**64) (list, tuple, numpy array...; not str/bytes).

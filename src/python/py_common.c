@@ -1,8 +1,40 @@
 /* py_common.c: see py_common.h. */
 #include "py_common.h"
 
+#include <string.h>
+
 #include "mooncake/log.h"
 #include "mooncake/status.h"
+
+int mc__py_cstr(const char *fn, const char *name, PyObject *o, int allow_none,
+                const char **out)
+{
+    const char *s;
+    Py_ssize_t n;
+    if (o == Py_None && allow_none) {
+        *out = NULL;
+        return 0;
+    }
+    if (PyUnicode_Check(o)) {
+        s = PyUnicode_AsUTF8AndSize(o, &n);
+        if (!s)
+            return -1;
+    } else if (PyBytes_Check(o)) {
+        s = PyBytes_AS_STRING(o);
+        n = PyBytes_GET_SIZE(o);
+    } else {
+        PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be str%s, not %.100s", fn,
+                     name, allow_none ? " or None" : "", Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    if ((size_t)n != strlen(s)) {
+        PyErr_Format(PyExc_ValueError, "%s(): argument '%s' contains a NUL character", fn,
+                     name);
+        return -1;
+    }
+    *out = s;
+    return 0;
+}
 
 PyObject *mc__py_int_enum(PyObject *module, const char *name, PyObject *members,
                           const char *doc)

@@ -6,6 +6,13 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+/* mc__py_cstr: `o` as a C string for argument `name` of method `fn`: a str (UTF-8) or
+ * bytes without NUL characters; None gives NULL when allow_none. *out is borrowed from
+ * `o` (valid while `o` lives). Returns 0, or -1 with TypeError (wrong type) or
+ * ValueError (a NUL character) set, the message naming fn and name. */
+int mc__py_cstr(const char *fn, const char *name, PyObject *o, int allow_none,
+                const char **out);
+
 /* mc__py_int_enum: a new enum.IntEnum class `name` with `members` (a list of
  * (name, int) pairs, borrowed), __module__ = module's name and __doc__ = doc. Returns
  * a new reference, or NULL with a Python exception set. */

@@ -251,27 +251,7 @@ out:
 
 int mcpy_cstr(PyObject *obj, const char *fn, const char *arg, const char **out)
 {
-    const char *s;
-    Py_ssize_t n;
-    if (PyUnicode_Check(obj)) {
-        s = PyUnicode_AsUTF8AndSize(obj, &n);
-        if (!s)
-            return -1;
-    } else if (PyBytes_Check(obj)) {
-        s = PyBytes_AS_STRING(obj);
-        n = PyBytes_GET_SIZE(obj);
-    } else {
-        PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be str, not %.100s", fn, arg,
-                     Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    if ((size_t)n != strlen(s)) {
-        PyErr_Format(PyExc_ValueError, "%s(): argument '%s' contains a NUL character", fn,
-                     arg);
-        return -1;
-    }
-    *out = s;
-    return 0;
+    return mc__py_cstr(fn, arg, obj, 0, out);
 }
 
 int mcpy_get_buffer(PyObject *obj, const char *fn, const char *arg, Py_buffer *view)
