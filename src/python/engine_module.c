@@ -953,8 +953,11 @@ static int parse_batch(const char *fn, PyObject *a, PyObject *b, PyObject *c, Py
     return 0;
 }
 
-static PyObject *single_sync(TEObject *self, PyObject *args, PyObject *kw, const char *fn,
-                             int op)
+/* single_run: transfer_sync_{write,read} and transfer_submit_write (async: returns the
+ * batch id) with (target_hostname, buffer, peer_buffer_address, length[,
+ * transport_hint]). */
+static PyObject *single_run(TEObject *self, PyObject *args, PyObject *kw, const char *fn,
+                            int op, bool async)
 {
     static char *kwlist[] = {"target_hostname", "buffer", "peer_buffer_address", "length",
                              "transport_hint", NULL};
@@ -967,17 +970,19 @@ static PyObject *single_sync(TEObject *self, PyObject *args, PyObject *kw, const
         return NULL;
     if (parse_single(fn, a, b, c, d, hint, &target, &local, &remote, &len) < 0)
         return NULL;
+    if (async)
+        return do_async(self, fn, target, op, &local, &remote, &len, 1);
     return do_sync(self, fn, target, op, &local, &remote, &len, 1, NULL);
 }
 
 static PyObject *te_transfer_sync_write(TEObject *self, PyObject *args, PyObject *kw)
 {
-    return single_sync(self, args, kw, "transfer_sync_write", MC_TE_OP_WRITE);
+    return single_run(self, args, kw, "transfer_sync_write", MC_TE_OP_WRITE, false);
 }
 
 static PyObject *te_transfer_sync_read(TEObject *self, PyObject *args, PyObject *kw)
 {
-    return single_sync(self, args, kw, "transfer_sync_read", MC_TE_OP_READ);
+    return single_run(self, args, kw, "transfer_sync_read", MC_TE_OP_READ, false);
 }
 
 static PyObject *te_transfer_sync(TEObject *self, PyObject *args, PyObject *kw)
@@ -1103,18 +1108,7 @@ static PyObject *te_batch_transfer_async(TEObject *self, PyObject *args, PyObjec
 
 static PyObject *te_transfer_submit_write(TEObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"target_hostname", "buffer", "peer_buffer_address", "length",
-                             "transport_hint", NULL};
-    const char *fn = "transfer_submit_write";
-    PyObject *a, *b, *c, *d, *hint = NULL;
-    const char *target;
-    uint64_t local, remote, len;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO|O:transfer_submit_write", kwlist, &a, &b,
-                                     &c, &d, &hint))
-        return NULL;
-    if (parse_single(fn, a, b, c, d, hint, &target, &local, &remote, &len) < 0)
-        return NULL;
-    return do_async(self, fn, target, MC_TE_OP_WRITE, &local, &remote, &len, 1);
+    return single_run(self, args, kw, "transfer_submit_write", MC_TE_OP_WRITE, true);
 }
 
 static PyObject *te_get_batch_transfer_status(TEObject *self, PyObject *args, PyObject *kw)
