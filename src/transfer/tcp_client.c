@@ -377,6 +377,24 @@ static void peer_kick(void *arg)
     dispatch(p, list);
 }
 
+/* Takes p's inbox under its lock (clearing kick_posted when clear_kick) and fails every
+ * slice in it with -ECANCELED. */
+static void cancel_inbox(te_peer *p, bool clear_kick)
+{
+    pthread_mutex_lock(&p->lock);
+    te_slice *list = p->inbox_head;
+    p->inbox_head = p->inbox_tail = NULL;
+    if (clear_kick)
+        p->kick_posted = false;
+    pthread_mutex_unlock(&p->lock);
+    while (list) {
+        te_slice *s = list;
+        list = s->next;
+        s->next = NULL;
+        mc__te_task_slice_done(p->te, s, -ECANCELED);
+    }
+}
+
 void mc__te_peer_enqueue(te_peer *p, te_slice *first, te_slice *last)
 {
     last->next = NULL;
@@ -390,18 +408,7 @@ void mc__te_peer_enqueue(te_peer *p, te_slice *first, te_slice *last)
     p->kick_posted = true;
     pthread_mutex_unlock(&p->lock);
     if (post && mc_loop_post(p->io->loop, peer_kick, p) < 0) {
-        /* the loop is shutting down: fail what the inbox holds */
-        pthread_mutex_lock(&p->lock);
-        te_slice *list = p->inbox_head;
-        p->inbox_head = p->inbox_tail = NULL;
-        p->kick_posted = false;
-        pthread_mutex_unlock(&p->lock);
-        while (list) {
-            te_slice *s = list;
-            list = s->next;
-            s->next = NULL;
-            mc__te_task_slice_done(p->te, s, -ECANCELED);
-        }
+        cancel_inbox(p, true); /* the loop is shutting down: fail what the inbox holds */
     }
 }
 
@@ -426,14 +433,5 @@ void mc__te_peer_close_conns(te_peer *p)
 {
     while (p->nconns)
         cconn_fail(p->conns[0], -ECANCELED, false);
-    pthread_mutex_lock(&p->lock);
-    te_slice *list = p->inbox_head;
-    p->inbox_head = p->inbox_tail = NULL;
-    pthread_mutex_unlock(&p->lock);
-    while (list) {
-        te_slice *s = list;
-        list = s->next;
-        s->next = NULL;
-        mc__te_task_slice_done(p->te, s, -ECANCELED);
-    }
+    cancel_inbox(p, false);
 }
