@@ -691,19 +691,27 @@ int mc_master_client_unmount_segment(mc_master_client *c, mc_master_uuid segment
 
 /* ---- writes ---- */
 
+/* Decodes a single-key start/get reply into out: its status when not MC_OK (out emptied),
+ * else MC_RPC_FAIL for a bad segment table or replica, else MC_OK. */
+static int single_from_pb(int status, Mcrpc__ReplicaDescriptor **v, size_t n, uint64_t lease,
+                          Mcrpc__SegmentRef **segs, size_t n_segs, mc_master_replica_list *out)
+{
+    if (status != MC_OK) {
+        out->n = 0;
+        return status;
+    }
+    segtab t;
+    int rc = segtab_check(segs, n_segs, &t);
+    if (rc == MC_OK)
+        rc = replicas_from_pb(v, n, lease, &t, out);
+    return rc != MC_OK ? rc : status;
+}
+
 static int take_put_start(void *user, const ProtobufCMessage *m)
 {
     const Mcrpc__PutStartReply *r = (const Mcrpc__PutStartReply *)m;
-    mc_master_replica_list *out = user;
-    if (r->status != MC_OK) {
-        out->n = 0;
-        return r->status;
-    }
-    segtab t;
-    int rc = segtab_check(r->segments, r->n_segments, &t);
-    if (rc == MC_OK)
-        rc = replicas_from_pb(r->replicas, r->n_replicas, 0, &t, out);
-    return rc != MC_OK ? rc : r->status;
+    return single_from_pb(r->status, r->replicas, r->n_replicas, 0, r->segments,
+                          r->n_segments, user);
 }
 
 static int start_common(mc_master_client *c, uint16_t op, mc_master_uuid client_id,
@@ -1061,16 +1069,8 @@ int mc_master_client_batch_upsert_revoke(mc_master_client *c, mc_master_uuid cli
 static int take_get(void *user, const ProtobufCMessage *m)
 {
     const Mcrpc__GetReplicaListReply *r = (const Mcrpc__GetReplicaListReply *)m;
-    mc_master_replica_list *out = user;
-    if (r->status != MC_OK) {
-        out->n = 0;
-        return r->status;
-    }
-    segtab t;
-    int rc = segtab_check(r->segments, r->n_segments, &t);
-    if (rc == MC_OK)
-        rc = replicas_from_pb(r->replicas, r->n_replicas, r->lease_ttl_ms, &t, out);
-    return rc != MC_OK ? rc : r->status;
+    return single_from_pb(r->status, r->replicas, r->n_replicas, r->lease_ttl_ms, r->segments,
+                          r->n_segments, user);
 }
 
 int mc_master_client_get_replica_list(mc_master_client *c, const void *key, size_t key_len,
