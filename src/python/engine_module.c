@@ -1008,21 +1008,31 @@ static PyObject *te_transfer_sync(TEObject *self, PyObject *args, PyObject *kw)
 }
 
 /* batch_run: batch_transfer_{sync,async}_{write,read}(target_hostname, buffers,
- * peer_buffer_addresses, lengths[, transport_hint]). Unequal list lengths give
+ * peer_buffer_addresses, lengths[, transport_hint]); op < 0: an `opcode` argument
+ * follows `lengths` (batch_transfer_async). Unequal list lengths give
  * MC_INVALID_PARAMS (sync) or batch id 0 (async) without transferring anything. */
 static PyObject *batch_run(TEObject *self, PyObject *args, PyObject *kw, const char *fn,
                            int op, bool async)
 {
     static char *kwlist[] = {"target_hostname", "buffers", "peer_buffer_addresses",
                              "lengths", "transport_hint", NULL};
-    PyObject *a, *b, *c, *d, *hint = NULL, *res;
+    static char *kwlist_op[] = {"target_hostname", "buffers", "peer_buffer_addresses",
+                                "lengths", "opcode", "transport_hint", NULL};
+    PyObject *a, *b, *c, *d, *e = NULL, *hint = NULL, *res;
     batch_args ba;
     char fmt[64];
-    snprintf(fmt, sizeof(fmt), "OOOO|O:%s", fn);
-    if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist, &a, &b, &c, &d, &hint))
+    int ok;
+    snprintf(fmt, sizeof(fmt), "%s|O:%s", op < 0 ? "OOOOO" : "OOOO", fn);
+    if (op < 0)
+        ok = PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist_op, &a, &b, &c, &d, &e, &hint);
+    else
+        ok = PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist, &a, &b, &c, &d, &hint);
+    if (!ok || parse_batch(fn, a, b, c, d, hint, &ba) < 0)
         return NULL;
-    if (parse_batch(fn, a, b, c, d, hint, &ba) < 0)
+    if (op < 0 && arg_opcode(fn, e, &op) < 0) {
+        batch_args_free(&ba);
         return NULL;
+    }
     if (ba.mismatch)
         res = async ? PyLong_FromLong(0) : ret_int(MC_INVALID_PARAMS);
     else if (async)
@@ -1083,27 +1093,7 @@ static PyObject *te_batch_transfer_async_read(TEObject *self, PyObject *args, Py
 
 static PyObject *te_batch_transfer_async(TEObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"target_hostname", "buffers", "peer_buffer_addresses",
-                             "lengths", "opcode", "transport_hint", NULL};
-    const char *fn = "batch_transfer_async";
-    PyObject *a, *b, *c, *d, *e, *hint = NULL, *res;
-    batch_args ba;
-    int op;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOO|O:batch_transfer_async", kwlist, &a,
-                                     &b, &c, &d, &e, &hint))
-        return NULL;
-    if (parse_batch(fn, a, b, c, d, hint, &ba) < 0)
-        return NULL;
-    if (arg_opcode(fn, e, &op) < 0) {
-        batch_args_free(&ba);
-        return NULL;
-    }
-    if (ba.mismatch)
-        res = PyLong_FromLong(0);
-    else
-        res = do_async(self, fn, ba.target, op, ba.local, ba.remote, ba.lens, ba.n);
-    batch_args_free(&ba);
-    return res;
+    return batch_run(self, args, kw, "batch_transfer_async", -1, true);
 }
 
 static PyObject *te_transfer_submit_write(TEObject *self, PyObject *args, PyObject *kw)
