@@ -1009,8 +1009,9 @@ static PyObject *te_transfer_sync(TEObject *self, PyObject *args, PyObject *kw)
 
 /* batch_run: batch_transfer_{sync,async}_{write,read}(target_hostname, buffers,
  * peer_buffer_addresses, lengths[, transport_hint]); op < 0: an `opcode` argument
- * follows `lengths` (batch_transfer_async). Unequal list lengths give
- * MC_INVALID_PARAMS (sync) or batch id 0 (async) without transferring anything. */
+ * follows `lengths` (batch_transfer_async), then for sync an optional `notify`
+ * (batch_transfer_sync). Unequal list lengths give MC_INVALID_PARAMS (sync) or batch
+ * id 0 (async) without transferring anything. */
 static PyObject *batch_run(TEObject *self, PyObject *args, PyObject *kw, const char *fn,
                            int op, bool async)
 {
@@ -1018,18 +1019,27 @@ static PyObject *batch_run(TEObject *self, PyObject *args, PyObject *kw, const c
                              "lengths", "transport_hint", NULL};
     static char *kwlist_op[] = {"target_hostname", "buffers", "peer_buffer_addresses",
                                 "lengths", "opcode", "transport_hint", NULL};
-    PyObject *a, *b, *c, *d, *e = NULL, *hint = NULL, *res;
+    static char *kwlist_opn[] = {"target_hostname", "buffers", "peer_buffer_addresses",
+                                 "lengths", "opcode", "notify", "transport_hint", NULL};
+    PyObject *a, *b, *c, *d, *e = NULL, *f = NULL, *hint = NULL, *res;
     batch_args ba;
+    notify_bytes nb = {NULL, NULL};
     char fmt[64];
     int ok;
-    snprintf(fmt, sizeof(fmt), "%s|O:%s", op < 0 ? "OOOOO" : "OOOO", fn);
-    if (op < 0)
+    bool with_op = op < 0, with_notify = op < 0 && !async;
+    snprintf(fmt, sizeof(fmt), "%s|%s:%s", with_op ? "OOOOO" : "OOOO",
+             with_notify ? "OO" : "O", fn);
+    if (with_notify)
+        ok = PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist_opn, &a, &b, &c, &d, &e, &f,
+                                         &hint);
+    else if (with_op)
         ok = PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist_op, &a, &b, &c, &d, &e, &hint);
     else
         ok = PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist, &a, &b, &c, &d, &hint);
     if (!ok || parse_batch(fn, a, b, c, d, hint, &ba) < 0)
         return NULL;
-    if (op < 0 && arg_opcode(fn, e, &op) < 0) {
+    if ((with_op && arg_opcode(fn, e, &op) < 0) ||
+        (with_notify && arg_notify(fn, f, &nb) < 0)) {
         batch_args_free(&ba);
         return NULL;
     }
@@ -1038,7 +1048,9 @@ static PyObject *batch_run(TEObject *self, PyObject *args, PyObject *kw, const c
     else if (async)
         res = do_async(self, fn, ba.target, op, ba.local, ba.remote, ba.lens, ba.n);
     else
-        res = do_sync(self, fn, ba.target, op, ba.local, ba.remote, ba.lens, ba.n, NULL);
+        res = do_sync(self, fn, ba.target, op, ba.local, ba.remote, ba.lens, ba.n, &nb);
+    Py_XDECREF(nb.name);
+    Py_XDECREF(nb.msg);
     batch_args_free(&ba);
     return res;
 }
@@ -1055,30 +1067,7 @@ static PyObject *te_batch_transfer_sync_read(TEObject *self, PyObject *args, PyO
 
 static PyObject *te_batch_transfer_sync(TEObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"target_hostname", "buffers", "peer_buffer_addresses",
-                             "lengths", "opcode", "notify", "transport_hint", NULL};
-    const char *fn = "batch_transfer_sync";
-    PyObject *a, *b, *c, *d, *e, *f = NULL, *hint = NULL, *res;
-    batch_args ba;
-    int op;
-    notify_bytes nb;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOO|OO:batch_transfer_sync", kwlist, &a,
-                                     &b, &c, &d, &e, &f, &hint))
-        return NULL;
-    if (parse_batch(fn, a, b, c, d, hint, &ba) < 0)
-        return NULL;
-    if (arg_opcode(fn, e, &op) < 0 || arg_notify(fn, f, &nb) < 0) {
-        batch_args_free(&ba);
-        return NULL;
-    }
-    if (ba.mismatch)
-        res = ret_int(MC_INVALID_PARAMS);
-    else
-        res = do_sync(self, fn, ba.target, op, ba.local, ba.remote, ba.lens, ba.n, &nb);
-    Py_XDECREF(nb.name);
-    Py_XDECREF(nb.msg);
-    batch_args_free(&ba);
-    return res;
+    return batch_run(self, args, kw, "batch_transfer_sync", -1, false);
 }
 
 static PyObject *te_batch_transfer_async_write(TEObject *self, PyObject *args, PyObject *kw)
