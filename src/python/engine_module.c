@@ -955,24 +955,39 @@ static int parse_batch(const char *fn, PyObject *a, PyObject *b, PyObject *c, Py
 
 /* single_run: transfer_sync_{write,read} and transfer_submit_write (async: returns the
  * batch id) with (target_hostname, buffer, peer_buffer_address, length[,
- * transport_hint]). */
+ * transport_hint]); op < 0 (sync only): `opcode` and an optional `notify` follow
+ * `length` (transfer_sync). */
 static PyObject *single_run(TEObject *self, PyObject *args, PyObject *kw, const char *fn,
                             int op, bool async)
 {
     static char *kwlist[] = {"target_hostname", "buffer", "peer_buffer_address", "length",
                              "transport_hint", NULL};
-    PyObject *a, *b, *c, *d, *hint = NULL;
+    static char *kwlist_opn[] = {"target_hostname", "buffer", "peer_buffer_address", "length",
+                                 "opcode", "notify", "transport_hint", NULL};
+    PyObject *a, *b, *c, *d, *e = NULL, *f = NULL, *hint = NULL, *res;
     const char *target;
     uint64_t local, remote, len;
+    notify_bytes nb = {NULL, NULL};
     char fmt[64];
-    snprintf(fmt, sizeof(fmt), "OOOO|O:%s", fn);
-    if (!PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist, &a, &b, &c, &d, &hint))
+    int ok;
+    if (op < 0) {
+        snprintf(fmt, sizeof(fmt), "OOOOO|OO:%s", fn);
+        ok = PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist_opn, &a, &b, &c, &d, &e, &f,
+                                         &hint);
+    } else {
+        snprintf(fmt, sizeof(fmt), "OOOO|O:%s", fn);
+        ok = PyArg_ParseTupleAndKeywords(args, kw, fmt, kwlist, &a, &b, &c, &d, &hint);
+    }
+    if (!ok || parse_single(fn, a, b, c, d, hint, &target, &local, &remote, &len) < 0)
         return NULL;
-    if (parse_single(fn, a, b, c, d, hint, &target, &local, &remote, &len) < 0)
+    if (op < 0 && (arg_opcode(fn, e, &op) < 0 || arg_notify(fn, f, &nb) < 0))
         return NULL;
     if (async)
         return do_async(self, fn, target, op, &local, &remote, &len, 1);
-    return do_sync(self, fn, target, op, &local, &remote, &len, 1, NULL);
+    res = do_sync(self, fn, target, op, &local, &remote, &len, 1, &nb);
+    Py_XDECREF(nb.name);
+    Py_XDECREF(nb.msg);
+    return res;
 }
 
 static PyObject *te_transfer_sync_write(TEObject *self, PyObject *args, PyObject *kw)
@@ -987,24 +1002,7 @@ static PyObject *te_transfer_sync_read(TEObject *self, PyObject *args, PyObject 
 
 static PyObject *te_transfer_sync(TEObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"target_hostname", "buffer", "peer_buffer_address", "length",
-                             "opcode", "notify", "transport_hint", NULL};
-    const char *fn = "transfer_sync";
-    PyObject *a, *b, *c, *d, *e, *f = NULL, *hint = NULL, *res;
-    const char *target;
-    uint64_t local, remote, len;
-    int op;
-    notify_bytes nb;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOO|OO:transfer_sync", kwlist, &a, &b, &c,
-                                     &d, &e, &f, &hint))
-        return NULL;
-    if (parse_single(fn, a, b, c, d, hint, &target, &local, &remote, &len) < 0 ||
-        arg_opcode(fn, e, &op) < 0 || arg_notify(fn, f, &nb) < 0)
-        return NULL;
-    res = do_sync(self, fn, target, op, &local, &remote, &len, 1, &nb);
-    Py_XDECREF(nb.name);
-    Py_XDECREF(nb.msg);
-    return res;
+    return single_run(self, args, kw, "transfer_sync", -1, false);
 }
 
 /* batch_run: batch_transfer_{sync,async}_{write,read}(target_hostname, buffers,
