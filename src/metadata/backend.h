@@ -29,6 +29,9 @@ struct mc_metadata {
     void *impl;                 /* the backend's own state; the backend guards it */
 };
 
+/* Backend constructors, one per kind (the factories[] table in metadata.c): fill
+ * md->ops and md->impl from md->conn/md->opts. Return MC_OK, or INTERNAL_ERROR when
+ * the backend's state cannot be set up (md->impl then left NULL). */
 int mc__metadata_http_open(mc_metadata *md);
 int mc__metadata_p2p_open(mc_metadata *md);
 
