@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "master/allocator.h"
+#include "alloc/allocator.h"
 #include "mooncake/mc_time.h"
 
 #define KIB 1024ull

@@ -240,6 +240,13 @@ MC_API int mc_te_get_segment_desc(mc_te *te, const char *name, mc_segment_desc *
  * get_first_buffer_address), 0 in *addr when it has no buffer. Returns as open_segment. */
 MC_API int mc_te_get_first_buffer_address(mc_te *te, const char *name, uint64_t *addr);
 
+/* mc_te_republish: writes this engine's segment descriptor to the metadata service again
+ * (`mooncake/ram/<name>`), as registration does. For a store client after the master
+ * asked it to remount (a restarted master or metadata server may have lost the entry).
+ * Returns OK, or the metadata backend's status (e.g. TRANSFER_FAIL when the server is
+ * unreachable). Thread-safe; serialised with registration. */
+MC_API int mc_te_republish(mc_te *te);
+
 /* ---------------------------------------------------------------------------------- */
 /* Batches                                                                             */
 /* ---------------------------------------------------------------------------------- */

@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include "master.pb-c.h"
-#include "master/rpc_arena.h"
-#include "master/rpc_limits.h"
+#include "rpc/arena.h"
+#include "rpc/limits.h"
 #include "mooncake/log.h"
 #include "mooncake/mc_time.h"
 #include "net/frame.h"

@@ -42,8 +42,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "master/master_service.h"
+#include "rpc/master_types.h"
 #include "mooncake/mc_api.h"
+#include "mooncake/status.h"
 
 #define MC_MASTER_DEFAULT_PORT 50051
 #define MC_MASTER_CLIENT_DEFAULT_TIMEOUT_MS 30000u

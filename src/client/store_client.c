@@ -31,12 +31,11 @@
 
 #include "client/master_client.h"
 #include "client/store_internal.h"
-#include "master/allocator.h"
+#include "alloc/allocator.h"
 #include "mooncake/log.h"
 #include "mooncake/mc_time.h"
 #include "mooncake/metadata.h"
 #include "mooncake/status.h"
-#include "transfer/internal.h" /* mc__te_publish: republish after NEED_REMOUNT */
 
 #define TAG "store"
 #define CHUNK_KEYS 4096u     /* keys per master RPC step / transfer set */
@@ -451,7 +450,7 @@ static void heartbeat_once(mc_store *s)
                mc_strerror(rc));
         return;
     }
-    int prc = mc__te_publish(s->te);
+    int prc = mc_te_republish(s->te);
     if (prc != MC_OK)
         mc_log(MC_LOG_WARN, TAG, "republishing the segment descriptor failed: %s",
                mc_strerror(prc));

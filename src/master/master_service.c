@@ -49,7 +49,7 @@
 #include <pcre2.h>
 #include <xxhash.h>
 
-#include "master/allocator.h"
+#include "alloc/allocator.h"
 #include "mooncake/log.h"
 #include "mooncake/mc_time.h"
 

@@ -38,62 +38,10 @@
 
 #include "mooncake/mc_api.h"
 #include "mooncake/status.h"
-
-/* Limits (checked on every input; inputs past them get INVALID_PARAMS). */
-#define MC_MASTER_KEY_MAX 4096u       /* bytes per key (API.md §5)                      */
-#define MC_MASTER_MAX_REPLICAS 8u     /* replicas per object; replica_num is clamped    */
-#define MC_MASTER_NAME_MAX 256u       /* segment name / endpoint / host id, incl. NUL   */
-#define MC_MASTER_PROTOCOL_MAX 16u    /* "tcp", "rdma", ... incl. NUL                   */
-#define MC_MASTER_MAX_PREFERRED 64u   /* preferred_segments entries per put             */
-#define MC_MASTER_REGEX_MAX 4096u     /* bytes per regex pattern                        */
-#define MC_MASTER_SEGMENT_MAX_SIZE (1ull << 50) /* bytes per mounted segment            */
-
-/* A client or segment id: upstream's UUID (pair of uint64). */
-typedef struct mc_master_uuid {
-    uint64_t first;
-    uint64_t second;
-} mc_master_uuid;
-
-/* A key: bytes, not NUL-terminated (may contain NUL). Borrowed for the call. */
-typedef struct mc_master_key {
-    const void *data;
-    size_t len;
-} mc_master_key;
-
-/* Upstream ReplicaStatus values (`replica.h`). The master reports PROCESSING (write in
- * flight, not readable) and COMPLETE (readable). */
-typedef enum mc_master_replica_status {
-    MC_MASTER_REPLICA_UNDEFINED = 0,
-    MC_MASTER_REPLICA_INITIALIZED = 1,
-    MC_MASTER_REPLICA_PROCESSING = 2,
-    MC_MASTER_REPLICA_COMPLETE = 3,
-    MC_MASTER_REPLICA_REMOVED = 4,
-    MC_MASTER_REPLICA_FAILED = 5,
-} mc_master_replica_status;
-
-/* Upstream --allocation_strategy values we implement (upstream-mooncake.md §4.6). */
-typedef enum mc_master_strategy {
-    MC_MASTER_STRATEGY_DEFAULT = 0,          /* in a put config: the service's strategy */
-    MC_MASTER_STRATEGY_RANDOM = 1,           /* upstream "random" (the default)         */
-    MC_MASTER_STRATEGY_FREE_RATIO_FIRST = 2, /* upstream "free_ratio_first"             */
-} mc_master_strategy;
+#include "rpc/master_types.h" /* limits and value types shared with clients */
 
 /* mc_master_strategy_parse: "random" / "free_ratio_first" -> strategy; -1 otherwise. */
 MC_API int mc_master_strategy_parse(const char *name);
-
-/* Upstream SoftPinAction (HEAD); v0.3.12's `with_soft_pin=True` maps to ENABLE. */
-typedef enum mc_master_soft_pin_action {
-    MC_MASTER_SOFT_PIN_PRESERVE = 0, /* new object: not pinned; upsert: keep as it was   */
-    MC_MASTER_SOFT_PIN_ENABLE = 1,   /* pin for soft_pin_ttl_ms from put_end             */
-    MC_MASTER_SOFT_PIN_DISABLE = 2,  /* not pinned (upsert: unpin)                        */
-} mc_master_soft_pin_action;
-
-/* Upstream ClientStatus (ping reply). */
-typedef enum mc_master_client_status {
-    MC_MASTER_CLIENT_UNDEFINED = 0,
-    MC_MASTER_CLIENT_OK = 1,
-    MC_MASTER_CLIENT_NEED_REMOUNT = 2,
-} mc_master_client_status;
 
 /* Clock: returns monotonic milliseconds. */
 typedef uint64_t (*mc_master_clock_fn)(void *ctx);
@@ -138,65 +86,6 @@ typedef struct mc_master_config {
 /* mc_master_config_init: fills *cfg with the defaults above. */
 MC_API void mc_master_config_init(mc_master_config *cfg);
 
-/* A segment to mount (upstream `Segment`). Strings are borrowed for the call (copied).
- *   id: unique per mounted segment (SEGMENT_ALREADY_EXISTS when already mounted).
- *   name: the owner's TE segment name ("host:port"), 1..MC_MASTER_NAME_MAX-1 bytes;
- *     several segments may share a name (one client mounting in chunks);
- *     preferred_segments match it.
- *   base/size: the registered range [base, base+size) in the owner's address space;
- *     size in (0, MC_MASTER_SEGMENT_MAX_SIZE], base+size must not overflow.
- *   te_endpoint: transport endpoint returned in replica descriptors; NULL or "" = name.
- *   protocol: NULL or "" = "tcp". host_id: NULL or "" = none (same-host detection). */
-typedef struct mc_master_segment {
-    mc_master_uuid id;
-    const char *name;
-    uint64_t base;
-    uint64_t size;
-    const char *te_endpoint;
-    const char *protocol;
-    const char *host_id;
-} mc_master_segment;
-
-/* One replica as returned to clients (upstream Replica::Descriptor with a memory
- * descriptor: AllocatedBuffer::Descriptor{size, buffer_address, protocol,
- * transport_endpoint}). Owned by the caller (plain value, strings copied in). */
-typedef struct mc_master_replica {
-    mc_master_uuid segment_id;
-    uint64_t address; /* virtual address in the segment owner's process               */
-    uint64_t size;    /* bytes (the object's size; 0 for a zero-size object)          */
-    int status;       /* mc_master_replica_status                                     */
-    char transport_endpoint[MC_MASTER_NAME_MAX];
-    char protocol[MC_MASTER_PROTOCOL_MAX];
-} mc_master_replica;
-
-/* A replica list (put_start / get_replica_list result). */
-typedef struct mc_master_replica_list {
-    uint32_t n;              /* replicas filled, <= MC_MASTER_MAX_REPLICAS            */
-    uint64_t lease_ttl_ms;   /* get_replica_list: the lease granted; else 0            */
-    mc_master_replica replicas[MC_MASTER_MAX_REPLICAS];
-} mc_master_replica_list;
-
-/* Per-put options (upstream ReplicateConfig). Borrowed for the call.
- *   replica_num: wanted replicas, >= 1 (0 -> INVALID_PARAMS); clamped to
- *     MC_MASTER_MAX_REPLICAS. Best effort: fewer (>= 1) is success.
- *   preferred_segments: segment names tried first, in order (n_preferred <=
- *     MC_MASTER_MAX_PREFERRED; unknown names are skipped).
- *   soft_pin: see mc_master_soft_pin_action. soft_pin_ttl_set/soft_pin_ttl_ms: ms; unset
- *     = default_kv_soft_pin_ttl; set with an action other than ENABLE, or above
- *     max_kv_soft_pin_ttl -> INVALID_PARAMS (upstream); 0 with ENABLE = not pinned.
- *   with_hard_pin: never evicted (removable by remove(force) or remove_all).
- *   strategy: MC_MASTER_STRATEGY_DEFAULT = the service's. */
-typedef struct mc_master_put_config {
-    uint32_t replica_num;
-    const char *const *preferred_segments;
-    size_t n_preferred;
-    mc_master_soft_pin_action soft_pin;
-    bool soft_pin_ttl_set;
-    uint64_t soft_pin_ttl_ms;
-    bool with_hard_pin;
-    mc_master_strategy strategy;
-} mc_master_put_config;
-
 /* mc_master_put_config_init: replica_num 1, nothing preferred, no pins, default
  * strategy. */
 MC_API void mc_master_put_config_init(mc_master_put_config *cfg);
@@ -238,12 +127,6 @@ MC_API int mc_master_service_remount_segments(mc_master_service *svc,
 MC_API int mc_master_service_unmount_segment(mc_master_service *svc,
                                              mc_master_uuid segment_id,
                                              mc_master_uuid client_id);
-
-/* Ping reply (upstream PingResponse). */
-typedef struct mc_master_ping_result {
-    int64_t view_version;   /* 0 without HA */
-    int client_status;      /* mc_master_client_status */
-} mc_master_ping_result;
 
 /* mc_master_service_ping: heartbeat. A known, live client gets CLIENT_OK and its TTL is
  * extended to now + client_ttl; an unknown or expired one gets CLIENT_NEED_REMOUNT (it

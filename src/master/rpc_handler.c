@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "master.pb-c.h"
-#include "master/rpc_arena.h"
+#include "rpc/arena.h"
 #include "master/rpc_server.h"
 
 #ifndef MC_VERSION_STRING

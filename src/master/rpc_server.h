@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #include "master/master_service.h"
-#include "master/rpc_limits.h"
+#include "rpc/limits.h"
 #include "mooncake/mc_api.h"
 
 /* ---------------------------------------------------------------------------------- */

@@ -121,6 +121,11 @@ static char *segment_key(mc_te *te)
     return k;
 }
 
+MC_API int mc_te_republish(mc_te *te)
+{
+    return mc__te_publish(te);
+}
+
 int mc__te_publish(mc_te *te)
 {
     pthread_mutex_lock(&te->publish_lock);

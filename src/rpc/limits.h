@@ -1,7 +1,7 @@
-/* rpc_limits.h: wire limits of the master RPC (proto/master.proto), shared by the server
+/* rpc/limits.h: wire limits of the master RPC (proto/master.proto), shared by the server
  * (src/master/rpc_server.c) and the client library (src/client/master_client.c). */
-#ifndef MOONCAKE_MASTER_RPC_LIMITS_H
-#define MOONCAKE_MASTER_RPC_LIMITS_H
+#ifndef MOONCAKE_RPC_LIMITS_H
+#define MOONCAKE_RPC_LIMITS_H
 
 /* Limits of one request (checked by the master after decoding, before the service runs;
  * the client splits larger batches). */

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "master/allocator.h"
+#include "alloc/allocator.h"
 
 #define KIB 1024ull
 #define MIB (1024ull * 1024)

@@ -1,12 +1,12 @@
-/* rpc_arena.h: a bump allocator for protobuf-c (ProtobufCAllocator), header-only, shared
+/* rpc/arena.h: a bump allocator for protobuf-c (ProtobufCAllocator), header-only, shared
  * by the master's RPC handler and the client library. Decoding a request or reply then
  * costs no malloc in the steady state: free is a no-op and mc__arena_reset drops
  * everything at once. One arena per thread / connection (not thread-safe).
  * Memory handed out is bounded by what the caller asks for; decoders only ask in
  * proportion to the (already length-checked) input, but a body of empty sub-messages
  * expands ~40x into structs: set `limit` while decoding. Aborts on OOM (CONTRIBUTING.md). */
-#ifndef MOONCAKE_MASTER_RPC_ARENA_H
-#define MOONCAKE_MASTER_RPC_ARENA_H
+#ifndef MOONCAKE_RPC_ARENA_H
+#define MOONCAKE_RPC_ARENA_H
 
 #include <protobuf-c/protobuf-c.h>
 #include <stddef.h>

@@ -19,8 +19,8 @@
  *
  * Threads: not thread-safe; the caller serialises (the master holds a per-segment lock).
  */
-#ifndef MOONCAKE_MASTER_ALLOCATOR_H
-#define MOONCAKE_MASTER_ALLOCATOR_H
+#ifndef MOONCAKE_ALLOC_ALLOCATOR_H
+#define MOONCAKE_ALLOC_ALLOCATOR_H
 
 #include <stdbool.h>
 #include <stddef.h>

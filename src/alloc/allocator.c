@@ -10,7 +10,7 @@
  * bounded best-fit step costs little and leaves fewer odd-sized holes than TLSF's plain
  * round-up search (measured: about +1% utilisation at the first failure under churn).
  */
-#include "master/allocator.h"
+#include "alloc/allocator.h"
 
 #include <errno.h>
 #include <stdlib.h>
