@@ -27,7 +27,7 @@
 
 #include <cmocka.h>
 
-#include "client/store_internal.h"
+#include "client/internal.h"
 #include "mooncake/log.h"
 #include "mooncake/mc_time.h"
 #include "mooncake/status.h"
