@@ -55,7 +55,6 @@ static mc_master_uuid new_uuid(void)
     return u;
 }
 
-
 int mc__store_split_hostport(const char *s, char *host, size_t hlen, int *port)
 {
     uint16_t p = 0;
