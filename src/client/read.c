@@ -15,8 +15,11 @@
 
 #define CHUNK_KEYS MC__CHUNK_KEYS
 
+/* Where a read's bytes go: the caller's parts, a buffer from the caller's allocator, or a
+ * local-buffer handle (mc_store_buffer). */
 enum { DEST_IOV = 0, DEST_ALLOC = 1, DEST_HANDLE = 2 };
 
+/* One key of a read call. */
 typedef struct ritem {
     const void *key;
     size_t klen;
@@ -29,15 +32,17 @@ typedef struct ritem {
     bool active;
 } ritem;
 
+/* What a read call does with every item. */
 typedef struct read_op {
-    int mode;
+    int mode; /* DEST_* */
     mc_store_alloc_fn alloc;
     void *ctx;
 } read_op;
 
+/* One item's progress through the rounds of read_transfer. */
 typedef struct rstate {
-    uint64_t size;
-    uint64_t deadline; /* ms, monotonic */
+    uint64_t size;     /* the object's, from the replica list */
+    uint64_t deadline; /* end of the read lease: ms, monotonic */
     uint32_t tried;    /* replica bit mask */
     int last_err;
     int chosen;        /* replica in flight this round, -1 none */
@@ -189,7 +194,9 @@ static bool read_next(mc__xfer *x, ritem *r, rstate *q, const mc_master_replica_
 
 /* Step 2: rounds. Each pending item reads its best untried replica, all items' requests
  * in one transfer set; an item whose transfer failed moves on to its next replica in the
- * following round. Ends when no item has anything in flight. */
+ * following round. Ends when no item has anything in flight. A round lasts as long as
+ * its slowest transfer (the engine's timeout bounds it): issue 10 gives each attempt a
+ * deadline from the lease time left, here and in read_replica. */
 static void read_transfer(mc_store *s, ritem *it, const size_t *idx, size_t m, rstate *rs,
                           const mc_master_replica_list *reps)
 {
@@ -415,6 +422,8 @@ static int read_batch(mc_store *s, const mc_store_key *keys, size_t n, void *con
     for (size_t i = 0; i < n; i++)
         results[i] = it[i].result;
     mc__store_leave(s);
+    /* The items go back to the caller: the _with / _buffer forms hand out (or free) what
+     * each one allocated. */
     *items_out = it;
     return MC_OK;
 }

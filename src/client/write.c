@@ -535,6 +535,7 @@ static int write_batch(mc_store *s, bool upsert, const mc_store_key *keys, size_
                          &logged) != MC_OK)
             w->status = MC_INVALID_PARAMS;
     }
+    /* Items refused above keep their status; do_write runs the others. */
     do_write(s, upsert, it, n, &pc.m);
     for (size_t i = 0; i < n; i++)
         results[i] = it[i].status;
