@@ -1,12 +1,8 @@
 /* setup.c: the store's life cycle (include/mooncake/store.h): config defaults, create,
- * validate, setup (engine, master, global segment, local buffer, heartbeat), teardown,
- * close, destroy, and the small queries on a set-up store (hostname, engine, health).
- * Owns mc_store's fields and the life lock; the data paths (write.c, read.c, query.c)
- * only read them under life shared. Must not move bytes or talk to the master beyond
- * registration, mount and unmount.
- *
- * Upstream counterparts: real_client.cpp (setup_internal, setup_real), client_service.cpp
- * (the heartbeat and remount: heartbeat.c). */
+ * validate, setup (engine, master, segment, local buffer, heartbeat), teardown, close,
+ * destroy, and small queries (hostname, engine, health). Owns mc_store's fields and the
+ * life lock; must not move bytes (the data paths only read mc_store under life shared).
+ * Upstream: real_client.cpp setup_internal / setup_real. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
