@@ -34,6 +34,10 @@
  * does not link the service.
  *
  * Threads: every function is thread-safe except _destroy (no call may be in flight).
+ *
+ * Files: master_conn.c (connections, pipelining), master_codec.c (wire conversions),
+ * master_rpc.c (single-request RPCs), master_batch.c (batch RPCs); their shared
+ * declarations and the lock order are in client/internal.h.
  */
 #ifndef MOONCAKE_CLIENT_MASTER_CLIENT_H
 #define MOONCAKE_CLIENT_MASTER_CLIENT_H
@@ -65,10 +69,11 @@ typedef struct mc_master_client_opts {
 /* mc_master_client_create: a client for the master at `address` ("host:port", "host"
  * (port 50051) or "[v6]:port"; borrowed). opts may be NULL (defaults; borrowed). One
  * connection is opened now, so an unreachable master is reported here.
- * A malformed MC_RPC_TIMEOUT_MS (not an integer in 1..86400000) is ignored with a warning.
- * Returns MC_OK with *out set (free with _destroy); MC_INVALID_PARAMS (bad address or
- * opts); MC_RPC_FAIL (cannot connect); MC_RPC_TIMEOUT (connect timed out). On error *out
- * is untouched. */
+ * MC_RPC_TIMEOUT_MS is read (common/env.h) only when opts->rpc_timeout_ms is 0; a value
+ * that is not an integer in 1..86400000 fails the create with MC_INVALID_PARAMS, logged
+ * naming the variable. Returns MC_OK with *out set (free with _destroy);
+ * MC_INVALID_PARAMS (bad address, opts or MC_RPC_TIMEOUT_MS); MC_RPC_FAIL (cannot
+ * connect); MC_RPC_TIMEOUT (connect timed out). On error *out is untouched. */
 MC_API int mc_master_client_create(const char *address, const mc_master_client_opts *opts,
                                    mc_master_client **out);
 

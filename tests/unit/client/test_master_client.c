@@ -272,6 +272,13 @@ static void test_timeout_and_unreachable(void **state)
     snprintf(addr, sizeof addr, "127.0.0.1:%u", (unsigned)port);
     assert_int_equal(mc_master_client_create(addr, NULL, &c), MC_RPC_FAIL);
     assert_int_equal(mc_master_client_create("127.0.0.1:99999", NULL, &c), MC_INVALID_PARAMS);
+    /* a bad MC_RPC_TIMEOUT_MS fails the create (common/env.h policy), unless the caller
+     * gave the timeout itself */
+    setenv("MC_RPC_TIMEOUT_MS", "0", 1);
+    assert_int_equal(mc_master_client_create(addr, NULL, &c), MC_INVALID_PARAMS);
+    mc_master_client_opts given = {.rpc_timeout_ms = 1000};
+    assert_int_equal(mc_master_client_create(addr, &given, &c), MC_RPC_FAIL);
+    unsetenv("MC_RPC_TIMEOUT_MS");
     /* a listener that never answers: the call times out */
     lfd = mc_sock_listen_tcp("127.0.0.1", 0, 4, false, &port);
     assert_true(lfd >= 0);

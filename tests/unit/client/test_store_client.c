@@ -27,7 +27,7 @@
 
 #include <cmocka.h>
 
-#include "client/store_internal.h"
+#include "client/internal.h"
 #include "mooncake/log.h"
 #include "mooncake/mc_time.h"
 #include "mooncake/status.h"
@@ -359,6 +359,50 @@ static void test_setup_validation(void **state)
     assert_true(rc == MC_RPC_FAIL || rc == MC_RPC_TIMEOUT);
     assert_false(mc_store_is_setup(s));
     assert_int_equal(mc_store_health_check(s), MC_STORE_NOT_INITIALIZED);
+    mc_store_destroy(s);
+}
+
+/* The environment policy (common/env.h): a bad value of any variable setup reads fails
+ * setup with INVALID_PARAMS before anything starts; unset means the default. Also the
+ * host:port forms local_hostname refuses (parsed by mc_sock_parse_hostport). */
+static void test_setup_env_and_hostnames(void **state)
+{
+    (void)state;
+    mc_store *s = NULL;
+    assert_int_equal(mc_store_create(&s), MC_OK);
+    mc_store_config c;
+    mc_store_config_init(&c);
+    c.metadata_server = "P2PHANDSHAKE";
+    c.master_server_addr = "127.0.0.1:1";
+    c.local_hostname = "127.0.0.1";
+    static const char *const bad[][2] = {
+        {"MC_STORE_HEARTBEAT_MS", "5"},          {"MC_STORE_HEARTBEAT_MS", "abc"},
+        {"MC_STORE_CLIENT_MIN_PORT", "0"},       {"MC_STORE_CLIENT_MAX_PORT", "70000"},
+        {"MC_STORE_CLIENT_SETUP_RETRIES", "-1"}, {"MC_RPC_TIMEOUT_MS", "0"},
+        {"MC_RPC_TIMEOUT_MS", "10x"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(setenv(bad[i][0], bad[i][1], 1), 0);
+        assert_int_equal(mc_store_setup(s, &c), MC_INVALID_PARAMS);
+        assert_false(mc_store_is_setup(s));
+        unsetenv(bad[i][0]);
+    }
+    /* an explicit heartbeat interval means MC_STORE_HEARTBEAT_MS is not read; an empty
+     * value is unset: both then fail only at the master nobody serves */
+    setenv("MC_STORE_HEARTBEAT_MS", "abc", 1);
+    c.heartbeat_interval_ms = 100;
+    setenv("MC_RPC_TIMEOUT_MS", "", 1);
+    int rc = mc_store_setup(s, &c);
+    assert_true(rc == MC_RPC_FAIL || rc == MC_RPC_TIMEOUT);
+    unsetenv("MC_STORE_HEARTBEAT_MS");
+    unsetenv("MC_RPC_TIMEOUT_MS");
+    c.heartbeat_interval_ms = 0;
+    static const char *const hosts[] = {"127.0.0.1:", "[::1", "[::1]x", "a b", "a/b:80",
+                                        "127.0.0.1:0", ":80"};
+    for (size_t i = 0; i < sizeof hosts / sizeof hosts[0]; i++) {
+        c.local_hostname = hosts[i];
+        assert_int_equal(mc_store_setup(s, &c), MC_INVALID_PARAMS);
+    }
     mc_store_destroy(s);
 }
 
@@ -1375,6 +1419,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_not_set_up),
         cmocka_unit_test(test_setup_validation),
+        cmocka_unit_test(test_setup_env_and_hostnames),
         cmocka_unit_test_setup_teardown(test_lifecycle_hostname, setup_default, teardown_master),
         cmocka_unit_test_setup_teardown(test_roundtrip_sizes, setup_default, teardown_master),
         cmocka_unit_test_setup_teardown(test_keys, setup_default, teardown_master),

@@ -1,0 +1,307 @@
+/* client/internal.h: the one internal header of src/client (the master RPC client and the
+ * store client), shared by its .c files and its tests (tests/unit/client). Nobody outside
+ * src/client includes it; the public surfaces are master_client.h and mooncake/store.h.
+ *
+ * Files of the module (each says what it owns at its top):
+ *   master RPC client (library mc_client):
+ *     master_conn.c    connection pool, framing, pipelining (mc__rpc_run), create/destroy
+ *     master_codec.c   conversions between our types and the protobuf wire types
+ *     master_rpc.c     the single-key / single-request RPCs
+ *     master_batch.c   the batch RPCs (split into chunks, pipelined on one connection)
+ *   store client (library mc_store, include/mooncake/store.h):
+ *     setup.c          create, validate, setup, teardown, close, destroy, small queries
+ *     heartbeat.c      the heartbeat thread, NEED_REMOUNT handling
+ *     local_buffer.c   the local buffer arena and mc_store_buffer handles
+ *     user_buffers.c   register_buffer ranges and the zero-copy bounds check
+ *     xfer.c           transfer sets (engine batches), replica placement helpers
+ *     write.c          put / upsert (single and batch): start, write, end / revoke
+ *     read.c           get (all destination kinds): locate, read replicas, lease check
+ *     query.c          exist, size, replica descriptors, remove
+ *
+ * Lock order (a lock may be taken while holding only those to its left):
+ *   mc_store.life (rwlock)  ->  { mc_store.ubuf_lock | mc__lbuf.lock | mc_store.hb_lock }
+ *                           ->  mc_master_client.lock  ->  the engine's own locks
+ * - life: data calls take it shared (mc__store_enter / mc__store_leave), setup and close
+ *   exclusive. It is writer-preferring so close is never starved by a stream of calls.
+ * - ubuf_lock, lbuf.lock and hb_lock are leaves: nothing is called while holding them
+ *   except mc_log and the offset allocator. They never nest with each other.
+ * - mc_store_buffer_free runs with no store lock at all (a handle may outlive close): it
+ *   takes only its arena's lock; the arena is refcounted.
+ * - The heartbeat thread holds no store lock while it pings or remounts: teardown stops
+ *   and joins it (under life exclusive) before it frees anything the thread uses.
+ * - mc_master_client.lock guards only the slots' busy flags; it is never held across I/O.
+ *   A call holds its connection slot (busy) for the whole RPC instead. */
+#ifndef MOONCAKE_CLIENT_INTERNAL_H
+#define MOONCAKE_CLIENT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "alloc/allocator.h"
+#include "client/master_client.h"
+#include "master.pb-c.h"
+#include "mooncake/store.h"
+
+/* =================================================================================== */
+/* Master RPC client                                                                   */
+/* =================================================================================== */
+
+#define MC__MASTER_TAG "master-client"
+/* The longest string the wire may carry in a mc_master_replica / segment field. */
+#define MC__MASTER_STR_MAX (MC_MASTER_NAME_MAX - 1)
+
+/* Builds request i of a call (borrowed until the next build). */
+typedef const ProtobufCMessage *(*mc__rpc_build_fn)(void *ctx, size_t i);
+/* Consumes reply i: frame_status != 0 means no body (reply NULL). Returns MC_OK, or
+ * MC_RPC_FAIL for a reply whose contents break the protocol. */
+typedef int (*mc__rpc_reply_fn)(void *ctx, size_t i, int frame_status,
+                                const ProtobufCMessage *reply);
+
+/* mc__rpc_run: runs nreq requests of opcode op on one pooled connection, pipelined,
+ * handing each reply (decoded with desc, valid only during the callback) to on_reply in
+ * order. Returns MC_OK (results went to on_reply) or a transport / local code for the
+ * whole call (MC_RPC_FAIL, MC_RPC_TIMEOUT, MC_INVALID_PARAMS). master_conn.c. */
+int mc__rpc_run(mc_master_client *c, uint16_t op, size_t nreq, mc__rpc_build_fn build,
+                const ProtobufCMessageDescriptor *desc, mc__rpc_reply_fn on_reply, void *ctx);
+/* mc__rpc_single: one request, one reply; take reads the reply (its status field) and
+ * returns the RPC's code. Returns a transport code, the frame status, or take's code. */
+int mc__rpc_single(mc_master_client *c, uint16_t op, const ProtobufCMessage *req,
+                   const ProtobufCMessageDescriptor *desc,
+                   int (*take)(void *user, const ProtobufCMessage *reply), void *user);
+/* mc__master_env_timeout: MC_RPC_TIMEOUT_MS (1..86400000 ms, default
+ * MC_MASTER_CLIENT_DEFAULT_TIMEOUT_MS) through common/env.h. 0, or -EINVAL (logged,
+ * naming the variable). master_conn.c. */
+int mc__master_env_timeout(uint32_t *out);
+
+/* ---- wire conversions (master_codec.c) ---- */
+
+/* A reply's segment table (borrowed from the decoded reply). */
+typedef struct mc__segtab {
+    Mcrpc__SegmentRef **v;
+    size_t n;
+} mc__segtab;
+
+void mc__pb_uuid(Mcrpc__Uuid *u, mc_master_uuid id);
+/* Checks every entry once (its strings fit mc_master_replica's fields) and fills t.
+ * MC_OK or MC_RPC_FAIL. */
+int mc__pb_segtab(Mcrpc__SegmentRef **v, size_t n, mc__segtab *t);
+/* Replica descriptors from the master into out. MC_RPC_FAIL when they break the
+ * protocol (too many, a segment index outside the reply's table). */
+int mc__pb_replicas(Mcrpc__ReplicaDescriptor **v, size_t n, uint64_t lease,
+                    const mc__segtab *t, mc_master_replica_list *out);
+/* cfg (NULL: one replica, defaults) -> wire config; MC_INVALID_PARAMS when it cannot be
+ * sent. Strings stay borrowed from cfg. */
+int mc__pb_config(const mc_master_put_config *cfg, Mcrpc__ReplicateConfig *pc);
+/* s -> wire segment (strings borrowed); MC_INVALID_PARAMS when a string is too long. */
+int mc__pb_segment(const mc_master_segment *s, Mcrpc__Segment *ps, Mcrpc__Uuid *id);
+/* A key for the wire (borrowed); keys longer than MC_MASTER_KEY_MAX are sent empty. */
+ProtobufCBinaryData mc__pb_key(const void *key, size_t len);
+/* A key the master could accept: (key || len == 0) && len <= MC_MASTER_KEY_MAX. */
+bool mc__master_key_ok(const void *key, size_t len);
+
+/* =================================================================================== */
+/* Store client                                                                        */
+/* =================================================================================== */
+
+#define MC__STORE_TAG "store"
+#define MC__CHUNK_KEYS 4096u              /* keys per master RPC step / transfer set */
+#define MC__HOST_MAX MC_STORE_NAME_MAX    /* host part of a segment name */
+#define MC__TENANT_MAX 256u
+
+/* ---- test hooks: deterministic ways for tests to stop at the points where the
+ * protocol's failure cases happen (a writer dying between put_start and put_end, a read
+ * that outlives its lease). Production code never sets them. ---- */
+
+/* Hook points (the `point` argument). */
+#define MC__STORE_HOOK_PUT_STARTED "put_started" /* after put_start succeeded, before any
+                                                    byte is written */
+#define MC__STORE_HOOK_READ_DONE "read_done"     /* after a read's transfer finished, before
+                                                    the lease check */
+
+/* Called at each hook point with the key of the item (for batches: the first key of the
+ * call). NULL (the default) = no hook. Set it before the calls it should see; read
+ * without a lock. Defined in setup.c. */
+typedef void (*mc__store_hook_fn)(const char *point, const void *key, size_t key_len);
+extern mc__store_hook_fn mc__store_test_hook;
+
+static inline void mc__store_hook(const char *point, const void *key, size_t key_len)
+{
+    mc__store_hook_fn f = mc__store_test_hook;
+    if (f)
+        f(point, key, key_len);
+}
+
+/* ---- the local buffer arena (local_buffer.c) ---- */
+
+typedef struct mc__lbuf {
+    atomic_int refs;      /* the store's reference + one per live handle */
+    pthread_mutex_t lock; /* guards alloc (a leaf lock) */
+    void *base;           /* mmap'd, registered with the engine by setup */
+    uint64_t size;        /* bytes */
+    mc__alloc *alloc;     /* slices of [base, base+size) */
+} mc__lbuf;
+
+struct mc_store_buffer {
+    void *data;
+    uint64_t size;
+    mc__lbuf *ar;    /* NULL: data is malloc'd (or NULL for size 0) */
+    uint32_t handle; /* in ar->alloc */
+};
+
+/* A new arena of size bytes (one reference, the caller's); NULL when it cannot be mapped. */
+mc__lbuf *mc__lbuf_create(uint64_t size);
+/* Drops one reference; the last one unmaps. NULL is a no-op. Any thread, no lock held. */
+void mc__lbuf_unref(mc__lbuf *a);
+/* A handle for size bytes of the arena; NULL when a is NULL, size is 0 or it is full. */
+mc_store_buffer *mc__lbuf_take(mc__lbuf *a, uint64_t size);
+/* A handle for size bytes: the arena when it has room, else malloc'd memory. NULL only
+ * when that malloc fails (size comes from the master: not an abort). */
+mc_store_buffer *mc__lbuf_buffer_new(mc__lbuf *a, uint64_t size);
+
+/* ---- the store ---- */
+
+/* One buffer given to mc_store_register_buffer (user_buffers.c). */
+typedef struct mc__ubuf {
+    uint64_t base, len; /* bytes */
+} mc__ubuf;
+
+struct mc_store {
+    pthread_rwlock_t life; /* shared: calls; exclusive: setup, close */
+    atomic_bool up;        /* written under life (exclusive); read anywhere */
+
+    /* Everything below is written under life (exclusive) and read under life (shared),
+     * or by the heartbeat thread, which setup starts last and teardown joins first. */
+    mc_te *te;
+    bool own_te;
+    mc_master_client *mc;
+    mc_master_uuid client_id;
+    char name[MC_STORE_NAME_MAX];   /* segment name "host:port" */
+    char host[MC__HOST_MAX];        /* host part of name */
+    char host_id[MC_SEGMENT_MAX_HOST_ID];
+    char protocol[MC_STORE_PROTOCOL_MAX];
+    char tenant[MC__TENANT_MAX];
+    int port_fd;                    /* reservation of the auto-picked port, or -1 */
+
+    void *seg_base;                 /* global segment (mc_te_alloc_shared), or NULL */
+    uint64_t seg_size;
+    mc_master_uuid seg_id;
+    bool seg_mounted;
+
+    mc__lbuf *ar;                   /* local buffer, or NULL */
+    bool ar_registered;
+
+    /* heartbeat (heartbeat.c) */
+    pthread_t hb_thread;
+    bool hb_started;
+    pthread_mutex_t hb_lock;        /* guards hb_stop */
+    pthread_cond_t hb_cond;         /* CLOCK_MONOTONIC; signalled by mc__hb_stop */
+    bool hb_stop;
+    uint32_t hb_interval_ms;
+    atomic_bool ping_ok;            /* last ping succeeded */
+    atomic_uint_fast64_t remounts;  /* NEED_REMOUNT handled */
+
+    /* Buffers registered with mc_store_register_buffer: the zero-copy calls' bounds
+     * check (mc__check_ranges). Sorted by base, with the prefix maximum of their ends
+     * (registrations may overlap). Guarded by ubuf_lock (register/unregister run under
+     * life shared, so life does not order them). */
+    pthread_rwlock_t ubuf_lock;
+    mc__ubuf *ubufs;
+    uint64_t *ubuf_max_end;
+    size_t n_ubufs, cap_ubufs;
+};
+
+/* ---- shared small helpers (setup.c unless inline) ---- */
+
+/* Takes life shared; MC_OK when set up (the lock is then held: call mc__store_leave),
+ * else MC_INVALID_PARAMS (NULL store, not set up, closed) with no lock held. */
+int mc__store_enter(mc_store *s);
+void mc__store_leave(mc_store *s);
+
+/* A key the store accepts: 1..MC_STORE_KEY_MAX bytes. */
+static inline bool mc__store_key_ok(const void *key, size_t len)
+{
+    return key && len >= 1 && len <= MC_STORE_KEY_MAX;
+}
+
+/* Every results[i] = code (results may be NULL). */
+static inline void mc__fill_results(int *results, size_t n, int code)
+{
+    if (results)
+        for (size_t i = 0; i < n; i++)
+            results[i] = code;
+}
+static inline void mc__fill_results64(int64_t *results, size_t n, int64_t code)
+{
+    if (results)
+        for (size_t i = 0; i < n; i++)
+            results[i] = code;
+}
+
+/* Splits "host", "host:port", "[v6]", "[v6]:port" or a bare IPv6 address with
+ * mc_sock_parse_hostport (net/sock.h). host gets the host (no brackets); *port = -1 when
+ * the text has none. The client also refuses blanks and '/' in the host (a URL given as
+ * a host name). Returns 0, or -1 when malformed. */
+int mc__store_split_hostport(const char *s, char *host, size_t hlen, int *port);
+
+/* ---- heartbeat (heartbeat.c) ---- */
+
+/* Our global segment as the master knows it (strings borrowed from s). */
+void mc__store_fill_segment(const mc_store *s, mc_master_segment *seg);
+/* Starts the heartbeat thread (ping every interval_ms). Caller holds life exclusive.
+ * MC_OK or MC_INTERNAL_ERROR (logged). */
+int mc__hb_start(mc_store *s, uint32_t interval_ms);
+/* Stops and joins it when it runs. Caller holds life exclusive. */
+void mc__hb_stop(mc_store *s);
+
+/* ---- user buffers (user_buffers.c) ---- */
+
+/* Forgets every registration (teardown). Caller holds life exclusive. */
+void mc__ubuf_clear(mc_store *s);
+/* The bounds check every zero-copy path runs on the caller's ranges before any RPC or
+ * transfer (see user_buffers.c). MC_OK or MC_INVALID_PARAMS (logged once per call; *logged
+ * says a line was written already, NULL for single-key calls). */
+int mc__check_ranges(mc_store *s, const mc_store_iov *iov, size_t n, const char *op,
+                     size_t index, bool *logged);
+
+/* ---- transfer sets (xfer.c) ---- */
+
+/* A segment opened during one call (cache entry). */
+typedef struct mc__ep_cache {
+    char name[MC_MASTER_NAME_MAX];
+    mc_te_segment_t h;
+    int rc; /* the open's code, MC_OK when h is usable */
+} mc__ep_cache;
+
+/* The engine requests of one step of a call, each tagged with the item it belongs to.
+ * Single-threaded (the calling thread's stack). */
+typedef struct mc__xfer {
+    mc_store *s;
+    mc_te_request *reqs;
+    size_t *owner; /* item index of each request */
+    size_t n, cap;
+    mc__ep_cache *eps;
+    size_t neps, capeps;
+} mc__xfer;
+
+void mc__xfer_init(mc__xfer *x, mc_store *s);
+/* Forgets the requests (keeps the segment cache) for the next round. */
+void mc__xfer_reset(mc__xfer *x);
+void mc__xfer_deinit(mc__xfer *x);
+/* The engine handle of segment `ep` (opened once per call). MC_OK or the open's code. */
+int mc__xfer_seg(mc__xfer *x, const char *ep, mc_te_segment_t *h);
+/* Queues one request (len 0: nothing) of opcode op for item `owner`. */
+void mc__xfer_add(mc__xfer *x, int op, void *local, mc_te_segment_t h, uint64_t remote,
+                  uint64_t len, size_t owner);
+/* Submits every queued request, runs during(ctx) (own-memory copies; may be NULL) while
+ * they fly, waits for all, and sets errs[owner] (when still 0) to MC_TRANSFER_FAIL or
+ * MC_RPC_TIMEOUT for each failed request. */
+void mc__xfer_run(mc__xfer *x, int *errs, void (*during)(void *), void *ctx);
+/* True when [addr, addr+len) of segment ep lies in this client's own global segment. */
+bool mc__in_own_segment(const mc_store *s, const char *ep, uint64_t addr, uint64_t len);
+/* How close a replica is: 0 own segment, 1 same host, 2 elsewhere. */
+int mc__replica_rank(const mc_store *s, const mc_master_replica *r);
+
+#endif

@@ -1,0 +1,389 @@
+/* master_conn.c: the master RPC client's connections (master_client.h): a pool of TCP
+ * connections, framing, pipelined request/reply (mc__rpc_run), create / destroy.
+ * Owns struct mc_master_client; knows no RPC's meaning (master_rpc.c, master_batch.c). */
+#include "client/internal.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/env.h"
+#include "common/xalloc.h"
+#include "rpc/arena.h"
+#include "rpc/limits.h"
+#include "mooncake/log.h"
+#include "mooncake/mc_time.h"
+#include "net/frame.h"
+#include "net/sock.h"
+
+#define TAG MC__MASTER_TAG
+
+/* Requests in flight on one connection during a split batch. */
+#define PIPELINE_WINDOW 8u
+/* An idle connection is checked for a close by the master after this many ms idle. */
+#define STALE_CHECK_IDLE_MS 10u
+
+typedef struct conn_slot {
+    int fd;           /* -1 when closed; owned by whoever holds the slot (busy) */
+    bool busy;        /* guarded by the client lock */
+    uint64_t next_id; /* request ids on this connection */
+    uint64_t last_ms; /* monotonic ms of the last completed call */
+    mc__arena ar;     /* reply decoding */
+    ProtobufCAllocator alloc;
+    uint8_t *sbuf;    /* one packed request */
+    size_t scap;
+    uint8_t *rbuf;    /* one reply body */
+    size_t rcap;
+} conn_slot;
+
+struct mc_master_client {
+    char *address;
+    char host[MC_MASTER_NAME_MAX];
+    uint16_t port;
+    uint32_t timeout_ms, connect_timeout_ms, max_reply;
+    pthread_mutex_t lock;
+    pthread_cond_t cond; /* a slot became idle */
+    unsigned n;
+    conn_slot *slots;
+};
+
+/* ---- connections ---- */
+
+static int transport_code(int err)
+{
+    return err == -ETIMEDOUT ? MC_RPC_TIMEOUT : MC_RPC_FAIL;
+}
+
+static void slot_close(conn_slot *s)
+{
+    if (s->fd >= 0) {
+        close(s->fd);
+        s->fd = -1;
+    }
+}
+
+/* An idle connection has nothing to read: any event means the master closed it (or
+ * sent something unexpected); either way it cannot be used. */
+static bool slot_stale(const conn_slot *s)
+{
+    struct pollfd p = {.fd = s->fd, .events = POLLIN | POLLRDHUP};
+    return poll(&p, 1, 0) != 0;
+}
+
+static int slot_connect(mc_master_client *c, conn_slot *s, uint64_t deadline)
+{
+    uint64_t left = mc_ms_left(deadline);
+    if (left == 0)
+        return MC_RPC_TIMEOUT;
+    uint64_t t = left < c->connect_timeout_ms ? left : c->connect_timeout_ms;
+    int fd = mc_sock_connect_tcp(c->host, c->port, (int)t);
+    if (fd < 0) {
+        mc_log(MC_LOG_DEBUG, TAG, "connect %s: %s", c->address, strerror(-fd));
+        return transport_code(fd);
+    }
+    s->fd = fd;
+    return MC_OK;
+}
+
+static void abs_timespec(uint64_t deadline_ms, struct timespec *ts)
+{
+    ts->tv_sec = (time_t)(deadline_ms / 1000);
+    ts->tv_nsec = (long)(deadline_ms % 1000) * 1000000L;
+}
+
+/* Takes an idle slot (connected if possible), waiting until deadline; connects it when
+ * needed. Returns MC_OK with *out, or a transport code. */
+static int acquire(mc_master_client *c, uint64_t deadline, conn_slot **out)
+{
+    conn_slot *s = NULL;
+    pthread_mutex_lock(&c->lock);
+    for (;;) {
+        /* Prefer an idle slot that is already connected; else any idle one (connected
+         * below, outside the lock); else wait for a release. */
+        conn_slot *idle = NULL;
+        for (unsigned i = 0; i < c->n; i++) {
+            if (c->slots[i].busy)
+                continue;
+            if (c->slots[i].fd >= 0) {
+                s = &c->slots[i];
+                break;
+            }
+            if (!idle)
+                idle = &c->slots[i];
+        }
+        if (!s)
+            s = idle;
+        if (s)
+            break;
+        struct timespec ts;
+        abs_timespec(deadline, &ts);
+        if (pthread_cond_timedwait(&c->cond, &c->lock, &ts) == ETIMEDOUT) {
+            pthread_mutex_unlock(&c->lock);
+            return MC_RPC_TIMEOUT;
+        }
+    }
+    s->busy = true;
+    pthread_mutex_unlock(&c->lock);
+    /* Checked only after a pause: a master restart takes longer than that, and the poll
+     * would cost a syscall per call in a busy loop. */
+    if (s->fd >= 0 && mc_now_ms() - s->last_ms >= STALE_CHECK_IDLE_MS && slot_stale(s))
+        slot_close(s);
+    if (s->fd < 0) {
+        int rc = slot_connect(c, s, deadline);
+        if (rc != MC_OK) {
+            pthread_mutex_lock(&c->lock);
+            s->busy = false;
+            pthread_cond_signal(&c->cond);
+            pthread_mutex_unlock(&c->lock);
+            return rc;
+        }
+    }
+    *out = s;
+    return MC_OK;
+}
+
+static void release(mc_master_client *c, conn_slot *s, bool ok)
+{
+    if (!ok)
+        slot_close(s);
+    s->last_ms = mc_now_ms();
+    mc__arena_reset(&s->ar);
+    pthread_mutex_lock(&c->lock);
+    s->busy = false;
+    pthread_cond_signal(&c->cond);
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void grow(uint8_t **buf, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return;
+    size_t n = *cap ? *cap : 4096;
+    while (n < need)
+        n *= 2;
+    /* The old contents are never needed again: free + malloc, not realloc (no copy). */
+    free(*buf);
+    *buf = mc_xmalloc(n);
+    *cap = n;
+}
+
+/* ---- the call machinery ---- */
+
+static int send_one(mc_master_client *c, conn_slot *s, uint16_t op, const ProtobufCMessage *m,
+                    uint64_t id, uint64_t deadline)
+{
+    (void)c;
+    size_t len = protobuf_c_message_get_packed_size(m);
+    if (len > MC_MASTER_RPC_MAX_BODY)
+        return MC_INVALID_PARAMS;
+    grow(&s->sbuf, &s->scap, MC_FRAME_HEADER_SIZE + len);
+    mc_frame_header h = {.version = MC_FRAME_VERSION, .opcode = op, .body_len = (uint32_t)len,
+                         .request_id = id};
+    mc_frame_encode_header(&h, s->sbuf);
+    protobuf_c_message_pack(m, s->sbuf + MC_FRAME_HEADER_SIZE);
+    int rc = mc_sock_send_all(s->fd, s->sbuf, MC_FRAME_HEADER_SIZE + len, deadline);
+    return rc < 0 ? transport_code(rc) : MC_OK;
+}
+
+static int recv_one(mc_master_client *c, conn_slot *s, uint16_t op, uint64_t id,
+                    const ProtobufCMessageDescriptor *desc, uint64_t deadline, int *frame_status,
+                    const ProtobufCMessage **reply)
+{
+    uint8_t hb[MC_FRAME_HEADER_SIZE];
+    int rc = mc_sock_recv_all(s->fd, hb, sizeof hb, deadline);
+    if (rc < 0)
+        return transport_code(rc);
+    mc_frame_header h;
+    if (mc_frame_decode_header(hb, c->max_reply, &h) != 0 || !(h.flags & MC_FRAME_REPLY) ||
+        h.opcode != op || h.request_id != id) {
+        mc_log(MC_LOG_WARN, TAG, "malformed reply from %s (opcode %u, id %llu)", c->address,
+               (unsigned)h.opcode, (unsigned long long)h.request_id);
+        return MC_RPC_FAIL;
+    }
+    grow(&s->rbuf, &s->rcap, h.body_len ? h.body_len : 1);
+    if (h.body_len) {
+        rc = mc_sock_recv_all(s->fd, s->rbuf, h.body_len, deadline);
+        if (rc < 0)
+            return transport_code(rc);
+    }
+    *frame_status = h.status;
+    *reply = NULL;
+    if (h.status != 0)
+        return MC_OK;
+    /* Decoded into the slot's arena, bounded so that a hostile body cannot make us
+     * allocate without limit; the limit is lifted again for the caller's use. */
+    mc__arena_reset(&s->ar);
+    s->ar.limit = 4u * c->max_reply;
+    *reply = protobuf_c_message_unpack(desc, &s->alloc, h.body_len, s->rbuf);
+    s->ar.limit = 0;
+    if (!*reply) {
+        mc_log(MC_LOG_WARN, TAG, "undecodable reply from %s (opcode %u)", c->address,
+               (unsigned)op);
+        return MC_RPC_FAIL;
+    }
+    return MC_OK;
+}
+
+/* Runs nreq requests of one opcode on one connection, pipelined (at most
+ * PIPELINE_WINDOW outstanding), handing each reply to on_reply in order. Returns MC_OK
+ * (results went to on_reply), or a transport / local code for the whole call. */
+int mc__rpc_run(mc_master_client *c, uint16_t op, size_t nreq, mc__rpc_build_fn build,
+                const ProtobufCMessageDescriptor *desc, mc__rpc_reply_fn on_reply, void *ctx)
+{
+    uint64_t deadline = mc_deadline_ms(c->timeout_ms);
+    conn_slot *s;
+    int rc = acquire(c, deadline, &s);
+    if (rc != MC_OK)
+        return rc;
+    /* Ids are reserved for the whole call: reply i must carry first_id + i. */
+    uint64_t first_id = s->next_id;
+    s->next_id += nreq;
+    size_t sent = 0, done = 0;
+    bool ok = true;
+    rc = MC_OK;
+    while (done < nreq) {
+        /* Fill the window, then take one reply; the master answers in order. */
+        while (sent < nreq && sent - done < PIPELINE_WINDOW) {
+            rc = send_one(c, s, op, build(ctx, sent), first_id + sent, deadline);
+            if (rc != MC_OK)
+                goto out;
+            sent++;
+        }
+        int fst;
+        const ProtobufCMessage *reply;
+        rc = recv_one(c, s, op, first_id + done, desc, deadline, &fst, &reply);
+        if (rc != MC_OK)
+            goto out;
+        rc = on_reply(ctx, done, fst, reply);
+        if (rc != MC_OK)
+            goto out;
+        done++;
+    }
+out:
+    if (rc != MC_OK && sent > done)
+        ok = false; /* replies still in flight: the connection is out of step */
+    if (rc == MC_RPC_FAIL || rc == MC_RPC_TIMEOUT)
+        ok = false;
+    release(c, s, ok);
+    return rc;
+}
+
+/* Single request, single reply: the reply's status field is read by on_reply. */
+typedef struct single_ctx {
+    const ProtobufCMessage *req;
+    int (*take)(void *user, const ProtobufCMessage *reply); /* returns the RPC's code */
+    void *user;
+    int result;
+} single_ctx;
+
+static const ProtobufCMessage *single_build(void *ctx, size_t i)
+{
+    (void)i;
+    return ((single_ctx *)ctx)->req;
+}
+
+static int single_reply(void *ctx, size_t i, int fst, const ProtobufCMessage *reply)
+{
+    (void)i;
+    single_ctx *sc = ctx;
+    if (fst != 0) {
+        sc->result = fst;
+        return MC_OK;
+    }
+    sc->result = sc->take(sc->user, reply);
+    return sc->result == MC_RPC_FAIL ? MC_RPC_FAIL : MC_OK;
+}
+
+int mc__rpc_single(mc_master_client *c, uint16_t op, const ProtobufCMessage *req,
+                   const ProtobufCMessageDescriptor *desc,
+                   int (*take)(void *user, const ProtobufCMessage *reply), void *user)
+{
+    single_ctx sc = {req, take, user, MC_RPC_FAIL};
+    int rc = mc__rpc_run(c, op, 1, single_build, desc, single_reply, &sc);
+    return rc != MC_OK ? rc : sc.result;
+}
+/* ---- create / destroy ---- */
+
+int mc__master_env_timeout(uint32_t *out)
+{
+    uint64_t v;
+    /* One reader, one policy (common/env.h): unset = the default, a bad value fails the
+     * create (and the store's setup) naming the variable. 0 ms is not a timeout. */
+    int rc = mc_env_u64("MC_RPC_TIMEOUT_MS", MC_MASTER_CLIENT_DEFAULT_TIMEOUT_MS, 1, 86400000u,
+                        &v);
+    *out = (uint32_t)v;
+    return rc;
+}
+
+int mc_master_client_create(const char *address, const mc_master_client_opts *opts,
+                            mc_master_client **out)
+{
+    mc_master_client_opts o = {0};
+    if (opts)
+        o = *opts;
+    if (!address || !out || o.max_conns > MC_MASTER_CLIENT_MAX_CONNS)
+        return MC_INVALID_PARAMS;
+    uint32_t timeout_ms = o.rpc_timeout_ms;
+    if (!timeout_ms && mc__master_env_timeout(&timeout_ms) != 0)
+        return MC_INVALID_PARAMS; /* logged by the env reader */
+    mc_master_client *c = mc_xcalloc(1, sizeof *c);
+    if (mc_sock_parse_hostport(address, c->host, sizeof c->host, &c->port,
+                               MC_MASTER_DEFAULT_PORT) != 0) {
+        mc_log(MC_LOG_ERROR, TAG, "master address '%s' is not \"host\", \"host:port\" or "
+               "\"[v6]:port\"", address);
+        free(c);
+        return MC_INVALID_PARAMS;
+    }
+    c->address = mc_xstrdup(address);
+    c->timeout_ms = timeout_ms;
+    c->connect_timeout_ms =
+        o.connect_timeout_ms ? o.connect_timeout_ms : MC_MASTER_CLIENT_DEFAULT_CONNECT_TIMEOUT_MS;
+    c->max_reply = o.max_reply_body ? o.max_reply_body : MC_MASTER_RPC_MAX_REPLY_BODY;
+    c->n = o.max_conns ? o.max_conns : MC_MASTER_CLIENT_DEFAULT_MAX_CONNS;
+    c->slots = mc_xcalloc(c->n, sizeof *c->slots);
+    for (unsigned i = 0; i < c->n; i++) {
+        c->slots[i].fd = -1;
+        c->slots[i].next_id = 1;
+        c->slots[i].alloc = mc__arena_allocator(&c->slots[i].ar);
+    }
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    int rc = slot_connect(c, &c->slots[0], mc_deadline_ms(c->timeout_ms));
+    if (rc != MC_OK) {
+        mc_master_client_destroy(c);
+        return rc;
+    }
+    *out = c;
+    return MC_OK;
+}
+
+void mc_master_client_destroy(mc_master_client *c)
+{
+    if (!c)
+        return;
+    for (unsigned i = 0; i < c->n; i++) {
+        slot_close(&c->slots[i]);
+        mc__arena_destroy(&c->slots[i].ar);
+        free(c->slots[i].sbuf);
+        free(c->slots[i].rbuf);
+    }
+    free(c->slots);
+    pthread_cond_destroy(&c->cond);
+    pthread_mutex_destroy(&c->lock);
+    free(c->address);
+    free(c);
+}
+
+const char *mc_master_client_address(const mc_master_client *c)
+{
+    return c->address;
+}

@@ -1,0 +1,575 @@
+/* write.c: the store's writes (include/mooncake/store.h): put / upsert of one key or a
+ * batch, from one buffer or parts. Protocol per chunk of keys (upstream
+ * client_service.cpp Put: PutStart, transfer, PutEnd / PutRevoke): write_start (one RPC),
+ * write_transfer (one transfer set: write_replica queues one replica's requests),
+ * write_finish (write_end for the written, write_revoke for the failed).
+ * Owns nothing of mc_store (reads it under life shared); must not read objects. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/internal.h"
+#include "common/xalloc.h"
+#include "mooncake/log.h"
+#include "mooncake/status.h"
+
+#define TAG MC__STORE_TAG
+#define CHUNK_KEYS MC__CHUNK_KEYS
+
+/* ---- replicate config -> the master's put config ---- */
+
+/* The master's config plus the storage its preferred_segments points into. */
+typedef struct put_cfg {
+    mc_master_put_config m;
+    const char *pref[MC_MASTER_MAX_PREFERRED];
+} put_cfg;
+
+static void pref_add(put_cfg *p, const char *name)
+{
+    if (!name || !*name || p->m.n_preferred >= MC_MASTER_MAX_PREFERRED)
+        return;
+    for (size_t i = 0; i < p->m.n_preferred; i++)
+        if (!strcmp(p->pref[i], name))
+            return;
+    p->pref[p->m.n_preferred++] = name;
+}
+
+/* Converts and checks a replicate config for a call on nkeys keys. same_node_ok: the
+ * call accepts prefer_alloc_in_same_node. Returns MC_OK or MC_INVALID_PARAMS (logged). */
+static int conv_cfg(mc_store *s, const mc_store_replicate_config *c, size_t nkeys,
+                    bool same_node_ok, put_cfg *out)
+{
+    memset(out, 0, sizeof *out);
+    out->m.replica_num = 1;
+    out->m.preferred_segments = out->pref;
+    if (!c)
+        return MC_OK;
+    const char *why = NULL;
+    if (c->replica_num == 0)
+        why = "replica_num must be >= 1";
+    else if (c->nof_replica_num || c->dfs_replica_num)
+        why = "NVMe-oF and DFS replicas are not supported (nof/dfs_replica_num must be 0)";
+    else if (c->n_preferred_segments > MC_STORE_MAX_PREFERRED)
+        why = "too many preferred_segments";
+    else if (c->n_preferred_segments && !c->preferred_segments)
+        why = "preferred_segments is NULL";
+    else if (c->soft_pin_action < MC_STORE_SOFT_PIN_PRESERVE ||
+             c->soft_pin_action > MC_STORE_SOFT_PIN_DISABLE)
+        why = "soft_pin_action must be PRESERVE, ENABLE or DISABLE";
+    else if (c->prefer_alloc_in_same_node && !same_node_ok)
+        why = "prefer_alloc_in_same_node is only accepted by the multi-buffer puts (as "
+              "upstream)";
+    else if ((c->group_ids || c->n_group_ids) && (!c->group_ids || c->n_group_ids != nkeys))
+        why = "group_ids must have one entry per key";
+    else if (c->preferred_segment && strlen(c->preferred_segment) >= MC_STORE_NAME_MAX)
+        why = "preferred_segment is too long";
+    for (size_t i = 0; !why && i < c->n_preferred_segments; i++)
+        if (!c->preferred_segments[i] || !*c->preferred_segments[i] ||
+            strlen(c->preferred_segments[i]) >= MC_STORE_NAME_MAX)
+            why = "a preferred_segments entry is empty or too long";
+    if (why) {
+        mc_log(MC_LOG_WARN, TAG, "ReplicateConfig: %s", why);
+        return MC_INVALID_PARAMS;
+    }
+    /* More replicas than the store can describe are capped, not refused (as upstream). */
+    out->m.replica_num =
+        c->replica_num > MC_STORE_MAX_REPLICAS ? MC_STORE_MAX_REPLICAS : c->replica_num;
+    if (c->prefer_alloc_in_same_node)
+        pref_add(out, s->name);
+    for (size_t i = 0; i < c->n_preferred_segments; i++)
+        pref_add(out, c->preferred_segments[i]);
+    pref_add(out, c->preferred_segment);
+    /* The legacy with_soft_pin flag means ENABLE unless an action was given. */
+    int act = c->soft_pin_action;
+    if (act == MC_STORE_SOFT_PIN_PRESERVE && c->with_soft_pin)
+        act = MC_STORE_SOFT_PIN_ENABLE;
+    out->m.soft_pin = (mc_master_soft_pin_action)act;
+    out->m.soft_pin_ttl_set = c->soft_pin_ttl_set;
+    out->m.soft_pin_ttl_ms = c->soft_pin_ttl_ms;
+    out->m.with_hard_pin = c->with_hard_pin;
+    out->m.strategy = MC_MASTER_STRATEGY_DEFAULT;
+    return MC_OK;
+}
+
+/* ---- items ---- */
+
+typedef struct witem {
+    const void *key;
+    size_t klen;
+    const mc_store_iov *iov;
+    size_t niov;
+    mc_store_iov one; /* for single-buffer sources */
+    uint64_t size;
+    size_t first;     /* first position with the same key (== own index when unique) */
+    int status;       /* result; INVALID_PARAMS etc. set before the RPCs */
+    bool active;      /* goes to the master */
+} witem;
+
+static uint64_t key_hash(const void *k, size_t n)
+{
+    const unsigned char *p = k;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+/* Marks, for every active item, the first position holding the same key; later ones
+ * become inactive. */
+static void dedupe(witem *it, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        it[i].first = i;
+    if (n < 2)
+        return;
+    size_t cap = 16;
+    while (cap < n * 2)
+        cap <<= 1;
+    /* open addressing, linear probing, load <= 1/2; tab holds item indexes */
+    size_t *tab = mc_xmalloc(cap * sizeof *tab);
+    for (size_t i = 0; i < cap; i++)
+        tab[i] = SIZE_MAX;
+    for (size_t i = 0; i < n; i++) {
+        if (!it[i].active)
+            continue;
+        size_t j = (size_t)key_hash(it[i].key, it[i].klen) & (cap - 1);
+        for (;;) {
+            size_t t = tab[j];
+            if (t == SIZE_MAX) {
+                tab[j] = i;
+                break;
+            }
+            if (it[t].klen == it[i].klen && !memcmp(it[t].key, it[i].key, it[i].klen)) {
+                it[i].first = t;
+                it[i].active = false;
+                break;
+            }
+            j = (j + 1) & (cap - 1);
+        }
+    }
+    free(tab);
+}
+
+/* ---- one chunk through the protocol: start, write, end or revoke ---- */
+
+/* The state of one chunk (write_chunk). Arrays have m entries indexed by k, the position
+ * in the chunk; the item is it[idx[k]]. */
+typedef struct wchunk {
+    mc_store *s;
+    bool upsert;
+    witem *it;
+    const size_t *idx;
+    size_t m;
+    mc_master_key *keys;
+    uint64_t *sizes;
+    int *st;                      /* per-key codes of the last RPC */
+    bool *skip;                   /* not started: refused, or (put) ALREADY_EXISTS */
+    int *werr;                    /* started: 0 = every replica written, else why not */
+    mc_master_replica_list *reps; /* where to write (the start RPC's reply) */
+} wchunk;
+
+/* Step 1: put_start / upsert_start for the whole chunk (one RPC, batched when m > 1).
+ * Marks the items that have nothing to write. Returns how many were started. */
+static size_t write_start(wchunk *c, const mc_master_put_config *cfg)
+{
+    mc_store *s = c->s;
+    const mc_master_key *k0 = &c->keys[0];
+    if (c->m == 1) {
+        c->st[0] = c->upsert ? mc_master_client_upsert_start(s->mc, s->client_id, k0->data,
+                                                             k0->len, c->sizes[0], cfg,
+                                                             &c->reps[0])
+                             : mc_master_client_put_start(s->mc, s->client_id, k0->data,
+                                                          k0->len, c->sizes[0], cfg,
+                                                          &c->reps[0]);
+    } else if (c->upsert) {
+        /* the call's own code is the first failure; the per-key codes carry everything */
+        (void)mc_master_client_batch_upsert_start(s->mc, s->client_id, c->keys, c->sizes, c->m,
+                                                  cfg, c->reps, c->st);
+    } else {
+        (void)mc_master_client_batch_put_start(s->mc, s->client_id, c->keys, c->sizes, c->m,
+                                               cfg, c->reps, c->st);
+    }
+    size_t started = 0;
+    for (size_t k = 0; k < c->m; k++) {
+        witem *w = &c->it[c->idx[k]];
+        if (c->st[k] == MC_OK) {
+            w->status = MC_OK;
+            started++;
+        } else if (c->st[k] == MC_OBJECT_ALREADY_EXISTS && !c->upsert) {
+            w->status = MC_OK; /* the old value stays (API.md §5) */
+            c->skip[k] = true; /* nothing to write or end */
+        } else {
+            w->status = c->st[k];
+            c->skip[k] = true;
+        }
+    }
+    return started;
+}
+
+/* Copies the started items into the replicas that live in this client's own segment
+ * (memcpy); runs while the engine moves the other replicas (mc__xfer_run's `during`). */
+static void write_own(void *arg)
+{
+    wchunk *c = arg;
+    for (size_t k = 0; k < c->m; k++) {
+        witem *w = &c->it[c->idx[k]];
+        if (c->skip[k] || c->werr[k] || w->status != MC_OK)
+            continue;
+        const mc_master_replica_list *rl = &c->reps[k];
+        for (uint32_t r = 0; r < rl->n; r++) {
+            const mc_master_replica *rp = &rl->replicas[r];
+            if (rp->size == 0 || !mc__in_own_segment(c->s, rp->transport_endpoint, rp->address,
+                                                     rp->size))
+                continue;
+            /* the parts are laid out back to back in the replica */
+            uint64_t off = 0;
+            for (size_t p = 0; p < w->niov; p++) {
+                if (w->iov[p].len)
+                    memcpy((char *)(uintptr_t)rp->address + off, w->iov[p].base,
+                           (size_t)w->iov[p].len);
+                off += w->iov[p].len;
+            }
+        }
+    }
+}
+
+/* One attempt on one replica: queues on x the requests that write item k's parts into
+ * replica rp (a replica in our own segment is left to write_own). Returns MC_OK, or why
+ * this replica cannot be written (the item then fails as a whole). */
+static int write_replica(wchunk *c, mc__xfer *x, size_t k, mc_master_replica *rp)
+{
+    const witem *w = &c->it[c->idx[k]];
+    rp->transport_endpoint[sizeof rp->transport_endpoint - 1] = '\0';
+    if (rp->size != w->size)
+        return MC_INTERNAL_ERROR; /* the master gave a wrong size */
+    if (rp->size == 0 ||
+        mc__in_own_segment(c->s, rp->transport_endpoint, rp->address, rp->size))
+        return MC_OK; /* nothing to move, or write_own copies it */
+    mc_te_segment_t h;
+    if (mc__xfer_seg(x, rp->transport_endpoint, &h) != MC_OK)
+        return MC_TRANSFER_FAIL;
+    uint64_t off = 0;
+    for (size_t p = 0; p < w->niov; p++) {
+        mc__xfer_add(x, MC_TE_OP_WRITE, w->iov[p].base, h, rp->address + off, w->iov[p].len, k);
+        off += w->iov[p].len;
+    }
+    return MC_OK;
+}
+
+/* Step 2: writes every started item to all of its replicas in one transfer set (own
+ * copies overlap it). werr[k] gets why item k failed, 0 when every replica was written. */
+static void write_transfer(wchunk *c)
+{
+    mc__xfer x;
+    mc__xfer_init(&x, c->s);
+    for (size_t k = 0; k < c->m; k++) {
+        if (c->skip[k])
+            continue;
+        mc_master_replica_list *rl = &c->reps[k];
+        if (rl->n == 0) {
+            c->werr[k] = MC_INTERNAL_ERROR; /* started with no replica: a master bug */
+            continue;
+        }
+        /* The first replica that cannot be written fails the item; requests already
+         * queued for its earlier replicas still run (the item is revoked anyway). */
+        for (uint32_t r = 0; r < rl->n && !c->werr[k]; r++)
+            c->werr[k] = write_replica(c, &x, k, &rl->replicas[r]);
+    }
+    mc__xfer_run(&x, c->werr, write_own, c);
+    mc__xfer_deinit(&x);
+}
+
+/* Step 3a: put_end / upsert_end for the n written items keys[0..n) (chunk positions
+ * pos[]); each item's status becomes the end's code. */
+static void write_end(wchunk *c, const mc_master_key *keys, const size_t *pos, size_t n)
+{
+    mc_store *s = c->s;
+    if (n == 1)
+        c->st[0] = c->upsert ? mc_master_client_upsert_end(s->mc, s->client_id, keys[0].data,
+                                                           keys[0].len)
+                             : mc_master_client_put_end(s->mc, s->client_id, keys[0].data,
+                                                        keys[0].len);
+    else if (c->upsert)
+        (void)mc_master_client_batch_upsert_end(s->mc, s->client_id, keys, n, c->st);
+    else
+        (void)mc_master_client_batch_put_end(s->mc, s->client_id, keys, n, c->st);
+    for (size_t j = 0; j < n; j++)
+        c->it[c->idx[pos[j]]].status = c->st[j];
+}
+
+/* Step 3b: put_revoke / upsert_revoke for the n items keys[0..n) whose write failed or
+ * timed out, at once. Their status stays the write's failure; the revoke's own outcome is
+ * only logged (the master also discards a put that is never ended). Issue 10 changes
+ * what happens here (a late write must not land on space the revoke freed). */
+static void write_revoke(wchunk *c, const mc_master_key *keys, size_t n)
+{
+    mc_store *s = c->s;
+    if (n == 1)
+        c->st[0] = c->upsert ? mc_master_client_upsert_revoke(s->mc, s->client_id, keys[0].data,
+                                                              keys[0].len)
+                             : mc_master_client_put_revoke(s->mc, s->client_id, keys[0].data,
+                                                           keys[0].len);
+    else if (c->upsert)
+        (void)mc_master_client_batch_upsert_revoke(s->mc, s->client_id, keys, n, c->st);
+    else
+        (void)mc_master_client_batch_put_revoke(s->mc, s->client_id, keys, n, c->st);
+    for (size_t j = 0; j < n; j++)
+        if (c->st[j] != MC_OK)
+            mc_log(MC_LOG_DEBUG, TAG, "put_revoke after a failed write: %s",
+                   mc_strerror(c->st[j]));
+}
+
+/* Step 3: sorts the started items into written (end) and failed (revoke). */
+static void write_finish(wchunk *c)
+{
+    size_t m = c->m;
+    mc_master_key *ek = mc_xmalloc(m * sizeof *ek), *rk = mc_xmalloc(m * sizeof *rk);
+    size_t *ei = mc_xmalloc(m * sizeof *ei);
+    size_t ne = 0, nr = 0;
+    for (size_t k = 0; k < m; k++) {
+        if (c->skip[k])
+            continue;
+        if (c->werr[k]) {
+            c->it[c->idx[k]].status = c->werr[k];
+            rk[nr++] = c->keys[k];
+        } else {
+            ek[ne] = c->keys[k];
+            ei[ne++] = k;
+        }
+    }
+    if (ne)
+        write_end(c, ek, ei, ne);
+    if (nr)
+        write_revoke(c, rk, nr);
+    free(ek);
+    free(rk);
+    free(ei);
+}
+
+/* Processes the active items idx[0..m) (a chunk): start, write, end / revoke. */
+static void write_chunk(mc_store *s, bool upsert, witem *it, const size_t *idx, size_t m,
+                        const mc_master_put_config *cfg)
+{
+    wchunk c = {
+        .s = s,
+        .upsert = upsert,
+        .it = it,
+        .idx = idx,
+        .m = m,
+        .keys = mc_xmalloc(m * sizeof(mc_master_key)),
+        .sizes = mc_xmalloc(m * sizeof(uint64_t)),
+        .st = mc_xmalloc(m * sizeof(int)),
+        .skip = mc_xcalloc(m, sizeof(bool)),
+        .werr = mc_xcalloc(m, sizeof(int)),
+        .reps = mc_xcalloc(m, sizeof(mc_master_replica_list)),
+    };
+    for (size_t k = 0; k < m; k++) {
+        c.keys[k] = (mc_master_key){it[idx[k]].key, it[idx[k]].klen};
+        c.sizes[k] = it[idx[k]].size;
+    }
+    if (write_start(&c, cfg) > 0) {
+        size_t first = 0;
+        while (c.skip[first])
+            first++;
+        mc__store_hook(MC__STORE_HOOK_PUT_STARTED, c.keys[first].data, c.keys[first].len);
+        write_transfer(&c);
+        write_finish(&c);
+    }
+    free(c.keys);
+    free(c.sizes);
+    free(c.st);
+    free(c.skip);
+    free(c.werr);
+    free(c.reps);
+}
+
+/* Runs the write protocol for items[0..n) whose status is MC_OK (the others keep their
+ * status). Caller holds life shared. */
+static void do_write(mc_store *s, bool upsert, witem *it, size_t n,
+                     const mc_master_put_config *cfg)
+{
+    /* A key given twice in one call is written once (at its first position); the
+     * later positions copy that one's result at the end. */
+    for (size_t i = 0; i < n; i++)
+        it[i].active = it[i].status == MC_OK;
+    dedupe(it, n);
+    size_t *idx = mc_xmalloc((n ? n : 1) * sizeof *idx);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (it[i].active)
+            idx[m++] = i;
+    for (size_t c = 0; c < m; c += CHUNK_KEYS)
+        write_chunk(s, upsert, it, idx + c, m - c < CHUNK_KEYS ? m - c : CHUNK_KEYS, cfg);
+    for (size_t i = 0; i < n; i++)
+        if (it[i].first != i)
+            it[i].status = it[it[i].first].status;
+    free(idx);
+}
+
+/* ---- the public calls ---- */
+
+/* Checks parts and sums their lengths; MC_OK or MC_INVALID_PARAMS. */
+static int iov_total(const mc_store_iov *iov, size_t n, uint64_t *total)
+{
+    if (n > MC_STORE_MAX_PARTS || (n && !iov))
+        return MC_INVALID_PARAMS;
+    uint64_t t = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (iov[i].len && !iov[i].base)
+            return MC_INVALID_PARAMS;
+        if (iov[i].len > MC_STORE_MAX_SEGMENT_SIZE || t + iov[i].len > MC_STORE_MAX_SEGMENT_SIZE)
+            return MC_INVALID_PARAMS;
+        t += iov[i].len;
+    }
+    *total = t;
+    return MC_OK;
+}
+
+static int write_single(mc_store *s, bool upsert, const void *key, size_t key_len,
+                        const mc_store_iov *parts, size_t nparts,
+                        const mc_store_replicate_config *cfg)
+{
+    if (!mc__store_key_ok(key, key_len)) {
+        mc_log(MC_LOG_WARN, TAG, "put: the key must be 1..%u bytes (got %zu)",
+               MC_STORE_KEY_MAX, key ? key_len : 0);
+        return MC_INVALID_PARAMS;
+    }
+    witem w = {.key = key, .klen = key_len, .iov = parts, .niov = nparts};
+    if (iov_total(parts, nparts, &w.size) != MC_OK ||
+        mc__check_ranges(s, parts, nparts, upsert ? "upsert" : "put", 0, NULL) != MC_OK)
+        return MC_INVALID_PARAMS;
+    int rc = mc__store_enter(s);
+    if (rc != MC_OK)
+        return rc;
+    put_cfg pc;
+    rc = conv_cfg(s, cfg, 1, false, &pc);
+    if (rc == MC_OK) {
+        w.status = MC_OK;
+        do_write(s, upsert, &w, 1, &pc.m);
+        rc = w.status;
+    }
+    mc__store_leave(s);
+    return rc;
+}
+
+int mc_store_put(mc_store *s, const void *key, size_t key_len, const void *value, size_t len,
+                 const mc_store_replicate_config *cfg)
+{
+    if (len && !value)
+        return MC_INVALID_PARAMS;
+    mc_store_iov one = {(void *)(uintptr_t)value, len};
+    return write_single(s, false, key, key_len, &one, 1, cfg);
+}
+
+int mc_store_put_parts(mc_store *s, const void *key, size_t key_len, const mc_store_iov *parts,
+                       size_t nparts, const mc_store_replicate_config *cfg)
+{
+    return write_single(s, false, key, key_len, parts, nparts, cfg);
+}
+
+int mc_store_upsert(mc_store *s, const void *key, size_t key_len, const void *value, size_t len,
+                    const mc_store_replicate_config *cfg)
+{
+    if (len && !value)
+        return MC_INVALID_PARAMS;
+    mc_store_iov one = {(void *)(uintptr_t)value, len};
+    return write_single(s, true, key, key_len, &one, 1, cfg);
+}
+
+int mc_store_upsert_parts(mc_store *s, const void *key, size_t key_len,
+                          const mc_store_iov *parts, size_t nparts,
+                          const mc_store_replicate_config *cfg)
+{
+    return write_single(s, true, key, key_len, parts, nparts, cfg);
+}
+
+/* Batch writes: values/sizes (single buffers) or iovs/iovcnt (multi). */
+static int write_batch(mc_store *s, bool upsert, const mc_store_key *keys, size_t n,
+                       const void *const *values, const uint64_t *sizes,
+                       const mc_store_iov *const *iovs, const size_t *iovcnt,
+                       const mc_store_replicate_config *cfg, bool same_node_ok, int *results)
+{
+    if (!results)
+        return MC_INVALID_PARAMS;
+    if (n == 0)
+        return MC_OK;
+    if (n > MC_STORE_MAX_BATCH || !keys || (!iovs && (!values || !sizes)) ||
+        (iovs && !iovcnt)) {
+        mc__fill_results(results, n, MC_INVALID_PARAMS);
+        return MC_INVALID_PARAMS;
+    }
+    int rc = mc__store_enter(s);
+    if (rc != MC_OK) {
+        mc__fill_results(results, n, rc);
+        return rc;
+    }
+    put_cfg pc;
+    rc = conv_cfg(s, cfg, n, same_node_ok, &pc);
+    if (rc != MC_OK) {
+        mc__store_leave(s);
+        mc__fill_results(results, n, rc);
+        return rc;
+    }
+    witem *it = mc_xcalloc(n, sizeof *it);
+    bool logged = false;
+    for (size_t i = 0; i < n; i++) {
+        witem *w = &it[i];
+        w->key = keys[i].data;
+        w->klen = keys[i].len;
+        w->status = mc__store_key_ok(w->key, w->klen) ? MC_OK : MC_INVALID_PARAMS;
+        if (iovs) {
+            w->iov = iovs[i];
+            w->niov = iovcnt[i];
+        } else {
+            w->one = (mc_store_iov){(void *)(uintptr_t)values[i], sizes[i]};
+            w->iov = &w->one;
+            w->niov = 1;
+        }
+        if (w->status == MC_OK && iov_total(w->iov, w->niov, &w->size) != MC_OK)
+            w->status = MC_INVALID_PARAMS;
+        if (w->status == MC_OK &&
+            mc__check_ranges(s, w->iov, w->niov, upsert ? "batch upsert" : "batch put", i,
+                         &logged) != MC_OK)
+            w->status = MC_INVALID_PARAMS;
+    }
+    /* Items refused above keep their status; do_write runs the others. */
+    do_write(s, upsert, it, n, &pc.m);
+    for (size_t i = 0; i < n; i++)
+        results[i] = it[i].status;
+    free(it);
+    mc__store_leave(s);
+    return MC_OK;
+}
+
+int mc_store_batch_put_from(mc_store *s, const mc_store_key *keys, size_t n,
+                            const void *const *values, const uint64_t *sizes,
+                            const mc_store_replicate_config *cfg, int *results)
+{
+    return write_batch(s, false, keys, n, values, sizes, NULL, NULL, cfg, false, results);
+}
+
+int mc_store_batch_put_from_multi_buffers(mc_store *s, const mc_store_key *keys, size_t n,
+                                          const mc_store_iov *const *iovs, const size_t *iovcnt,
+                                          const mc_store_replicate_config *cfg, int *results)
+{
+    return write_batch(s, false, keys, n, NULL, NULL, iovs, iovcnt, cfg, true, results);
+}
+
+int mc_store_batch_upsert_from(mc_store *s, const mc_store_key *keys, size_t n,
+                               const void *const *values, const uint64_t *sizes,
+                               const mc_store_replicate_config *cfg, int *results)
+{
+    return write_batch(s, true, keys, n, values, sizes, NULL, NULL, cfg, false, results);
+}
+
+int mc_store_batch_upsert_from_multi_buffers(mc_store *s, const mc_store_key *keys, size_t n,
+                                             const mc_store_iov *const *iovs,
+                                             const size_t *iovcnt,
+                                             const mc_store_replicate_config *cfg,
+                                             int *results)
+{
+    return write_batch(s, true, keys, n, NULL, NULL, iovs, iovcnt, cfg, true, results);
+}
