@@ -663,7 +663,8 @@ static json_t *cmd_REMOVE_ALL(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
 
 /* The verb list: one command per RPC, generated from the table. */
 static const rpc_cmd rpc_cmds[] = {
-#define MC__CMD(ID, CODE, NAME, VERB, REQ, REPLY, SHAPE, HANDLER, COUNT) {VERB, CODE, cmd_##SHAPE},
+#define MC__CMD(ID, CODE, NAME, VERB, REQ, REPLY, SHAPE, HANDLER, COUNT)                       \
+    {VERB, CODE, cmd_##SHAPE},
     MC_MASTER_RPC_TABLE(MC__CMD)
 #undef MC__CMD
 };
