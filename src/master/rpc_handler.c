@@ -107,12 +107,14 @@ static uint64_t uuid_hash(mc_master_uuid id)
     return x ^ (x >> 32);
 }
 
+/* Doubles the open-addressing index over h->segs (load <= 1/2) and the entry array with
+ * it. The old arrays stay in the arena until the request ends (no free in an arena). */
 static void segtab_grow(mc_master_rpc_handler *h)
 {
     size_t ns = h->nslots ? h->nslots * 2 : 16;
     uint32_t *slots = aalloc_n(h, ns, sizeof *slots);
     memset(slots, 0, ns * sizeof *slots);
-    for (size_t i = 0; i < h->nsegs; i++) {
+    for (size_t i = 0; i < h->nsegs; i++) { /* rehash every entry into the new index */
         mc_master_uuid id = {h->segs[i]->id->first, h->segs[i]->id->second};
         size_t j = uuid_hash(id) & (ns - 1);
         while (slots[j])
@@ -121,13 +123,14 @@ static void segtab_grow(mc_master_rpc_handler *h)
     }
     h->slots = slots;
     h->nslots = ns;
-    size_t cap = ns / 2;
+    size_t cap = ns / 2; /* segtab_index grows before nsegs + 1 passes ns / 2 */
     Mcrpc__SegmentRef **v = aalloc_n(h, cap, sizeof *v);
     if (h->nsegs)
         memcpy(v, h->segs, h->nsegs * sizeof *v);
     h->segs = v;
 }
 
+/* The index of r's segment in the reply's table, adding it on first use. */
 static uint32_t segtab_index(mc_master_rpc_handler *h, const mc_master_replica *r)
 {
     if ((h->nsegs + 1) * 2 > h->nslots)
@@ -139,6 +142,7 @@ static uint32_t segtab_index(mc_master_rpc_handler *h, const mc_master_replica *
             return h->slots[j] - 1;
         j = (j + 1) & (h->nslots - 1);
     }
+    /* first replica on this segment in this reply: j is the empty slot to fill */
     Mcrpc__SegmentRef *ref = aalloc(h, sizeof *ref);
     mcrpc__segment_ref__init(ref);
     ref->id = uuid_to_pb(h, r->segment_id);
@@ -157,7 +161,7 @@ static Mcrpc__ReplicaDescriptor **replicas_to_pb(mc_master_rpc_handler *h,
                                                  const mc_master_replica_list *l,
                                                  size_t *n_out)
 {
-    uint32_t n = l->n <= MC_MASTER_MAX_REPLICAS ? l->n : MC_MASTER_MAX_REPLICAS;
+    uint32_t n = l->n <= MC_MASTER_MAX_REPLICAS ? l->n : MC_MASTER_MAX_REPLICAS; /* bound */
     *n_out = n;
     if (n == 0)
         return NULL;
@@ -193,6 +197,7 @@ static int config_from_pb(mc_master_rpc_handler *h, const Mcrpc__ReplicateConfig
         (unsigned)pc->strategy > MCRPC__ALLOCATION_STRATEGY__STRATEGY_FREE_RATIO_FIRST)
         return MC_INVALID_PARAMS;
     (void)h;
+    /* the strings stay in the decoded request (arena), alive until the reply is packed */
     cfg->replica_num = pc->replica_num;
     cfg->preferred_segments = (const char *const *)pc->preferred_segments;
     cfg->n_preferred = pc->n_preferred_segments;

@@ -65,6 +65,8 @@ static void on_frame(mc_conn *c, const mc_frame_header *hdr, const uint8_t *body
         mc_conn_close(c);
         return;
     }
+    /* runs the request on this loop's thread with this loop's handler; the reply points
+     * into the handler's buffer, valid until its next request (mc_conn_send copies it) */
     const uint8_t *reply;
     size_t reply_len;
     int st = mc_master_rpc_handle(sc->lc->h, hdr->opcode, body, hdr->body_len, &reply,
@@ -132,6 +134,8 @@ static void on_accept(mc_loop *loop, int lfd, uint32_t events, void *arg)
     (void)loop;
     (void)events;
     mc_master_rpc_server *srv = arg;
+    /* at most 64 accepts per wakeup, so a connect storm cannot starve loop 0's own
+     * connections; level-triggered epoll calls again for the rest */
     for (int i = 0; i < 64; i++) {
         int fd = mc_sock_accept(lfd, true);
         if (fd < 0) {
@@ -141,7 +145,7 @@ static void on_accept(mc_loop *loop, int lfd, uint32_t events, void *arg)
             return;
         }
         mc_sock_set_nodelay(fd);
-        loop_ctx *lc = &srv->lcs[srv->rr++ % srv->n];
+        loop_ctx *lc = &srv->lcs[srv->rr++ % srv->n]; /* round robin over the loops */
         if (lc == &srv->lcs[0]) {
             adopt_fd(lc, fd);
             continue;
@@ -150,7 +154,7 @@ static void on_accept(mc_loop *loop, int lfd, uint32_t events, void *arg)
         handoff *ho = mc_xmalloc(sizeof *ho);
         ho->lc = lc;
         ho->fd = fd;
-        if (mc_loop_post(lc->loop, handoff_task, ho) != 0) {
+        if (mc_loop_post(lc->loop, handoff_task, ho) != 0) { /* loop stopping: drop it */
             close(fd);
             free(ho);
         }

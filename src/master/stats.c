@@ -64,6 +64,8 @@ void mc__observe_size(mc_master_service *svc, uint64_t size)
 
 void mc_master_service_get_stats(mc_master_service *svc, mc_master_stats *out)
 {
+    /* each counter is read on its own (relaxed): the snapshot is not atomic as a whole,
+     * e.g. allocated_bytes may already include a put that key_count does not yet */
     memset(out, 0, sizeof(*out));
     out->allocated_bytes = cget(&svc->allocated);
     out->total_capacity_bytes = cget(&svc->capacity);
@@ -102,7 +104,7 @@ void mc_master_service_get_stats(mc_master_service *svc, mc_master_stats *out)
     out->deferred_free_bytes = cget(&svc->defer_bytes);
     for (int i = 0; i < MC_MASTER_VALUE_SIZE_BUCKETS; i++) {
         out->value_size_buckets[i] = cget(&svc->vsize[i]);
-        out->value_size_count += out->value_size_buckets[i];
+        out->value_size_count += out->value_size_buckets[i]; /* the count is their sum */
     }
     out->value_size_sum = cget(&svc->vsize_sum);
 }
@@ -113,10 +115,10 @@ size_t mc_master_service_foreach_key(mc_master_service *svc, mc_master_key_cb cb
     bool stop = false;
     for (uint32_t i = 0; i < svc->nshards && !stop; i++) {
         shard *sh = &svc->shards[i];
-        pthread_mutex_lock(&sh->mu);
+        pthread_mutex_lock(&sh->mu); /* one shard at a time: writers elsewhere go on */
         for (uint32_t b = 0; b <= sh->mask && !stop; b++) {
             obj *o = slot_obj(sh->slots[b]);
-            if (o) {
+            if (o) { /* in flight too (complete = false) */
                 n++;
                 if (cb && cb(okey(o), o->key_len, o->size, !(o->flags & F_PROC), ctx))
                     stop = true;
