@@ -40,9 +40,11 @@
 #include <unistd.h>
 
 #include "client/master_client.h"
+#include "common/xalloc.h"
 #include "mooncake/log.h"
 #include "mooncake/mc_time.h"
 #include "mooncake/options.h"
+#include "rpc/master_rpcs.h"
 
 static char *master_addr;
 static char *client_id_text;
@@ -114,9 +116,7 @@ static bool key_from_json(json_t *j, keybuf *k)
     size_t n = strlen(h);
     if (n % 2)
         return false;
-    uint8_t *b = malloc(n / 2 + 1);
-    if (!b)
-        abort();
+    uint8_t *b = mc_xmalloc(n / 2 + 1);
     for (size_t i = 0; i < n / 2; i++) {
         int hi = hexval(h[2 * i]), lo = hexval(h[2 * i + 1]);
         if (hi < 0 || lo < 0) {
@@ -150,10 +150,8 @@ static bool keys_from_json(json_t *j, keyarr *ka)
     if (!json_is_array(j))
         return false;
     size_t n = json_array_size(j);
-    ka->keys = calloc(n ? n : 1, sizeof *ka->keys);
-    ka->bufs = calloc(n ? n : 1, sizeof *ka->bufs);
-    if (!ka->keys || !ka->bufs)
-        abort();
+    ka->keys = mc_xcalloc(n ? n : 1, sizeof *ka->keys);
+    ka->bufs = mc_xcalloc(n ? n : 1, sizeof *ka->bufs);
     for (size_t i = 0; i < n; i++) {
         if (!key_from_json(json_array_get(j, i), &ka->bufs[i])) {
             ka->n = i;
@@ -180,9 +178,7 @@ static json_t *key_to_json(const void *data, size_t len)
     if (s)
         return s;
     static const char hx[] = "0123456789abcdef";
-    char *h = malloc(len * 2 + 1);
-    if (!h)
-        abort();
+    char *h = mc_xmalloc(len * 2 + 1);
     for (size_t i = 0; i < len; i++) {
         h[2 * i] = hx[((const uint8_t *)data)[i] >> 4];
         h[2 * i + 1] = hx[((const uint8_t *)data)[i] & 15];
@@ -349,7 +345,18 @@ static json_t *statuses_json(const int *st, size_t n)
     return a;
 }
 
-/* ---- commands ---- */
+/* ---- commands ----
+ *
+ * The RPC commands come from the RPC table (rpc/master_rpcs.h): each row's VERB names
+ * its command and its SHAPE picks the runner below (cmd_<SHAPE>); rows that share a
+ * shape (put_end / put_revoke / ...) differ only in the client call, chosen by opcode.
+ * "client", "set_client" and "sleep" are the tool's own (no RPC). */
+
+typedef struct rpc_cmd {
+    const char *verb;
+    uint16_t opcode;
+    json_t *(*run)(uint16_t opcode, json_t *a1, json_t *a2, json_t *a3);
+} rpc_cmd;
 
 typedef int (*kfn)(mc_master_client *, mc_master_uuid, const void *, size_t);
 typedef int (*sfn)(mc_master_client *, mc_master_uuid, const void *, size_t, uint64_t,
@@ -359,21 +366,308 @@ typedef int (*bsfn)(mc_master_client *, mc_master_uuid, const mc_master_key *,
                     mc_master_replica_list *, int *);
 typedef int (*bkfn)(mc_master_client *, mc_master_uuid, const mc_master_key *, size_t, int *);
 
-static const struct {
-    const char *name;
-    kfn fn;
-} key_cmds[] = {{"put_end", mc_master_client_put_end},
-                {"put_revoke", mc_master_client_put_revoke},
-                {"upsert_end", mc_master_client_upsert_end},
-                {"upsert_revoke", mc_master_client_upsert_revoke}};
+static json_t *cmd_PING(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
+{
+    (void)op, (void)a1, (void)a2, (void)a3;
+    mc_master_ping_result pr;
+    int rc = mc_master_client_ping(cli, client_id, &pr);
+    json_t *r = result(rc);
+    json_object_set_new(r, "view_version", json_integer(pr.view_version));
+    json_object_set_new(r, "client_status",
+                        json_string(pr.client_status == MC_MASTER_CLIENT_OK ? "OK"
+                                    : pr.client_status == MC_MASTER_CLIENT_NEED_REMOUNT
+                                        ? "NEED_REMOUNT"
+                                        : "UNDEFINED"));
+    return r;
+}
 
-static const struct {
-    const char *name;
-    bkfn fn;
-} bkey_cmds[] = {{"batch_put_end", mc_master_client_batch_put_end},
-                 {"batch_put_revoke", mc_master_client_batch_put_revoke},
-                 {"batch_upsert_end", mc_master_client_batch_upsert_end},
-                 {"batch_upsert_revoke", mc_master_client_batch_upsert_revoke}};
+static json_t *cmd_READY(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
+{
+    (void)op, (void)a1, (void)a2, (void)a3;
+    char v[128];
+    int rc = mc_master_client_service_ready(cli, v, sizeof v);
+    json_t *r = result(rc);
+    json_object_set_new(r, "version", json_string(v));
+    return r;
+}
+
+static json_t *cmd_MOUNT(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
+{
+    (void)op, (void)a2, (void)a3;
+    mc_master_segment s;
+    if (!seg_from_json(a1, &s))
+        return err("mount SEG (an object with at least a name)");
+    json_t *r = result(mc_master_client_mount_segment(cli, &s, client_id));
+    json_object_set_new(r, "segment_id", uuid_to_json(s.id)); /* it may have been random */
+    return r;
+}
+
+static json_t *cmd_REMOUNT(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
+{
+    (void)op, (void)a2, (void)a3;
+    size_t n = json_array_size(a1);
+    if (!json_is_array(a1))
+        return err("remount [SEG...]");
+    mc_master_segment *segs = mc_xcalloc(n ? n : 1, sizeof *segs);
+    for (size_t i = 0; i < n; i++)
+        if (!seg_from_json(json_array_get(a1, i), &segs[i])) {
+            free(segs);
+            return err("remount: bad SEG");
+        }
+    json_t *r = result(mc_master_client_remount_segments(cli, segs, n, client_id));
+    free(segs);
+    return r;
+}
+
+static json_t *cmd_UNMOUNT(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
+{
+    (void)op, (void)a2, (void)a3;
+    mc_master_uuid sid;
+    if (!uuid_from_json(a1, &sid))
+        return err("unmount UUID");
+    return result(mc_master_client_unmount_segment(cli, sid, client_id));
+}
+
+static json_t *cmd_START(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
+{
+    keybuf k;
+    cfgbuf cb;
+    const mc_master_put_config *cfg;
+    if (!json_is_integer(a2) || !cfg_from_json(a3, &cb, &cfg) || !key_from_json(a1, &k))
+        return err("put_start KEY SIZE CFG?"); /* (upsert_start's usage is the same) */
+    sfn fn = op == MC_MASTER_RPC_OPCODE_PUT_START ? mc_master_client_put_start
+                                                  : mc_master_client_upsert_start;
+    mc_master_replica_list out;
+    int rc = fn(cli, client_id, k.data, k.len, (uint64_t)json_integer_value(a2), cfg, &out);
+    key_free(&k);
+    json_t *r = result(rc);
+    json_object_set_new(r, "replicas", replicas_to_json(&out));
+    return r;
+}
+
+static json_t *cmd_KEY(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
+{
+    (void)a2, (void)a3;
+    kfn fn = op == MC_MASTER_RPC_OPCODE_PUT_END      ? mc_master_client_put_end
+             : op == MC_MASTER_RPC_OPCODE_PUT_REVOKE ? mc_master_client_put_revoke
+             : op == MC_MASTER_RPC_OPCODE_UPSERT_END ? mc_master_client_upsert_end
+                                                     : mc_master_client_upsert_revoke;
+    keybuf k;
+    if (!key_from_json(a1, &k))
+        return err("expected KEY");
+    int rc = fn(cli, client_id, k.data, k.len);
+    key_free(&k);
+    return result(rc);
+}
+
+static json_t *cmd_BATCH_START(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
+{
+    keyarr ka;
+    cfgbuf cb;
+    const mc_master_put_config *cfg;
+    if (!json_is_array(a2) || !cfg_from_json(a3, &cb, &cfg))
+        return err("batch_put_start KEYS SIZES CFG?");
+    if (!keys_from_json(a1, &ka) || json_array_size(a2) != ka.n) {
+        keys_free(&ka);
+        return err("batch_put_start KEYS SIZES CFG? (as many sizes as keys)");
+    }
+    size_t n = ka.n;
+    uint64_t *sizes = mc_xcalloc(n ? n : 1, sizeof *sizes);
+    mc_master_replica_list *outs = mc_xcalloc(n ? n : 1, sizeof *outs);
+    int *st = mc_xcalloc(n ? n : 1, sizeof *st);
+    for (size_t i = 0; i < n; i++)
+        sizes[i] = (uint64_t)json_integer_value(json_array_get(a2, i));
+    bsfn fn = op == MC_MASTER_RPC_OPCODE_BATCH_PUT_START ? mc_master_client_batch_put_start
+                                                        : mc_master_client_batch_upsert_start;
+    int rc = fn(cli, client_id, ka.keys, sizes, n, cfg, outs, st);
+    json_t *r = result(rc);
+    json_t *items = json_array();
+    for (size_t i = 0; i < n; i++) {
+        json_t *it = result(st[i]);
+        json_object_set_new(it, "replicas", replicas_to_json(&outs[i]));
+        json_array_append_new(items, it);
+    }
+    json_object_set_new(r, "items", items);
+    free(sizes);
+    free(outs);
+    free(st);
+    keys_free(&ka);
+    return r;
+}
+
+static json_t *cmd_BATCH_KEY(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
+{
+    (void)a2, (void)a3;
+    bkfn fn = op == MC_MASTER_RPC_OPCODE_BATCH_PUT_END ? mc_master_client_batch_put_end
+              : op == MC_MASTER_RPC_OPCODE_BATCH_PUT_REVOKE
+                  ? mc_master_client_batch_put_revoke
+              : op == MC_MASTER_RPC_OPCODE_BATCH_UPSERT_END
+                  ? mc_master_client_batch_upsert_end
+                  : mc_master_client_batch_upsert_revoke;
+    keyarr ka;
+    if (!keys_from_json(a1, &ka)) {
+        keys_free(&ka);
+        return err("expected KEYS");
+    }
+    int *st = mc_xcalloc(ka.n ? ka.n : 1, sizeof *st);
+    json_t *r = result(fn(cli, client_id, ka.keys, ka.n, st));
+    json_object_set_new(r, "statuses", statuses_json(st, ka.n));
+    free(st);
+    keys_free(&ka);
+    return r;
+}
+
+static json_t *cmd_GET(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
+{
+    (void)op, (void)a2, (void)a3;
+    keybuf k;
+    if (!key_from_json(a1, &k))
+        return err("get KEY");
+    mc_master_replica_list out;
+    int rc = mc_master_client_get_replica_list(cli, k.data, k.len, &out);
+    key_free(&k);
+    json_t *r = result(rc);
+    json_object_set_new(r, "replicas", replicas_to_json(&out));
+    json_object_set_new(r, "lease_ttl_ms", json_integer((json_int_t)out.lease_ttl_ms));
+    return r;
+}
+
+static json_t *cmd_BATCH_GET(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
+{
+    (void)op, (void)a2, (void)a3;
+    keyarr ka;
+    if (!keys_from_json(a1, &ka)) {
+        keys_free(&ka);
+        return err("batch_get KEYS");
+    }
+    mc_master_replica_list *outs = mc_xcalloc(ka.n ? ka.n : 1, sizeof *outs);
+    int *st = mc_xcalloc(ka.n ? ka.n : 1, sizeof *st);
+    json_t *r = result(mc_master_client_batch_get_replica_list(cli, ka.keys, ka.n, outs, st));
+    json_t *items = json_array();
+    for (size_t i = 0; i < ka.n; i++) {
+        json_t *it = result(st[i]);
+        json_object_set_new(it, "replicas", replicas_to_json(&outs[i]));
+        json_object_set_new(it, "lease_ttl_ms", json_integer((json_int_t)outs[i].lease_ttl_ms));
+        json_array_append_new(items, it);
+    }
+    json_object_set_new(r, "items", items);
+    free(outs);
+    free(st);
+    keys_free(&ka);
+    return r;
+}
+
+static json_t *cmd_GET_REGEX(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
+{
+    (void)op, (void)a2, (void)a3;
+    if (!json_is_string(a1))
+        return err("get_regex PATTERN");
+    mc_master_regex_match *m = NULL;
+    size_t n = 0;
+    bool trunc = false;
+    int rc = mc_master_client_get_replica_list_by_regex(cli, json_string_value(a1),
+                                                        json_string_length(a1), &m, &n, &trunc);
+    json_t *r = result(rc);
+    json_t *ms = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(ms, json_pack("{s:o,s:o}", "key",
+                                            key_to_json(m[i].key, m[i].key_len), "replicas",
+                                            replicas_to_json(&m[i].replicas)));
+    json_object_set_new(r, "matches", ms);
+    json_object_set_new(r, "truncated", json_boolean(trunc));
+    mc_master_client_free_matches(m, n);
+    return r;
+}
+
+static json_t *cmd_EXIST(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
+{
+    (void)op, (void)a2, (void)a3;
+    keybuf k;
+    if (!key_from_json(a1, &k))
+        return err("exist KEY");
+    int rc = mc_master_client_exist_key(cli, k.data, k.len);
+    key_free(&k);
+    json_t *r = result(rc < 0 ? rc : MC_OK);
+    json_object_set_new(r, "exists", json_integer(rc)); /* 1 / 0 (or the error code) */
+    return r;
+}
+
+static json_t *cmd_BATCH_EXIST(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
+{
+    (void)op, (void)a2, (void)a3;
+    keyarr ka;
+    if (!keys_from_json(a1, &ka)) {
+        keys_free(&ka);
+        return err("batch_exist KEYS");
+    }
+    int *res = mc_xcalloc(ka.n ? ka.n : 1, sizeof *res);
+    json_t *r = result(mc_master_client_batch_exist_key(cli, ka.keys, ka.n, res));
+    json_object_set_new(r, "results", statuses_json(res, ka.n));
+    free(res);
+    keys_free(&ka);
+    return r;
+}
+
+static json_t *cmd_REMOVE(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
+{
+    (void)op, (void)a3;
+    keybuf k;
+    if (!key_from_json(a1, &k))
+        return err("remove KEY FORCE?");
+    int rc = mc_master_client_remove(cli, k.data, k.len, json_is_true(a2));
+    key_free(&k);
+    return result(rc);
+}
+
+static json_t *cmd_BATCH_REMOVE(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
+{
+    (void)op, (void)a3;
+    keyarr ka;
+    if (!keys_from_json(a1, &ka)) {
+        keys_free(&ka);
+        return err("batch_remove KEYS FORCE?");
+    }
+    int *st = mc_xcalloc(ka.n ? ka.n : 1, sizeof *st);
+    json_t *r = result(mc_master_client_batch_remove(cli, ka.keys, ka.n, json_is_true(a2), st));
+    json_object_set_new(r, "statuses", statuses_json(st, ka.n));
+    free(st);
+    keys_free(&ka);
+    return r;
+}
+
+static json_t *count_result(int rc, uint64_t count)
+{
+    json_t *r = result(rc);
+    json_object_set_new(r, "count", json_integer((json_int_t)count));
+    return r;
+}
+
+static json_t *cmd_REMOVE_REGEX(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
+{
+    (void)op, (void)a3;
+    if (!json_is_string(a1))
+        return err("remove_regex PATTERN FORCE?");
+    uint64_t count = 0;
+    int rc = mc_master_client_remove_by_regex(cli, json_string_value(a1),
+                                              json_string_length(a1), json_is_true(a2), &count);
+    return count_result(rc, count);
+}
+
+static json_t *cmd_REMOVE_ALL(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
+{
+    (void)op, (void)a2, (void)a3;
+    uint64_t count = 0;
+    int rc = mc_master_client_remove_all(cli, json_is_true(a1), &count);
+    return count_result(rc, count);
+}
+
+/* The verb list: one command per RPC, generated from the table. */
+static const rpc_cmd rpc_cmds[] = {
+#define MC__CMD(ID, CODE, NAME, VERB, REQ, REPLY, SHAPE, HANDLER, COUNT)                       \
+    {VERB, CODE, cmd_##SHAPE},
+    MC_MASTER_RPC_TABLE(MC__CMD)
+#undef MC__CMD
+};
 
 static json_t *run(json_t *cmd)
 {
@@ -381,27 +675,12 @@ static json_t *run(json_t *cmd)
         return err("a command is a JSON array whose first item is the command name");
     const char *name = json_string_value(json_array_get(cmd, 0));
     json_t *a1 = json_array_get(cmd, 1), *a2 = json_array_get(cmd, 2),
-           *a3 = json_array_get(cmd, 3);
+           *a3 = json_array_get(cmd, 3); /* NULL where absent */
 
-    if (!strcmp(name, "ping")) {
-        mc_master_ping_result pr;
-        int rc = mc_master_client_ping(cli, client_id, &pr);
-        json_t *r = result(rc);
-        json_object_set_new(r, "view_version", json_integer(pr.view_version));
-        json_object_set_new(r, "client_status",
-                            json_string(pr.client_status == MC_MASTER_CLIENT_OK ? "OK"
-                                        : pr.client_status == MC_MASTER_CLIENT_NEED_REMOUNT
-                                            ? "NEED_REMOUNT"
-                                            : "UNDEFINED"));
-        return r;
-    }
-    if (!strcmp(name, "service_ready")) {
-        char v[128];
-        int rc = mc_master_client_service_ready(cli, v, sizeof v);
-        json_t *r = result(rc);
-        json_object_set_new(r, "version", json_string(v));
-        return r;
-    }
+    for (size_t i = 0; i < sizeof rpc_cmds / sizeof rpc_cmds[0]; i++)
+        if (!strcmp(name, rpc_cmds[i].verb))
+            return rpc_cmds[i].run(rpc_cmds[i].opcode, a1, a2, a3);
+    /* the tool's own commands */
     if (!strcmp(name, "client")) {
         json_t *r = result(MC_OK);
         json_object_set_new(r, "client_id", uuid_to_json(client_id));
@@ -416,233 +695,6 @@ static json_t *run(json_t *cmd)
         mc_sleep_ms((uint64_t)json_integer_value(a1));
         return result(MC_OK);
     }
-    if (!strcmp(name, "mount")) {
-        mc_master_segment s;
-        if (!seg_from_json(a1, &s))
-            return err("mount SEG (an object with at least a name)");
-        json_t *r = result(mc_master_client_mount_segment(cli, &s, client_id));
-        json_object_set_new(r, "segment_id", uuid_to_json(s.id));
-        return r;
-    }
-    if (!strcmp(name, "remount")) {
-        size_t n = json_array_size(a1);
-        if (!json_is_array(a1))
-            return err("remount [SEG...]");
-        mc_master_segment *segs = calloc(n ? n : 1, sizeof *segs);
-        if (!segs)
-            abort();
-        for (size_t i = 0; i < n; i++)
-            if (!seg_from_json(json_array_get(a1, i), &segs[i])) {
-                free(segs);
-                return err("remount: bad SEG");
-            }
-        json_t *r = result(mc_master_client_remount_segments(cli, segs, n, client_id));
-        free(segs);
-        return r;
-    }
-    if (!strcmp(name, "unmount")) {
-        mc_master_uuid sid;
-        if (!uuid_from_json(a1, &sid))
-            return err("unmount UUID");
-        return result(mc_master_client_unmount_segment(cli, sid, client_id));
-    }
-    if (!strcmp(name, "put_start") || !strcmp(name, "upsert_start")) {
-        keybuf k;
-        cfgbuf cb;
-        const mc_master_put_config *cfg;
-        if (!json_is_integer(a2) || !cfg_from_json(a3, &cb, &cfg) || !key_from_json(a1, &k))
-            return err("put_start KEY SIZE CFG?");
-        sfn fn = name[0] == 'p' ? mc_master_client_put_start : mc_master_client_upsert_start;
-        mc_master_replica_list out;
-        int rc = fn(cli, client_id, k.data, k.len, (uint64_t)json_integer_value(a2), cfg, &out);
-        key_free(&k);
-        json_t *r = result(rc);
-        json_object_set_new(r, "replicas", replicas_to_json(&out));
-        return r;
-    }
-    for (size_t i = 0; i < sizeof key_cmds / sizeof key_cmds[0]; i++) {
-        if (strcmp(name, key_cmds[i].name))
-            continue;
-        keybuf k;
-        if (!key_from_json(a1, &k))
-            return err("expected KEY");
-        int rc = key_cmds[i].fn(cli, client_id, k.data, k.len);
-        key_free(&k);
-        return result(rc);
-    }
-    if (!strcmp(name, "batch_put_start") || !strcmp(name, "batch_upsert_start")) {
-        keyarr ka;
-        cfgbuf cb;
-        const mc_master_put_config *cfg;
-        if (!json_is_array(a2) || !cfg_from_json(a3, &cb, &cfg))
-            return err("batch_put_start KEYS SIZES CFG?");
-        if (!keys_from_json(a1, &ka) || json_array_size(a2) != ka.n) {
-            keys_free(&ka);
-            return err("batch_put_start KEYS SIZES CFG? (as many sizes as keys)");
-        }
-        size_t n = ka.n;
-        uint64_t *sizes = calloc(n ? n : 1, sizeof *sizes);
-        mc_master_replica_list *outs = calloc(n ? n : 1, sizeof *outs);
-        int *st = calloc(n ? n : 1, sizeof *st);
-        if (!sizes || !outs || !st)
-            abort();
-        for (size_t i = 0; i < n; i++)
-            sizes[i] = (uint64_t)json_integer_value(json_array_get(a2, i));
-        bsfn fn = name[6] == 'p' ? mc_master_client_batch_put_start
-                                 : mc_master_client_batch_upsert_start;
-        int rc = fn(cli, client_id, ka.keys, sizes, n, cfg, outs, st);
-        json_t *r = result(rc);
-        json_t *items = json_array();
-        for (size_t i = 0; i < n; i++) {
-            json_t *it = result(st[i]);
-            json_object_set_new(it, "replicas", replicas_to_json(&outs[i]));
-            json_array_append_new(items, it);
-        }
-        json_object_set_new(r, "items", items);
-        free(sizes);
-        free(outs);
-        free(st);
-        keys_free(&ka);
-        return r;
-    }
-    for (size_t i = 0; i < sizeof bkey_cmds / sizeof bkey_cmds[0]; i++) {
-        if (strcmp(name, bkey_cmds[i].name))
-            continue;
-        keyarr ka;
-        if (!keys_from_json(a1, &ka)) {
-            keys_free(&ka);
-            return err("expected KEYS");
-        }
-        int *st = calloc(ka.n ? ka.n : 1, sizeof *st);
-        if (!st)
-            abort();
-        json_t *r = result(bkey_cmds[i].fn(cli, client_id, ka.keys, ka.n, st));
-        json_object_set_new(r, "statuses", statuses_json(st, ka.n));
-        free(st);
-        keys_free(&ka);
-        return r;
-    }
-    if (!strcmp(name, "get")) {
-        keybuf k;
-        if (!key_from_json(a1, &k))
-            return err("get KEY");
-        mc_master_replica_list out;
-        int rc = mc_master_client_get_replica_list(cli, k.data, k.len, &out);
-        key_free(&k);
-        json_t *r = result(rc);
-        json_object_set_new(r, "replicas", replicas_to_json(&out));
-        json_object_set_new(r, "lease_ttl_ms", json_integer((json_int_t)out.lease_ttl_ms));
-        return r;
-    }
-    if (!strcmp(name, "batch_get")) {
-        keyarr ka;
-        if (!keys_from_json(a1, &ka)) {
-            keys_free(&ka);
-            return err("batch_get KEYS");
-        }
-        mc_master_replica_list *outs = calloc(ka.n ? ka.n : 1, sizeof *outs);
-        int *st = calloc(ka.n ? ka.n : 1, sizeof *st);
-        if (!outs || !st)
-            abort();
-        json_t *r = result(mc_master_client_batch_get_replica_list(cli, ka.keys, ka.n, outs, st));
-        json_t *items = json_array();
-        for (size_t i = 0; i < ka.n; i++) {
-            json_t *it = result(st[i]);
-            json_object_set_new(it, "replicas", replicas_to_json(&outs[i]));
-            json_object_set_new(it, "lease_ttl_ms",
-                                json_integer((json_int_t)outs[i].lease_ttl_ms));
-            json_array_append_new(items, it);
-        }
-        json_object_set_new(r, "items", items);
-        free(outs);
-        free(st);
-        keys_free(&ka);
-        return r;
-    }
-    if (!strcmp(name, "get_regex")) {
-        if (!json_is_string(a1))
-            return err("get_regex PATTERN");
-        mc_master_regex_match *m = NULL;
-        size_t n = 0;
-        bool trunc = false;
-        int rc = mc_master_client_get_replica_list_by_regex(
-            cli, json_string_value(a1), json_string_length(a1), &m, &n, &trunc);
-        json_t *r = result(rc);
-        json_t *ms = json_array();
-        for (size_t i = 0; i < n; i++)
-            json_array_append_new(ms, json_pack("{s:o,s:o}", "key",
-                                                key_to_json(m[i].key, m[i].key_len),
-                                                "replicas", replicas_to_json(&m[i].replicas)));
-        json_object_set_new(r, "matches", ms);
-        json_object_set_new(r, "truncated", json_boolean(trunc));
-        mc_master_client_free_matches(m, n);
-        return r;
-    }
-    if (!strcmp(name, "exist")) {
-        keybuf k;
-        if (!key_from_json(a1, &k))
-            return err("exist KEY");
-        int rc = mc_master_client_exist_key(cli, k.data, k.len);
-        key_free(&k);
-        json_t *r = result(rc < 0 ? rc : MC_OK);
-        json_object_set_new(r, "exists", json_integer(rc));
-        return r;
-    }
-    if (!strcmp(name, "batch_exist")) {
-        keyarr ka;
-        if (!keys_from_json(a1, &ka)) {
-            keys_free(&ka);
-            return err("batch_exist KEYS");
-        }
-        int *res = calloc(ka.n ? ka.n : 1, sizeof *res);
-        if (!res)
-            abort();
-        json_t *r = result(mc_master_client_batch_exist_key(cli, ka.keys, ka.n, res));
-        json_object_set_new(r, "results", statuses_json(res, ka.n));
-        free(res);
-        keys_free(&ka);
-        return r;
-    }
-    if (!strcmp(name, "remove")) {
-        keybuf k;
-        if (!key_from_json(a1, &k))
-            return err("remove KEY FORCE?");
-        int rc = mc_master_client_remove(cli, k.data, k.len, json_is_true(a2));
-        key_free(&k);
-        return result(rc);
-    }
-    if (!strcmp(name, "batch_remove")) {
-        keyarr ka;
-        if (!keys_from_json(a1, &ka)) {
-            keys_free(&ka);
-            return err("batch_remove KEYS FORCE?");
-        }
-        int *st = calloc(ka.n ? ka.n : 1, sizeof *st);
-        if (!st)
-            abort();
-        json_t *r =
-            result(mc_master_client_batch_remove(cli, ka.keys, ka.n, json_is_true(a2), st));
-        json_object_set_new(r, "statuses", statuses_json(st, ka.n));
-        free(st);
-        keys_free(&ka);
-        return r;
-    }
-    if (!strcmp(name, "remove_regex") || !strcmp(name, "remove_all")) {
-        uint64_t count = 0;
-        int rc;
-        if (name[7] == 'r') {
-            if (!json_is_string(a1))
-                return err("remove_regex PATTERN FORCE?");
-            rc = mc_master_client_remove_by_regex(cli, json_string_value(a1),
-                                                  json_string_length(a1), json_is_true(a2),
-                                                  &count);
-        } else {
-            rc = mc_master_client_remove_all(cli, json_is_true(a1), &count);
-        }
-        json_t *r = result(rc);
-        json_object_set_new(r, "count", json_integer((json_int_t)count));
-        return r;
-    }
     return err("unknown command");
 }
 
@@ -650,8 +702,6 @@ static void emit(json_t *r)
 {
     char *s = json_dumps(r, JSON_COMPACT | JSON_ENSURE_ASCII);
     json_decref(r);
-    if (!s)
-        abort();
     fputs(s, stdout);
     fputc('\n', stdout);
     fflush(stdout);
@@ -672,8 +722,7 @@ typedef struct bench_thread {
 static void key_name(char *buf, size_t len, unsigned tid, uint64_t i)
 {
     static const char hx[] = "0123456789abcdef";
-    if (len < 32)
-        abort();
+    MC_ASSERT(len >= 32);
     memcpy(buf, "bench/", 6);
     char *p = buf + 6;
     char t[12];
@@ -696,13 +745,11 @@ static void *bench_put(void *arg)
 {
     bench_thread *t = arg;
     size_t b = (size_t)bench_batch;
-    char *names = malloc(b * KEY_LEN);
-    mc_master_key *keys = malloc(b * sizeof *keys);
-    uint64_t *sizes = malloc(b * sizeof *sizes);
-    mc_master_replica_list *outs = malloc(b * sizeof *outs);
-    int *st = malloc(b * sizeof *st);
-    if (!names || !keys || !sizes || !outs || !st)
-        abort();
+    char *names = mc_xmalloc(b * KEY_LEN);
+    mc_master_key *keys = mc_xmalloc(b * sizeof *keys);
+    uint64_t *sizes = mc_xmalloc(b * sizeof *sizes);
+    mc_master_replica_list *outs = mc_xmalloc(b * sizeof *outs);
+    int *st = mc_xmalloc(b * sizeof *st);
     uint64_t seq = 0;
     while (mc_now_ms() < t->deadline_ms) {
         for (size_t i = 0; i < b; i++) {
@@ -744,12 +791,10 @@ static void *bench_get(void *arg)
 {
     bench_thread *t = arg;
     size_t b = (size_t)bench_batch;
-    char *names = malloc(b * KEY_LEN);
-    mc_master_key *keys = malloc(b * sizeof *keys);
-    mc_master_replica_list *outs = malloc(b * sizeof *outs);
-    int *st = malloc(b * sizeof *st);
-    if (!names || !keys || !outs || !st)
-        abort();
+    char *names = mc_xmalloc(b * KEY_LEN);
+    mc_master_key *keys = mc_xmalloc(b * sizeof *keys);
+    mc_master_replica_list *outs = mc_xmalloc(b * sizeof *outs);
+    int *st = mc_xmalloc(b * sizeof *st);
     uint64_t x = 0x9e3779b97f4a7c15ull * (t->idx + 1);
     while (mc_now_ms() < t->deadline_ms) {
         for (size_t i = 0; i < b; i++) {
@@ -782,13 +827,11 @@ static void *bench_get(void *arg)
 static int bench_fill(void)
 {
     size_t b = 1024;
-    char *names = malloc(b * KEY_LEN);
-    mc_master_key *keys = malloc(b * sizeof *keys);
-    uint64_t *sizes = malloc(b * sizeof *sizes);
-    mc_master_replica_list *outs = malloc(b * sizeof *outs);
-    int *st = malloc(b * sizeof *st);
-    if (!names || !keys || !sizes || !outs || !st)
-        abort();
+    char *names = mc_xmalloc(b * KEY_LEN);
+    mc_master_key *keys = mc_xmalloc(b * sizeof *keys);
+    uint64_t *sizes = mc_xmalloc(b * sizeof *sizes);
+    mc_master_replica_list *outs = mc_xmalloc(b * sizeof *outs);
+    int *st = mc_xmalloc(b * sizeof *st);
     int rc = MC_OK;
     for (uint64_t base = 0; base < (uint64_t)bench_keys && rc == MC_OK; base += b) {
         size_t n = (uint64_t)bench_keys - base < b ? (size_t)((uint64_t)bench_keys - base) : b;
@@ -835,9 +878,7 @@ static int bench(void)
         return 1;
     }
     unsigned n = (unsigned)bench_threads;
-    bench_thread *ts = calloc(n, sizeof *ts);
-    if (!ts)
-        abort();
+    bench_thread *ts = mc_xcalloc(n, sizeof *ts);
     uint64_t t0 = mc_now_ns();
     uint64_t deadline = mc_now_ms() + (uint64_t)(bench_seconds * 1000);
     for (unsigned i = 0; i < n; i++) {

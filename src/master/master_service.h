@@ -4,7 +4,8 @@
  * memory itself is never touched), the object index (key -> replicas), read leases,
  * soft/hard pins, watermark eviction, in-flight put bookkeeping and client liveness.
  * Bytes never flow through it. The RPC server (the RPC files in src/master and
- * tools/mooncake_master) wraps these calls one to one.
+ * tools/mooncake_master) wraps these calls one to one (rpc/master_rpcs.h lists them).
+ * Internals: master/internal.h (files, structs, locks and their order).
  *
  * Upstream semantics: ../shared/reference/upstream-mooncake.md §4 (mooncake-store
  * `master_service.cpp`, `rpc_service.cpp`), contract ../shared/API.md §4-§5, where we are
@@ -38,6 +39,7 @@
 
 #include "mooncake/mc_api.h"
 #include "mooncake/status.h"
+#include "rpc/master_rpcs.h"  /* the RPC table: op enums and metric names */
 #include "rpc/master_types.h" /* limits and value types shared with clients */
 
 /* mc_master_strategy_parse: "random" / "free_ratio_first" -> strategy; -1 otherwise. */
@@ -311,50 +313,25 @@ MC_API uint64_t mc_master_service_evict(mc_master_service *svc, uint64_t bytes);
 
 /* ---- stats and admin ---- */
 
-/* Per-operation request/failure counters: X(ENUM, metric stem). The metric names are
- * "master_<stem>_requests_total" / "master_<stem>_failures_total" (§5.3). */
-#define MC_MASTER_OP_TABLE(X)                                                          \
-    X(PUT_START, "put_start")                                                          \
-    X(PUT_END, "put_end")                                                              \
-    X(PUT_REVOKE, "put_revoke")                                                        \
-    X(UPSERT_START, "upsert_start")                                                    \
-    X(UPSERT_END, "upsert_end")                                                        \
-    X(UPSERT_REVOKE, "upsert_revoke")                                                  \
-    X(GET_REPLICA_LIST, "get_replica_list")                                            \
-    X(GET_REPLICA_LIST_BY_REGEX, "get_replica_list_by_regex")                          \
-    X(EXIST_KEY, "exist_key")                                                          \
-    X(REMOVE, "remove")                                                                \
-    X(REMOVE_BY_REGEX, "remove_by_regex")                                              \
-    X(REMOVE_ALL, "remove_all")                                                        \
-    X(MOUNT_SEGMENT, "mount_segment")                                                  \
-    X(UNMOUNT_SEGMENT, "unmount_segment")                                              \
-    X(REMOUNT_SEGMENT, "remount_segment")                                              \
-    X(PING, "ping")
-
+/* Per-operation request/failure counters: one mc_master_op per OP row of the RPC table
+ * (rpc/master_rpcs.h), MC_MASTER_OP_<ID>, in table order. The metric names are
+ * "master_<NAME>_requests_total" / "master_<NAME>_failures_total" (§5.3). */
 typedef enum mc_master_op {
-#define MC__MASTER_OP_ENUM(e, stem) MC_MASTER_OP_##e,
-    MC_MASTER_OP_TABLE(MC__MASTER_OP_ENUM)
+#define MC__MASTER_OP_ENUM(ID, CODE, NAME, VERB, REQ, REPLY, SHAPE, HANDLER, COUNT)          \
+    MC__RPC_IF_OP_##COUNT(MC_MASTER_OP_##ID, )
+    MC_MASTER_RPC_TABLE(MC__MASTER_OP_ENUM)
 #undef MC__MASTER_OP_ENUM
     MC_MASTER_OP_COUNT
 } mc_master_op;
 
-/* Batch families: metric names "master_<stem>_{requests,failures,partial_successes,
- * items,failed_items}_total" (§5.3). A batch request is a failure when every item
- * failed, a partial success when some did. */
-#define MC_MASTER_BATCH_TABLE(X)                                                       \
-    X(EXIST_KEY, "batch_exist_key")                                                    \
-    X(GET_REPLICA_LIST, "batch_get_replica_list")                                      \
-    X(PUT_START, "batch_put_start")                                                    \
-    X(PUT_END, "batch_put_end")                                                        \
-    X(PUT_REVOKE, "batch_put_revoke")                                                  \
-    X(UPSERT_START, "batch_upsert_start")                                              \
-    X(UPSERT_END, "batch_upsert_end")                                                  \
-    X(UPSERT_REVOKE, "batch_upsert_revoke")                                            \
-    X(REMOVE, "batch_remove")
-
+/* Batch families: one mc_master_batch_op per BATCH row of the RPC table, MC_MASTER_<ID>
+ * (MC_MASTER_BATCH_PUT_START, ...), in table order. Metric names "master_<NAME>_{requests,
+ * failures,partial_successes,items,failed_items}_total" (§5.3). A batch request is a
+ * failure when every item failed, a partial success when some did. */
 typedef enum mc_master_batch_op {
-#define MC__MASTER_BATCH_ENUM(e, stem) MC_MASTER_BATCH_##e,
-    MC_MASTER_BATCH_TABLE(MC__MASTER_BATCH_ENUM)
+#define MC__MASTER_BATCH_ENUM(ID, CODE, NAME, VERB, REQ, REPLY, SHAPE, HANDLER, COUNT)       \
+    MC__RPC_IF_BATCH_##COUNT(MC_MASTER_##ID, )
+    MC_MASTER_RPC_TABLE(MC__MASTER_BATCH_ENUM)
 #undef MC__MASTER_BATCH_ENUM
     MC_MASTER_BATCH_COUNT
 } mc_master_batch_op;

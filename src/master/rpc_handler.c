@@ -1,14 +1,19 @@
-/* rpc_handler.c: one request body -> master service call -> one reply body.
- * See rpc_server.h. Decoding uses protobuf-c with a per-handler arena (rpc_arena.h), so a
- * request costs no malloc in the steady state; the arena is reset before each request.
- * Replies are built in the same arena and packed into one reusable buffer. */
+/* rpc_handler.c: one request body -> master service call -> one reply body (see
+ * rpc_server.h). Owns the protobuf <-> service type conversion and the opcode dispatch,
+ * generated from the RPC table rpc/master_rpcs.h; no sockets (rpc_server.c) and no
+ * service state (it only calls the public mc_master_service_* API).
+ * Decoding uses protobuf-c with a per-handler arena (rpc/arena.h), so a request costs no
+ * malloc in the steady state; the arena is reset before each request. Replies are built
+ * in the same arena and packed into one reusable buffer. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/xalloc.h"
 #include "master.pb-c.h"
-#include "rpc/arena.h"
 #include "master/rpc_server.h"
+#include "rpc/arena.h"
+#include "rpc/master_rpcs.h"
 
 #ifndef MC_VERSION_STRING
 #define MC_VERSION_STRING "unknown"
@@ -27,13 +32,12 @@ struct mc_master_rpc_handler {
     size_t nsegs;
     uint32_t *slots; /* open addressing: index + 1, 0 = empty */
     size_t nslots;
+    const ProtobufCMessageDescriptor *want_reply; /* the current opcode's reply type */
 };
 
 mc_master_rpc_handler *mc_master_rpc_handler_create(mc_master_service *svc)
 {
-    mc_master_rpc_handler *h = calloc(1, sizeof *h);
-    if (!h)
-        abort();
+    mc_master_rpc_handler *h = mc_xcalloc(1, sizeof *h);
     h->svc = svc;
     h->alloc = mc__arena_allocator(&h->ar);
     return h;
@@ -103,12 +107,14 @@ static uint64_t uuid_hash(mc_master_uuid id)
     return x ^ (x >> 32);
 }
 
+/* Doubles the open-addressing index over h->segs (load <= 1/2) and the entry array with
+ * it. The old arrays stay in the arena until the request ends (no free in an arena). */
 static void segtab_grow(mc_master_rpc_handler *h)
 {
     size_t ns = h->nslots ? h->nslots * 2 : 16;
     uint32_t *slots = aalloc_n(h, ns, sizeof *slots);
     memset(slots, 0, ns * sizeof *slots);
-    for (size_t i = 0; i < h->nsegs; i++) {
+    for (size_t i = 0; i < h->nsegs; i++) { /* rehash every entry into the new index */
         mc_master_uuid id = {h->segs[i]->id->first, h->segs[i]->id->second};
         size_t j = uuid_hash(id) & (ns - 1);
         while (slots[j])
@@ -117,13 +123,14 @@ static void segtab_grow(mc_master_rpc_handler *h)
     }
     h->slots = slots;
     h->nslots = ns;
-    size_t cap = ns / 2;
+    size_t cap = ns / 2; /* segtab_index grows before nsegs + 1 passes ns / 2 */
     Mcrpc__SegmentRef **v = aalloc_n(h, cap, sizeof *v);
     if (h->nsegs)
         memcpy(v, h->segs, h->nsegs * sizeof *v);
     h->segs = v;
 }
 
+/* The index of r's segment in the reply's table, adding it on first use. */
 static uint32_t segtab_index(mc_master_rpc_handler *h, const mc_master_replica *r)
 {
     if ((h->nsegs + 1) * 2 > h->nslots)
@@ -135,6 +142,7 @@ static uint32_t segtab_index(mc_master_rpc_handler *h, const mc_master_replica *
             return h->slots[j] - 1;
         j = (j + 1) & (h->nslots - 1);
     }
+    /* first replica on this segment in this reply: j is the empty slot to fill */
     Mcrpc__SegmentRef *ref = aalloc(h, sizeof *ref);
     mcrpc__segment_ref__init(ref);
     ref->id = uuid_to_pb(h, r->segment_id);
@@ -153,7 +161,7 @@ static Mcrpc__ReplicaDescriptor **replicas_to_pb(mc_master_rpc_handler *h,
                                                  const mc_master_replica_list *l,
                                                  size_t *n_out)
 {
-    uint32_t n = l->n <= MC_MASTER_MAX_REPLICAS ? l->n : MC_MASTER_MAX_REPLICAS;
+    uint32_t n = l->n <= MC_MASTER_MAX_REPLICAS ? l->n : MC_MASTER_MAX_REPLICAS; /* bound */
     *n_out = n;
     if (n == 0)
         return NULL;
@@ -189,6 +197,7 @@ static int config_from_pb(mc_master_rpc_handler *h, const Mcrpc__ReplicateConfig
         (unsigned)pc->strategy > MCRPC__ALLOCATION_STRATEGY__STRATEGY_FREE_RATIO_FIRST)
         return MC_INVALID_PARAMS;
     (void)h;
+    /* the strings stay in the decoded request (arena), alive until the reply is packed */
     cfg->replica_num = pc->replica_num;
     cfg->preferred_segments = (const char *const *)pc->preferred_segments;
     cfg->n_preferred = pc->n_preferred_segments;
@@ -227,19 +236,19 @@ static mc_master_key *keys_from_pb(mc_master_rpc_handler *h, const ProtobufCBina
     return keys;
 }
 
-/* Packs msg into h->out. */
+/* Packs msg into h->out (grown by doubling). msg must be of the reply type the RPC
+ * table gives the opcode: a wrong row is a bug of ours, caught here. */
 static int pack_reply(mc_master_rpc_handler *h, const ProtobufCMessage *msg,
                       const uint8_t **reply, size_t *reply_len)
 {
+    MC_ASSERT(msg->descriptor == h->want_reply);
     size_t need = protobuf_c_message_get_packed_size(msg);
     if (need > h->out_cap) {
         size_t cap = h->out_cap ? h->out_cap : 4096;
         while (cap < need)
             cap *= 2;
-        free(h->out);
-        h->out = malloc(cap);
-        if (!h->out)
-            abort();
+        free(h->out); /* nothing to keep: the old reply was sent already */
+        h->out = mc_xmalloc(cap);
         h->out_cap = cap;
     }
     size_t got = protobuf_c_message_pack(msg, h->out);
@@ -248,128 +257,124 @@ static int pack_reply(mc_master_rpc_handler *h, const ProtobufCMessage *msg,
     return 0;
 }
 
-#define UNPACK(type, var)                                                                 \
-    h->ar.limit = MC_MASTER_RPC_DECODE_LIMIT;                                             \
-    type *var = (type *)protobuf_c_message_unpack(&type##_descriptor_, &h->alloc, len,   \
-                                                  body);                                  \
+/* ---- one handler per request shape ----
+ *
+ * The dispatch (below, generated from rpc/master_rpcs.h) decodes the request with the
+ * row's typed unpack function and calls shape_<SHAPE>(h, <HANDLER>, req, reply,
+ * reply_len): the compiler checks that the row's request type and service function fit
+ * the shape. Every shape starts with DECODED(req); the reply it packs is checked against
+ * the row's reply type (pack_reply). */
+
+/* End of decoding: lift the arena's decode limit (the reply is built in the same arena)
+ * and refuse a body that did not decode. */
+#define DECODED(req)                                                                      \
     h->ar.limit = 0;                                                                      \
-    if (!var)                                                                             \
+    if (!(req))                                                                           \
         return MC_INVALID_PARAMS
 
-/* protobuf-c descriptor names follow the lower-case type; map the macro argument. */
-#define Mcrpc__PingRequest_descriptor_ mcrpc__ping_request__descriptor
-#define Mcrpc__ServiceReadyRequest_descriptor_ mcrpc__service_ready_request__descriptor
-#define Mcrpc__MountSegmentRequest_descriptor_ mcrpc__mount_segment_request__descriptor
-#define Mcrpc__RemountSegmentRequest_descriptor_ mcrpc__remount_segment_request__descriptor
-#define Mcrpc__UnmountSegmentRequest_descriptor_ mcrpc__unmount_segment_request__descriptor
-#define Mcrpc__PutStartRequest_descriptor_ mcrpc__put_start_request__descriptor
-#define Mcrpc__KeyRequest_descriptor_ mcrpc__key_request__descriptor
-#define Mcrpc__BatchPutStartRequest_descriptor_ mcrpc__batch_put_start_request__descriptor
-#define Mcrpc__BatchKeysRequest_descriptor_ mcrpc__batch_keys_request__descriptor
-#define Mcrpc__RegexRequest_descriptor_ mcrpc__regex_request__descriptor
-#define Mcrpc__RemoveAllRequest_descriptor_ mcrpc__remove_all_request__descriptor
-
 #define REPLY(msg) pack_reply(h, &(msg).base, reply, reply_len)
+#define OUT const uint8_t **reply, size_t *reply_len
 
-/* ---- one function per request shape ---- */
+typedef int (*ping_fn)(mc_master_service *, mc_master_uuid, mc_master_ping_result *);
 
-static int do_ping(mc_master_rpc_handler *h, const uint8_t *body, size_t len,
-                   const uint8_t **reply, size_t *reply_len)
+static int shape_PING(mc_master_rpc_handler *h, ping_fn fn, const Mcrpc__PingRequest *req,
+                      OUT)
 {
-    UNPACK(Mcrpc__PingRequest, req);
+    DECODED(req);
     mc_master_ping_result pr = {0, MC_MASTER_CLIENT_UNDEFINED};
     Mcrpc__PingReply r = MCRPC__PING_REPLY__INIT;
-    r.status = mc_master_service_ping(h->svc, uuid_from_pb(req->client_id), &pr);
+    r.status = fn(h->svc, uuid_from_pb(req->client_id), &pr);
     r.view_version = pr.view_version;
     r.client_status = (Mcrpc__ClientStatus)pr.client_status;
     return REPLY(r);
 }
 
-static int do_service_ready(mc_master_rpc_handler *h, const uint8_t *body, size_t len,
-                            const uint8_t **reply, size_t *reply_len)
+/* service_ready is answered here (no service call: the handler column is NULL). */
+static int shape_READY(mc_master_rpc_handler *h, const void *unused,
+                       const Mcrpc__ServiceReadyRequest *req, OUT)
 {
-    UNPACK(Mcrpc__ServiceReadyRequest, req);
-    (void)req;
+    (void)unused;
+    DECODED(req);
     Mcrpc__ServiceReadyReply r = MCRPC__SERVICE_READY_REPLY__INIT;
     r.status = MC_OK;
     r.version = (char *)"mooncake-c " MC_VERSION_STRING;
     return REPLY(r);
 }
 
-static int do_mount(mc_master_rpc_handler *h, const uint8_t *body, size_t len,
-                    const uint8_t **reply, size_t *reply_len)
+typedef int (*mount_fn)(mc_master_service *, const mc_master_segment *, mc_master_uuid);
+
+static int shape_MOUNT(mc_master_rpc_handler *h, mount_fn fn,
+                       const Mcrpc__MountSegmentRequest *req, OUT)
 {
-    UNPACK(Mcrpc__MountSegmentRequest, req);
+    DECODED(req);
     mc_master_segment seg;
     if (segment_from_pb(req->segment, &seg))
         return MC_INVALID_PARAMS;
     Mcrpc__StatusReply r = MCRPC__STATUS_REPLY__INIT;
-    r.status = mc_master_service_mount_segment(h->svc, &seg, uuid_from_pb(req->client_id));
+    r.status = fn(h->svc, &seg, uuid_from_pb(req->client_id));
     return REPLY(r);
 }
 
-static int do_remount(mc_master_rpc_handler *h, const uint8_t *body, size_t len,
-                      const uint8_t **reply, size_t *reply_len)
+typedef int (*remount_fn)(mc_master_service *, const mc_master_segment *, size_t,
+                          mc_master_uuid);
+
+static int shape_REMOUNT(mc_master_rpc_handler *h, remount_fn fn,
+                         const Mcrpc__RemountSegmentRequest *req, OUT)
 {
-    UNPACK(Mcrpc__RemountSegmentRequest, req);
+    DECODED(req);
     if (req->n_segments > MC_MASTER_RPC_MAX_BATCH)
         return MC_INVALID_PARAMS;
     mc_master_segment *segs = aalloc_n(h, req->n_segments, sizeof *segs);
     for (size_t i = 0; i < req->n_segments; i++)
         if (segment_from_pb(req->segments[i], &segs[i]))
-            return MC_INVALID_PARAMS;
+            return MC_INVALID_PARAMS; /* one bad segment refuses the whole request */
     Mcrpc__StatusReply r = MCRPC__STATUS_REPLY__INIT;
-    r.status = mc_master_service_remount_segments(h->svc, segs, req->n_segments,
-                                                  uuid_from_pb(req->client_id));
+    r.status = fn(h->svc, segs, req->n_segments, uuid_from_pb(req->client_id));
     return REPLY(r);
 }
 
-static int do_unmount(mc_master_rpc_handler *h, const uint8_t *body, size_t len,
-                      const uint8_t **reply, size_t *reply_len)
+typedef int (*unmount_fn)(mc_master_service *, mc_master_uuid, mc_master_uuid);
+
+static int shape_UNMOUNT(mc_master_rpc_handler *h, unmount_fn fn,
+                         const Mcrpc__UnmountSegmentRequest *req, OUT)
 {
-    UNPACK(Mcrpc__UnmountSegmentRequest, req);
+    DECODED(req);
     Mcrpc__StatusReply r = MCRPC__STATUS_REPLY__INIT;
-    r.status = mc_master_service_unmount_segment(h->svc, uuid_from_pb(req->segment_id),
-                                                 uuid_from_pb(req->client_id));
+    r.status = fn(h->svc, uuid_from_pb(req->segment_id), uuid_from_pb(req->client_id));
     return REPLY(r);
 }
 
 typedef int (*start_fn)(mc_master_service *, mc_master_uuid, const void *, size_t, uint64_t,
                         const mc_master_put_config *, mc_master_replica_list *);
 
-static int do_start(mc_master_rpc_handler *h, start_fn fn, const uint8_t *body, size_t len,
-                    const uint8_t **reply, size_t *reply_len)
+static int shape_START(mc_master_rpc_handler *h, start_fn fn, const Mcrpc__PutStartRequest *req,
+                       OUT)
 {
-    UNPACK(Mcrpc__PutStartRequest, req);
+    DECODED(req);
     mc_master_put_config cfg;
     if (config_from_pb(h, req->config, &cfg))
         return MC_INVALID_PARAMS;
-    mc_master_replica_list *out = aalloc(h, sizeof *out);
+    mc_master_replica_list *out = aalloc(h, sizeof *out); /* large: not on the stack */
     out->n = 0;
     Mcrpc__PutStartReply r = MCRPC__PUT_START_REPLY__INIT;
     r.status = fn(h->svc, uuid_from_pb(req->client_id), req->key.data, req->key.len,
                   req->size, &cfg, out);
     if (r.status == MC_OK)
         r.replicas = replicas_to_pb(h, out, &r.n_replicas);
-    r.segments = h->segs;
+    r.segments = h->segs; /* filled by replicas_to_pb */
     r.n_segments = h->nsegs;
     return REPLY(r);
 }
 
 typedef int (*key_fn)(mc_master_service *, mc_master_uuid, const void *, size_t);
 
-static int do_key_op(mc_master_rpc_handler *h, key_fn fn, const uint8_t *body, size_t len,
-                     const uint8_t **reply, size_t *reply_len)
+static int shape_KEY(mc_master_rpc_handler *h, key_fn fn, const Mcrpc__KeyRequest *req, OUT)
 {
-    UNPACK(Mcrpc__KeyRequest, req);
+    DECODED(req);
     Mcrpc__StatusReply r = MCRPC__STATUS_REPLY__INIT;
     r.status = fn(h->svc, uuid_from_pb(req->client_id), req->key.data, req->key.len);
     return REPLY(r);
 }
-
-typedef int (*batch_start_fn)(mc_master_service *, mc_master_uuid, const mc_master_key *,
-                              const uint64_t *, size_t, const mc_master_put_config *,
-                              mc_master_replica_list *, int *);
 
 /* n per-key reply items (arena-owned) from a batch's statuses and replica lists; replicas
  * only where st[i] is MC_OK, the lease only when with_lease. */
@@ -392,10 +397,24 @@ static Mcrpc__ReplicaList **items_to_pb(mc_master_rpc_handler *h,
     return v;
 }
 
-static int do_batch_start(mc_master_rpc_handler *h, batch_start_fn fn, const uint8_t *body,
-                          size_t len, const uint8_t **reply, size_t *reply_len)
+/* n statuses for a batch, each preset to INTERNAL_ERROR (what an item the service never
+ * reached reports). */
+static int *batch_statuses(mc_master_rpc_handler *h, size_t n)
 {
-    UNPACK(Mcrpc__BatchPutStartRequest, req);
+    int *st = aalloc_n(h, n, sizeof *st);
+    for (size_t i = 0; i < n; i++)
+        st[i] = MC_INTERNAL_ERROR;
+    return st;
+}
+
+typedef int (*batch_start_fn)(mc_master_service *, mc_master_uuid, const mc_master_key *,
+                              const uint64_t *, size_t, const mc_master_put_config *,
+                              mc_master_replica_list *, int *);
+
+static int shape_BATCH_START(mc_master_rpc_handler *h, batch_start_fn fn,
+                             const Mcrpc__BatchPutStartRequest *req, OUT)
+{
+    DECODED(req);
     size_t n = req->n_keys;
     if (n > MC_MASTER_RPC_MAX_BATCH || req->n_sizes != n)
         return MC_INVALID_PARAMS;
@@ -404,11 +423,9 @@ static int do_batch_start(mc_master_rpc_handler *h, batch_start_fn fn, const uin
         return MC_INVALID_PARAMS;
     mc_master_key *keys = keys_from_pb(h, req->keys, n);
     mc_master_replica_list *outs = aalloc_n(h, n, sizeof *outs);
-    int *st = aalloc_n(h, n, sizeof *st);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++)
         outs[i].n = 0;
-        st[i] = MC_INTERNAL_ERROR;
-    }
+    int *st = batch_statuses(h, n);
     Mcrpc__BatchPutStartReply r = MCRPC__BATCH_PUT_START_REPLY__INIT;
     r.status = fn(h->svc, uuid_from_pb(req->client_id), keys, req->sizes, n, &cfg, outs, st);
     r.n_items = n;
@@ -421,17 +438,15 @@ static int do_batch_start(mc_master_rpc_handler *h, batch_start_fn fn, const uin
 typedef int (*batch_key_fn)(mc_master_service *, mc_master_uuid, const mc_master_key *,
                             size_t, int *);
 
-static int do_batch_key_op(mc_master_rpc_handler *h, batch_key_fn fn, const uint8_t *body,
-                           size_t len, const uint8_t **reply, size_t *reply_len)
+static int shape_BATCH_KEY(mc_master_rpc_handler *h, batch_key_fn fn,
+                           const Mcrpc__BatchKeysRequest *req, OUT)
 {
-    UNPACK(Mcrpc__BatchKeysRequest, req);
+    DECODED(req);
     size_t n = req->n_keys;
     if (n > MC_MASTER_RPC_MAX_BATCH)
         return MC_INVALID_PARAMS;
     mc_master_key *keys = keys_from_pb(h, req->keys, n);
-    int *st = aalloc_n(h, n, sizeof *st);
-    for (size_t i = 0; i < n; i++)
-        st[i] = MC_INTERNAL_ERROR;
+    int *st = batch_statuses(h, n);
     Mcrpc__BatchStatusReply r = MCRPC__BATCH_STATUS_REPLY__INIT;
     r.status = fn(h->svc, uuid_from_pb(req->client_id), keys, n, st);
     r.n_statuses = n;
@@ -439,15 +454,16 @@ static int do_batch_key_op(mc_master_rpc_handler *h, batch_key_fn fn, const uint
     return REPLY(r);
 }
 
-static int do_get(mc_master_rpc_handler *h, const uint8_t *body, size_t len,
-                  const uint8_t **reply, size_t *reply_len)
+typedef int (*get_fn)(mc_master_service *, const void *, size_t, mc_master_replica_list *);
+
+static int shape_GET(mc_master_rpc_handler *h, get_fn fn, const Mcrpc__KeyRequest *req, OUT)
 {
-    UNPACK(Mcrpc__KeyRequest, req);
+    DECODED(req);
     mc_master_replica_list *out = aalloc(h, sizeof *out);
     out->n = 0;
     out->lease_ttl_ms = 0;
     Mcrpc__GetReplicaListReply r = MCRPC__GET_REPLICA_LIST_REPLY__INIT;
-    r.status = mc_master_service_get_replica_list(h->svc, req->key.data, req->key.len, out);
+    r.status = fn(h->svc, req->key.data, req->key.len, out);
     if (r.status == MC_OK) {
         r.replicas = replicas_to_pb(h, out, &r.n_replicas);
         r.lease_ttl_ms = out->lease_ttl_ms;
@@ -457,23 +473,25 @@ static int do_get(mc_master_rpc_handler *h, const uint8_t *body, size_t len,
     return REPLY(r);
 }
 
-static int do_batch_get(mc_master_rpc_handler *h, const uint8_t *body, size_t len,
-                        const uint8_t **reply, size_t *reply_len)
+typedef int (*batch_get_fn)(mc_master_service *, const mc_master_key *, size_t,
+                            mc_master_replica_list *, int *);
+
+static int shape_BATCH_GET(mc_master_rpc_handler *h, batch_get_fn fn,
+                           const Mcrpc__BatchKeysRequest *req, OUT)
 {
-    UNPACK(Mcrpc__BatchKeysRequest, req);
+    DECODED(req);
     size_t n = req->n_keys;
     if (n > MC_MASTER_RPC_MAX_BATCH)
         return MC_INVALID_PARAMS;
     mc_master_key *keys = keys_from_pb(h, req->keys, n);
     mc_master_replica_list *outs = aalloc_n(h, n, sizeof *outs);
-    int *st = aalloc_n(h, n, sizeof *st);
     for (size_t i = 0; i < n; i++) {
         outs[i].n = 0;
         outs[i].lease_ttl_ms = 0;
-        st[i] = MC_INTERNAL_ERROR;
     }
+    int *st = batch_statuses(h, n);
     Mcrpc__BatchGetReplicaListReply r = MCRPC__BATCH_GET_REPLICA_LIST_REPLY__INIT;
-    r.status = mc_master_service_batch_get_replica_list(h->svc, keys, n, outs, st);
+    r.status = fn(h->svc, keys, n, outs, st);
     r.n_items = n;
     r.items = items_to_pb(h, outs, st, n, true);
     r.segments = h->segs;
@@ -484,12 +502,14 @@ static int do_batch_get(mc_master_rpc_handler *h, const uint8_t *body, size_t le
 /* get_replica_list_by_regex collection state. */
 typedef struct regex_acc {
     mc_master_rpc_handler *h;
-    Mcrpc__KeyReplicas **v;
+    Mcrpc__KeyReplicas **v; /* heap (grows while the service's shard lock is held) */
     size_t n, cap;
-    size_t bytes;
+    size_t bytes; /* estimated packed size so far */
     bool truncated;
 } regex_acc;
 
+/* Called by the service under a shard lock once per match: copies the key and its
+ * replicas into the arena, or stops (truncated) before the reply would pass its limit. */
 static int regex_collect(const void *key, size_t key_len, const mc_master_replica_list *list,
                          void *ctx)
 {
@@ -504,12 +524,8 @@ static int regex_collect(const void *key, size_t key_len, const mc_master_replic
         return 1;
     }
     if (acc->n == acc->cap) {
-        size_t cap = acc->cap ? acc->cap * 2 : 64;
-        Mcrpc__KeyReplicas **v = realloc(acc->v, cap * sizeof *v);
-        if (!v)
-            abort();
-        acc->v = v;
-        acc->cap = cap;
+        acc->cap = acc->cap ? acc->cap * 2 : 64;
+        acc->v = mc_xrealloc(acc->v, acc->cap * sizeof *acc->v);
     }
     mc_master_rpc_handler *h = acc->h;
     Mcrpc__KeyReplicas *m = aalloc(h, sizeof *m);
@@ -525,16 +541,19 @@ static int regex_collect(const void *key, size_t key_len, const mc_master_replic
     return 0;
 }
 
-static int do_get_regex(mc_master_rpc_handler *h, const uint8_t *body, size_t len,
-                        const uint8_t **reply, size_t *reply_len)
+typedef int (*regex_fn)(mc_master_service *, const char *, size_t, mc_master_regex_cb,
+                        void *);
+
+static int shape_GET_REGEX(mc_master_rpc_handler *h, regex_fn fn,
+                           const Mcrpc__RegexRequest *req, OUT)
 {
-    UNPACK(Mcrpc__RegexRequest, req);
+    DECODED(req);
     if (req->pattern.len > MC_MASTER_REGEX_MAX)
         return MC_INVALID_PARAMS;
     regex_acc acc = {.h = h};
     Mcrpc__GetReplicaListByRegexReply r = MCRPC__GET_REPLICA_LIST_BY_REGEX_REPLY__INIT;
-    r.status = mc_master_service_get_replica_list_by_regex(
-        h->svc, (const char *)req->pattern.data, req->pattern.len, regex_collect, &acc);
+    r.status = fn(h->svc, (const char *)req->pattern.data, req->pattern.len, regex_collect,
+                  &acc);
     if (r.status == MC_OK) {
         r.n_matches = acc.n;
         r.matches = acc.v;
@@ -543,123 +562,118 @@ static int do_get_regex(mc_master_rpc_handler *h, const uint8_t *body, size_t le
         r.n_segments = h->nsegs;
     }
     int rc = REPLY(r);
-    free(acc.v);
+    free(acc.v); /* packed already: the reply buffer holds its own copy */
     return rc;
 }
 
-static int do_exist(mc_master_rpc_handler *h, const uint8_t *body, size_t len,
-                    const uint8_t **reply, size_t *reply_len)
+typedef int (*exist_fn)(mc_master_service *, const void *, size_t);
+
+static int shape_EXIST(mc_master_rpc_handler *h, exist_fn fn, const Mcrpc__KeyRequest *req,
+                       OUT)
 {
-    UNPACK(Mcrpc__KeyRequest, req);
+    DECODED(req);
     Mcrpc__ExistKeyReply r = MCRPC__EXIST_KEY_REPLY__INIT;
-    int rc = mc_master_service_exist_key(h->svc, req->key.data, req->key.len);
+    int rc = fn(h->svc, req->key.data, req->key.len); /* 1 / 0 / negative code */
     r.status = rc < 0 ? rc : MC_OK;
     r.exists = rc == 1;
     return REPLY(r);
 }
 
-static int do_batch_exist(mc_master_rpc_handler *h, const uint8_t *body, size_t len,
-                          const uint8_t **reply, size_t *reply_len)
+typedef int (*batch_exist_fn)(mc_master_service *, const mc_master_key *, size_t, int *);
+
+static int shape_BATCH_EXIST(mc_master_rpc_handler *h, batch_exist_fn fn,
+                             const Mcrpc__BatchKeysRequest *req, OUT)
 {
-    UNPACK(Mcrpc__BatchKeysRequest, req);
+    DECODED(req);
     size_t n = req->n_keys;
     if (n > MC_MASTER_RPC_MAX_BATCH)
         return MC_INVALID_PARAMS;
     mc_master_key *keys = keys_from_pb(h, req->keys, n);
-    int *res = aalloc_n(h, n, sizeof *res);
-    for (size_t i = 0; i < n; i++)
-        res[i] = MC_INTERNAL_ERROR;
+    int *res = batch_statuses(h, n);
     Mcrpc__BatchExistKeyReply r = MCRPC__BATCH_EXIST_KEY_REPLY__INIT;
-    r.status = mc_master_service_batch_exist_key(h->svc, keys, n, res);
+    r.status = fn(h->svc, keys, n, res);
     r.n_results = n;
     r.results = (int32_t *)res;
     return REPLY(r);
 }
 
-static int do_remove(mc_master_rpc_handler *h, const uint8_t *body, size_t len,
-                     const uint8_t **reply, size_t *reply_len)
+typedef int (*remove_fn)(mc_master_service *, const void *, size_t, bool);
+
+static int shape_REMOVE(mc_master_rpc_handler *h, remove_fn fn, const Mcrpc__KeyRequest *req,
+                        OUT)
 {
-    UNPACK(Mcrpc__KeyRequest, req);
+    DECODED(req);
     Mcrpc__StatusReply r = MCRPC__STATUS_REPLY__INIT;
-    r.status = mc_master_service_remove(h->svc, req->key.data, req->key.len, req->force);
+    r.status = fn(h->svc, req->key.data, req->key.len, req->force);
     return REPLY(r);
 }
 
-static int do_batch_remove(mc_master_rpc_handler *h, const uint8_t *body, size_t len,
-                           const uint8_t **reply, size_t *reply_len)
+typedef int (*batch_remove_fn)(mc_master_service *, const mc_master_key *, size_t, bool,
+                               int *);
+
+static int shape_BATCH_REMOVE(mc_master_rpc_handler *h, batch_remove_fn fn,
+                              const Mcrpc__BatchKeysRequest *req, OUT)
 {
-    UNPACK(Mcrpc__BatchKeysRequest, req);
+    DECODED(req);
     size_t n = req->n_keys;
     if (n > MC_MASTER_RPC_MAX_BATCH)
         return MC_INVALID_PARAMS;
     mc_master_key *keys = keys_from_pb(h, req->keys, n);
-    int *st = aalloc_n(h, n, sizeof *st);
-    for (size_t i = 0; i < n; i++)
-        st[i] = MC_INTERNAL_ERROR;
+    int *st = batch_statuses(h, n);
     Mcrpc__BatchStatusReply r = MCRPC__BATCH_STATUS_REPLY__INIT;
-    r.status = mc_master_service_batch_remove(h->svc, keys, n, req->force, st);
+    r.status = fn(h->svc, keys, n, req->force, st);
     r.n_statuses = n;
     r.statuses = (int32_t *)st;
     return REPLY(r);
 }
 
-static int do_remove_regex(mc_master_rpc_handler *h, const uint8_t *body, size_t len,
-                           const uint8_t **reply, size_t *reply_len)
+typedef int (*remove_regex_fn)(mc_master_service *, const char *, size_t, bool, uint64_t *);
+
+static int shape_REMOVE_REGEX(mc_master_rpc_handler *h, remove_regex_fn fn,
+                              const Mcrpc__RegexRequest *req, OUT)
 {
-    UNPACK(Mcrpc__RegexRequest, req);
+    DECODED(req);
     if (req->pattern.len > MC_MASTER_REGEX_MAX)
         return MC_INVALID_PARAMS;
     uint64_t count = 0;
     Mcrpc__CountReply r = MCRPC__COUNT_REPLY__INIT;
-    r.status = mc_master_service_remove_by_regex(h->svc, (const char *)req->pattern.data,
-                                                 req->pattern.len, req->force, &count);
+    r.status = fn(h->svc, (const char *)req->pattern.data, req->pattern.len, req->force,
+                  &count);
     r.count = count;
     return REPLY(r);
 }
 
-static int do_remove_all(mc_master_rpc_handler *h, const uint8_t *body, size_t len,
-                         const uint8_t **reply, size_t *reply_len)
+typedef int (*remove_all_fn)(mc_master_service *, bool, uint64_t *);
+
+static int shape_REMOVE_ALL(mc_master_rpc_handler *h, remove_all_fn fn,
+                            const Mcrpc__RemoveAllRequest *req, OUT)
 {
-    UNPACK(Mcrpc__RemoveAllRequest, req);
+    DECODED(req);
     uint64_t count = 0;
     Mcrpc__CountReply r = MCRPC__COUNT_REPLY__INIT;
-    r.status = mc_master_service_remove_all(h->svc, req->force, &count);
+    r.status = fn(h->svc, req->force, &count);
     r.count = count;
     return REPLY(r);
 }
 
-/* ---- dispatch ---- */
+/* ---- dispatch (generated from rpc/master_rpcs.h) ---- */
+
+/* The table's opcode numbers are the proto's. */
+#define MC__RPC_CHECK_CODE(ID, CODE, ...)                                                 \
+    _Static_assert(MCRPC__OPCODE__OP_##ID == CODE, "rpc/master_rpcs.h: opcode of " #ID);
+MC_MASTER_RPC_TABLE(MC__RPC_CHECK_CODE)
+#undef MC__RPC_CHECK_CODE
 
 const char *mc_master_rpc_opcode_name(uint16_t opcode)
 {
     switch (opcode) {
-    case MCRPC__OPCODE__OP_PING: return "ping";
-    case MCRPC__OPCODE__OP_SERVICE_READY: return "service_ready";
-    case MCRPC__OPCODE__OP_MOUNT_SEGMENT: return "mount_segment";
-    case MCRPC__OPCODE__OP_REMOUNT_SEGMENT: return "remount_segment";
-    case MCRPC__OPCODE__OP_UNMOUNT_SEGMENT: return "unmount_segment";
-    case MCRPC__OPCODE__OP_PUT_START: return "put_start";
-    case MCRPC__OPCODE__OP_PUT_END: return "put_end";
-    case MCRPC__OPCODE__OP_PUT_REVOKE: return "put_revoke";
-    case MCRPC__OPCODE__OP_BATCH_PUT_START: return "batch_put_start";
-    case MCRPC__OPCODE__OP_BATCH_PUT_END: return "batch_put_end";
-    case MCRPC__OPCODE__OP_BATCH_PUT_REVOKE: return "batch_put_revoke";
-    case MCRPC__OPCODE__OP_UPSERT_START: return "upsert_start";
-    case MCRPC__OPCODE__OP_UPSERT_END: return "upsert_end";
-    case MCRPC__OPCODE__OP_UPSERT_REVOKE: return "upsert_revoke";
-    case MCRPC__OPCODE__OP_BATCH_UPSERT_START: return "batch_upsert_start";
-    case MCRPC__OPCODE__OP_BATCH_UPSERT_END: return "batch_upsert_end";
-    case MCRPC__OPCODE__OP_BATCH_UPSERT_REVOKE: return "batch_upsert_revoke";
-    case MCRPC__OPCODE__OP_GET_REPLICA_LIST: return "get_replica_list";
-    case MCRPC__OPCODE__OP_BATCH_GET_REPLICA_LIST: return "batch_get_replica_list";
-    case MCRPC__OPCODE__OP_GET_REPLICA_LIST_BY_REGEX: return "get_replica_list_by_regex";
-    case MCRPC__OPCODE__OP_EXIST_KEY: return "exist_key";
-    case MCRPC__OPCODE__OP_BATCH_EXIST_KEY: return "batch_exist_key";
-    case MCRPC__OPCODE__OP_REMOVE: return "remove";
-    case MCRPC__OPCODE__OP_BATCH_REMOVE: return "batch_remove";
-    case MCRPC__OPCODE__OP_REMOVE_BY_REGEX: return "remove_by_regex";
-    case MCRPC__OPCODE__OP_REMOVE_ALL: return "remove_all";
-    default: return NULL;
+#define MC__RPC_NAME(ID, CODE, NAME, ...)                                                 \
+    case MCRPC__OPCODE__OP_##ID:                                                          \
+        return NAME;
+        MC_MASTER_RPC_TABLE(MC__RPC_NAME)
+#undef MC__RPC_NAME
+    default:
+        return NULL;
     }
 }
 
@@ -667,64 +681,16 @@ static int dispatch(mc_master_rpc_handler *h, uint16_t op, const uint8_t *body, 
                     const uint8_t **reply, size_t *reply_len)
 {
     switch (op) {
-    case MCRPC__OPCODE__OP_PING:
-        return do_ping(h, body, len, reply, reply_len);
-    case MCRPC__OPCODE__OP_SERVICE_READY:
-        return do_service_ready(h, body, len, reply, reply_len);
-    case MCRPC__OPCODE__OP_MOUNT_SEGMENT:
-        return do_mount(h, body, len, reply, reply_len);
-    case MCRPC__OPCODE__OP_REMOUNT_SEGMENT:
-        return do_remount(h, body, len, reply, reply_len);
-    case MCRPC__OPCODE__OP_UNMOUNT_SEGMENT:
-        return do_unmount(h, body, len, reply, reply_len);
-    case MCRPC__OPCODE__OP_PUT_START:
-        return do_start(h, mc_master_service_put_start, body, len, reply, reply_len);
-    case MCRPC__OPCODE__OP_PUT_END:
-        return do_key_op(h, mc_master_service_put_end, body, len, reply, reply_len);
-    case MCRPC__OPCODE__OP_PUT_REVOKE:
-        return do_key_op(h, mc_master_service_put_revoke, body, len, reply, reply_len);
-    case MCRPC__OPCODE__OP_BATCH_PUT_START:
-        return do_batch_start(h, mc_master_service_batch_put_start, body, len, reply,
-                              reply_len);
-    case MCRPC__OPCODE__OP_BATCH_PUT_END:
-        return do_batch_key_op(h, mc_master_service_batch_put_end, body, len, reply,
-                               reply_len);
-    case MCRPC__OPCODE__OP_BATCH_PUT_REVOKE:
-        return do_batch_key_op(h, mc_master_service_batch_put_revoke, body, len, reply,
-                               reply_len);
-    case MCRPC__OPCODE__OP_UPSERT_START:
-        return do_start(h, mc_master_service_upsert_start, body, len, reply, reply_len);
-    case MCRPC__OPCODE__OP_UPSERT_END:
-        return do_key_op(h, mc_master_service_upsert_end, body, len, reply, reply_len);
-    case MCRPC__OPCODE__OP_UPSERT_REVOKE:
-        return do_key_op(h, mc_master_service_upsert_revoke, body, len, reply, reply_len);
-    case MCRPC__OPCODE__OP_BATCH_UPSERT_START:
-        return do_batch_start(h, mc_master_service_batch_upsert_start, body, len, reply,
-                              reply_len);
-    case MCRPC__OPCODE__OP_BATCH_UPSERT_END:
-        return do_batch_key_op(h, mc_master_service_batch_upsert_end, body, len, reply,
-                               reply_len);
-    case MCRPC__OPCODE__OP_BATCH_UPSERT_REVOKE:
-        return do_batch_key_op(h, mc_master_service_batch_upsert_revoke, body, len, reply,
-                               reply_len);
-    case MCRPC__OPCODE__OP_GET_REPLICA_LIST:
-        return do_get(h, body, len, reply, reply_len);
-    case MCRPC__OPCODE__OP_BATCH_GET_REPLICA_LIST:
-        return do_batch_get(h, body, len, reply, reply_len);
-    case MCRPC__OPCODE__OP_GET_REPLICA_LIST_BY_REGEX:
-        return do_get_regex(h, body, len, reply, reply_len);
-    case MCRPC__OPCODE__OP_EXIST_KEY:
-        return do_exist(h, body, len, reply, reply_len);
-    case MCRPC__OPCODE__OP_BATCH_EXIST_KEY:
-        return do_batch_exist(h, body, len, reply, reply_len);
-    case MCRPC__OPCODE__OP_REMOVE:
-        return do_remove(h, body, len, reply, reply_len);
-    case MCRPC__OPCODE__OP_BATCH_REMOVE:
-        return do_batch_remove(h, body, len, reply, reply_len);
-    case MCRPC__OPCODE__OP_REMOVE_BY_REGEX:
-        return do_remove_regex(h, body, len, reply, reply_len);
-    case MCRPC__OPCODE__OP_REMOVE_ALL:
-        return do_remove_all(h, body, len, reply, reply_len);
+        /* The decode limit bounds what a hostile body can make protobuf-c allocate; the
+         * shape lifts it (DECODED) once the request is decoded. */
+#define MC__RPC_CASE(ID, CODE, NAME, VERB, REQ, REPLY_, SHAPE, HANDLER, COUNT)            \
+    case MCRPC__OPCODE__OP_##ID:                                                          \
+        h->want_reply = &mcrpc__##REPLY_##__descriptor;                                   \
+        h->ar.limit = MC_MASTER_RPC_DECODE_LIMIT;                                         \
+        return shape_##SHAPE(h, HANDLER, mcrpc__##REQ##__unpack(&h->alloc, len, body),    \
+                             reply, reply_len);
+        MC_MASTER_RPC_TABLE(MC__RPC_CASE)
+#undef MC__RPC_CASE
     default:
         return MC_NOT_SUPPORTED;
     }
@@ -733,6 +699,7 @@ static int dispatch(mc_master_rpc_handler *h, uint16_t op, const uint8_t *body, 
 int mc_master_rpc_handle(mc_master_rpc_handler *h, uint16_t opcode, const uint8_t *body,
                          size_t len, const uint8_t **reply, size_t *reply_len)
 {
+    /* per request: the arena and the reply's segment table start empty */
     mc__arena_reset(&h->ar);
     h->segs = NULL;
     h->nsegs = 0;
@@ -744,9 +711,9 @@ int mc_master_rpc_handle(mc_master_rpc_handler *h, uint16_t opcode, const uint8_
         return MC_INVALID_PARAMS;
     static const uint8_t empty[1];
     if (!body)
-        body = empty;
+        body = empty; /* protobuf-c wants a pointer even for an empty body */
     int rc = dispatch(h, opcode, body, len, reply, reply_len);
-    if (rc != 0) {
+    if (rc != 0) { /* a refused request gets no body */
         *reply = h->out;
         *reply_len = 0;
     }

@@ -1,4 +1,6 @@
-/* rpc_server.c: the master's TCP front end. See rpc_server.h. */
+/* rpc_server.c: the master's TCP front end (see rpc_server.h): the listener, the event
+ * loops and their connections, and the tick thread. It moves frames only; decoding and
+ * the service calls belong to rpc_handler.c, and it never touches service state. */
 #include "master/rpc_server.h"
 
 #include <errno.h>
@@ -7,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/list.h"
+#include "common/xalloc.h"
 #include "mooncake/log.h"
 #include "net/conn.h"
 #include "net/loop.h"
@@ -20,14 +24,14 @@ typedef struct loop_ctx loop_ctx;
 typedef struct srv_conn {
     mc_conn *c;
     loop_ctx *lc;
-    struct srv_conn *prev, *next;
+    mc_list link; /* in lc->conns */
 } srv_conn;
 
 struct loop_ctx {
     mc_master_rpc_server *srv;
     mc_loop *loop;
     mc_master_rpc_handler *h; /* used only on this loop's thread */
-    srv_conn *conns;          /* guarded by the loop thread */
+    mc_list conns;            /* srv_conn.link; guarded by the loop thread */
     bool started;
 };
 
@@ -61,6 +65,8 @@ static void on_frame(mc_conn *c, const mc_frame_header *hdr, const uint8_t *body
         mc_conn_close(c);
         return;
     }
+    /* runs the request on this loop's thread with this loop's handler; the reply points
+     * into the handler's buffer, valid until its next request (mc_conn_send copies it) */
     const uint8_t *reply;
     size_t reply_len;
     int st = mc_master_rpc_handle(sc->lc->h, hdr->opcode, body, hdr->body_len, &reply,
@@ -87,12 +93,7 @@ static void on_close(mc_conn *c, int err, void *arg)
         count(&srv->conns_bad, 1);
         mc_log(MC_LOG_DEBUG, TAG, "connection closed: bad frame (%s)", strerror(-err));
     }
-    if (sc->prev)
-        sc->prev->next = sc->next;
-    else
-        sc->lc->conns = sc->next;
-    if (sc->next)
-        sc->next->prev = sc->prev;
+    mc_list_remove(&sc->link);
     count(&srv->conns_active, -1);
     free(sc);
 }
@@ -102,22 +103,15 @@ static const mc_conn_callbacks conn_cbs = {on_frame, on_close};
 /* Runs on lc's loop: wraps fd into a connection. */
 static void adopt_fd(loop_ctx *lc, int fd)
 {
-    srv_conn *sc = calloc(1, sizeof *sc);
-    if (!sc)
-        abort();
+    srv_conn *sc = mc_xcalloc(1, sizeof *sc);
     sc->lc = lc;
-    sc->next = lc->conns;
-    if (lc->conns)
-        lc->conns->prev = sc;
-    lc->conns = sc;
+    mc_list_push_front(&lc->conns, &sc->link);
     count(&lc->srv->conns_active, 1);
     count(&lc->srv->conns_total, 1);
     /* 0 backlog limit = the conn default (256 MiB of queued replies). */
     sc->c = mc_conn_create(lc->loop, fd, lc->srv->max_body, 0, &conn_cbs, sc);
     if (!sc->c) { /* fd already closed by mc_conn_create */
-        lc->conns = sc->next;
-        if (sc->next)
-            sc->next->prev = NULL;
+        mc_list_remove(&sc->link);
         count(&lc->srv->conns_active, -1);
         free(sc);
     }
@@ -140,6 +134,8 @@ static void on_accept(mc_loop *loop, int lfd, uint32_t events, void *arg)
     (void)loop;
     (void)events;
     mc_master_rpc_server *srv = arg;
+    /* at most 64 accepts per wakeup, so a connect storm cannot starve loop 0's own
+     * connections; level-triggered epoll calls again for the rest */
     for (int i = 0; i < 64; i++) {
         int fd = mc_sock_accept(lfd, true);
         if (fd < 0) {
@@ -149,17 +145,16 @@ static void on_accept(mc_loop *loop, int lfd, uint32_t events, void *arg)
             return;
         }
         mc_sock_set_nodelay(fd);
-        loop_ctx *lc = &srv->lcs[srv->rr++ % srv->n];
+        loop_ctx *lc = &srv->lcs[srv->rr++ % srv->n]; /* round robin over the loops */
         if (lc == &srv->lcs[0]) {
             adopt_fd(lc, fd);
             continue;
         }
-        handoff *ho = malloc(sizeof *ho);
-        if (!ho)
-            abort();
+        /* another loop's connections belong to its thread: hand the fd over */
+        handoff *ho = mc_xmalloc(sizeof *ho);
         ho->lc = lc;
         ho->fd = fd;
-        if (mc_loop_post(lc->loop, handoff_task, ho) != 0) {
+        if (mc_loop_post(lc->loop, handoff_task, ho) != 0) { /* loop stopping: drop it */
             close(fd);
             free(ho);
         }
@@ -180,8 +175,9 @@ static void close_all_task(void *arg)
     loop_ctx *lc = arg;
     if (lc == &lc->srv->lcs[0] && lc->srv->lfd >= 0)
         mc_loop_del(lc->loop, lc->srv->lfd);
-    while (lc->conns)
-        mc_conn_close(lc->conns->c); /* frees and unlinks through on_close */
+    mc_list *it;
+    while ((it = mc_list_front(&lc->conns))) /* on_close unlinks and frees it */
+        mc_conn_close(MC_CONTAINER_OF(it, srv_conn, link)->c);
 }
 
 static void tick_task(void *arg)
@@ -208,9 +204,7 @@ int mc_master_rpc_server_start(mc_master_service *svc, const mc_master_rpc_serve
         o = *opts;
     if (!svc || !out)
         return -EINVAL;
-    mc_master_rpc_server *srv = calloc(1, sizeof *srv);
-    if (!srv)
-        abort();
+    mc_master_rpc_server *srv = mc_xcalloc(1, sizeof *srv);
     srv->svc = svc;
     srv->n = o.threads ? o.threads : default_threads();
     srv->max_body = o.max_body ? o.max_body : MC_MASTER_RPC_MAX_BODY;
@@ -228,9 +222,9 @@ int mc_master_rpc_server_start(mc_master_service *svc, const mc_master_rpc_serve
     srv->lfd = rc;
     mc_sock_set_nonblock(srv->lfd, true);
 
-    srv->lcs = calloc(srv->n, sizeof *srv->lcs);
-    if (!srv->lcs)
-        abort();
+    srv->lcs = mc_xcalloc(srv->n, sizeof *srv->lcs);
+    for (unsigned i = 0; i < srv->n; i++)
+        mc_list_init(&srv->lcs[i].conns); /* before any failure: destroy walks them all */
     for (unsigned i = 0; i < srv->n; i++) {
         loop_ctx *lc = &srv->lcs[i];
         lc->srv = srv;

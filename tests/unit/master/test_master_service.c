@@ -1,5 +1,5 @@
-/* Master service (src/master/master_service.c) on a fake clock: key validation, the put
- * lifecycle and its error codes, replicas on distinct segments, preferred segments and
+/* Master service (the core files of src/master, listed in master/internal.h) on a fake
+ * clock: key validation, the put lifecycle and its error codes, replicas on distinct segments, preferred segments and
  * strategies, zero-size objects, leases, removal, regex, eviction order and exclusions,
  * soft/hard pins, upsert, stale/abandoned writes, client expiry, unmount, batches,
  * stats and the admin helpers. Segments are address ranges only (never touched). */

@@ -1,0 +1,499 @@
+/* master/internal.h: the master core's shared structs, small inline helpers and the
+ * internal calls between its files. Only the sources in src/master include it; public
+ * behaviour is documented in master_service.h.
+ *
+ * Files of the core (mc_master), each owning one concern:
+ *   object_index.c  the per-shard hash table, the shard lists, object records, gauges of
+ *                   objects entering/leaving the index
+ *   space.c         where replica space is given back: THE reuse point
+ *                   (mc__space_release_locked), erase/remove of objects, deferred frees
+ *   segments.c      segments (mount/remount/unmount) and clients (liveness, expiry)
+ *   placement.c     choosing segments and reserving space for a new object's replicas
+ *   evict.c         approximate-LRU eviction and the watermark rule
+ *   writes.c        put/upsert start/end/revoke and their batch forms
+ *   reads.c         get, exist, regex lookups (and the regex helper remove uses)
+ *   remove.c        remove, batch remove, remove by regex, remove all
+ *   service.c       config, create/destroy, tick, stats, admin queries, op names
+ *
+ * Layout
+ *   - Index: `nshards` shards chosen by the low bits of XXH3-64(key); each shard has one
+ *     mutex, an open-addressing hash table and three intrusive lists (common/list.h):
+ *     `proc` (writes in flight, by put_start time), `lru` (complete objects, by last
+ *     access) and `soft` (complete soft-pinned objects, by last access). Hard-pinned and
+ *     zero-size complete objects are in no list (never evicted, never scanned).
+ *   - Hash table: linear probing over 8-byte slots, each the object's address (below
+ *     2^48, checked) with the low 16 bits of the key's 32-bit in-shard hash `h32` in the
+ *     top 16 bits; 0 = empty. The home slot is h32 & mask, so while a table has at most
+ *     2^16 slots the slot alone gives an entry's home (growing and deleting never read
+ *     the objects), and the tag bits tell most other keys apart without reading the
+ *     object: a lookup miss usually costs one cache line of slots and no object. Load
+ *     <= 3/4 (doubling); deletion shifts the cluster back (no tombstones). Batch calls
+ *     hash a few keys ahead and prefetch their slots.
+ *   - An object is ONE malloc: the `obj` header (64 bytes), its replicas (16 bytes each)
+ *     and the key bytes.
+ *   - Segments: a slot table under a reader/writer lock (writers: mount/unmount); each
+ *     segment has its own mutex around its allocator. A replica names its segment by
+ *     slot; a slot is reused only after every replica on it has been dropped.
+ *
+ * Locks (what each guards):
+ *   shard.mu       the shard's table (slots, mask, count), its three lists, and every
+ *                  field of each object indexed in that shard.
+ *   defer_mu       the deferred list, defer_min, and the objects on that list.
+ *   seg_lock       (rwlock, prefers writers) the slot table segs/nslots/slots_cap,
+ *                  nmounted and seg.unmounting (written under the write lock). Any
+ *                  dereference of svc->segs[slot] needs at least the read lock.
+ *   seg.mu         that segment's allocator.
+ *   client_mu      the client table (clients, nclients, clients_cap).
+ *   evict_mu       serialises eviction passes (one at a time across the service).
+ *   Counters (`counter`) are relaxed atomics and need no lock; sweep_pos is tick-only.
+ *
+ * Lock order (take left before right; never the reverse):
+ *   evict_mu -> shard.mu -> defer_mu -> seg_lock (read) -> seg.mu
+ * seg_lock for writing is taken with no other lock held (mount, unmount marking, expiry
+ * marking). client_mu is never held together with another lock. Nothing takes seg_lock
+ * for reading twice in one thread (a waiting writer would deadlock it). Only one shard
+ * mutex is held at a time.
+ */
+#ifndef MOONCAKE_MASTER_INTERNAL_H
+#define MOONCAKE_MASTER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+#include "alloc/allocator.h"
+#include "common/list.h"
+#include "common/xalloc.h"
+#include "master/master_service.h"
+#include "mooncake/mc_time.h"
+
+#define TAG "master"
+
+/* ---- counters: relaxed atomics (gauges and monotonic counters) ---- */
+
+typedef _Atomic uint64_t counter;
+
+static inline void cadd(counter *c, uint64_t v)
+{
+    atomic_fetch_add_explicit(c, v, memory_order_relaxed);
+}
+static inline void csub(counter *c, uint64_t v)
+{
+    atomic_fetch_sub_explicit(c, v, memory_order_relaxed);
+}
+static inline uint64_t cget(counter *c)
+{
+    return atomic_load_explicit(c, memory_order_relaxed);
+}
+
+/* ---- objects ---- */
+
+typedef struct rep {
+    uint32_t seg;    /* segment slot */
+    uint32_t handle; /* allocator handle; MC__ALLOC_NONE for a zero-size replica */
+    uint64_t addr;
+} rep;
+
+enum {
+    F_PROC = 1,     /* write in flight (replicas PROCESSING); in the proc list      */
+    F_HARD = 2,     /* hard pin                                                       */
+    F_SOFT = 4,     /* soft pin (pending with F_SOFT_REL, else active until `pin`)    */
+    F_SOFT_REL = 8, /* `pin` is a TTL that starts at put_end                          */
+    F_LEASED = 16,  /* a read lease was granted at `atime`                            */
+};
+
+typedef struct obj {
+    mc_list link;          /* in the shard's proc / lru / soft list, or the deferred    */
+                           /* list; unlinked (self) when in none                        */
+    uint64_t size;         /* bytes                                                     */
+    uint64_t atime;        /* complete: last access ms; in flight: start                */
+    uint64_t pin;          /* soft pin deadline ms (TTL with F_SOFT_REL); deferred:     */
+                           /* the bytes its replicas keep reserved                      */
+    mc_master_uuid owner;  /* client of the write in flight                             */
+    uint32_t hash;         /* high 32 bits of the key hash                              */
+    uint16_t key_len;
+    uint8_t nrep;
+    uint8_t flags;
+    rep reps[];            /* then key_len key bytes                                    */
+} obj;
+
+_Static_assert(sizeof(obj) == 64, "the object header is one cache line");
+
+static inline uint8_t *okey(obj *o)
+{
+    return (uint8_t *)(o->reps + o->nrep);
+}
+
+static inline obj *obj_of(mc_list *n)
+{
+    return MC_CONTAINER_OF(n, obj, link);
+}
+
+typedef struct shard {
+    pthread_mutex_t mu;
+    uint64_t *slots; /* hash table (see the top); guarded by mu, but slots/mask are */
+    uint32_t mask;   /* stored atomically so batch calls may prefetch without it    */
+    uint32_t count;
+    mc_list proc, lru, soft; /* heads: oldest first                                 */
+} __attribute__((aligned(64))) shard;
+
+/* ---- segments and clients ---- */
+
+typedef struct seg {
+    mc_master_uuid id, client;
+    const char *name, *endpoint, *protocol, *host_id; /* in `strings`        */
+    char *strings;
+    uint64_t name_hash;
+    uint64_t base, size, capacity; /* capacity: the allocator's usable bytes */
+    pthread_mutex_t mu;            /* guards alloc                           */
+    mc__alloc *alloc;
+    counter used;                  /* bytes reserved                         */
+    bool unmounting;               /* written under the table write lock     */
+} seg;
+
+typedef struct client {
+    mc_master_uuid id;
+    uint64_t deadline; /* ms */
+} client_rec;
+
+struct mc_master_service {
+    mc_master_config cfg;
+    uint64_t lease_ttl, client_ttl_ms, discard_ms, release_ms; /* ms; fixed at create */
+    uint32_t nshards;
+    shard *shards;
+    uint64_t seed; /* key hash seed, random per service */
+
+    pthread_rwlock_t seg_lock;
+    seg **segs; /* slot table, guarded by seg_lock */
+    uint32_t nslots, slots_cap, nmounted;
+
+    pthread_mutex_t client_mu;
+    client_rec *clients; /* guarded by client_mu */
+    size_t nclients, clients_cap;
+
+    pthread_mutex_t defer_mu;
+    mc_list deferred;   /* force-removed, leased objects; guarded by defer_mu         */
+    uint64_t defer_min; /* earliest deadline on the list (UINT64_MAX: none); defer_mu */
+
+    pthread_mutex_t evict_mu;
+    counter evict_gen; /* bumped after every eviction pass */
+    atomic_bool need_evict;
+    uint32_t sweep_pos; /* tick only */
+
+    counter allocated, capacity, keys, soft_keys, proc_keys, proc_bytes;
+    counter requests[MC_MASTER_OP_COUNT], failures[MC_MASTER_OP_COUNT];
+    struct {
+        counter requests, failures, partial, items, failed_items;
+    } batch[MC_MASTER_BATCH_COUNT];
+    counter alloc_failures, partial_allocs, evict_attempts, evict_successes;
+    counter evicted_keys, evicted_bytes, put_discarded, put_released, clients_expired;
+    counter defer_keys, defer_bytes;
+    counter vsize[MC_MASTER_VALUE_SIZE_BUCKETS], vsize_sum;
+};
+
+/* ---- small helpers ---- */
+
+static inline uint64_t now_ms(mc_master_service *svc)
+{
+    return svc->cfg.clock ? svc->cfg.clock(svc->cfg.clock_ctx) : mc_now_ms();
+}
+
+static inline bool uuid_eq(mc_master_uuid a, mc_master_uuid b)
+{
+    return a.first == b.first && a.second == b.second;
+}
+
+static inline int check_key(const void *key, size_t len)
+{
+    if (len == 0 || len > MC_MASTER_KEY_MAX || !key)
+        return MC_INVALID_PARAMS;
+    return MC_OK;
+}
+
+/* The key's hash, or 0 for a key check_key rejects (callers check before using it). */
+static inline uint64_t key_hash(const mc_master_service *svc, const void *key, size_t len)
+{
+    return check_key(key, len) ? 0 : XXH3_64bits_withSeed(key, len, svc->seed);
+}
+
+/* The shard of hash h; *h32 = the in-shard hash. */
+static inline shard *shard_of(mc_master_service *svc, uint64_t h, uint32_t *h32)
+{
+    *h32 = (uint32_t)(h >> 32);
+    return &svc->shards[h & (svc->nshards - 1)];
+}
+
+/* A reader's lease is active: granted (F_LEASED) and not yet past atime + lease TTL. */
+static inline bool leased(const mc_master_service *svc, const obj *o, uint64_t now)
+{
+    return (o->flags & F_LEASED) && now < o->atime + svc->lease_ttl;
+}
+
+static inline uint64_t obj_bytes(const obj *o)
+{
+    return o->size * o->nrep;
+}
+
+/* Per-thread xorshift, seeded lazily from the clock (placement and eviction starts). */
+uint64_t mc__rng(void);
+
+/* Counts one call of a single-key operation (a negative rc is a failure). */
+static inline void count_op(mc_master_service *svc, mc_master_op op, int rc)
+{
+    cadd(&svc->requests[op], 1);
+    if (rc < 0)
+        cadd(&svc->failures[op], 1);
+}
+
+/* Counts one batch call of n items of which nfail failed (see master_service.h). */
+void mc__count_batch(mc_master_service *svc, mc_master_batch_op op, size_t n, size_t nfail);
+
+/* Adds one placed object of `size` bytes to master_value_size_bytes. */
+void mc__observe_size(mc_master_service *svc, uint64_t size);
+
+/* ---- object_index.c: the hash table and the shard lists (caller holds sh->mu) ---- */
+
+#define SLOT_PTR ((1ull << 48) - 1)
+#define SLOT_TAG_SHIFT 48
+
+static inline obj *slot_obj(uint64_t s)
+{
+    return (obj *)(uintptr_t)(s & SLOT_PTR);
+}
+
+/* The object of key (len bytes, in-shard hash h32) in sh, or NULL. Inline: every
+ * per-key operation starts here. */
+static inline obj *ht_find(shard *sh, uint32_t h32, const void *key, size_t len)
+{
+    uint64_t tag = (uint64_t)(h32 & 0xffffu) << SLOT_TAG_SHIFT;
+    uint32_t m = sh->mask;
+    for (uint32_t i = h32 & m;; i = (i + 1) & m) {
+        uint64_t s = sh->slots[i];
+        if (!s)
+            return NULL; /* an empty slot ends the probe: the key is absent */
+        if ((s & ~SLOT_PTR) != tag)
+            continue; /* another key's tag: no need to read that object */
+        obj *o = slot_obj(s);
+        if (o->hash == h32 && o->key_len == len && memcmp(okey(o), key, len) == 0)
+            return o;
+    }
+}
+
+/* Prefetches the slot a lookup of hash h will read first. Reads the table without the
+ * shard lock (atomically): a stale table only makes the hint useless (a prefetch of a
+ * freed or foreign address does not fault). */
+static inline void ht_prefetch(mc_master_service *svc, uint64_t h)
+{
+    shard *sh = &svc->shards[h & (svc->nshards - 1)];
+    uint64_t *slots = __atomic_load_n(&sh->slots, __ATOMIC_RELAXED);
+    uint32_t m = __atomic_load_n(&sh->mask, __ATOMIC_RELAXED);
+    __builtin_prefetch(&slots[(uint32_t)(h >> 32) & m]);
+}
+
+/* mc__ht_insert: inserts o (its key must not be in the table), growing it first when the
+ * load would pass 3/4. mc__ht_remove: removes o (it must be in the table). */
+void mc__ht_insert(shard *sh, obj *o);
+void mc__ht_remove(shard *sh, obj *o);
+
+/* Unlinks o from whichever shard list holds it (none is fine). */
+static inline void obj_unlist(obj *o)
+{
+    if (mc_list_linked(&o->link))
+        mc_list_remove(&o->link);
+}
+
+/* Complete objects that eviction never takes are kept out of the lists, so they can't
+ * clog a list's head: hard-pinned ones, and zero-size ones (evicting them frees no
+ * space). */
+static inline bool unlisted(const obj *o)
+{
+    return (o->flags & F_HARD) || o->size == 0;
+}
+
+/* Links o (unlinked) at the tail (most recent end) of the list its flags call for. */
+static inline void obj_list(shard *sh, obj *o)
+{
+    if (o->flags & F_PROC)
+        mc_list_push_back(&sh->proc, &o->link);
+    else if (!unlisted(o))
+        mc_list_push_back((o->flags & F_SOFT) ? &sh->soft : &sh->lru, &o->link);
+}
+
+/* A new object record for nrep replicas and the key (flags, lists and replicas to be
+ * filled by the caller; unlinked, not in any table). Aborts on OOM. */
+obj *mc__obj_new(uint32_t nrep, const void *key, size_t len, uint32_t h32);
+
+/* Sets or clears o's soft pin, keeping the soft_keys gauge in step. */
+void mc__set_soft(mc_master_service *svc, obj *o, bool on);
+
+/* Gauges for an object leaving the index (keys, soft_keys, proc_*). */
+void mc__account_gone(mc_master_service *svc, obj *o);
+
+/* A growable list of objects. Walks over a table that remove entries collect them here
+ * first and remove them after the walk, since a removal shifts entries between slots. */
+typedef struct objvec {
+    obj **v;
+    size_t n, cap;
+} objvec;
+
+void mc__objvec_push(objvec *ov, obj *o);
+
+/* Batch calls hash keys AHEAD positions in advance and prefetch their first slot, so the
+ * cache misses of several keys overlap instead of following one another. (Prefetching the
+ * objects too would need the slot's content, which cannot be read without the lock: the
+ * table may be freed by a concurrent grow.) */
+#define AHEAD 4
+
+typedef struct ahead {
+    const mc_master_key *keys;
+    size_t n;
+    uint64_t h[AHEAD];
+} ahead;
+
+static inline uint64_t ahead_hash(mc_master_service *svc, const mc_master_key *k)
+{
+    uint64_t h = key_hash(svc, k->data, k->len);
+    ht_prefetch(svc, h);
+    return h;
+}
+
+static inline void ahead_init(mc_master_service *svc, ahead *a, const mc_master_key *keys,
+                              size_t n)
+{
+    a->keys = keys;
+    a->n = n;
+    for (size_t i = 0; i < n && i < AHEAD; i++)
+        a->h[i] = ahead_hash(svc, &keys[i]);
+}
+
+/* The hash of key i (called for i = 0, 1, ... in order); starts on key i + AHEAD. */
+static inline uint64_t ahead_next(mc_master_service *svc, ahead *a, size_t i)
+{
+    uint64_t h = a->h[i % AHEAD];
+    if (i + AHEAD < a->n)
+        a->h[i % AHEAD] = ahead_hash(svc, &a->keys[i + AHEAD]);
+    return h;
+}
+
+/* ---- space.c: giving space back, erasing and removing objects ---- */
+
+/* Why a replica's space becomes reusable (the argument of mc__space_release_locked). The
+ * first group are objects whose bytes were complete; the second, writes that never
+ * finished, whose writer may still be sending bytes. */
+typedef enum mc__space_why {
+    MC__SPACE_EVICTED,     /* eviction took a complete object                         */
+    MC__SPACE_REMOVED,     /* remove / batch / regex / all, no reader's lease active   */
+    MC__SPACE_LEASE_ENDED, /* a force-removed object's reader lease ended (deferred)   */
+    MC__SPACE_REPLACED,    /* upsert_start with a new size replaced a complete object  */
+    MC__SPACE_REVOKED,     /* put_revoke / upsert_revoke by the object's writer        */
+    MC__SPACE_PREEMPTED,   /* put_start took the key from a writer past the discard    */
+                           /* timeout                                                  */
+    MC__SPACE_DISCARDED,   /* tick released a write older than the release timeout    */
+} mc__space_why;
+
+/* mc__space_release_locked: THE point where the space of o's replicas becomes reusable
+ * (returned to the segments' allocators, where a later put_start may be given it). Every
+ * path that gives replica space back comes through here, naming why; nothing else calls
+ * mc__alloc_free. (Unmounting drops replicas without coming here: the whole allocator
+ * goes away with its segment.) On return o's replicas hold no space (handles NONE); the
+ * record itself stays the caller's. Caller holds seg_lock for reading (and may hold its
+ * shard mutex or defer_mu). */
+void mc__space_release_locked(mc_master_service *svc, obj *o, mc__space_why why);
+
+/* Bytes o's replicas reserve in their allocators (block sizes, as `allocated` counts
+ * them). Caller holds seg_lock for reading. */
+uint64_t mc__reps_reserved_locked(mc_master_service *svc, const obj *o);
+
+/* mc__obj_erase: removes o from the index, gives its space back (why) and frees the
+ * record. Caller holds sh->mu and not seg_lock. */
+void mc__obj_erase(mc_master_service *svc, shard *sh, obj *o, mc__space_why why);
+
+/* mc__obj_remove: removes a complete object on request (remove & co.): erased at once
+ * unless a reader's lease is active (a forced removal), in which case the key leaves the
+ * index now but the space waits on the deferred list until the lease deadline. Caller
+ * holds sh->mu and not seg_lock. */
+void mc__obj_remove(mc_master_service *svc, shard *sh, obj *o, uint64_t now);
+
+/* mc__defer_reap: gives back the space of deferred objects whose deadline is at or before
+ * now. Cheap when none is due. Caller holds no lock. */
+void mc__defer_reap(mc_master_service *svc, uint64_t now);
+
+/* mc__defer_drop_slot: drops the deferred objects' replicas on `slot` (being unmounted:
+ * its allocator goes away, its bytes already left `allocated`); objects left without
+ * replicas are freed. Caller holds no lock. */
+void mc__defer_drop_slot(mc_master_service *svc, uint32_t slot);
+
+/* mc__fill_list(_locked): out = o's replicas, each with `status`. The _locked form
+ * needs seg_lock for reading; the other takes it. Caller holds o's shard mutex. */
+void mc__fill_list_locked(mc_master_service *svc, obj *o, int status,
+                          mc_master_replica_list *out);
+void mc__fill_list(mc_master_service *svc, obj *o, int status, mc_master_replica_list *out);
+
+/* ---- segments.c ---- */
+
+/* Frees a segment record (allocator, strings). It must be out of the slot table. */
+void mc__seg_free(seg *s);
+
+/* Marks client id alive until now + client_ttl (adding it when unknown). Takes
+ * client_mu only. */
+void mc__client_touch(mc_master_service *svc, mc_master_uuid id, uint64_t now);
+
+/* Expires every client whose deadline is at or before now: unmounts its segments, then
+ * calls cfg.on_client_expired. Tick only; caller holds no lock. */
+void mc__expire_clients(mc_master_service *svc, uint64_t now);
+
+/* ---- placement.c ---- */
+
+/* One placement in progress: the replicas reserved so far (space already taken from the
+ * allocators and counted in `allocated`). */
+typedef struct alloc_ctx {
+    uint64_t size;  /* bytes per replica */
+    uint32_t want;  /* replicas asked for (<= MC_MASTER_MAX_REPLICAS) */
+    uint32_t n;     /* replicas placed */
+    bool could_fit; /* some candidate segment is large enough when empty */
+    rep reps[MC_MASTER_MAX_REPLICAS];
+    const seg *chosen[MC_MASTER_MAX_REPLICAS];
+} alloc_ctx;
+
+/* mc__place_locked: places up to c->want replicas of c->size bytes on distinct segment
+ * names: cfg's preferred names first, then by strategy. Caller holds seg_lock for
+ * reading (and the object's shard mutex). */
+void mc__place_locked(mc_master_service *svc, alloc_ctx *c, const mc_master_put_config *cfg,
+                      mc_master_strategy strategy);
+
+/* ---- evict.c ---- */
+
+/* One eviction pass freeing at least target bytes (as far as possible). Caller holds
+ * evict_mu and no shard lock. Returns the bytes freed. */
+uint64_t mc__evict_locked(mc_master_service *svc, uint64_t target);
+
+/* ---- reads.c: the regex helper (shared with remove.c) ---- */
+
+typedef struct mc__regex mc__regex;
+
+/* mc__regex_create: compiles pattern (len bytes, <= MC_MASTER_REGEX_MAX) into *out.
+ * Returns OK or INVALID_PARAMS. mc__regex_match: o's key matches (an error such as the
+ * match limit counts as no match). mc__regex_destroy: NULL is fine. */
+int mc__regex_create(const char *pattern, size_t len, mc__regex **out);
+bool mc__regex_match(mc__regex *r, obj *o);
+void mc__regex_destroy(mc__regex *r);
+
+/* Grants a read lease at now and moves o to the recent end of its list. Caller holds
+ * sh->mu. */
+static inline void grant_lease(shard *sh, obj *o, uint64_t now)
+{
+    obj_unlist(o);
+    o->atime = now;
+    o->flags |= F_LEASED;
+    obj_list(sh, o);
+}
+
+/* ---- writes.c / service.c ---- */
+
+/* Releases in-flight puts older than put_start_release_timeout_sec (tick). */
+void mc__release_stale_puts(mc_master_service *svc);
+
+#endif

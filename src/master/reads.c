@@ -1,0 +1,185 @@
+/* reads.c: the read path of the master core: get_replica_list (single, batch, by
+ * regex) and exist_key, each granting a read lease (upstream GetReplicaList, ExistKey,
+ * upstream-mooncake.md §4.1, §4.4), and the PCRE2 helper remove.c shares. It never
+ * changes what is stored nor gives space back. Layout and locks: master/internal.h. */
+#include "master/internal.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#define REGEX_MATCH_LIMIT 1000000u /* per key: a pathological pattern fails, not hangs */
+
+/* One key's lookup; out may be NULL (exist: the lease is granted all the same). */
+static int do_get(mc_master_service *svc, const void *key, size_t len, uint64_t h,
+                  mc_master_replica_list *out)
+{
+    int rc = check_key(key, len);
+    if (rc)
+        return rc;
+    uint32_t h32;
+    shard *sh = shard_of(svc, h, &h32);
+    pthread_mutex_lock(&sh->mu);
+    obj *o = ht_find(sh, h32, key, len);
+    if (!o) {
+        rc = MC_OBJECT_NOT_FOUND;
+    } else if (o->flags & F_PROC) {
+        rc = MC_REPLICA_IS_NOT_READY; /* only a write in flight: nothing to read yet */
+    } else {
+        grant_lease(sh, o, now_ms(svc));
+        if (out) {
+            mc__fill_list(svc, o, MC_MASTER_REPLICA_COMPLETE, out);
+            out->lease_ttl_ms = svc->lease_ttl;
+        }
+    }
+    pthread_mutex_unlock(&sh->mu);
+    if (rc && out) {
+        out->n = 0;
+        out->lease_ttl_ms = 0;
+    }
+    return rc;
+}
+
+int mc_master_service_get_replica_list(mc_master_service *svc, const void *key,
+                                       size_t key_len, mc_master_replica_list *out)
+{
+    int rc = out ? do_get(svc, key, key_len, key_hash(svc, key, key_len), out)
+                 : MC_INVALID_PARAMS;
+    count_op(svc, MC_MASTER_OP_GET_REPLICA_LIST, rc);
+    return rc;
+}
+
+int mc_master_service_batch_get_replica_list(mc_master_service *svc,
+                                             const mc_master_key *keys, size_t n,
+                                             mc_master_replica_list *outs, int *statuses)
+{
+    if (n && (!keys || !outs || !statuses))
+        return MC_INVALID_PARAMS;
+    int first = MC_OK;
+    size_t nfail = 0;
+    ahead a;
+    ahead_init(svc, &a, keys, n);
+    for (size_t i = 0; i < n; i++) {
+        statuses[i] = do_get(svc, keys[i].data, keys[i].len, ahead_next(svc, &a, i), &outs[i]);
+        if (statuses[i] != MC_OK && nfail++ == 0)
+            first = statuses[i];
+    }
+    mc__count_batch(svc, MC_MASTER_BATCH_GET_REPLICA_LIST, n, nfail);
+    return first;
+}
+
+/* exist_key: 1 / 0 / a negative code (a bad key). */
+static int do_exist(mc_master_service *svc, const void *key, size_t len, uint64_t h)
+{
+    int rc = do_get(svc, key, len, h, NULL);
+    if (rc == MC_OK)
+        return 1;
+    if (rc == MC_OBJECT_NOT_FOUND || rc == MC_REPLICA_IS_NOT_READY)
+        return 0;
+    return rc;
+}
+
+int mc_master_service_exist_key(mc_master_service *svc, const void *key, size_t key_len)
+{
+    int rc = do_exist(svc, key, key_len, key_hash(svc, key, key_len));
+    count_op(svc, MC_MASTER_OP_EXIST_KEY, rc);
+    return rc;
+}
+
+int mc_master_service_batch_exist_key(mc_master_service *svc, const mc_master_key *keys,
+                                      size_t n, int *results)
+{
+    if (n && (!keys || !results))
+        return MC_INVALID_PARAMS;
+    size_t nfail = 0;
+    ahead a;
+    ahead_init(svc, &a, keys, n);
+    for (size_t i = 0; i < n; i++) {
+        results[i] = do_exist(svc, keys[i].data, keys[i].len, ahead_next(svc, &a, i));
+        if (results[i] < 0) /* an absent key (0) is an answer, not a failure */
+            nfail++;
+    }
+    mc__count_batch(svc, MC_MASTER_BATCH_EXIST_KEY, n, nfail);
+    return MC_OK;
+}
+
+/* ---- regex ---- */
+
+struct mc__regex {
+    pcre2_code *code;
+    pcre2_match_data *md;
+    pcre2_match_context *mctx;
+};
+
+int mc__regex_create(const char *pattern, size_t len, mc__regex **out)
+{
+    *out = NULL;
+    if ((!pattern && len) || len > MC_MASTER_REGEX_MAX)
+        return MC_INVALID_PARAMS;
+    int err;
+    PCRE2_SIZE off;
+    pcre2_code *code =
+        pcre2_compile((PCRE2_SPTR)(pattern ? pattern : ""), len, 0, &err, &off, NULL);
+    if (!code)
+        return MC_INVALID_PARAMS; /* a syntax error in the caller's pattern */
+    mc__regex *r = mc_xcalloc(1, sizeof(*r));
+    r->code = code;
+    pcre2_jit_compile(r->code, PCRE2_JIT_COMPLETE); /* optional: else the interpreter */
+    r->md = pcre2_match_data_create_from_pattern(r->code, NULL);
+    r->mctx = pcre2_match_context_create(NULL);
+    if (!r->md || !r->mctx)
+        mc_oom(sizeof(pcre2_match_data *)); /* pcre2's own allocations failed */
+    pcre2_set_match_limit(r->mctx, REGEX_MATCH_LIMIT);
+    *out = r;
+    return MC_OK;
+}
+
+void mc__regex_destroy(mc__regex *r)
+{
+    if (!r)
+        return;
+    pcre2_match_context_free(r->mctx);
+    pcre2_match_data_free(r->md);
+    pcre2_code_free(r->code);
+    free(r);
+}
+
+bool mc__regex_match(mc__regex *r, obj *o)
+{
+    /* unanchored search, as upstream's std::regex_search */
+    return pcre2_match(r->code, okey(o), o->key_len, 0, 0, r->md, r->mctx) >= 0;
+}
+
+int mc_master_service_get_replica_list_by_regex(mc_master_service *svc, const char *pattern,
+                                                size_t pattern_len, mc_master_regex_cb cb,
+                                                void *ctx)
+{
+    mc__regex *r;
+    int rc = mc__regex_create(pattern, pattern_len, &r);
+    if (rc == MC_OK) {
+        /* one list reused for every match (it is large: MC_MASTER_MAX_REPLICAS entries) */
+        mc_master_replica_list *list = mc_xmalloc(sizeof(*list));
+        bool stop = false;
+        for (uint32_t i = 0; i < svc->nshards && !stop; i++) {
+            shard *sh = &svc->shards[i];
+            pthread_mutex_lock(&sh->mu);
+            uint64_t now = now_ms(svc);
+            for (uint32_t b = 0; b <= sh->mask && !stop; b++) {
+                obj *o = slot_obj(sh->slots[b]);
+                if (!o || (o->flags & F_PROC) || !mc__regex_match(r, o))
+                    continue;
+                /* granting a lease relinks o but does not move it in the table, so the
+                 * slot walk goes on safely */
+                grant_lease(sh, o, now);
+                mc__fill_list(svc, o, MC_MASTER_REPLICA_COMPLETE, list);
+                list->lease_ttl_ms = svc->lease_ttl;
+                if (cb && cb(okey(o), o->key_len, list, ctx))
+                    stop = true;
+            }
+            pthread_mutex_unlock(&sh->mu);
+        }
+        free(list);
+        mc__regex_destroy(r);
+    }
+    count_op(svc, MC_MASTER_OP_GET_REPLICA_LIST_BY_REGEX, rc);
+    return rc;
+}

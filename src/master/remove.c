@@ -1,0 +1,108 @@
+/* remove.c: removal on request: remove, batch remove, remove by regex and remove all
+ * (upstream Remove / BatchRemove / RemoveByRegex / RemoveAll). It picks what goes and
+ * honours leases; space.c (mc__obj_remove) decides whether the space goes now or after
+ * the last reader's lease. Writes in flight are never removed here. Layout and locks:
+ * master/internal.h. */
+#include "master/internal.h"
+
+/* Removes the complete objects that match r (all when NULL), leased ones only with
+ * force. Returns how many were removed. */
+static uint64_t remove_where(mc_master_service *svc, mc__regex *r, bool force)
+{
+    uint64_t count = 0;
+    objvec hit = {0};
+    for (uint32_t i = 0; i < svc->nshards; i++) {
+        shard *sh = &svc->shards[i];
+        pthread_mutex_lock(&sh->mu);
+        uint64_t now = now_ms(svc);
+        /* collect first, remove after the walk: a removal shifts entries between slots */
+        hit.n = 0;
+        for (uint32_t b = 0; b <= sh->mask; b++) {
+            obj *o = slot_obj(sh->slots[b]);
+            if (o && !(o->flags & F_PROC) && (force || !leased(svc, o, now)) &&
+                (!r || mc__regex_match(r, o)))
+                mc__objvec_push(&hit, o);
+        }
+        for (size_t k = 0; k < hit.n; k++)
+            mc__obj_remove(svc, sh, hit.v[k], now);
+        count += hit.n;
+        pthread_mutex_unlock(&sh->mu);
+    }
+    free(hit.v);
+    return count;
+}
+
+int mc_master_service_remove_by_regex(mc_master_service *svc, const char *pattern,
+                                      size_t pattern_len, bool force, uint64_t *count)
+{
+    mc__regex *r;
+    uint64_t n = 0;
+    int rc = mc__regex_create(pattern, pattern_len, &r);
+    if (rc == MC_OK) {
+        n = remove_where(svc, r, force);
+        mc__regex_destroy(r);
+    }
+    if (count)
+        *count = n;
+    count_op(svc, MC_MASTER_OP_REMOVE_BY_REGEX, rc);
+    return rc;
+}
+
+int mc_master_service_remove_all(mc_master_service *svc, bool force, uint64_t *count)
+{
+    uint64_t n = remove_where(svc, NULL, force);
+    if (count)
+        *count = n;
+    count_op(svc, MC_MASTER_OP_REMOVE_ALL, MC_OK);
+    return MC_OK;
+}
+
+/* One key's removal. */
+static int do_remove(mc_master_service *svc, const void *key, size_t len, uint64_t h,
+                     bool force)
+{
+    int rc = check_key(key, len);
+    if (rc)
+        return rc;
+    uint32_t h32;
+    shard *sh = shard_of(svc, h, &h32);
+    pthread_mutex_lock(&sh->mu);
+    obj *o = ht_find(sh, h32, key, len);
+    uint64_t now = now_ms(svc);
+    if (!o)
+        rc = MC_OBJECT_NOT_FOUND;
+    else if (o->flags & F_PROC)
+        rc = MC_REPLICA_IS_NOT_READY; /* even with force: its writer owns it */
+    else if (!force && leased(svc, o, now))
+        rc = MC_OBJECT_HAS_LEASE;
+    else
+        mc__obj_remove(svc, sh, o, now); /* hard pins do not stop a removal */
+    pthread_mutex_unlock(&sh->mu);
+    return rc;
+}
+
+int mc_master_service_remove(mc_master_service *svc, const void *key, size_t key_len,
+                             bool force)
+{
+    int rc = do_remove(svc, key, key_len, key_hash(svc, key, key_len), force);
+    count_op(svc, MC_MASTER_OP_REMOVE, rc);
+    return rc;
+}
+
+int mc_master_service_batch_remove(mc_master_service *svc, const mc_master_key *keys,
+                                   size_t n, bool force, int *statuses)
+{
+    if (n && (!keys || !statuses))
+        return MC_INVALID_PARAMS;
+    int first = MC_OK;
+    size_t nfail = 0;
+    ahead a;
+    ahead_init(svc, &a, keys, n);
+    for (size_t i = 0; i < n; i++) {
+        statuses[i] = do_remove(svc, keys[i].data, keys[i].len, ahead_next(svc, &a, i), force);
+        if (statuses[i] != MC_OK && nfail++ == 0)
+            first = statuses[i];
+    }
+    mc__count_batch(svc, MC_MASTER_BATCH_REMOVE, n, nfail);
+    return first;
+}

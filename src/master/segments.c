@@ -1,0 +1,362 @@
+/* segments.c: the segment slot table (mount, remount, unmount, listing) and the client
+ * table (heartbeats, expiry, which unmounts an expired client's segments). It is the only
+ * file that takes seg_lock for writing or touches the client table; it never gives space
+ * back to an allocator (an unmounted segment's allocator is destroyed whole). Layout and
+ * locks: master/internal.h. */
+#include "master/internal.h"
+
+#include "mooncake/log.h"
+
+#define REMOUNT_MAX 65536u
+
+/* ---- clients ---- */
+
+void mc__client_touch(mc_master_service *svc, mc_master_uuid id, uint64_t now)
+{
+    pthread_mutex_lock(&svc->client_mu);
+    /* a linear scan: clients are few (one per store process) and touched on mount and
+     * remount only; heartbeats go through ping */
+    size_t i;
+    for (i = 0; i < svc->nclients; i++)
+        if (uuid_eq(svc->clients[i].id, id))
+            break;
+    if (i == svc->nclients) {
+        if (svc->nclients == svc->clients_cap) {
+            svc->clients_cap = svc->clients_cap ? svc->clients_cap * 2 : 16;
+            svc->clients = mc_xrealloc(svc->clients, svc->clients_cap * sizeof(*svc->clients));
+        }
+        svc->clients[svc->nclients++].id = id;
+    }
+    svc->clients[i].deadline = now + svc->client_ttl_ms;
+    pthread_mutex_unlock(&svc->client_mu);
+}
+
+int mc_master_service_ping(mc_master_service *svc, mc_master_uuid client_id,
+                           mc_master_ping_result *out)
+{
+    uint64_t now = now_ms(svc);
+    int status = MC_MASTER_CLIENT_NEED_REMOUNT;
+    pthread_mutex_lock(&svc->client_mu);
+    for (size_t i = 0; i < svc->nclients; i++) {
+        if (uuid_eq(svc->clients[i].id, client_id)) {
+            /* a client past its deadline but not yet expired by tick must remount too:
+             * tick is about to drop its segments */
+            if (svc->clients[i].deadline > now) {
+                svc->clients[i].deadline = now + svc->client_ttl_ms;
+                status = MC_MASTER_CLIENT_OK;
+            }
+            break;
+        }
+    }
+    pthread_mutex_unlock(&svc->client_mu);
+    if (out) {
+        out->view_version = 0;
+        out->client_status = status;
+    }
+    count_op(svc, MC_MASTER_OP_PING, MC_OK);
+    return MC_OK;
+}
+
+/* ---- mount ---- */
+
+static bool str_ok(const char *s, size_t max, bool required)
+{
+    if (!s || !*s)
+        return !required;
+    return strnlen(s, max) < max;
+}
+
+void mc__seg_free(seg *s)
+{
+    mc__alloc_destroy(s->alloc);
+    pthread_mutex_destroy(&s->mu);
+    free(s->strings);
+    free(s);
+}
+
+static int mount_one(mc_master_service *svc, const mc_master_segment *d, mc_master_uuid client)
+{
+    if (!d || !str_ok(d->name, MC_MASTER_NAME_MAX, true) ||
+        !str_ok(d->te_endpoint, MC_MASTER_NAME_MAX, false) ||
+        !str_ok(d->protocol, MC_MASTER_PROTOCOL_MAX, false) ||
+        !str_ok(d->host_id, MC_MASTER_NAME_MAX, false) || d->size == 0 ||
+        d->size > MC_MASTER_SEGMENT_MAX_SIZE || d->base > UINT64_MAX - d->size)
+        return MC_INVALID_PARAMS;
+    /* defaults: the endpoint is the segment name, the protocol tcp */
+    const char *ep = d->te_endpoint && *d->te_endpoint ? d->te_endpoint : d->name;
+    const char *proto = d->protocol && *d->protocol ? d->protocol : "tcp";
+    const char *host = d->host_id ? d->host_id : "";
+    size_t ln = strlen(d->name) + 1, le = strlen(ep) + 1, lp = strlen(proto) + 1,
+           lh = strlen(host) + 1;
+
+    /* Build the whole record before taking the table lock: the four strings in one
+     * buffer, the allocator over [base, base + size). */
+    seg *s = mc_xcalloc(1, sizeof(*s));
+    s->strings = mc_xmalloc(ln + le + lp + lh);
+    char *p = s->strings;
+    memcpy(p, d->name, ln);
+    s->name = p;
+    memcpy(p += ln, ep, le);
+    s->endpoint = p;
+    memcpy(p += le, proto, lp);
+    s->protocol = p;
+    memcpy(p += lp, host, lh);
+    s->host_id = p;
+    s->name_hash = XXH3_64bits(s->name, ln - 1);
+    s->id = d->id;
+    s->client = client;
+    s->base = d->base;
+    s->size = d->size;
+    s->alloc = mc__alloc_create(d->base, d->size, svc->cfg.alloc_alignment);
+    s->capacity = mc__alloc_capacity(s->alloc);
+    pthread_mutex_init(&s->mu, NULL);
+
+    pthread_rwlock_wrlock(&svc->seg_lock);
+    /* one pass: refuse a duplicate id and remember the first free slot */
+    uint32_t freeslot = UINT32_MAX;
+    for (uint32_t i = 0; i < svc->nslots; i++) {
+        seg *o = svc->segs[i];
+        if (!o) {
+            if (freeslot == UINT32_MAX)
+                freeslot = i;
+        } else if (uuid_eq(o->id, d->id)) {
+            pthread_rwlock_unlock(&svc->seg_lock);
+            mc__seg_free(s);
+            return MC_SEGMENT_ALREADY_EXISTS;
+        }
+    }
+    if (freeslot == UINT32_MAX) {
+        if (svc->nslots == svc->slots_cap) {
+            svc->slots_cap = svc->slots_cap ? svc->slots_cap * 2 : 16;
+            svc->segs = mc_xrealloc(svc->segs, svc->slots_cap * sizeof(*svc->segs));
+        }
+        freeslot = svc->nslots++;
+    }
+    svc->segs[freeslot] = s;
+    svc->nmounted++;
+    cadd(&svc->capacity, s->capacity);
+    pthread_rwlock_unlock(&svc->seg_lock);
+    return MC_OK;
+}
+
+int mc_master_service_mount_segment(mc_master_service *svc, const mc_master_segment *seg_desc,
+                                    mc_master_uuid client_id)
+{
+    int rc = mount_one(svc, seg_desc, client_id);
+    if (rc == MC_OK || rc == MC_SEGMENT_ALREADY_EXISTS)
+        mc__client_touch(svc, client_id, now_ms(svc));
+    count_op(svc, MC_MASTER_OP_MOUNT_SEGMENT, rc);
+    return rc;
+}
+
+int mc_master_service_remount_segments(mc_master_service *svc, const mc_master_segment *segs,
+                                       size_t n, mc_master_uuid client_id)
+{
+    int rc = MC_OK;
+    if (n > REMOUNT_MAX || (n && !segs)) {
+        rc = MC_INVALID_PARAMS;
+    } else {
+        /* the client is alive first, so a remount with no segments re-registers it */
+        mc__client_touch(svc, client_id, now_ms(svc));
+        for (size_t i = 0; i < n; i++) {
+            int r = mount_one(svc, &segs[i], client_id);
+            if (r != MC_OK && r != MC_SEGMENT_ALREADY_EXISTS) {
+                rc = r;
+                break;
+            }
+        }
+    }
+    count_op(svc, MC_MASTER_OP_REMOUNT_SEGMENT, rc);
+    return rc;
+}
+
+/* ---- unmount ---- */
+
+/* Drops every replica on `slot` from the objects of one shard (space is not given back:
+ * the allocator goes away); objects left without replicas are erased. */
+static void drop_slot(mc_master_service *svc, shard *sh, uint32_t slot)
+{
+    objvec gone = {0};
+    pthread_mutex_lock(&sh->mu);
+    for (uint32_t b = 0; b <= sh->mask; b++) {
+        obj *o = slot_obj(sh->slots[b]);
+        if (!o)
+            continue;
+        uint32_t j = 0;
+        for (uint32_t i = 0; i < o->nrep; i++)
+            if (o->reps[i].seg != slot)
+                o->reps[j++] = o->reps[i];
+        uint32_t dropped = o->nrep - j;
+        if (!dropped)
+            continue;
+        uint8_t *key = okey(o);
+        memmove(o->reps + j, key, o->key_len); /* the key follows the replicas */
+        if (o->flags & F_PROC)
+            csub(&svc->proc_bytes, o->size * dropped);
+        o->nrep = (uint8_t)j;
+        if (!j) /* removed after the walk: a removal moves entries between slots */
+            mc__objvec_push(&gone, o);
+    }
+    for (size_t k = 0; k < gone.n; k++) {
+        obj *o = gone.v[k];
+        mc__ht_remove(sh, o);
+        obj_unlist(o);
+        mc__account_gone(svc, o);
+        free(o);
+    }
+    pthread_mutex_unlock(&sh->mu);
+    free(gone.v);
+}
+
+/* Unmounts the segment in `slot`, which the caller marked unmounting: the slot stays
+ * taken (so no mount reuses it) until no replica names it any more. */
+static void unmount_finish(mc_master_service *svc, uint32_t slot)
+{
+    for (uint32_t i = 0; i < svc->nshards; i++)
+        drop_slot(svc, &svc->shards[i], slot);
+    mc__defer_drop_slot(svc, slot);
+    pthread_rwlock_wrlock(&svc->seg_lock);
+    seg *s = svc->segs[slot];
+    svc->segs[slot] = NULL;
+    pthread_rwlock_unlock(&svc->seg_lock);
+    mc__seg_free(s);
+}
+
+/* Marks the segment unmounting (under the write lock): placement skips it from now on,
+ * and its capacity and reserved bytes leave the global gauges at once. The caller then
+ * finishes with unmount_finish. */
+static void unmount_mark_locked(mc_master_service *svc, seg *s)
+{
+    s->unmounting = true;
+    svc->nmounted--;
+    csub(&svc->capacity, s->capacity);
+    csub(&svc->allocated, cget(&s->used));
+}
+
+int mc_master_service_unmount_segment(mc_master_service *svc, mc_master_uuid segment_id,
+                                      mc_master_uuid client_id)
+{
+    int rc = MC_SEGMENT_NOT_FOUND;
+    uint32_t slot = 0;
+    pthread_rwlock_wrlock(&svc->seg_lock);
+    for (uint32_t i = 0; i < svc->nslots; i++) {
+        seg *s = svc->segs[i];
+        if (s && !s->unmounting && uuid_eq(s->id, segment_id)) {
+            if (!uuid_eq(s->client, client_id)) {
+                rc = MC_ILLEGAL_CLIENT;
+            } else {
+                unmount_mark_locked(svc, s);
+                slot = i;
+                rc = MC_OK;
+            }
+            break;
+        }
+    }
+    pthread_rwlock_unlock(&svc->seg_lock);
+    if (rc == MC_OK)
+        unmount_finish(svc, slot); /* without the table lock: it takes shard mutexes */
+    count_op(svc, MC_MASTER_OP_UNMOUNT_SEGMENT, rc);
+    return rc;
+}
+
+/* ---- expiry ---- */
+
+/* Adds name to the set names[0..*n) unless it is there. */
+static void name_set_add(char ***names, size_t *n, const char *name)
+{
+    for (size_t j = 0; j < *n; j++)
+        if (!strcmp((*names)[j], name))
+            return;
+    *names = mc_xrealloc(*names, (*n + 1) * sizeof(**names));
+    (*names)[(*n)++] = mc_xstrdup(name);
+}
+
+/* Unmounts every segment of an expired client, one at a time (each unmount walks every
+ * shard without the table lock). Returns the distinct segment names in *names (when
+ * wanted; the caller frees them). */
+static void unmount_client(mc_master_service *svc, mc_master_uuid id, bool want_names,
+                           char ***names, size_t *nnames)
+{
+    for (;;) {
+        uint32_t slot = UINT32_MAX;
+        pthread_rwlock_wrlock(&svc->seg_lock);
+        for (uint32_t i = 0; i < svc->nslots; i++) {
+            seg *s = svc->segs[i];
+            if (s && !s->unmounting && uuid_eq(s->client, id)) {
+                unmount_mark_locked(svc, s);
+                slot = i;
+                break;
+            }
+        }
+        if (slot != UINT32_MAX && want_names)
+            name_set_add(names, nnames, svc->segs[slot]->name);
+        pthread_rwlock_unlock(&svc->seg_lock);
+        if (slot == UINT32_MAX)
+            return;
+        unmount_finish(svc, slot);
+    }
+}
+
+void mc__expire_clients(mc_master_service *svc, uint64_t now)
+{
+    /* Collect the dead under client_mu, then unmount without it (client_mu is never held
+     * with another lock). */
+    mc_master_uuid *dead = NULL;
+    size_t ndead = 0;
+    pthread_mutex_lock(&svc->client_mu);
+    for (size_t i = 0; i < svc->nclients;) {
+        if (svc->clients[i].deadline <= now) {
+            dead = mc_xrealloc(dead, (ndead + 1) * sizeof(*dead));
+            dead[ndead++] = svc->clients[i].id;
+            svc->clients[i] = svc->clients[--svc->nclients]; /* swap-remove; i again */
+        } else {
+            i++;
+        }
+    }
+    pthread_mutex_unlock(&svc->client_mu);
+    for (size_t k = 0; k < ndead; k++) {
+        cadd(&svc->clients_expired, 1);
+        mc_log(MC_LOG_INFO, TAG, "client %016llx%016llx expired; unmounting its segments",
+               (unsigned long long)dead[k].first, (unsigned long long)dead[k].second);
+        char **names = NULL; /* distinct names of its segments, for on_client_expired */
+        size_t nnames = 0;
+        unmount_client(svc, dead[k], svc->cfg.on_client_expired != NULL, &names, &nnames);
+        if (svc->cfg.on_client_expired)
+            svc->cfg.on_client_expired(svc->cfg.on_client_expired_ctx, dead[k],
+                                       (const char *const *)names, nnames);
+        for (size_t j = 0; j < nnames; j++)
+            free(names[j]);
+        free(names);
+    }
+    free(dead);
+}
+
+/* ---- listing ---- */
+
+size_t mc_master_service_foreach_segment(mc_master_service *svc, mc_master_segment_cb cb,
+                                         void *ctx)
+{
+    size_t n = 0;
+    pthread_rwlock_rdlock(&svc->seg_lock);
+    for (uint32_t i = 0; i < svc->nslots; i++) {
+        seg *s = svc->segs[i];
+        if (!s || s->unmounting)
+            continue;
+        n++;
+        mc_master_segment_info info = {
+            .id = s->id,
+            .client_id = s->client,
+            .name = s->name,
+            .te_endpoint = s->endpoint,
+            .protocol = s->protocol,
+            .host_id = s->host_id,
+            .base = s->base,
+            .size = s->size,
+            .used = cget(&s->used),
+        };
+        if (cb && cb(&info, ctx))
+            break;
+    }
+    pthread_rwlock_unlock(&svc->seg_lock);
+    return n;
+}

@@ -1,0 +1,177 @@
+/* space.c: when and how the space of an object's replicas is given back to the
+ * segments' allocators: THE reuse point (mc__space_release_locked), erasing and removing
+ * objects, and the deferred frees that hold a force-removed object's space until its
+ * readers' leases end. It does not choose space (placement.c) nor decide what to evict
+ * (evict.c); it never takes seg_lock for writing. Layout and locks: master/internal.h.
+ *
+ * Deferred frees: an object removed by force while a reader's lease is active leaves the
+ * index at once but keeps its space (on the `deferred` list, its reserved bytes in `pin`)
+ * until the lease deadline (atime + lease TTL); tick frees it then. An unmount drops its
+ * replicas on that segment like any other replica. */
+#include "master/internal.h"
+
+void mc__space_release_locked(mc_master_service *svc, obj *o, mc__space_why why)
+{
+    /* Today every reason gives the space back at once (upstream's behaviour too). This is
+     * the one seam where a later change may hold some of it instead (e.g. writes that
+     * never finished, whose writer may still be sending bytes). */
+    (void)why;
+    for (uint32_t i = 0; i < o->nrep; i++) {
+        rep *r = &o->reps[i];
+        if (r->handle == MC__ALLOC_NONE)
+            continue; /* zero-size replica, or already given back */
+        seg *s = svc->segs[r->seg];
+        pthread_mutex_lock(&s->mu);
+        uint64_t b = mc__alloc_block_size(s->alloc, r->handle);
+        mc__alloc_free(s->alloc, r->handle);
+        pthread_mutex_unlock(&s->mu);
+        csub(&s->used, b);
+        if (!s->unmounting) /* an unmounting segment left the global gauge already */
+            csub(&svc->allocated, b);
+        r->handle = MC__ALLOC_NONE;
+    }
+}
+
+uint64_t mc__reps_reserved_locked(mc_master_service *svc, const obj *o)
+{
+    uint64_t b = 0;
+    for (uint32_t i = 0; i < o->nrep; i++) {
+        const rep *r = &o->reps[i];
+        if (r->handle == MC__ALLOC_NONE)
+            continue;
+        seg *s = svc->segs[r->seg];
+        pthread_mutex_lock(&s->mu);
+        b += mc__alloc_block_size(s->alloc, r->handle);
+        pthread_mutex_unlock(&s->mu);
+    }
+    return b;
+}
+
+void mc__obj_erase(mc_master_service *svc, shard *sh, obj *o, mc__space_why why)
+{
+    mc__ht_remove(sh, o);
+    obj_unlist(o);
+    pthread_rwlock_rdlock(&svc->seg_lock); /* shard.mu -> seg_lock (read): in order */
+    mc__space_release_locked(svc, o, why);
+    pthread_rwlock_unlock(&svc->seg_lock);
+    mc__account_gone(svc, o);
+    free(o);
+}
+
+void mc__obj_remove(mc_master_service *svc, shard *sh, obj *o, uint64_t now)
+{
+    if (!leased(svc, o, now)) {
+        mc__obj_erase(svc, sh, o, MC__SPACE_REMOVED);
+        return;
+    }
+    /* A reader may still be transferring from this space: the key goes now (new readers
+     * miss, a put of the key may start), the space only at the lease deadline, so no put
+     * can be given it while the reader may still be reading it. */
+    mc__ht_remove(sh, o);
+    obj_unlist(o);
+    mc__account_gone(svc, o);
+    pthread_rwlock_rdlock(&svc->seg_lock);
+    uint64_t b = mc__reps_reserved_locked(svc, o);
+    pthread_rwlock_unlock(&svc->seg_lock);
+    if (!b) { /* zero-size: nothing to protect */
+        free(o);
+        return;
+    }
+    o->pin = b; /* the soft pin is gone with the key: `pin` now holds the bytes kept */
+    uint64_t deadline = o->atime + svc->lease_ttl;
+    pthread_mutex_lock(&svc->defer_mu);
+    mc_list_push_front(&svc->deferred, &o->link);
+    if (deadline < svc->defer_min)
+        svc->defer_min = deadline; /* lets defer_reap skip the walk until then */
+    cadd(&svc->defer_keys, 1);
+    cadd(&svc->defer_bytes, b);
+    pthread_mutex_unlock(&svc->defer_mu);
+}
+
+void mc__defer_reap(mc_master_service *svc, uint64_t now)
+{
+    if (!cget(&svc->defer_keys))
+        return; /* the common case: nothing deferred, no lock taken */
+    pthread_mutex_lock(&svc->defer_mu);
+    if (now >= svc->defer_min) {
+        uint64_t min = UINT64_MAX; /* recomputed from the objects that stay */
+        pthread_rwlock_rdlock(&svc->seg_lock);
+        MC_LIST_FOREACH(it, &svc->deferred) {
+            obj *o = obj_of(it);
+            uint64_t deadline = o->atime + svc->lease_ttl;
+            if (deadline > now) {
+                if (deadline < min)
+                    min = deadline;
+                continue;
+            }
+            mc_list_remove(it);
+            mc__space_release_locked(svc, o, MC__SPACE_LEASE_ENDED);
+            csub(&svc->defer_bytes, o->pin);
+            csub(&svc->defer_keys, 1);
+            free(o);
+        }
+        pthread_rwlock_unlock(&svc->seg_lock);
+        svc->defer_min = min;
+    }
+    pthread_mutex_unlock(&svc->defer_mu);
+}
+
+void mc__defer_drop_slot(mc_master_service *svc, uint32_t slot)
+{
+    pthread_mutex_lock(&svc->defer_mu);
+    pthread_rwlock_rdlock(&svc->seg_lock);
+    seg *s = svc->segs[slot];
+    MC_LIST_FOREACH(it, &svc->deferred) {
+        obj *o = obj_of(it);
+        /* compact the replicas not on `slot` to the front; the dropped ones only leave
+         * the deferred byte counts (their allocator is destroyed with the segment) */
+        uint32_t j = 0;
+        for (uint32_t i = 0; i < o->nrep; i++) {
+            rep *r = &o->reps[i];
+            if (r->seg != slot) {
+                o->reps[j++] = *r;
+                continue;
+            }
+            if (r->handle != MC__ALLOC_NONE) {
+                pthread_mutex_lock(&s->mu);
+                uint64_t b = mc__alloc_block_size(s->alloc, r->handle);
+                pthread_mutex_unlock(&s->mu);
+                o->pin -= b;
+                csub(&svc->defer_bytes, b);
+            }
+        }
+        o->nrep = (uint8_t)j; /* the key bytes are not read again */
+        if (j)
+            continue;
+        mc_list_remove(it);
+        csub(&svc->defer_bytes, o->pin);
+        csub(&svc->defer_keys, 1);
+        free(o);
+    }
+    pthread_rwlock_unlock(&svc->seg_lock);
+    pthread_mutex_unlock(&svc->defer_mu);
+}
+
+void mc__fill_list_locked(mc_master_service *svc, obj *o, int status,
+                          mc_master_replica_list *out)
+{
+    out->n = o->nrep;
+    for (uint32_t i = 0; i < o->nrep; i++) {
+        const seg *s = svc->segs[o->reps[i].seg];
+        mc_master_replica *d = &out->replicas[i];
+        d->segment_id = s->id;
+        d->address = o->reps[i].addr;
+        d->size = o->size;
+        d->status = status;
+        /* the strings were checked against the descriptor's field sizes at mount */
+        memcpy(d->transport_endpoint, s->endpoint, strlen(s->endpoint) + 1);
+        memcpy(d->protocol, s->protocol, strlen(s->protocol) + 1);
+    }
+}
+
+void mc__fill_list(mc_master_service *svc, obj *o, int status, mc_master_replica_list *out)
+{
+    pthread_rwlock_rdlock(&svc->seg_lock);
+    mc__fill_list_locked(svc, o, status, out);
+    pthread_rwlock_unlock(&svc->seg_lock);
+}
