@@ -43,6 +43,8 @@ static PyObject *te_get_notifies(TEObject *self, PyObject *noargs)
     size_t n = 0;
     if (mc_te_get_notifies(te, &v, &n) != MC_OK)
         return list;
+    /* names are C strings, messages byte strings; both decode with surrogateescape so
+     * non-UTF-8 bytes survive (TransferNotify.msg says how to get them back) */
     for (size_t i = 0; i < n; i++) {
         NotifyObject *o = (NotifyObject *)st->notify_type->tp_alloc(st->notify_type, 0);
         if (!o)
@@ -181,6 +183,8 @@ static PyObject *te_stats(TEObject *self, PyObject *noargs)
                          (unsigned long long)st.connections_failed);
 }
 
+/* _mc_te: the capsule of a fresh get_engine() handle (the handle itself is dropped; the
+ * capsule's context still keeps this object alive). */
 static PyObject *te_get_capsule(TEObject *self, void *c)
 {
     (void)c;

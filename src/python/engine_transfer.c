@@ -36,7 +36,6 @@ static int check_requests(TEObject *self, const char *fn, const uint64_t *local,
     return MC_OK;
 }
 
-
 /* A sync transfer of n requests: 0 or a negative status code. */
 static PyObject *do_sync(TEObject *self, const char *fn, const char *target, int op,
                          const uint64_t *local, const uint64_t *remote, const uint64_t *lens,
@@ -48,6 +47,7 @@ static PyObject *do_sync(TEObject *self, const char *fn, const char *target, int
     int rc = check_requests(self, fn, local, remote, lens, n);
     if (rc != MC_OK)
         return ret_int(rc);
+    /* the notify bytes are owned by the caller's nb and outlive the GIL-free call */
     const char *nname = nb && nb->name ? PyBytes_AS_STRING(nb->name) : NULL;
     const char *nmsg = nb && nb->msg ? PyBytes_AS_STRING(nb->msg) : NULL;
     size_t nlen = nb && nb->msg ? (size_t)PyBytes_GET_SIZE(nb->msg) : 0;
@@ -320,6 +320,7 @@ static PyObject *te_transfer_check_status(TEObject *self, PyObject *args, PyObje
     mc_te *te = te_of(self);
     if (!te)
         return ret_int(-1);
+    /* a poll: no wait, so the GIL stays held; every final state frees the batch */
     mc_te_status st;
     int rc = mc_te_get_batch_status(te, id, &st);
     if (rc != MC_OK)

@@ -18,6 +18,8 @@ typedef struct {
     size_t n;
 } bytes_ctx;
 
+/* Runs inside mc_store_get_with on this thread (GIL released, store call lock held):
+ * takes the GIL only for the allocation, never while waiting on a store lock. */
 static void *alloc_bytes(void *ctx, size_t index, uint64_t size)
 {
     bytes_ctx *c = ctx;

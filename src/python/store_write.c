@@ -96,6 +96,7 @@ static PyObject *do_put_parts(PyObject *o, PyObject *args, PyObject *kwds, const
     mc_store_key key;
     if (mcpy_key(PyTuple_GET_ITEM(args, 0), fn, "key", &key) < 0)
         return NULL;
+    /* every part stays exported (its buffer pinned) until the C call returns */
     size_t np = (size_t)(na - 1);
     if (np > MC_STORE_MAX_PARTS)
         return PyLong_FromLong(MC_INVALID_PARAMS);
@@ -220,6 +221,7 @@ static PyObject *do_put_batch(PyObject *o, PyObject *args, PyObject *kwds, const
     Py_BEGIN_ALLOW_THREADS
     r = call(self->store, keys.keys, n, (const void *const *)ptrs, sizes, &rc.c, res);
     Py_END_ALLOW_THREADS
+    /* upstream's put_batch returns one int: the first per-key failure */
     if (r == MC_OK)
         for (size_t i = 0; i < n; i++)
             if (res[i] != MC_OK) {
@@ -415,6 +417,7 @@ static PyObject *store_batch_put_from_multi_buffers(PyObject *o, PyObject *args,
     mcpy_rc rc;
     if (mcpy_rc_from(st, a_cfg, fn, &rc) < 0)
         return NULL;
+    /* result arrays sized from the raw argument; multi_parse reports a bad one */
     Py_ssize_t nk = PySequence_Check(a_keys) ? PySequence_Size(a_keys) : 0;
     if (nk < 0)
         PyErr_Clear();
