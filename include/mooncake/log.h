@@ -11,6 +11,7 @@
 #define MOONCAKE_LOG_H
 
 #include <stdarg.h>
+#include <stdatomic.h>
 
 #include "mooncake/mc_api.h"
 
@@ -24,12 +25,16 @@ typedef enum mc_log_level {
 } mc_log_level;
 
 /* A sink receives each formatted message (no trailing newline). msg is borrowed for
- * the duration of the call. Called from any thread; calls are serialised by a lock. */
+ * the duration of the call. Called from any thread, possibly from several at once, and
+ * never with log.c's lock held: a sink may take its own locks (the Python sink takes the
+ * GIL) while other threads holding those locks call mc_log. A sink must be thread-safe
+ * and must not call mc_log_set_sink. */
 typedef void (*mc_log_sink_fn)(mc_log_level level, const char *tag, const char *msg,
                                void *ctx);
 
-/* The current threshold; read by the mc_log macro without a lock (a relaxed atomic). */
-MC_API extern volatile int mc__log_threshold;
+/* The current threshold; read by the mc_log macro without a lock (relaxed loads: a
+ * level change reaches other threads soon, not in any order with other memory). */
+MC_API extern _Atomic int mc__log_threshold;
 
 /* mc_log_set_level: messages below level are dropped before formatting. */
 MC_API void mc_log_set_level(mc_log_level level);
@@ -43,7 +48,9 @@ MC_API int mc_log_parse_level(const char *text);
  * set to something unrecognised (the level is then left unchanged). */
 MC_API int mc_log_init_from_env(void);
 
-/* mc_log_set_sink: routes messages to fn(ctx); NULL restores stderr. */
+/* mc_log_set_sink: routes messages to fn(ctx); NULL restores stderr. A message being
+ * delivered while the sink changes may still go to the old sink, so the old ctx must
+ * stay valid (the sinks in this tree use static or NULL contexts). */
 MC_API void mc_log_set_sink(mc_log_sink_fn fn, void *ctx);
 
 /* mc_log_level_name: "TRACE".."ERROR". */
@@ -55,7 +62,8 @@ MC_API void mc__log_emit(mc_log_level level, const char *tag, const char *fmt, .
 
 #define mc_log(level, tag, ...)                                                        \
     do {                                                                               \
-        if ((int)(level) >= mc__log_threshold)                                         \
+        if ((int)(level) >= atomic_load_explicit(&mc__log_threshold,                   \
+                                                 memory_order_relaxed))                \
             mc__log_emit((level), (tag), __VA_ARGS__);                                 \
     } while (0)
 

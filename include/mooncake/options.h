@@ -80,12 +80,16 @@ MC_API void mc_options_main(const mc_option *tbl, size_t n, int *argc, char **ar
 /* mc_options_free: frees the strings stored in STRING targets and NULLs them. */
 MC_API void mc_options_free(const mc_option *tbl, size_t n);
 
-/* mc_parse_size: "4096", "64k", "64KB", "4gb", "1.5GiB", "2 MB" -> bytes (K/M/G/T are
- * powers of 1024, as upstream's size strings). Returns 0, or -EINVAL for malformed
- * text, -ERANGE on overflow. */
+/* mc_parse_size: "4096", "64k", "64KB", "4gb", "1.5GiB", "2 MB", "+8M", "1e3" -> bytes
+ * (K/M/G/T are powers of 1024, as upstream's size strings); "infinite" -> UINT64_MAX
+ * (upstream try_string_to_byte_size). Spaces around are ignored. A fraction of a byte
+ * ("1.5") is refused. Shared by options, env.h and the Python bindings. Returns 0, or
+ * -EINVAL for malformed text, -ERANGE on overflow. */
 MC_API int mc_parse_size(const char *text, uint64_t *out);
 
-/* mc_parse_bool: true/false/1/0/yes/no/on/off (any case). Returns 0 or -EINVAL. */
+/* mc_parse_bool: true/false/1/0/yes/no/on/off/t/f/y/n (any case); "" is false. Shared
+ * by options, env.h (which treats "" as unset before calling it) and the Python
+ * bindings. Returns 0 or -EINVAL. */
 MC_API int mc_parse_bool(const char *text, bool *out);
 
 #endif

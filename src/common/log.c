@@ -1,14 +1,18 @@
-/* log.c: see include/mooncake/log.h. */
+/* log.c: see include/mooncake/log.h. Owns the level (a C11 atomic), the sink pointer
+ * and the stderr format. Lock rule: g_lock guards only the sink pointer and is never
+ * held while a message is delivered (the Python sink takes the GIL; code holding the
+ * GIL calls mc_log), so log.c takes part in no lock order. */
 #include "mooncake/log.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <strings.h>
 #include <time.h>
 
-volatile int mc__log_threshold = MC_LOG_INFO;
+_Atomic int mc__log_threshold = MC_LOG_INFO;
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static mc_log_sink_fn g_sink;  /* guarded by g_lock */
@@ -30,12 +34,12 @@ void mc_log_set_level(mc_log_level level)
         level = MC_LOG_TRACE;
     if (level > MC_LOG_OFF)
         level = MC_LOG_OFF;
-    __atomic_store_n(&mc__log_threshold, (int)level, __ATOMIC_RELAXED);
+    atomic_store_explicit(&mc__log_threshold, (int)level, memory_order_relaxed);
 }
 
 mc_log_level mc_log_get_level(void)
 {
-    return (mc_log_level)__atomic_load_n(&mc__log_threshold, __ATOMIC_RELAXED);
+    return (mc_log_level)atomic_load_explicit(&mc__log_threshold, memory_order_relaxed);
 }
 
 int mc_log_parse_level(const char *text)
@@ -93,20 +97,36 @@ void mc__log_emit(mc_log_level level, const char *tag, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    if (!tag)
+        tag = "";
 
+    /* Copy the sink under the lock, deliver after unlocking: a sink that blocks (the
+     * Python one waits for the GIL) must not hold up other threads' mc_log calls. */
     pthread_mutex_lock(&g_lock);
-    if (g_sink) {
-        g_sink(level, tag ? tag : "", buf, g_sink_ctx);
-    } else {
-        struct timespec ts;
-        struct tm tm;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        localtime_r(&ts.tv_sec, &tm);
-        fprintf(stderr, "%c%02d%02d %02d:%02d:%02d.%06ld %s] %s\n",
-                mc_log_level_name(level)[0], tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-                tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000, tag ? tag : "", buf);
-    }
+    mc_log_sink_fn sink = g_sink;
+    void *ctx = g_sink_ctx;
     pthread_mutex_unlock(&g_lock);
+    if (sink) {
+        sink(level, tag, buf, ctx);
+        return;
+    }
+
+    /* stderr: the whole line is formatted first and written with one stdio call, which
+     * takes the FILE's own lock, so lines from concurrent threads never interleave. */
+    struct timespec ts;
+    struct tm tm;
+    char line[sizeof buf + 128];
+    clock_gettime(CLOCK_REALTIME, &ts);
+    localtime_r(&ts.tv_sec, &tm);
+    int n = snprintf(line, sizeof line, "%c%02d%02d %02d:%02d:%02d.%06ld %s] %s\n",
+                     mc_log_level_name(level)[0], tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+                     tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000, tag, buf);
+    if (n >= (int)sizeof line) { /* a truncated line still ends with its newline */
+        n = (int)sizeof line - 1;
+        line[n - 1] = '\n';
+    }
+    if (n > 0)
+        fwrite(line, 1, (size_t)n, stderr);
 }
 
 /* Read MC_LOG_LEVEL once when the library is loaded, so the first mc_log already

@@ -30,6 +30,11 @@ int mc_parse_bool(const char *text, bool *out)
     static const char *const no[] = {"false", "0", "no", "off", "f", "n"};
     if (!text)
         return -EINVAL;
+    /* "" is false: the bindings' setup(config) has always read an empty value so */
+    if (!*text) {
+        *out = false;
+        return 0;
+    }
     for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
         if (strcasecmp(text, yes[i]) == 0) {
             *out = true;
@@ -48,6 +53,16 @@ int mc_parse_size(const char *text, uint64_t *out)
     if (!text)
         return -EINVAL;
     while (isspace((unsigned char)*text))
+        text++;
+    /* upstream's "infinite" (any case, spaces around): no limit */
+    size_t tl = strlen(text);
+    while (tl && isspace((unsigned char)text[tl - 1]))
+        tl--;
+    if (tl == 8 && strncasecmp(text, "infinite", 8) == 0) {
+        *out = UINT64_MAX;
+        return 0;
+    }
+    if (*text == '+') /* an explicit sign, as strtod and upstream's stod take it */
         text++;
     if (!isdigit((unsigned char)*text) && *text != '.')
         return -EINVAL;

@@ -1,7 +1,12 @@
-/* py_common.c: see py_common.h. */
+/* py_common.c: see py_common.h. Helpers both extension modules share: C-string and
+ * enum conversions, ErrorCode, the log sink that forwards to Python `logging`, and the
+ * engine handle (capsule) passed from mooncake.engine to mooncake.store. No module state. */
 #include "py_common.h"
 
+#include <stdbool.h>
 #include <string.h>
+
+#include "common/env.h"
 
 #include "mooncake/log.h"
 #include "mooncake/status.h"
@@ -99,6 +104,8 @@ out:
     return rc;
 }
 
+/* Called by log.c outside its lock, from any thread, with or without the GIL: the GIL
+ * is taken here (PyGILState_Ensure is re-entrant for a thread that holds it). */
 static void py_log_sink(mc_log_level level, const char *tag, const char *msg, void *ctx)
 {
     (void)ctx;
@@ -124,9 +131,16 @@ static void py_log_sink(mc_log_level level, const char *tag, const char *msg, vo
 int mc__py_route_logs(void)
 {
     /* Only when the user asked for it: stderr stays the default so that a process that
-     * never configured logging still sees errors (as upstream's glog output). */
-    const char *v = getenv("MC_LOG_TO_PYTHON");
-    if (v && *v && *v != '0')
+     * never configured logging still sees errors (as upstream's glog output). A value
+     * that is not a boolean fails the import, naming the variable (common/env.h). */
+    bool to_python;
+    if (mc_env_bool("MC_LOG_TO_PYTHON", false, &to_python) < 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "MC_LOG_TO_PYTHON=%s: expected a boolean (1/0, true/false, yes/no, "
+                     "on/off)", mc_env_str("MC_LOG_TO_PYTHON"));
+        return -1;
+    }
+    if (to_python)
         mc_log_set_sink(py_log_sink, NULL);
     return 0;
 }

@@ -6,6 +6,11 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+/* Multi-phase init with module state (PyType_GetModuleByDef) needs CPython 3.11. */
+#if PY_VERSION_HEX < 0x030B0000
+#error "mooncake's extension modules need Python 3.11 or later"
+#endif
+
 /* mc__py_cstr: `o` as a C string for argument `name` of method `fn`: a str (UTF-8) or
  * bytes without NUL characters; None gives NULL when allow_none. *out is borrowed from
  * `o` (valid while `o` lives). Returns 0, or -1 with TypeError (wrong type) or
@@ -24,9 +29,11 @@ PyObject *mc__py_int_enum(PyObject *module, const char *name, PyObject *members,
  * with __module__ = module's name. Returns 0, or -1 with a Python exception set. */
 int mc__py_add_error_code(PyObject *module);
 
-/* mc__py_route_logs: installs a log sink that forwards C log messages to the Python
- * logger "mooncake" (level mapped to logging levels). Safe to call more than once.
- * Returns 0, or -1 with a Python exception set. */
+/* mc__py_route_logs: when MC_LOG_TO_PYTHON is true (common/env.h booleans), installs a
+ * log sink that forwards C log messages to the Python logger "mooncake" (level mapped to
+ * logging levels); the sink takes the GIL itself. Safe to call more than once. Returns
+ * 0, or -1 with ValueError set (naming the variable) when MC_LOG_TO_PYTHON is not a
+ * boolean. */
 int mc__py_route_logs(void);
 
 /* ---- Engine handles shared by mooncake.engine and mooncake.store ----

@@ -1,318 +1,27 @@
-/* store_types.c: the helper types of `mooncake.store` and the argument converters.
+/* store_types.c: the helper types of `mooncake.store`: the IntEnums ReplicaStatus /
+ * SoftPinAction / ObjectDataType, BufferHandle, the replica descriptor classes and
+ * MooncakeHostMemAllocator; mcpy_types_init creates them (and ReplicateConfig, whose code
+ * is store_config.c) into the module state. No store calls except buffer frees.
  *
  * Upstream: `mooncake-integration/store/store_py.cpp` (PYBIND11_MODULE(store)) binds
- * ReplicateConfig (replica.h), the enums ReplicaStatus / SoftPinAction /
- * ObjectDataType, BufferHandle (client_buffer.h), the replica descriptor classes, and
- * MooncakeHostMemAllocator (shm_helper.h); behaviour summarised in
- * ../shared/reference/upstream-mooncake.md §1.1, §1.2, §1.5, §1.7. */
+ * ReplicateConfig (replica.h), the enums, BufferHandle (client_buffer.h), the replica
+ * descriptor classes, and MooncakeHostMemAllocator (shm_helper.h); behaviour summarised
+ * in ../shared/reference/upstream-mooncake.md §1.1, §1.2, §1.5, §1.7. */
 #include "store_py.h"
 
 #include <structmember.h>
 
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "mooncake/log.h"
 #include "mooncake/status.h"
 
-#define TAG "pystore"
-
-/* ================================================================================== */
-/* Converters                                                                          */
-/* ================================================================================== */
-
-int mcpy_key(PyObject *obj, const char *fn, const char *arg, mc_store_key *out)
-{
-    if (PyUnicode_Check(obj)) {
-        Py_ssize_t n;
-        const char *s = PyUnicode_AsUTF8AndSize(obj, &n);
-        if (!s)
-            return -1;
-        out->data = s;
-        out->len = (size_t)n;
-        return 0;
-    }
-    if (PyBytes_Check(obj)) {
-        out->data = PyBytes_AS_STRING(obj);
-        out->len = (size_t)PyBytes_GET_SIZE(obj);
-        return 0;
-    }
-    PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be str or bytes, not %.100s", fn,
-                 arg, Py_TYPE(obj)->tp_name);
-    return -1;
-}
-
-PyObject *mcpy_seq_tuple(PyObject *seq, const char *fn, const char *arg)
-{
-    if (PyUnicode_Check(seq) || PyBytes_Check(seq) || PyByteArray_Check(seq) ||
-        !PySequence_Check(seq)) {
-        PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be a list, not %.100s", fn,
-                     arg, Py_TYPE(seq)->tp_name);
-        return NULL;
-    }
-    return PySequence_Tuple(seq);
-}
-
-int mcpy_keys_from(PyObject *seq, const char *fn, const char *arg, mcpy_keys *out)
-{
-    memset(out, 0, sizeof(*out));
-    PyObject *t = mcpy_seq_tuple(seq, fn, arg);
-    if (!t)
-        return -1;
-    size_t n = (size_t)PyTuple_GET_SIZE(t);
-    out->tuple = t;
-    out->n = n;
-    out->keys = PyMem_Calloc(n ? n : 1, sizeof(mc_store_key));
-    if (!out->keys) {
-        mcpy_keys_clear(out);
-        PyErr_NoMemory();
-        return -1;
-    }
-    for (size_t i = 0; i < n; i++) {
-        PyObject *k = PyTuple_GET_ITEM(t, (Py_ssize_t)i);
-        if (PyUnicode_Check(k) || PyBytes_Check(k)) {
-            if (mcpy_key(k, fn, arg, &out->keys[i]) < 0) {
-                mcpy_keys_clear(out);
-                return -1;
-            }
-        } else {
-            PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be a list of str, "
-                         "item %zu is %.100s", fn, arg, i, Py_TYPE(k)->tp_name);
-            mcpy_keys_clear(out);
-            return -1;
-        }
-    }
-    return 0;
-}
-
-void mcpy_keys_clear(mcpy_keys *k)
-{
-    Py_CLEAR(k->tuple);
-    PyMem_Free(k->keys);
-    k->keys = NULL;
-    k->n = 0;
-}
-
-int mcpy_u64(PyObject *obj, const char *fn, const char *arg, uint64_t *out)
-{
-    if (PyFloat_Check(obj) || !PyIndex_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be int, not %.100s", fn, arg,
-                     Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    PyObject *i = PyNumber_Index(obj);
-    if (!i)
-        return -1;
-    unsigned long long v = PyLong_AsUnsignedLongLong(i);
-    Py_DECREF(i);
-    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError,
-                     "%s(): argument '%s' must be a non-negative int below 2**64", fn, arg);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-int mcpy_int(PyObject *obj, const char *fn, const char *arg, long long lo, long long hi,
-             long long *out)
-{
-    if (PyFloat_Check(obj) || !PyIndex_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be int, not %.100s", fn, arg,
-                     Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    PyObject *i = PyNumber_Index(obj);
-    if (!i)
-        return -1;
-    int overflow = 0;
-    long long v = PyLong_AsLongLongAndOverflow(i, &overflow);
-    Py_DECREF(i);
-    if ((v == -1 && PyErr_Occurred()) || overflow || v < lo || v > hi) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be an int in [%lld, %lld]", fn,
-                     arg, lo, hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-int mcpy_u64_list(PyObject *seq, const char *fn, const char *arg, uint64_t **out, size_t *n)
-{
-    *out = NULL;
-    *n = 0;
-    PyObject *t = mcpy_seq_tuple(seq, fn, arg);
-    if (!t)
-        return -1;
-    size_t cnt = (size_t)PyTuple_GET_SIZE(t);
-    uint64_t *v = PyMem_Calloc(cnt ? cnt : 1, sizeof(uint64_t));
-    if (!v) {
-        Py_DECREF(t);
-        PyErr_NoMemory();
-        return -1;
-    }
-    for (size_t i = 0; i < cnt; i++) {
-        if (mcpy_u64(PyTuple_GET_ITEM(t, (Py_ssize_t)i), fn, arg, &v[i]) < 0) {
-            PyMem_Free(v);
-            Py_DECREF(t);
-            return -1;
-        }
-    }
-    Py_DECREF(t);
-    *out = v;
-    *n = cnt;
-    return 0;
-}
-
-int mcpy_keys_ptrs_sizes(PyObject *a_keys, PyObject *a_ptrs, PyObject *a_sizes, const char *fn,
-                         mcpy_keys *keys, uint64_t **ptrs, uint64_t **sizes, size_t *np,
-                         size_t *ns)
-{
-    *ptrs = *sizes = NULL;
-    *np = *ns = 0;
-    if (mcpy_keys_from(a_keys, fn, "keys", keys) < 0)
-        return -1;
-    if (mcpy_u64_list(a_ptrs, fn, "buffer_ptrs", ptrs, np) < 0 ||
-        mcpy_u64_list(a_sizes, fn, "sizes", sizes, ns) < 0) {
-        PyMem_Free(*ptrs);
-        *ptrs = NULL;
-        *np = 0;
-        mcpy_keys_clear(keys);
-        return -1;
-    }
-    return 0;
-}
-
-int mcpy_u64_list2(PyObject *seq, const char *fn, const char *arg, uint64_t **flat,
-                   size_t **starts, size_t **counts, size_t *nrows)
-{
-    *flat = NULL;
-    *starts = *counts = NULL;
-    *nrows = 0;
-    PyObject *t = mcpy_seq_tuple(seq, fn, arg);
-    if (!t)
-        return -1;
-    size_t rows = (size_t)PyTuple_GET_SIZE(t);
-    PyObject **inner = PyMem_Calloc(rows ? rows : 1, sizeof(PyObject *));
-    size_t *st = PyMem_Calloc(rows ? rows : 1, sizeof(size_t));
-    size_t *ct = PyMem_Calloc(rows ? rows : 1, sizeof(size_t));
-    uint64_t *v = NULL;
-    size_t total = 0;
-    int rc = -1;
-    if (!inner || !st || !ct) {
-        PyErr_NoMemory();
-        goto out;
-    }
-    for (size_t i = 0; i < rows; i++) {
-        inner[i] = mcpy_seq_tuple(PyTuple_GET_ITEM(t, (Py_ssize_t)i), fn, arg);
-        if (!inner[i])
-            goto out;
-        st[i] = total;
-        ct[i] = (size_t)PyTuple_GET_SIZE(inner[i]);
-        total += ct[i];
-    }
-    v = PyMem_Calloc(total ? total : 1, sizeof(uint64_t));
-    if (!v) {
-        PyErr_NoMemory();
-        goto out;
-    }
-    for (size_t i = 0; i < rows; i++)
-        for (size_t j = 0; j < ct[i]; j++)
-            if (mcpy_u64(PyTuple_GET_ITEM(inner[i], (Py_ssize_t)j), fn, arg, &v[st[i] + j]) <
-                0)
-                goto out;
-    rc = 0;
-out:
-    if (inner)
-        for (size_t i = 0; i < rows; i++)
-            Py_XDECREF(inner[i]);
-    PyMem_Free(inner);
-    Py_DECREF(t);
-    if (rc < 0) {
-        PyMem_Free(st);
-        PyMem_Free(ct);
-        PyMem_Free(v);
-        return -1;
-    }
-    *flat = v;
-    *starts = st;
-    *counts = ct;
-    *nrows = rows;
-    return 0;
-}
-
-int mcpy_cstr(PyObject *obj, const char *fn, const char *arg, const char **out)
-{
-    return mc__py_cstr(fn, arg, obj, 0, out);
-}
-
-int mcpy_get_buffer(PyObject *obj, const char *fn, const char *arg, Py_buffer *view)
-{
-    if (!PyObject_CheckBuffer(obj)) {
-        PyErr_Format(PyExc_TypeError,
-                     "%s(): argument '%s' must support the buffer protocol (bytes, "
-                     "bytearray, memoryview, numpy array, ...), not %.100s",
-                     fn, arg, Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    if (PyObject_GetBuffer(obj, view, PyBUF_ANY_CONTIGUOUS) < 0) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "%s(): argument '%s' must be a contiguous buffer", fn,
-                     arg);
-        return -1;
-    }
-    return 0;
-}
-
-PyObject *mcpy_int_list(const int *v, size_t n)
-{
-    PyObject *l = PyList_New((Py_ssize_t)n);
-    if (!l)
-        return NULL;
-    for (size_t i = 0; i < n; i++) {
-        PyObject *x = PyLong_FromLong(v[i]);
-        if (!x) {
-            Py_DECREF(l);
-            return NULL;
-        }
-        PyList_SET_ITEM(l, (Py_ssize_t)i, x);
-    }
-    return l;
-}
-
-PyObject *mcpy_i64_list(const int64_t *v, size_t n)
-{
-    PyObject *l = PyList_New((Py_ssize_t)n);
-    if (!l)
-        return NULL;
-    for (size_t i = 0; i < n; i++) {
-        PyObject *x = PyLong_FromLongLong(v[i]);
-        if (!x) {
-            Py_DECREF(l);
-            return NULL;
-        }
-        PyList_SET_ITEM(l, (Py_ssize_t)i, x);
-    }
-    return l;
-}
-
-PyObject *mcpy_code_list(int code, size_t n)
-{
-    PyObject *l = PyList_New((Py_ssize_t)n);
-    if (!l)
-        return NULL;
-    for (size_t i = 0; i < n; i++)
-        PyList_SET_ITEM(l, (Py_ssize_t)i, PyLong_FromLong(code));
-    return l;
-}
+#define TAG MCPY_TAG
 
 /* ================================================================================== */
 /* Enums                                                                               */
@@ -334,40 +43,39 @@ static const enum_row data_type_rows[] = {
     {"METADATA", 8}, {"GENERAL", 9},
 };
 
-static PyObject *replica_status_cls, *soft_pin_cls, *data_type_cls;
+const char *mcpy_soft_pin_name(int value)
+{
+    for (size_t i = 0; i < sizeof soft_pin_rows / sizeof soft_pin_rows[0]; i++)
+        if (soft_pin_rows[i].value == value)
+            return soft_pin_rows[i].name;
+    return "?";
+}
+
+const char *mcpy_data_type_name(int value)
+{
+    for (size_t i = 0; i < sizeof data_type_rows / sizeof data_type_rows[0]; i++)
+        if (data_type_rows[i].value == value)
+            return data_type_rows[i].name;
+    return "?";
+}
 
 /* An enum.IntEnum named `name` with `rows`, added to module (and its members too when
- * export_values, as pybind11's .export_values()). Returns a borrowed-by-static new ref. */
+ * export_values, as pybind11's .export_values()). Returns a new reference (kept in the
+ * module state by the caller) or NULL. */
 static PyObject *make_enum(PyObject *module, const char *name, const char *doc,
                            const enum_row *rows, size_t n, bool export_values)
 {
-    PyObject *enum_mod = NULL, *int_enum = NULL, *members = NULL, *cls = NULL;
-    PyObject *args = NULL, *kwargs = NULL, *modname = NULL;
-    enum_mod = PyImport_ImportModule("enum");
-    if (!enum_mod)
-        goto fail;
-    int_enum = PyObject_GetAttrString(enum_mod, "IntEnum");
-    members = PyList_New((Py_ssize_t)n);
-    if (!int_enum || !members)
-        goto fail;
-    for (size_t i = 0; i < n; i++)
-        PyList_SET_ITEM(members, (Py_ssize_t)i, Py_BuildValue("(si)", rows[i].name,
-                                                               rows[i].value));
-    modname = PyModule_GetNameObject(module);
-    if (!modname)
-        goto fail;
-    args = Py_BuildValue("(sO)", name, members);
-    kwargs = Py_BuildValue("{sO}", "module", modname);
-    if (!args || !kwargs)
-        goto fail;
-    cls = PyObject_Call(int_enum, args, kwargs);
-    if (!cls)
-        goto fail;
-    PyObject *d = PyUnicode_FromString(doc);
-    if (!d || PyObject_SetAttrString(cls, "__doc__", d) < 0)
-        PyErr_Clear();
-    Py_XDECREF(d);
-    if (PyModule_AddObjectRef(module, name, cls) < 0)
+    PyObject *members = PyList_New((Py_ssize_t)n), *cls = NULL;
+    if (!members)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        PyObject *pair = Py_BuildValue("(si)", rows[i].name, rows[i].value);
+        if (!pair)
+            goto fail;
+        PyList_SET_ITEM(members, (Py_ssize_t)i, pair);
+    }
+    cls = mc__py_int_enum(module, name, members, doc);
+    if (!cls || PyModule_AddObjectRef(module, name, cls) < 0)
         goto fail;
     if (export_values) {
         for (size_t i = 0; i < n; i++) {
@@ -378,25 +86,15 @@ static PyObject *make_enum(PyObject *module, const char *name, const char *doc,
             }
         }
     }
-    Py_DECREF(enum_mod);
-    Py_DECREF(int_enum);
     Py_DECREF(members);
-    Py_DECREF(args);
-    Py_DECREF(kwargs);
-    Py_DECREF(modname);
     return cls;
 fail:
-    Py_XDECREF(enum_mod);
-    Py_XDECREF(int_enum);
-    Py_XDECREF(members);
+    Py_DECREF(members);
     Py_XDECREF(cls);
-    Py_XDECREF(args);
-    Py_XDECREF(kwargs);
-    Py_XDECREF(modname);
     return NULL;
 }
 
-static PyObject *enum_member(PyObject *cls, int value)
+PyObject *mcpy_enum_member(PyObject *cls, int value)
 {
     PyObject *r = PyObject_CallFunction(cls, "i", value);
     if (!r) { /* an unknown value: the plain int */
@@ -407,516 +105,7 @@ static PyObject *enum_member(PyObject *cls, int value)
 }
 
 /* ================================================================================== */
-/* ReplicateConfig                                                                     */
-/* ================================================================================== */
-
-typedef struct {
-    PyObject_HEAD
-    unsigned long long replica_num;
-    unsigned long long nof_replica_num;
-    unsigned long long dfs_replica_num;
-    int soft_pin_action;
-    bool with_soft_pin;
-    bool soft_pin_ttl_set;
-    unsigned long long soft_pin_ttl_ms;
-    bool with_hard_pin;
-    bool prefer_alloc_in_same_node;
-    PyObject *preferred_segments;     /* tuple of str */
-    PyObject *preferred_segment;      /* str */
-    PyObject *preferred_nof_segments; /* tuple of str */
-    int data_type;
-    PyObject *group_ids; /* tuple of str, or NULL for None */
-} rc_object;
-
-static PyObject *rc_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
-{
-    (void)args;
-    (void)kwds;
-    rc_object *self = (rc_object *)type->tp_alloc(type, 0);
-    if (!self)
-        return NULL;
-    self->replica_num = 1;
-    self->preferred_segments = PyTuple_New(0);
-    self->preferred_nof_segments = PyTuple_New(0);
-    self->preferred_segment = PyUnicode_FromString("");
-    if (!self->preferred_segments || !self->preferred_nof_segments ||
-        !self->preferred_segment) {
-        Py_DECREF(self);
-        return NULL;
-    }
-    return (PyObject *)self;
-}
-
-static int rc_init(PyObject *self, PyObject *args, PyObject *kwds)
-{
-    if (PyTuple_GET_SIZE(args) != 0) {
-        PyErr_SetString(PyExc_TypeError,
-                        "ReplicateConfig() takes no positional arguments (set attributes, "
-                        "or pass them as keywords)");
-        return -1;
-    }
-    if (kwds) {
-        PyObject *k, *v;
-        Py_ssize_t pos = 0;
-        while (PyDict_Next(kwds, &pos, &k, &v)) {
-            if (!PyObject_HasAttr(self, k) || (PyUnicode_Check(k) &&
-                                               PyUnicode_READ_CHAR(k, 0) == '_')) {
-                PyErr_Format(PyExc_TypeError,
-                             "'%U' is an invalid keyword argument for ReplicateConfig()", k);
-                return -1;
-            }
-            if (PyObject_SetAttr(self, k, v) < 0)
-                return -1;
-        }
-    }
-    return 0;
-}
-
-static void rc_dealloc(PyObject *o)
-{
-    rc_object *self = (rc_object *)o;
-    Py_XDECREF(self->preferred_segments);
-    Py_XDECREF(self->preferred_segment);
-    Py_XDECREF(self->preferred_nof_segments);
-    Py_XDECREF(self->group_ids);
-    Py_TYPE(o)->tp_free(o);
-}
-
-#define RC_NO_DELETE(v, name)                                                          \
-    do {                                                                               \
-        if (!(v)) {                                                                    \
-            PyErr_SetString(PyExc_TypeError, "cannot delete ReplicateConfig." name);   \
-            return -1;                                                                 \
-        }                                                                              \
-    } while (0)
-
-static int set_u64_attr(PyObject *v, const char *name, unsigned long long *dst)
-{
-    uint64_t x;
-    if (!v) {
-        PyErr_Format(PyExc_TypeError, "cannot delete ReplicateConfig.%s", name);
-        return -1;
-    }
-    if (PyBool_Check(v) || mcpy_u64(v, "ReplicateConfig", name, &x) < 0) {
-        if (!PyErr_Occurred())
-            PyErr_Format(PyExc_TypeError, "ReplicateConfig.%s must be an int, not bool",
-                         name);
-        return -1;
-    }
-    *dst = x;
-    return 0;
-}
-
-static int set_bool_attr(PyObject *v, const char *name, bool *dst)
-{
-    if (!v) {
-        PyErr_Format(PyExc_TypeError, "cannot delete ReplicateConfig.%s", name);
-        return -1;
-    }
-    int t = PyObject_IsTrue(v);
-    if (t < 0)
-        return -1;
-    *dst = t != 0;
-    return 0;
-}
-
-/* A tuple of str from a list/tuple of str or bytes (bytes decoded as UTF-8). */
-static PyObject *str_tuple(PyObject *v, const char *name)
-{
-    PyObject *t = mcpy_seq_tuple(v, "ReplicateConfig", name);
-    if (!t)
-        return NULL;
-    Py_ssize_t n = PyTuple_GET_SIZE(t);
-    PyObject *out = PyTuple_New(n);
-    if (!out) {
-        Py_DECREF(t);
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *x = PyTuple_GET_ITEM(t, i), *s = NULL;
-        if (PyUnicode_Check(x))
-            s = Py_NewRef(x);
-        else if (PyBytes_Check(x))
-            s = PyUnicode_DecodeUTF8(PyBytes_AS_STRING(x), PyBytes_GET_SIZE(x), "strict");
-        else
-            PyErr_Format(PyExc_TypeError, "ReplicateConfig.%s must be a list of str, item "
-                         "%zd is %.100s", name, i, Py_TYPE(x)->tp_name);
-        if (!s) {
-            Py_DECREF(t);
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(out, i, s);
-    }
-    Py_DECREF(t);
-    return out;
-}
-
-#define RC_U64(field)                                                                  \
-    static PyObject *rc_get_##field(PyObject *o, void *c)                              \
-    {                                                                                  \
-        (void)c;                                                                       \
-        return PyLong_FromUnsignedLongLong(((rc_object *)o)->field);                   \
-    }                                                                                  \
-    static int rc_set_##field(PyObject *o, PyObject *v, void *c)                       \
-    {                                                                                  \
-        (void)c;                                                                       \
-        return set_u64_attr(v, #field, &((rc_object *)o)->field);                      \
-    }
-RC_U64(replica_num)
-RC_U64(nof_replica_num)
-RC_U64(dfs_replica_num)
-
-#define RC_BOOL(field)                                                                 \
-    static PyObject *rc_get_##field(PyObject *o, void *c)                              \
-    {                                                                                  \
-        (void)c;                                                                       \
-        return PyBool_FromLong(((rc_object *)o)->field);                               \
-    }                                                                                  \
-    static int rc_set_##field(PyObject *o, PyObject *v, void *c)                       \
-    {                                                                                  \
-        (void)c;                                                                       \
-        return set_bool_attr(v, #field, &((rc_object *)o)->field);                     \
-    }
-RC_BOOL(with_soft_pin)
-RC_BOOL(with_hard_pin)
-RC_BOOL(prefer_alloc_in_same_node)
-
-#define RC_LIST(field)                                                                 \
-    static PyObject *rc_get_##field(PyObject *o, void *c)                              \
-    {                                                                                  \
-        (void)c;                                                                       \
-        return PySequence_List(((rc_object *)o)->field);                               \
-    }                                                                                  \
-    static int rc_set_##field(PyObject *o, PyObject *v, void *c)                       \
-    {                                                                                  \
-        (void)c;                                                                       \
-        RC_NO_DELETE(v, #field);                                                       \
-        PyObject *t = str_tuple(v, #field);                                            \
-        if (!t)                                                                        \
-            return -1;                                                                 \
-        Py_SETREF(((rc_object *)o)->field, t);                                         \
-        return 0;                                                                      \
-    }
-RC_LIST(preferred_segments)
-RC_LIST(preferred_nof_segments)
-
-static PyObject *rc_get_preferred_segment(PyObject *o, void *c)
-{
-    (void)c;
-    return Py_NewRef(((rc_object *)o)->preferred_segment);
-}
-
-static int rc_set_preferred_segment(PyObject *o, PyObject *v, void *c)
-{
-    (void)c;
-    RC_NO_DELETE(v, "preferred_segment");
-    PyObject *s;
-    if (PyUnicode_Check(v))
-        s = Py_NewRef(v);
-    else if (PyBytes_Check(v))
-        s = PyUnicode_DecodeUTF8(PyBytes_AS_STRING(v), PyBytes_GET_SIZE(v), "strict");
-    else {
-        PyErr_Format(PyExc_TypeError, "ReplicateConfig.preferred_segment must be str, not "
-                     "%.100s", Py_TYPE(v)->tp_name);
-        return -1;
-    }
-    if (!s)
-        return -1;
-    Py_SETREF(((rc_object *)o)->preferred_segment, s);
-    return 0;
-}
-
-static int set_enum_attr(PyObject *v, const char *name, int maxv, int *dst)
-{
-    long long x;
-    if (!v) {
-        PyErr_Format(PyExc_TypeError, "cannot delete ReplicateConfig.%s", name);
-        return -1;
-    }
-    if (PyBool_Check(v) || PyFloat_Check(v) || !PyIndex_Check(v)) {
-        PyErr_Format(PyExc_TypeError, "ReplicateConfig.%s must be a %s member, not %.100s",
-                     name, name[0] == 's' ? "SoftPinAction" : "ObjectDataType",
-                     Py_TYPE(v)->tp_name);
-        return -1;
-    }
-    if (mcpy_int(v, "ReplicateConfig", name, 0, maxv, &x) < 0) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "ReplicateConfig.%s must be in 0..%d", name, maxv);
-        return -1;
-    }
-    *dst = (int)x;
-    return 0;
-}
-
-static PyObject *rc_get_soft_pin_action(PyObject *o, void *c)
-{
-    (void)c;
-    return enum_member(soft_pin_cls, ((rc_object *)o)->soft_pin_action);
-}
-
-static int rc_set_soft_pin_action(PyObject *o, PyObject *v, void *c)
-{
-    (void)c;
-    return set_enum_attr(v, "soft_pin_action", 2, &((rc_object *)o)->soft_pin_action);
-}
-
-static PyObject *rc_get_data_type(PyObject *o, void *c)
-{
-    (void)c;
-    return enum_member(data_type_cls, ((rc_object *)o)->data_type);
-}
-
-static int rc_set_data_type(PyObject *o, PyObject *v, void *c)
-{
-    (void)c;
-    return set_enum_attr(v, "data_type", 9, &((rc_object *)o)->data_type);
-}
-
-static PyObject *rc_get_soft_pin_ttl_ms(PyObject *o, void *c)
-{
-    (void)c;
-    rc_object *self = (rc_object *)o;
-    if (!self->soft_pin_ttl_set)
-        Py_RETURN_NONE;
-    return PyLong_FromUnsignedLongLong(self->soft_pin_ttl_ms);
-}
-
-static int rc_set_soft_pin_ttl_ms(PyObject *o, PyObject *v, void *c)
-{
-    (void)c;
-    rc_object *self = (rc_object *)o;
-    RC_NO_DELETE(v, "soft_pin_ttl_ms");
-    if (v == Py_None) {
-        self->soft_pin_ttl_set = false;
-        self->soft_pin_ttl_ms = 0;
-        return 0;
-    }
-    unsigned long long x;
-    if (set_u64_attr(v, "soft_pin_ttl_ms", &x) < 0)
-        return -1;
-    self->soft_pin_ttl_set = true;
-    self->soft_pin_ttl_ms = x;
-    return 0;
-}
-
-static PyObject *rc_get_group_ids(PyObject *o, void *c)
-{
-    (void)c;
-    rc_object *self = (rc_object *)o;
-    if (!self->group_ids)
-        Py_RETURN_NONE;
-    return PySequence_List(self->group_ids);
-}
-
-static int rc_set_group_ids(PyObject *o, PyObject *v, void *c)
-{
-    (void)c;
-    rc_object *self = (rc_object *)o;
-    RC_NO_DELETE(v, "group_ids");
-    if (v == Py_None) {
-        Py_CLEAR(self->group_ids);
-        return 0;
-    }
-    PyObject *t = str_tuple(v, "group_ids");
-    if (!t)
-        return -1;
-    Py_XSETREF(self->group_ids, t);
-    return 0;
-}
-
-#define RC_GS(name, doc) {#name, rc_get_##name, rc_set_##name, doc, NULL}
-static PyGetSetDef rc_getset[] = {
-    RC_GS(replica_num, "int, 1: memory replicas wanted, each on a different segment "
-                       "(best effort: fewer is success). 0 is refused by puts (-600)."),
-    RC_GS(nof_replica_num, "int, 0: NVMe-oF replicas (not supported: puts with a non-zero "
-                           "value return -600)."),
-    RC_GS(dfs_replica_num, "int, 0: DFS replicas (not supported: non-zero gives -600)."),
-    RC_GS(soft_pin_action, "SoftPinAction, PRESERVE: ENABLE pins the object for "
-                           "soft_pin_ttl_ms; DISABLE unpins on upsert (upstream HEAD)."),
-    RC_GS(soft_pin_ttl_ms, "int ms or None (master default): only with ENABLE, else the "
-                           "put returns -600; 0 = ordinary cache object."),
-    RC_GS(with_soft_pin, "bool, False: v0.3.12 spelling of soft_pin_action=ENABLE."),
-    RC_GS(with_hard_pin, "bool, False: never evicted (removable with force)."),
-    RC_GS(preferred_segments, "list[str], []: segment names ('host:port') tried first, in "
-                              "order (the getter returns a copy)."),
-    RC_GS(preferred_segment, "str, '': deprecated single preferred segment."),
-    RC_GS(preferred_nof_segments, "list[str], []: NVMe-oF segments (unused)."),
-    RC_GS(prefer_alloc_in_same_node, "bool, False: local first; only the multi-buffer "
-                                     "(and tensor) puts accept it, other puts return -600."),
-    RC_GS(data_type, "ObjectDataType, UNKNOWN: tag only."),
-    RC_GS(group_ids, "list[str] or None: one group per key of a batch call (length must "
-                     "match the keys, else -600); accepted, not used for placement."),
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
-static const char *const rc_attr_names[] = {
-    "replica_num", "nof_replica_num", "dfs_replica_num", "soft_pin_action",
-    "soft_pin_ttl_ms", "with_soft_pin", "with_hard_pin", "preferred_segments",
-    "preferred_segment", "preferred_nof_segments", "prefer_alloc_in_same_node",
-    "data_type", "group_ids", NULL,
-};
-
-static const char *enum_name(const enum_row *rows, size_t n, int v)
-{
-    for (size_t i = 0; i < n; i++)
-        if (rows[i].value == v)
-            return rows[i].name;
-    return "?";
-}
-
-static PyObject *rc_repr(PyObject *o)
-{
-    rc_object *self = (rc_object *)o;
-    PyObject *segs = PySequence_List(self->preferred_segments);
-    PyObject *groups = self->group_ids ? PySequence_List(self->group_ids) : Py_NewRef(Py_None);
-    PyObject *ttl = self->soft_pin_ttl_set
-                        ? PyUnicode_FromFormat("%llu", self->soft_pin_ttl_ms)
-                        : PyUnicode_FromString("default");
-    PyObject *r = NULL;
-    if (segs && groups && ttl)
-        r = PyUnicode_FromFormat(
-            "ReplicateConfig: { replica_num: %llu, nof_replica_num: %llu, dfs_replica_num: "
-            "%llu, soft_pin_action: %s, soft_pin_ttl_ms: %U, with_soft_pin: %s, "
-            "with_hard_pin: %s, preferred_segments: %R, preferred_segment: %R, "
-            "prefer_alloc_in_same_node: %s, data_type: %s, group_ids: %R }",
-            self->replica_num, self->nof_replica_num, self->dfs_replica_num,
-            enum_name(soft_pin_rows, 3, self->soft_pin_action), ttl,
-            self->with_soft_pin ? "true" : "false", self->with_hard_pin ? "true" : "false",
-            segs, self->preferred_segment, self->prefer_alloc_in_same_node ? "true" : "false",
-            enum_name(data_type_rows, 10, self->data_type), groups);
-    Py_XDECREF(segs);
-    Py_XDECREF(groups);
-    Py_XDECREF(ttl);
-    return r;
-}
-
-/* __reduce__: (ReplicateConfig, (), {attr: value}) so copy/pickle keep every field. */
-static PyObject *rc_reduce(PyObject *self, PyObject *unused)
-{
-    (void)unused;
-    PyObject *state = PyDict_New();
-    if (!state)
-        return NULL;
-    for (int i = 0; rc_attr_names[i]; i++) {
-        PyObject *v = PyObject_GetAttrString(self, rc_attr_names[i]);
-        if (!v || PyDict_SetItemString(state, rc_attr_names[i], v) < 0) {
-            Py_XDECREF(v);
-            Py_DECREF(state);
-            return NULL;
-        }
-        Py_DECREF(v);
-    }
-    return Py_BuildValue("(O()N)", (PyObject *)Py_TYPE(self), state);
-}
-
-static PyObject *rc_setstate(PyObject *self, PyObject *state)
-{
-    if (!PyDict_Check(state)) {
-        PyErr_SetString(PyExc_TypeError, "ReplicateConfig state must be a dict");
-        return NULL;
-    }
-    PyObject *k, *v;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(state, &pos, &k, &v))
-        if (PyObject_SetAttr(self, k, v) < 0)
-            return NULL;
-    Py_RETURN_NONE;
-}
-
-static PyMethodDef rc_methods[] = {
-    {"__reduce__", rc_reduce, METH_NOARGS, NULL},
-    {"__setstate__", rc_setstate, METH_O, NULL},
-    {NULL, NULL, 0, NULL},
-};
-
-PyTypeObject mcpy_replicate_config_type = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "mooncake.store.ReplicateConfig",
-    .tp_basicsize = sizeof(rc_object),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
-    .tp_doc = "ReplicateConfig(): per-put placement options (upstream replica.h). Set the "
-              "attributes after construction (keywords are accepted as a shortcut); "
-              "pass it as the `config` argument of put*/upsert*/pub_tensor*.",
-    .tp_new = rc_new,
-    .tp_init = rc_init,
-    .tp_dealloc = rc_dealloc,
-    .tp_getset = rc_getset,
-    .tp_methods = rc_methods,
-    .tp_repr = rc_repr,
-};
-
-int mcpy_rc_from(PyObject *cfg, const char *fn, mcpy_rc *out)
-{
-    memset(out, 0, sizeof(*out));
-    mc_store_replicate_config_init(&out->c);
-    if (!cfg || cfg == Py_None)
-        return 0;
-    if (!PyObject_TypeCheck(cfg, &mcpy_replicate_config_type)) {
-        PyErr_Format(PyExc_TypeError, "%s(): argument 'config' must be ReplicateConfig, not "
-                     "%.100s", fn, Py_TYPE(cfg)->tp_name);
-        return -1;
-    }
-    rc_object *r = (rc_object *)cfg;
-#define CLAMP32(x) ((x) > UINT32_MAX ? UINT32_MAX : (uint32_t)(x))
-    out->c.replica_num = CLAMP32(r->replica_num);
-    out->c.nof_replica_num = CLAMP32(r->nof_replica_num);
-    out->c.dfs_replica_num = CLAMP32(r->dfs_replica_num);
-#undef CLAMP32
-    out->c.soft_pin_action = r->soft_pin_action;
-    out->c.with_soft_pin = r->with_soft_pin;
-    out->c.soft_pin_ttl_set = r->soft_pin_ttl_set;
-    out->c.soft_pin_ttl_ms = r->soft_pin_ttl_ms;
-    out->c.with_hard_pin = r->with_hard_pin;
-    out->c.prefer_alloc_in_same_node = r->prefer_alloc_in_same_node;
-    out->c.data_type = r->data_type;
-    out->segs = Py_NewRef(r->preferred_segments);
-    out->seg = Py_NewRef(r->preferred_segment);
-    out->groups = r->group_ids ? Py_NewRef(r->group_ids) : NULL;
-    Py_ssize_t ns = PyTuple_GET_SIZE(out->segs);
-    out->seg_ptrs = PyMem_Calloc((size_t)ns + 1, sizeof(char *));
-    if (!out->seg_ptrs)
-        goto nomem;
-    for (Py_ssize_t i = 0; i < ns; i++)
-        if (mcpy_cstr(PyTuple_GET_ITEM(out->segs, i), fn, "config.preferred_segments",
-                      &out->seg_ptrs[i]) < 0)
-            goto fail;
-    out->c.preferred_segments = out->seg_ptrs;
-    out->c.n_preferred_segments = (size_t)ns;
-    if (mcpy_cstr(out->seg, fn, "config.preferred_segment", &out->c.preferred_segment) < 0)
-        goto fail;
-    if (out->groups) {
-        Py_ssize_t ng = PyTuple_GET_SIZE(out->groups);
-        out->group_ptrs = PyMem_Calloc((size_t)ng + 1, sizeof(char *));
-        if (!out->group_ptrs)
-            goto nomem;
-        for (Py_ssize_t i = 0; i < ng; i++)
-            if (mcpy_cstr(PyTuple_GET_ITEM(out->groups, i), fn, "config.group_ids",
-                          &out->group_ptrs[i]) < 0)
-                goto fail;
-        out->c.group_ids = out->group_ptrs;
-        out->c.n_group_ids = (size_t)ng;
-    }
-    return 0;
-nomem:
-    PyErr_NoMemory();
-fail:
-    mcpy_rc_clear(out);
-    return -1;
-}
-
-void mcpy_rc_clear(mcpy_rc *rc)
-{
-    Py_CLEAR(rc->segs);
-    Py_CLEAR(rc->groups);
-    Py_CLEAR(rc->seg);
-    PyMem_Free(rc->seg_ptrs);
-    PyMem_Free(rc->group_ptrs);
-    rc->seg_ptrs = NULL;
-    rc->group_ptrs = NULL;
-}
-
-/* ================================================================================== */
-/* BufferHandle                                                                        */
+/* BufferHandle                                                                       */
 /* ================================================================================== */
 
 typedef struct {
@@ -926,9 +115,9 @@ typedef struct {
 
 static char bh_empty[1];
 
-PyObject *mcpy_buffer_handle_new(mc_store_buffer *b)
+PyObject *mcpy_buffer_handle_new(mcpy_state *st, mc_store_buffer *b)
 {
-    bh_object *self = PyObject_New(bh_object, &mcpy_buffer_handle_type);
+    bh_object *self = PyObject_New(bh_object, st->bh_type);
     if (!self) {
         mc_store_buffer_free(b);
         return NULL;
@@ -940,14 +129,18 @@ PyObject *mcpy_buffer_handle_new(mc_store_buffer *b)
 static void bh_dealloc(PyObject *o)
 {
     bh_object *self = (bh_object *)o;
+    PyTypeObject *tp = Py_TYPE(o);
     mc_store_buffer *b = self->buf;
     self->buf = NULL;
     if (b) {
+        /* the buffer may be the last reference to a closed store's memory: freeing it
+         * can unmap, so no GIL */
         Py_BEGIN_ALLOW_THREADS
         mc_store_buffer_free(b);
         Py_END_ALLOW_THREADS
     }
-    PyObject_Free(o);
+    tp->tp_free(o);
+    Py_DECREF(tp);
 }
 
 static PyObject *bh_ptr(PyObject *o, PyObject *unused)
@@ -975,6 +168,7 @@ static int bh_getbuffer(PyObject *o, Py_buffer *view, int flags)
     bh_object *self = (bh_object *)o;
     void *p = self->buf ? mc_store_buffer_data(self->buf) : NULL;
     Py_ssize_t n = self->buf ? (Py_ssize_t)mc_store_buffer_size(self->buf) : 0;
+    /* an empty handle still exports a valid (1-byte static) pointer */
     if (PyBuffer_FillInfo(view, o, p ? p : bh_empty, n, 0, flags) < 0)
         return -1;
     if (flags & PyBUF_FORMAT)
@@ -997,27 +191,29 @@ static PyMethodDef bh_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyBufferProcs bh_as_buffer = {.bf_getbuffer = bh_getbuffer};
-static PySequenceMethods bh_as_seq = {.sq_length = bh_len};
+static PyType_Slot bh_slots[] = {
+    {Py_tp_doc, "BufferHandle: an object's bytes in this client's memory (returned by "
+                "get_buffer / batch_get_buffer; upstream client_buffer.h). Supports the "
+                "buffer protocol (1-D, format 'b', writable): memoryview(h), bytes(h), "
+                "numpy.frombuffer(h, ...). The memory is released when the handle and every "
+                "view of it are gone, even after the store was closed."},
+    {Py_tp_dealloc, bh_dealloc},
+    {Py_tp_methods, bh_methods},
+    {Py_bf_getbuffer, bh_getbuffer},
+    {Py_sq_length, bh_len},
+    {Py_tp_repr, bh_repr},
+    {0, NULL},
+};
 
-PyTypeObject mcpy_buffer_handle_type = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "mooncake.store.BufferHandle",
-    .tp_basicsize = sizeof(bh_object),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "BufferHandle: an object's bytes in this client's memory (returned by "
-              "get_buffer / batch_get_buffer; upstream client_buffer.h). Supports the "
-              "buffer protocol (1-D, format 'b', writable): memoryview(h), bytes(h), "
-              "numpy.frombuffer(h, ...). The memory is released when the handle and every "
-              "view of it are gone, even after the store was closed.",
-    .tp_dealloc = bh_dealloc,
-    .tp_methods = bh_methods,
-    .tp_as_buffer = &bh_as_buffer,
-    .tp_as_sequence = &bh_as_seq,
-    .tp_repr = bh_repr,
+static PyType_Spec bh_spec = {
+    .name = "mooncake.store.BufferHandle",
+    .basicsize = sizeof(bh_object),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = bh_slots,
 };
 
 /* ================================================================================== */
-/* Replica descriptors                                                                 */
+/* Replica descriptors                                                                */
 /* ================================================================================== */
 
 typedef struct {
@@ -1046,22 +242,30 @@ typedef struct {
     bool local_disk;
 } replica_object;
 
+/* Frees o and drops the reference its heap type holds. */
+static void free_instance(PyObject *o)
+{
+    PyTypeObject *tp = Py_TYPE(o);
+    tp->tp_free(o);
+    Py_DECREF(tp);
+}
+
 static void desc_dealloc(PyObject *o)
 {
     Py_XDECREF(((desc_object *)o)->transport_endpoint);
-    Py_TYPE(o)->tp_free(o);
+    free_instance(o);
 }
 
 static void memdesc_dealloc(PyObject *o)
 {
     Py_XDECREF(((memdesc_object *)o)->buffer_descriptor);
-    Py_TYPE(o)->tp_free(o);
+    free_instance(o);
 }
 
 static void diskdesc_dealloc(PyObject *o)
 {
     Py_XDECREF(((diskdesc_object *)o)->file_path);
-    Py_TYPE(o)->tp_free(o);
+    free_instance(o);
 }
 
 static void replica_dealloc(PyObject *o)
@@ -1070,7 +274,7 @@ static void replica_dealloc(PyObject *o)
     Py_XDECREF(r->status);
     Py_XDECREF(r->memory);
     Py_XDECREF(r->disk);
-    Py_TYPE(o)->tp_free(o);
+    free_instance(o);
 }
 
 static PyObject *desc_repr(PyObject *o)
@@ -1180,48 +384,53 @@ static PyMethodDef replica_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject desc_type = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "mooncake.store.Descriptor",
-    .tp_basicsize = sizeof(desc_object),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Where a memory replica lives (upstream AllocatedBuffer::Descriptor).",
-    .tp_dealloc = desc_dealloc,
-    .tp_members = desc_members,
-    .tp_repr = desc_repr,
-};
+#define NO_NEW_FLAGS                                                                   \
+    (Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION)
 
-static PyTypeObject memdesc_type = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "mooncake.store.MemoryDescriptor",
-    .tp_basicsize = sizeof(memdesc_object),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Memory replica descriptor: buffer_descriptor.",
-    .tp_dealloc = memdesc_dealloc,
-    .tp_members = memdesc_members,
+static PyType_Slot desc_slots[] = {
+    {Py_tp_doc, "Where a memory replica lives (upstream AllocatedBuffer::Descriptor)."},
+    {Py_tp_dealloc, desc_dealloc},
+    {Py_tp_members, desc_members},
+    {Py_tp_repr, desc_repr},
+    {0, NULL},
 };
+static PyType_Spec desc_spec = {"mooncake.store.Descriptor", sizeof(desc_object), 0,
+                                NO_NEW_FLAGS, desc_slots};
 
-static PyTypeObject diskdesc_type = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "mooncake.store.DiskDescriptor",
-    .tp_basicsize = sizeof(diskdesc_object),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Disk replica descriptor (no disk replicas in mooncake-c yet).",
-    .tp_dealloc = diskdesc_dealloc,
-    .tp_members = diskdesc_members,
+static PyType_Slot memdesc_slots[] = {
+    {Py_tp_doc, "Memory replica descriptor: buffer_descriptor."},
+    {Py_tp_dealloc, memdesc_dealloc},
+    {Py_tp_members, memdesc_members},
+    {0, NULL},
 };
+static PyType_Spec memdesc_spec = {"mooncake.store.MemoryDescriptor", sizeof(memdesc_object),
+                                   0, NO_NEW_FLAGS, memdesc_slots};
 
-static PyTypeObject replica_type = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "mooncake.store.ReplicaDescriptor",
-    .tp_basicsize = sizeof(replica_object),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "One replica of an object (get_replica_desc / batch_get_replica_desc).",
-    .tp_dealloc = replica_dealloc,
-    .tp_members = replica_members,
-    .tp_methods = replica_methods,
-    .tp_repr = replica_repr,
+static PyType_Slot diskdesc_slots[] = {
+    {Py_tp_doc, "Disk replica descriptor (no disk replicas in mooncake-c yet)."},
+    {Py_tp_dealloc, diskdesc_dealloc},
+    {Py_tp_members, diskdesc_members},
+    {0, NULL},
 };
+static PyType_Spec diskdesc_spec = {"mooncake.store.DiskDescriptor", sizeof(diskdesc_object),
+                                    0, NO_NEW_FLAGS, diskdesc_slots};
 
-static PyObject *replica_to_py(const mc_store_replica_desc *d)
+static PyType_Slot replica_slots[] = {
+    {Py_tp_doc, "One replica of an object (get_replica_desc / batch_get_replica_desc)."},
+    {Py_tp_dealloc, replica_dealloc},
+    {Py_tp_members, replica_members},
+    {Py_tp_methods, replica_methods},
+    {Py_tp_repr, replica_repr},
+    {0, NULL},
+};
+static PyType_Spec replica_spec = {"mooncake.store.ReplicaDescriptor", sizeof(replica_object),
+                                   0, NO_NEW_FLAGS, replica_slots};
+
+/* ReplicaDescriptor(memory=MemoryDescriptor(Descriptor(...))) for one C descriptor: every
+ * replica here is a memory replica. */
+static PyObject *replica_to_py(mcpy_state *st, const mc_store_replica_desc *d)
 {
-    desc_object *desc = PyObject_New(desc_object, &desc_type);
+    desc_object *desc = PyObject_New(desc_object, st->desc_type);
     if (!desc)
         return NULL;
     desc->size = d->size;
@@ -1233,13 +442,13 @@ static PyObject *replica_to_py(const mc_store_replica_desc *d)
         Py_DECREF(desc);
         return NULL;
     }
-    memdesc_object *mem = PyObject_New(memdesc_object, &memdesc_type);
+    memdesc_object *mem = PyObject_New(memdesc_object, st->memdesc_type);
     if (!mem) {
         Py_DECREF(desc);
         return NULL;
     }
     mem->buffer_descriptor = (PyObject *)desc;
-    replica_object *r = PyObject_New(replica_object, &replica_type);
+    replica_object *r = PyObject_New(replica_object, st->replica_type);
     if (!r) {
         Py_DECREF(mem);
         return NULL;
@@ -1247,7 +456,7 @@ static PyObject *replica_to_py(const mc_store_replica_desc *d)
     r->memory = (PyObject *)mem;
     r->disk = NULL;
     r->local_disk = false;
-    r->status = enum_member(replica_status_cls, d->status);
+    r->status = mcpy_enum_member(st->replica_status_cls, d->status);
     if (!r->status) {
         Py_DECREF(r);
         return NULL;
@@ -1255,14 +464,14 @@ static PyObject *replica_to_py(const mc_store_replica_desc *d)
     return (PyObject *)r;
 }
 
-PyObject *mcpy_replica_list_to_py(const mc_store_replica_list *l)
+PyObject *mcpy_replica_list_to_py(mcpy_state *st, const mc_store_replica_list *l)
 {
     uint32_t n = l->n > MC_STORE_MAX_REPLICAS ? MC_STORE_MAX_REPLICAS : l->n;
     PyObject *list = PyList_New(n);
     if (!list)
         return NULL;
     for (uint32_t i = 0; i < n; i++) {
-        PyObject *r = replica_to_py(&l->replicas[i]);
+        PyObject *r = replica_to_py(st, &l->replicas[i]);
         if (!r) {
             Py_DECREF(list);
             return NULL;
@@ -1273,7 +482,7 @@ PyObject *mcpy_replica_list_to_py(const mc_store_replica_list *l)
 }
 
 /* ================================================================================== */
-/* MooncakeHostMemAllocator                                                            */
+/* MooncakeHostMemAllocator                                                           */
 /* ================================================================================== */
 
 /* Every live allocation, process-wide (allocations outlive the allocator objects, as
@@ -1315,7 +524,7 @@ static PyObject *hostmem_alloc(PyObject *self, PyObject *arg)
         pthread_mutex_lock(&host_mu);
         if (host_n == host_cap) {
             size_t nc = host_cap ? host_cap * 2 : 16;
-            host_alloc *na = realloc(host_allocs, nc * sizeof(*na));
+            host_alloc *na = realloc(host_allocs, nc * sizeof(*na)); /* no GIL: not PyMem */
             if (na) {
                 host_allocs = na;
                 host_cap = nc;
@@ -1375,52 +584,62 @@ static PyMethodDef hostmem_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject hostmem_type = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "mooncake.store.MooncakeHostMemAllocator",
-    .tp_basicsize = sizeof(hostmem_object),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
-    .tp_doc = "MooncakeHostMemAllocator(): shared host memory for clients that hand "
-              "buffers to the store by address (upstream shm_helper.h).",
-    .tp_new = PyType_GenericNew,
-    .tp_methods = hostmem_methods,
+static void hostmem_dealloc(PyObject *o)
+{
+    free_instance(o);
+}
+
+static PyType_Slot hostmem_slots[] = {
+    {Py_tp_doc, "MooncakeHostMemAllocator(): shared host memory for clients that hand "
+                "buffers to the store by address (upstream shm_helper.h)."},
+    {Py_tp_new, PyType_GenericNew},
+    {Py_tp_dealloc, hostmem_dealloc},
+    {Py_tp_methods, hostmem_methods},
+    {0, NULL},
+};
+
+static PyType_Spec hostmem_spec = {
+    .name = "mooncake.store.MooncakeHostMemAllocator",
+    .basicsize = sizeof(hostmem_object),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = hostmem_slots,
 };
 
 /* ================================================================================== */
 /* Module init                                                                         */
 /* ================================================================================== */
 
-int mcpy_types_init(PyObject *module)
+int mcpy_types_init(PyObject *module, mcpy_state *st)
 {
-    replica_status_cls = make_enum(module, "ReplicaStatus",
-                                   "Replica states (upstream replica.h).",
-                                   replica_status_rows, 6, true);
-    if (!replica_status_cls)
+    st->replica_status_cls = make_enum(module, "ReplicaStatus",
+                                       "Replica states (upstream replica.h).",
+                                       replica_status_rows, 6, true);
+    if (!st->replica_status_cls)
         return -1;
-    soft_pin_cls = make_enum(module, "SoftPinAction",
-                             "ReplicateConfig.soft_pin_action values (upstream HEAD).",
-                             soft_pin_rows, 3, false);
-    if (!soft_pin_cls)
+    st->soft_pin_cls = make_enum(module, "SoftPinAction",
+                                 "ReplicateConfig.soft_pin_action values (upstream HEAD).",
+                                 soft_pin_rows, 3, false);
+    if (!st->soft_pin_cls)
         return -1;
-    data_type_cls = make_enum(module, "ObjectDataType",
-                              "ReplicateConfig.data_type tags (upstream types.h).",
-                              data_type_rows, 10, true);
-    if (!data_type_cls)
+    st->data_type_cls = make_enum(module, "ObjectDataType",
+                                  "ReplicateConfig.data_type tags (upstream types.h).",
+                                  data_type_rows, 10, true);
+    if (!st->data_type_cls)
         return -1;
     struct {
-        PyTypeObject *t;
-        const char *name;
+        PyTypeObject **slot;
+        PyType_Spec *spec;
     } types[] = {
-        {&mcpy_replicate_config_type, "ReplicateConfig"},
-        {&mcpy_buffer_handle_type, "BufferHandle"},
-        {&desc_type, "Descriptor"},
-        {&memdesc_type, "MemoryDescriptor"},
-        {&diskdesc_type, "DiskDescriptor"},
-        {&replica_type, "ReplicaDescriptor"},
-        {&hostmem_type, "MooncakeHostMemAllocator"},
+        {&st->rc_type, &mcpy_rc_spec},          {&st->bh_type, &bh_spec},
+        {&st->desc_type, &desc_spec},           {&st->memdesc_type, &memdesc_spec},
+        {&st->diskdesc_type, &diskdesc_spec},   {&st->replica_type, &replica_spec},
+        {&st->hostmem_type, &hostmem_spec},
     };
+    /* the state holds each type; PyModule_AddType adds a second reference for the module
+     * attribute named after the part of the spec name after the last dot */
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
-        if (PyType_Ready(types[i].t) < 0 ||
-            PyModule_AddObjectRef(module, types[i].name, (PyObject *)types[i].t) < 0)
+        *types[i].slot = (PyTypeObject *)PyType_FromModuleAndSpec(module, types[i].spec, NULL);
+        if (!*types[i].slot || PyModule_AddType(module, *types[i].slot) < 0)
             return -1;
     }
     return 0;

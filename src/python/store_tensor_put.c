@@ -1,0 +1,519 @@
+/* store_tensor_put.c: the tensor writers of MooncakeDistributedStore: put_tensor,
+ * pub_tensor, the batch_* and *_with_tp forms, put_tensor_from (caller memory holding
+ * [header][data]) and the upsert_* twins. Objects go through the write batch of
+ * store_tensor.c; conventions (0 / negative code, one per key) as store_tensor.c says. */
+#include "store_py.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "mooncake/log.h"
+#include "mooncake/status.h"
+
+#define TAG MCPY_TAG
+
+/* One tensor (put_tensor / pub_tensor / upsert_* / *_with_tp). */
+static PyObject *put_one(mcpy_store *self, PyObject *a_key, PyObject *tensor, PyObject *a_cfg,
+                         long tp_size, long split_dim, bool upsert, const char *fn)
+{
+    mcpy_state *st = mcpy_state_of((PyObject *)self);
+    mc_store_key key;
+    if (!st || mcpy_key(a_key, fn, "key", &key) < 0)
+        return NULL;
+    mcpy_rc rc;
+    if (mcpy_rc_from(st, a_cfg, fn, &rc) < 0)
+        return NULL;
+    if (!mc_store_is_setup(self->store) || !mcpy_tp_size_ok(tp_size, fn)) {
+        mcpy_rc_clear(&rc);
+        return PyLong_FromLong(MC_INVALID_PARAMS);
+    }
+    mcpy_tbatch b;
+    PyObject *ret = NULL;
+    int *res = NULL;
+    int out = MC_OK;
+    if (mcpy_tb_init(&b, tp_size > 1 ? (size_t)tp_size : 1) < 0)
+        goto done;
+    int a = mcpy_tb_add_tensor(st, &b, key, tensor, tp_size, split_dim, 0, fn);
+    if (a < 0)
+        goto done;
+    if (a > 0) {
+        ret = PyLong_FromLong(MC_INVALID_PARAMS);
+        goto done;
+    }
+    res = PyMem_Calloc(b.n ? b.n : 1, sizeof(int));
+    if (!res) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    mcpy_tb_run(self, &b, &rc.c, upsert, res);
+    mcpy_tb_fold(&b, res, &out);
+    ret = PyLong_FromLong(out);
+done:
+    PyMem_Free(res);
+    mcpy_tb_clear(&b);
+    mcpy_rc_clear(&rc);
+    return ret;
+}
+
+/* A batch of tensors: List[int], one per key (all -600 on a length mismatch). */
+static PyObject *put_many(mcpy_store *self, PyObject *a_keys, PyObject *a_tensors,
+                          PyObject *a_cfg, long tp_size, long split_dim, bool upsert,
+                          const char *fn)
+{
+    mcpy_state *st = mcpy_state_of((PyObject *)self);
+    mcpy_keys keys;
+    if (!st || mcpy_keys_from(a_keys, fn, "keys", &keys) < 0)
+        return NULL;
+    PyObject *tensors = mcpy_seq_tuple(a_tensors, fn, "tensors_list");
+    if (!tensors) {
+        mcpy_keys_clear(&keys);
+        return NULL;
+    }
+    mcpy_rc rc;
+    if (mcpy_rc_from(st, a_cfg, fn, &rc) < 0) {
+        Py_DECREF(tensors);
+        mcpy_keys_clear(&keys);
+        return NULL;
+    }
+    size_t n = keys.n;
+    PyObject *ret = NULL;
+    mcpy_tbatch b;
+    memset(&b, 0, sizeof(b));
+    int *res = NULL, *out = NULL;
+    if ((size_t)PyTuple_GET_SIZE(tensors) != n || !mc_store_is_setup(self->store) ||
+        !mcpy_tp_size_ok(tp_size, fn) || n * (tp_size > 1 ? (size_t)tp_size : 1) > MC_STORE_MAX_BATCH) {
+        ret = mcpy_code_list(MC_INVALID_PARAMS, n);
+        goto done;
+    }
+    size_t per = tp_size > 1 ? (size_t)tp_size : 1;
+    out = PyMem_Calloc(n ? n : 1, sizeof(int));
+    if (!out || mcpy_tb_init(&b, n * per) < 0) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        /* a refused tensor fails its own key only; the others are still written */
+        int a = mcpy_tb_add_tensor(st, &b, keys.keys[i], PyTuple_GET_ITEM(tensors, (Py_ssize_t)i),
+                              tp_size, split_dim, i, fn);
+        if (a < 0)
+            goto done;
+        if (a > 0)
+            out[i] = MC_INVALID_PARAMS;
+    }
+    res = PyMem_Calloc(b.n ? b.n : 1, sizeof(int));
+    if (!res) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    mcpy_tb_run(self, &b, &rc.c, upsert, res);
+    mcpy_tb_fold(&b, res, out);
+    ret = mcpy_int_list(out, n);
+done:
+    PyMem_Free(res);
+    PyMem_Free(out);
+    mcpy_tb_clear(&b);
+    mcpy_rc_clear(&rc);
+    Py_DECREF(tensors);
+    mcpy_keys_clear(&keys);
+    return ret;
+}
+
+/* put_wrap: parses (key, tensor[, config]) or, when `many`, (keys, tensors_list[, config])
+ * for method `fn`, then stores whole tensors (tp_size 1) through put_one / put_many. */
+static PyObject *put_wrap(PyObject *o, PyObject *args, PyObject *kwds, const char *fn,
+                          bool many, bool with_cfg, bool upsert)
+{
+    char *kw[] = {many ? "keys" : "key", many ? "tensors_list" : "tensor",
+                  with_cfg ? "config" : NULL, NULL};
+    PyObject *k, *t, *c = NULL;
+    char fmt[64];
+    snprintf(fmt, sizeof(fmt), "OO%s:%s", with_cfg ? "|O" : "", fn);
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kw, &k, &t, &c))
+        return NULL;
+    if (many)
+        return put_many((mcpy_store *)o, k, t, c, 1, 0, upsert, fn);
+    return put_one((mcpy_store *)o, k, t, c, 1, 0, upsert, fn);
+}
+
+static PyObject *t_put_tensor(PyObject *o, PyObject *args, PyObject *kwds)
+{
+    return put_wrap(o, args, kwds, "put_tensor", false, false, false);
+}
+
+static PyObject *t_upsert_tensor(PyObject *o, PyObject *args, PyObject *kwds)
+{
+    return put_wrap(o, args, kwds, "upsert_tensor", false, false, true);
+}
+
+static PyObject *t_pub_tensor(PyObject *o, PyObject *args, PyObject *kwds)
+{
+    return put_wrap(o, args, kwds, "pub_tensor", false, true, false);
+}
+
+static PyObject *t_upsert_pub_tensor(PyObject *o, PyObject *args, PyObject *kwds)
+{
+    return put_wrap(o, args, kwds, "upsert_pub_tensor", false, true, true);
+}
+
+static PyObject *t_batch_put_tensor(PyObject *o, PyObject *args, PyObject *kwds)
+{
+    return put_wrap(o, args, kwds, "batch_put_tensor", true, false, false);
+}
+
+static PyObject *t_batch_upsert_tensor(PyObject *o, PyObject *args, PyObject *kwds)
+{
+    return put_wrap(o, args, kwds, "batch_upsert_tensor", true, false, true);
+}
+
+static PyObject *t_batch_pub_tensor(PyObject *o, PyObject *args, PyObject *kwds)
+{
+    return put_wrap(o, args, kwds, "batch_pub_tensor", true, true, false);
+}
+
+static PyObject *t_batch_upsert_pub_tensor(PyObject *o, PyObject *args, PyObject *kwds)
+{
+    return put_wrap(o, args, kwds, "batch_upsert_pub_tensor", true, true, true);
+}
+
+static PyObject *t_put_tensor_with_tp(PyObject *o, PyObject *args, PyObject *kwds)
+{
+    static char *kw[] = {"key", "tensor", "tp_rank", "tp_size", "split_dim", NULL};
+    PyObject *k, *t, *ar = NULL, *as = NULL, *ad = NULL;
+    long r, s, d;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|OOO:put_tensor_with_tp", kw, &k, &t, &ar,
+                                     &as, &ad) ||
+        mcpy_parse_tp(ar, as, ad, "put_tensor_with_tp", &r, &s, &d) < 0)
+        return NULL;
+    return put_one((mcpy_store *)o, k, t, NULL, s, d, false, "put_tensor_with_tp");
+}
+
+static PyObject *t_pub_tensor_with_tp(PyObject *o, PyObject *args, PyObject *kwds)
+{
+    static char *kw[] = {"key", "tensor", "config", "tp_rank", "tp_size", "split_dim", NULL};
+    PyObject *k, *t, *c = NULL, *ar = NULL, *as = NULL, *ad = NULL;
+    long r, s, d;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|OOOO:pub_tensor_with_tp", kw, &k, &t, &c,
+                                     &ar, &as, &ad) ||
+        mcpy_parse_tp(ar, as, ad, "pub_tensor_with_tp", &r, &s, &d) < 0)
+        return NULL;
+    return put_one((mcpy_store *)o, k, t, c, s, d, false, "pub_tensor_with_tp");
+}
+
+static PyObject *t_batch_put_tensor_with_tp(PyObject *o, PyObject *args, PyObject *kwds)
+{
+    static char *kw[] = {"base_keys", "tensors_list", "tp_rank", "tp_size", "split_dim", NULL};
+    PyObject *k, *t, *ar = NULL, *as = NULL, *ad = NULL;
+    long r, s, d;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|OOO:batch_put_tensor_with_tp", kw, &k, &t,
+                                     &ar, &as, &ad) ||
+        mcpy_parse_tp(ar, as, ad, "batch_put_tensor_with_tp", &r, &s, &d) < 0)
+        return NULL;
+    return put_many((mcpy_store *)o, k, t, NULL, s, d, false, "batch_put_tensor_with_tp");
+}
+
+static PyObject *t_batch_pub_tensor_with_tp(PyObject *o, PyObject *args, PyObject *kwds)
+{
+    static char *kw[] = {"base_keys", "tensors_list", "config", "tp_rank", "tp_size",
+                         "split_dim", NULL};
+    PyObject *k, *t, *c = NULL, *ar = NULL, *as = NULL, *ad = NULL;
+    long r, s, d;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|OOOO:batch_pub_tensor_with_tp", kw, &k,
+                                     &t, &c, &ar, &as, &ad) ||
+        mcpy_parse_tp(ar, as, ad, "batch_pub_tensor_with_tp", &r, &s, &d) < 0)
+        return NULL;
+    return put_many((mcpy_store *)o, k, t, c, s, d, false, "batch_pub_tensor_with_tp");
+}
+
+/* ================================================================================== */
+/* Writers from caller memory holding [header][data]                                   */
+/* ================================================================================== */
+
+/* Validates the object at (ptr, size) with the codec. 0 valid, 1 refused, -1 error. */
+static int check_object(mcpy_state *st, uint64_t ptr, uint64_t size, const char *fn, PyObject **hdr_out)
+{
+    PyObject *h = mcpy_codec_call(st, "header_at", "(KK)", (unsigned long long)ptr,
+                             (unsigned long long)size);
+    if (!h)
+        return mcpy_codec_refused(st, fn);
+    if (hdr_out)
+        *hdr_out = h;
+    else
+        Py_DECREF(h);
+    return 0;
+}
+
+/* Adds the objects for the tensor object at (ptr, size) under key: as is when tp_size <=
+ * 1 or when it already is TP shard `tp_rank` of tp_size (stored under key_tp_<rank>);
+ * a FULL object with tp_size > 1 is split into every shard (upstream
+ * put_tensor_with_tp_from). 0, 1 (refused), -1. */
+static int tb_add_from(mcpy_state *st, mcpy_tbatch *b, mc_store_key key, uint64_t ptr, uint64_t size, long tp_rank,
+                       long tp_size, long split_dim, size_t owner, const char *fn)
+{
+    PyObject *hdr = NULL;
+    int c = check_object(st, ptr, size, fn, &hdr);
+    if (c)
+        return c;
+    int ret = -1;
+    PyObject *ser = NULL, *k = NULL, *view = NULL;
+    PyObject *layout = PyObject_GetAttrString(hdr, "layout_kind");
+    if (!layout)
+        goto out;
+    long kind = PyLong_AsLong(layout);
+    Py_DECREF(layout);
+    if (kind == -1 && PyErr_Occurred())
+        goto out;
+    if (tp_size <= 1 || kind == 1) {
+        /* the caller's bytes as they are: one piece */
+        ser = Py_BuildValue("(y#KK)", "", (Py_ssize_t)0, (unsigned long long)ptr,
+                            (unsigned long long)size);
+        if (!ser)
+            goto out;
+        mc_store_key sk = key;
+        if (tp_size > 1) {
+            if (tp_rank < 0 || tp_rank >= tp_size) {
+                mc_log(MC_LOG_ERROR, TAG, "%s: tp_rank %ld outside 0..%ld", fn, tp_rank,
+                       tp_size - 1);
+                ret = 1;
+                goto out;
+            }
+            k = mcpy_tp_key(&key, tp_rank);
+            if (!k)
+                goto out;
+            sk.data = PyBytes_AS_STRING(k);
+            sk.len = (size_t)PyBytes_GET_SIZE(k);
+        }
+        if (mcpy_tb_add(b, sk, k, ser, owner) < 0)
+            goto out;
+        /* the header piece is empty: keep only the payload iov */
+        size_t i = b->n - 1;
+        b->iov[2 * i] = b->iov[2 * i + 1];
+        b->cnt[i] = 1;
+        ret = 0;
+        goto out;
+    }
+    view = mcpy_codec_call(st, "view_at", "(KK)", (unsigned long long)ptr, (unsigned long long)size);
+    if (!view) {
+        ret = mcpy_codec_refused(st, fn);
+        goto out;
+    }
+    ret = mcpy_tb_add_tensor(st, b, key, view, tp_size, split_dim, owner, fn);
+out:
+    Py_XDECREF(hdr);
+    Py_XDECREF(ser);
+    Py_XDECREF(k);
+    Py_XDECREF(view);
+    return ret;
+}
+
+static PyObject *from_one(PyObject *o, PyObject *a_key, PyObject *a_ptr, PyObject *a_size,
+                          long tp_rank, long tp_size, long split_dim, bool upsert,
+                          const char *fn)
+{
+    mcpy_store *self = (mcpy_store *)o;
+    mcpy_state *st = mcpy_state_of(o);
+    mc_store_key key;
+    uint64_t ptr, size;
+    if (!st || mcpy_key(a_key, fn, "key", &key) < 0 ||
+        mcpy_u64(a_ptr, fn, "buffer_ptr", &ptr) < 0 || mcpy_u64(a_size, fn, "size", &size) < 0)
+        return NULL;
+    if (!mc_store_is_setup(self->store) || !mcpy_tp_size_ok(tp_size, fn))
+        return PyLong_FromLong(MC_INVALID_PARAMS);
+    mcpy_tbatch b;
+    PyObject *ret = NULL;
+    int *res = NULL, out = MC_OK;
+    if (mcpy_tb_init(&b, tp_size > 1 ? (size_t)tp_size : 1) < 0)
+        goto done;
+    int a = tb_add_from(st, &b, key, ptr, size, tp_rank, tp_size, split_dim, 0, fn);
+    if (a < 0)
+        goto done;
+    if (a > 0) {
+        ret = PyLong_FromLong(MC_INVALID_PARAMS);
+        goto done;
+    }
+    res = PyMem_Calloc(b.n ? b.n : 1, sizeof(int));
+    if (!res) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    mcpy_tb_run(self, &b, NULL, upsert, res);
+    mcpy_tb_fold(&b, res, &out);
+    ret = PyLong_FromLong(out);
+done:
+    PyMem_Free(res);
+    mcpy_tb_clear(&b);
+    return ret;
+}
+
+/* Batch forms: any invalid buffer, a length mismatch or not set up -> all -600 (as
+ * upstream batch_put_tensor_from). */
+static PyObject *from_many(PyObject *o, PyObject *a_keys, PyObject *a_ptrs, PyObject *a_sizes,
+                           long tp_rank, long tp_size, long split_dim, bool upsert,
+                           const char *fn)
+{
+    mcpy_store *self = (mcpy_store *)o;
+    mcpy_state *st = mcpy_state_of(o);
+    mcpy_keys keys;
+    uint64_t *ptrs = NULL, *sizes = NULL;
+    size_t np = 0, ns = 0;
+    PyObject *ret = NULL;
+    int *res = NULL, *out = NULL;
+    mcpy_tbatch b;
+    memset(&b, 0, sizeof(b));
+    if (!st || mcpy_keys_ptrs_sizes(a_keys, a_ptrs, a_sizes, fn, &keys, &ptrs, &sizes, &np, &ns) < 0)
+        return NULL;
+    size_t n = keys.n;
+    if (np != n || ns != n || !mc_store_is_setup(self->store) || !mcpy_tp_size_ok(tp_size, fn) ||
+        n * (tp_size > 1 ? (size_t)tp_size : 1) > MC_STORE_MAX_BATCH) {
+        ret = mcpy_code_list(MC_INVALID_PARAMS, n);
+        goto done;
+    }
+    size_t per = tp_size > 1 ? (size_t)tp_size : 1;
+    out = PyMem_Calloc(n ? n : 1, sizeof(int));
+    if (!out || mcpy_tb_init(&b, n * per) < 0) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        int a = tb_add_from(st, &b, keys.keys[i], ptrs[i], sizes[i], tp_rank, tp_size, split_dim,
+                            i, fn);
+        if (a < 0)
+            goto done;
+        if (a > 0) {
+            ret = mcpy_code_list(MC_INVALID_PARAMS, n);
+            goto done;
+        }
+    }
+    res = PyMem_Calloc(b.n ? b.n : 1, sizeof(int));
+    if (!res) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    mcpy_tb_run(self, &b, NULL, upsert, res);
+    mcpy_tb_fold(&b, res, out);
+    ret = mcpy_int_list(out, n);
+done:
+    PyMem_Free(res);
+    PyMem_Free(out);
+    PyMem_Free(ptrs);
+    PyMem_Free(sizes);
+    mcpy_tb_clear(&b);
+    mcpy_keys_clear(&keys);
+    return ret;
+}
+
+static PyObject *t_put_tensor_from(PyObject *o, PyObject *args, PyObject *kwds)
+{
+    static char *kw[] = {"key", "buffer_ptr", "size", NULL};
+    PyObject *k, *p, *s;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO:put_tensor_from", kw, &k, &p, &s))
+        return NULL;
+    return from_one(o, k, p, s, 0, 1, 0, false, "put_tensor_from");
+}
+
+static PyObject *t_upsert_tensor_from(PyObject *o, PyObject *args, PyObject *kwds)
+{
+    static char *kw[] = {"key", "buffer_ptr", "size", NULL};
+    PyObject *k, *p, *s;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO:upsert_tensor_from", kw, &k, &p, &s))
+        return NULL;
+    return from_one(o, k, p, s, 0, 1, 0, true, "upsert_tensor_from");
+}
+
+static PyObject *t_batch_put_tensor_from(PyObject *o, PyObject *args, PyObject *kwds)
+{
+    static char *kw[] = {"keys", "buffer_ptrs", "sizes", NULL};
+    PyObject *k, *p, *s;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO:batch_put_tensor_from", kw, &k, &p, &s))
+        return NULL;
+    return from_many(o, k, p, s, 0, 1, 0, false, "batch_put_tensor_from");
+}
+
+static PyObject *t_batch_upsert_tensor_from(PyObject *o, PyObject *args, PyObject *kwds)
+{
+    static char *kw[] = {"keys", "buffer_ptrs", "sizes", NULL};
+    PyObject *k, *p, *s;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO:batch_upsert_tensor_from", kw, &k, &p,
+                                     &s))
+        return NULL;
+    return from_many(o, k, p, s, 0, 1, 0, true, "batch_upsert_tensor_from");
+}
+
+static PyObject *t_put_tensor_with_tp_from(PyObject *o, PyObject *args, PyObject *kwds)
+{
+    static char *kw[] = {"key", "buffer_ptr", "size", "tp_rank", "tp_size", "split_dim", NULL};
+    PyObject *k, *p, *s, *ar = NULL, *as = NULL, *ad = NULL;
+    long r, n, d;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|OOO:put_tensor_with_tp_from", kw, &k, &p,
+                                     &s, &ar, &as, &ad) ||
+        mcpy_parse_tp(ar, as, ad, "put_tensor_with_tp_from", &r, &n, &d) < 0)
+        return NULL;
+    return from_one(o, k, p, s, r, n, d, false, "put_tensor_with_tp_from");
+}
+
+static PyObject *t_batch_put_tensor_with_tp_from(PyObject *o, PyObject *args, PyObject *kwds)
+{
+    static char *kw[] = {"base_keys", "buffer_ptrs", "sizes", "tp_rank", "tp_size",
+                         "split_dim", NULL};
+    PyObject *k, *p, *s, *ar = NULL, *as = NULL, *ad = NULL;
+    long r, n, d;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|OOO:batch_put_tensor_with_tp_from", kw,
+                                     &k, &p, &s, &ar, &as, &ad) ||
+        mcpy_parse_tp(ar, as, ad, "batch_put_tensor_with_tp_from", &r, &n, &d) < 0)
+        return NULL;
+    return from_many(o, k, p, s, r, n, d, false, "batch_put_tensor_with_tp_from");
+}
+
+PyMethodDef mcpy_tensor_put_methods[] = {
+    MCPY_M("put_tensor", t_put_tensor,
+      "put_tensor(key, tensor) -> int: stores a torch tensor as [304-byte header][bytes] "
+      "(CPU copy if needed, contiguous). 0, -600 for an unsupported tensor, else as put. "
+      "ImportError without torch."),
+    MCPY_M("batch_put_tensor", t_batch_put_tensor,
+      "batch_put_tensor(keys, tensors_list) -> list[int] (all -600 on a length mismatch)."),
+    MCPY_M("pub_tensor", t_pub_tensor,
+      "pub_tensor(key, tensor, config=ReplicateConfig()) -> int: put_tensor with a "
+      "config."),
+    MCPY_M("batch_pub_tensor", t_batch_pub_tensor,
+      "batch_pub_tensor(keys, tensors_list, config=ReplicateConfig()) -> list[int]."),
+    MCPY_M("put_tensor_with_tp", t_put_tensor_with_tp,
+      "put_tensor_with_tp(key, tensor, tp_rank=0, tp_size=1, split_dim=0) -> int: "
+      "tp_size <= 1 is put_tensor; else every one of the tp_size uniform shards along "
+      "split_dim is stored under f'{key}_tp_{rank}' (non-uniform split: -600). 0 or the "
+      "first failing shard's code."),
+    MCPY_M("pub_tensor_with_tp", t_pub_tensor_with_tp,
+      "pub_tensor_with_tp(key, tensor, config=ReplicateConfig(), tp_rank=0, tp_size=1, "
+      "split_dim=0) -> int."),
+    MCPY_M("batch_put_tensor_with_tp", t_batch_put_tensor_with_tp,
+      "batch_put_tensor_with_tp(base_keys, tensors_list, tp_rank=0, tp_size=1, "
+      "split_dim=0) -> list[int]."),
+    MCPY_M("batch_pub_tensor_with_tp", t_batch_pub_tensor_with_tp,
+      "batch_pub_tensor_with_tp(base_keys, tensors_list, config=ReplicateConfig(), "
+      "tp_rank=0, tp_size=1, split_dim=0) -> list[int]."),
+    MCPY_M("put_tensor_from", t_put_tensor_from,
+      "put_tensor_from(key, buffer_ptr, size) -> int: stores the caller's "
+      "[header][data] bytes after validating the header (-600 when invalid)."),
+    MCPY_M("batch_put_tensor_from", t_batch_put_tensor_from,
+      "batch_put_tensor_from(keys, buffer_ptrs, sizes) -> list[int]: all -600 when any "
+      "buffer is invalid."),
+    MCPY_M("put_tensor_with_tp_from", t_put_tensor_with_tp_from,
+      "put_tensor_with_tp_from(key, buffer_ptr, size, tp_rank=0, tp_size=1, split_dim=0) "
+      "-> int: a full tensor object is split into every shard; a shard object is stored "
+      "as shard tp_rank."),
+    MCPY_M("batch_put_tensor_with_tp_from", t_batch_put_tensor_with_tp_from,
+      "batch_put_tensor_with_tp_from(base_keys, buffer_ptrs, sizes, tp_rank=0, tp_size=1, "
+      "split_dim=0) -> list[int]."),
+    MCPY_M("upsert_tensor", t_upsert_tensor, "upsert_tensor(key, tensor) -> int."),
+    MCPY_M("upsert_tensor_from", t_upsert_tensor_from,
+      "upsert_tensor_from(key, buffer_ptr, size) -> int."),
+    MCPY_M("batch_upsert_tensor_from", t_batch_upsert_tensor_from,
+      "batch_upsert_tensor_from(keys, buffer_ptrs, sizes) -> list[int]."),
+    MCPY_M("batch_upsert_tensor", t_batch_upsert_tensor,
+      "batch_upsert_tensor(keys, tensors_list) -> list[int]."),
+    MCPY_M("upsert_pub_tensor", t_upsert_pub_tensor,
+      "upsert_pub_tensor(key, tensor, config=ReplicateConfig()) -> int."),
+    MCPY_M("batch_upsert_pub_tensor", t_batch_upsert_pub_tensor,
+      "batch_upsert_pub_tensor(keys, tensors_list, config=ReplicateConfig()) -> list[int]."),
+    {NULL, NULL, 0, NULL},
+};
