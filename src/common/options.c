@@ -1,5 +1,6 @@
 /* options.c: see include/mooncake/options.h. */
 #include "mooncake/options.h"
+#include "common/xalloc.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -167,9 +168,7 @@ static int set_value(const mc_option *o, const char *text, const char *src, char
         return 0;
     }
     case MC_OPT_STRING: {
-        char *copy = strdup(text);
-        if (!copy)
-            abort();
+        char *copy = mc_xstrdup(text);
         char **slot = (char **)o->target;
         free(*slot);
         *slot = copy;

@@ -1,5 +1,6 @@
 /* loop.c: see loop.h. */
 #include "net/loop.h"
+#include "common/xalloc.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -71,9 +72,7 @@ static handler *find_handler(mc_loop *loop, int fd)
 
 int mc_loop_create(mc_loop **out)
 {
-    mc_loop *loop = calloc(1, sizeof *loop);
-    if (!loop)
-        abort();
+    mc_loop *loop = mc_xcalloc(1, sizeof *loop);
     loop->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (loop->epfd < 0) {
         int e = -errno;
@@ -144,9 +143,7 @@ int mc_loop_add(mc_loop *loop, int fd, uint32_t events, mc_loop_io_fn fn, void *
         return -EINVAL;
     if (find_handler(loop, fd))
         return -EEXIST;
-    handler *h = calloc(1, sizeof *h);
-    if (!h)
-        abort();
+    handler *h = mc_xcalloc(1, sizeof *h);
     h->fd = fd;
     h->events = events;
     h->fn = fn;
@@ -237,9 +234,7 @@ static void heap_push(mc_loop *loop, mc_loop_timer *t)
 {
     if (loop->heap_len == loop->heap_cap) {
         loop->heap_cap = loop->heap_cap ? loop->heap_cap * 2 : 16;
-        loop->heap = realloc(loop->heap, loop->heap_cap * sizeof *loop->heap);
-        if (!loop->heap)
-            abort();
+        loop->heap = mc_xrealloc(loop->heap, loop->heap_cap * sizeof *loop->heap);
     }
     t->heap_index = loop->heap_len;
     loop->heap[loop->heap_len++] = t;
@@ -261,9 +256,7 @@ static mc_loop_timer *heap_pop(mc_loop *loop)
 mc_loop_timer *mc_loop_timer_add(mc_loop *loop, uint64_t delay_ms, uint64_t interval_ms,
                                  mc_loop_task_fn fn, void *arg)
 {
-    mc_loop_timer *t = calloc(1, sizeof *t);
-    if (!t)
-        abort();
+    mc_loop_timer *t = mc_xcalloc(1, sizeof *t);
     t->due_ms = mc_now_ms() + delay_ms;
     t->interval_ms = interval_ms;
     t->seq = loop->timer_seq++;
@@ -312,9 +305,7 @@ static int run_timers(mc_loop *loop)
 
 int mc_loop_post(mc_loop *loop, mc_loop_task_fn fn, void *arg)
 {
-    task *t = malloc(sizeof *t);
-    if (!t)
-        abort();
+    task *t = mc_xmalloc(sizeof *t);
     t->fn = fn;
     t->arg = arg;
     t->next = NULL;

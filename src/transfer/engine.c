@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/xalloc.h"
 #include "mooncake/log.h"
 #include "mooncake/mc_time.h"
 #include "mooncake/options.h"
@@ -83,9 +84,7 @@ int mc_te_create(const mc_te_opts *opts, mc_te **out)
     const char *ft = getenv("MC_FORCE_TCP");
     if (ft && *ft && mc_parse_bool(ft, &force_tcp) < 0)
         force_tcp = true; /* upstream treats any set value as on */
-    mc_te *te = calloc(1, sizeof *te);
-    if (!te)
-        abort();
+    mc_te *te = mc_xcalloc(1, sizeof *te);
     te->timeout_ms = o.transfer_timeout_ms ? o.transfer_timeout_ms : timeout_s * 1000;
     te->slice_size = o.slice_size ? o.slice_size : slice;
     te->conns_per_peer = o.conns_per_peer ? o.conns_per_peer : (unsigned)conns;
@@ -114,9 +113,7 @@ static char *segment_key(mc_te *te)
     const char *prefix = mc_metadata_prefix(te->md);
     const char *mid = strchr(te->name, '/') ? "" : "ram/";
     size_t n = strlen(prefix) + strlen(mid) + strlen(te->name) + 1;
-    char *k = malloc(n);
-    if (!k)
-        abort();
+    char *k = mc_xmalloc(n);
     snprintf(k, n, "%s%s%s", prefix, mid, te->name);
     return k;
 }
@@ -140,9 +137,7 @@ int mc__te_publish(mc_te *te)
     }
     char *copy = NULL;
     if (rc == MC_OK && !te->p2p) {
-        copy = malloc(len + 1);
-        if (!copy)
-            abort();
+        copy = mc_xmalloc(len + 1);
         memcpy(copy, json, len + 1);
     }
     pthread_mutex_unlock(&te->desc_lock);
@@ -367,9 +362,7 @@ int mc_te_initialize(mc_te *te, const char *local_hostname, const char *metadata
         te_io *io = &te->io[i];
         io->te = te;
         io->idx = i;
-        io->scratch = malloc(65536);
-        if (!io->scratch)
-            abort();
+        io->scratch = mc_xmalloc(65536);
         int e = mc_loop_create(&io->loop);
         if (e < 0) {
             rc = MC_INTERNAL_ERROR;
@@ -460,9 +453,7 @@ int mc_te_batch_register_memory(mc_te *te, void *const *addrs, const size_t *len
     for (size_t i = 0; i < n; i++)
         if (!range_ok(addrs[i], lengths[i]))
             return MC_INVALID_PARAMS;
-    bool *added = calloc(n, sizeof *added);
-    if (!added)
-        abort();
+    bool *added = mc_xcalloc(n, sizeof *added);
     int rc = MC_OK;
     size_t i;
     for (i = 0; i < n; i++) {
@@ -520,9 +511,7 @@ int mc_te_batch_unregister_memory(mc_te *te, void *const *addrs, size_t n)
     for (size_t i = 0; i < n; i++)
         if (!has_region(te, (uint64_t)(uintptr_t)addrs[i], TE_REG_USER))
             return MC_INVALID_PARAMS;
-    te_region **rs = calloc(n, sizeof *rs);
-    if (!rs)
-        abort();
+    te_region **rs = mc_xcalloc(n, sizeof *rs);
     for (size_t i = 0; i < n; i++) {
         uint64_t a = (uint64_t)(uintptr_t)addrs[i];
         if (mc__te_region_remove(te, a, 1 << TE_REG_USER, &rs[i]) == 0) {
@@ -635,17 +624,11 @@ static te_peer *peer_get(mc_te *te, const char *name)
         }
     if (te->n_peers == te->cap_peers) {
         te->cap_peers = te->cap_peers ? te->cap_peers * 2 : 16;
-        te->peers = realloc(te->peers, te->cap_peers * sizeof *te->peers);
-        if (!te->peers)
-            abort();
+        te->peers = mc_xrealloc(te->peers, te->cap_peers * sizeof *te->peers);
     }
-    te_peer *p = calloc(1, sizeof *p);
-    if (!p)
-        abort();
+    te_peer *p = mc_xcalloc(1, sizeof *p);
     p->te = te;
-    p->name = strdup(name);
-    if (!p->name)
-        abort();
+    p->name = mc_xstrdup(name);
     p->handle = (int64_t)te->n_peers;
     p->io = &te->io[te->n_peers % te->nio];
     p->shm_fd = -1;
@@ -745,8 +728,8 @@ int mc__te_peer_refresh(mc_te *te, te_peer *p)
         mc__te_peer_shm_reset(p);
     te_range *bufs = NULL;
     size_t nb = d.n_buffers;
-    if (nb && !(bufs = calloc(nb, sizeof *bufs)))
-        abort();
+    if (nb)
+        bufs = mc_xcalloc(nb, sizeof *bufs);
     for (size_t i = 0; i < nb; i++)
         bufs[i] = (te_range){.addr = d.buffers[i].addr, .len = d.buffers[i].length,
                              .shm = d.buffers[i].shm};
@@ -860,9 +843,7 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
     te_batch *b = mc__te_batch_get(te, id);
     if (!b)
         return MC_INVALID_PARAMS;
-    te_peer **peers = n ? calloc(n, sizeof *peers) : NULL;
-    if (n && !peers)
-        abort();
+    te_peer **peers = n ? mc_xcalloc(n, sizeof *peers) : NULL;
     uint64_t nslices = 0;
     for (size_t i = 0; i < n; i++) {
         const mc_te_request *r = &reqs[i];
@@ -895,10 +876,8 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
     if (notify_peer) {
         size_t nl = strlen(nname);
         size_t body = mc__te_notify_body_size(nl, nlen);
-        te_slice *s = calloc(1, sizeof *s);
-        char *buf = malloc(body);
-        if (!s || !buf)
-            abort();
+        te_slice *s = mc_xcalloc(1, sizeof *s);
+        char *buf = mc_xmalloc(body);
         mc__te_notify_encode((uint8_t *)buf, nname, nl, nmsg, nlen);
         s->batch = b;
         s->peer = notify_peer;
@@ -912,9 +891,7 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
 
     /* Zero-length and same-host requests complete here; the rest is cut into slices. */
     uint64_t now = mc_now_ms();
-    bool *tcp = n ? calloc(n, sizeof *tcp) : NULL;
-    if (n && !tcp)
-        abort();
+    bool *tcp = n ? mc_xcalloc(n, sizeof *tcp) : NULL;
     nslices = 0;
     for (size_t i = 0; i < n; i++) {
         const mc_te_request *r = &reqs[i];
@@ -945,9 +922,7 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
     }
     te_chunk *chunk = NULL;
     if (nslices) {
-        chunk = calloc(1, sizeof *chunk + nslices * sizeof(te_slice));
-        if (!chunk)
-            abort();
+        chunk = mc_xcalloc(1, sizeof *chunk + nslices * sizeof(te_slice));
         chunk->n = nslices;
         pthread_mutex_lock(&b->lock);
         chunk->next = b->chunks;
@@ -1011,9 +986,7 @@ static int build_reqs(te_peer *p, int opcode, const uint64_t *local, const uint6
 {
     if (n && (!local || !remote || !lens))
         return MC_INVALID_PARAMS;
-    mc_te_request *r = n ? calloc(n, sizeof *r) : NULL;
-    if (n && !r)
-        abort();
+    mc_te_request *r = n ? mc_xcalloc(n, sizeof *r) : NULL;
     for (size_t i = 0; i < n; i++)
         r[i] = (mc_te_request){.opcode = opcode, .source = (void *)(uintptr_t)local[i],
                                .target_id = p->handle, .target_offset = remote[i],

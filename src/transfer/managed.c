@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/xalloc.h"
 #include "mooncake/status.h"
 #include "transfer/internal.h"
 
@@ -54,9 +55,7 @@ static void tab_grow(struct te_managed *m)
     block *old = m->tab;
     size_t oc = m->cap;
     m->cap = oc ? oc * 2 : 256;
-    m->tab = calloc(m->cap, sizeof *m->tab);
-    if (!m->tab)
-        abort();
+    m->tab = mc_xcalloc(m->cap, sizeof *m->tab);
     m->used = 0;
     for (size_t i = 0; i < oc; i++)
         if (old[i].addr > 1)
@@ -91,8 +90,8 @@ static block *tab_find(struct te_managed *m, uint64_t addr)
 
 static struct te_managed *get(mc_te *te)
 {
-    if (!te->managed && !(te->managed = calloc(1, sizeof *te->managed)))
-        abort();
+    if (!te->managed)
+        te->managed = mc_xcalloc(1, sizeof *te->managed);
     return te->managed;
 }
 
@@ -133,9 +132,7 @@ int mc_te_allocate_managed_buffer(mc_te *te, size_t length, void **out)
                 pthread_mutex_unlock(&te->managed_lock);
                 return rc;
             }
-            mchunk *c = calloc(1, sizeof *c);
-            if (!c)
-                abort();
+            mchunk *c = mc_xcalloc(1, sizeof *c);
             c->base = (uint64_t)(uintptr_t)p;
             c->used = size;
             c->next = m->chunks;
@@ -172,9 +169,7 @@ int mc_te_free_managed_buffer(mc_te *te, void *addr, size_t length)
         vec *fl = &m->free[blk.cls];
         if (fl->n == fl->cap) {
             fl->cap = fl->cap ? fl->cap * 2 : 64;
-            fl->v = realloc(fl->v, fl->cap * sizeof *fl->v);
-            if (!fl->v)
-                abort();
+            fl->v = mc_xrealloc(fl->v, fl->cap * sizeof *fl->v);
         }
         fl->v[fl->n++] = blk.addr;
     }

@@ -20,6 +20,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/xalloc.h"
 #include "mooncake/log.h"
 #include "mooncake/mc_time.h"
 #include "net/frame.h"
@@ -120,9 +121,7 @@ static void shm_accept(mc_loop *loop, int lfd, uint32_t events, void *arg)
             close(fd);
             continue;
         }
-        te_shmconn *c = calloc(1, sizeof *c);
-        if (!c)
-            abort();
+        te_shmconn *c = mc_xcalloc(1, sizeof *c);
         c->io = io;
         c->fd = fd;
         if (mc_loop_add(loop, fd, EPOLLIN, shm_io, c) < 0) {
@@ -188,9 +187,7 @@ static void watch_task(void *arg)
 
 static void post_watch(te_peer *p, int fd, bool close_it)
 {
-    watch_arg *w = malloc(sizeof *w);
-    if (!w)
-        abort();
+    watch_arg *w = mc_xmalloc(sizeof *w);
     w->p = p;
     w->fd = fd;
     w->close_it = close_it;
@@ -278,18 +275,14 @@ static te_map *map_buffer(mc_te *te, te_peer *p, uint64_t base, uint64_t desc_le
     close(memfd);
     if (ptr == MAP_FAILED)
         return NULL;
-    te_map *m = calloc(1, sizeof *m);
-    if (!m)
-        abort();
+    te_map *m = mc_xcalloc(1, sizeof *m);
     m->base = rbase;
     m->len = rlen;
     m->ptr = ptr;
     pthread_rwlock_wrlock(&p->shm_rw);
     if (p->n_maps == p->cap_maps) {
         p->cap_maps = p->cap_maps ? p->cap_maps * 2 : 8;
-        p->maps = realloc(p->maps, p->cap_maps * sizeof *p->maps);
-        if (!p->maps)
-            abort();
+        p->maps = mc_xrealloc(p->maps, p->cap_maps * sizeof *p->maps);
     }
     p->maps[p->n_maps++] = m;
     pthread_rwlock_unlock(&p->shm_rw);

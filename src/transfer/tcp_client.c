@@ -16,6 +16,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "common/xalloc.h"
 #include "mooncake/log.h"
 #include "mooncake/mc_time.h"
 #include "net/sock.h"
@@ -122,9 +123,7 @@ static te_cconn *cconn_new(te_peer *p)
         }
         state = TE_CC_CONNECTING;
     }
-    te_cconn *c = calloc(1, sizeof *c);
-    if (!c)
-        abort();
+    te_cconn *c = mc_xcalloc(1, sizeof *c);
     c->peer = p;
     c->io = p->io;
     c->fd = fd;
