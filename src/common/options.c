@@ -1,6 +1,5 @@
 /* options.c: see include/mooncake/options.h. */
 #include "mooncake/options.h"
-#include "common/xalloc.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -10,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+#include "common/xalloc.h"
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -1,6 +1,5 @@
 /* conn.c: see conn.h. */
 #include "net/conn.h"
-#include "common/xalloc.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -8,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/xalloc.h"
 #include "net/sock.h"
 
 struct mc_conn {

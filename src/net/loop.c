@@ -1,6 +1,5 @@
 /* loop.c: see loop.h. */
 #include "net/loop.h"
-#include "common/xalloc.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -9,6 +8,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "common/list.h"
+#include "common/xalloc.h"
 #include "mooncake/mc_time.h"
 
 typedef struct handler {
@@ -33,7 +34,7 @@ struct mc_loop_timer {
 typedef struct task {
     mc_loop_task_fn fn;
     void *arg;
-    struct task *next;
+    mc_list link; /* in mc_loop.tasks */
 } task;
 
 #define HANDLER_BUCKETS 1024
@@ -52,7 +53,7 @@ struct mc_loop {
     size_t heap_len, heap_cap;
     uint64_t timer_seq;
     pthread_mutex_t task_lock;
-    task *task_head, *task_tail; /* guarded by task_lock */
+    mc_list tasks;               /* FIFO of task.link; guarded by task_lock */
     bool stopping;               /* guarded by task_lock */
     bool stopped;                /* guarded by task_lock: posts refused */
 };
@@ -95,6 +96,7 @@ int mc_loop_create(mc_loop **out)
         return e;
     }
     pthread_mutex_init(&loop->task_lock, NULL);
+    mc_list_init(&loop->tasks);
     loop->now_ms = mc_now_ms();
     *out = loop;
     return 0;
@@ -125,12 +127,9 @@ void mc_loop_destroy(mc_loop *loop)
     for (size_t i = 0; i < loop->heap_len; i++)
         free(loop->heap[i]);
     free(loop->heap);
-    task *t = loop->task_head;
-    while (t) {
-        task *next = t->next;
+    task *t;
+    MC_LIST_FOREACH_ENTRY(t, &loop->tasks, task, link)
         free(t);
-        t = next;
-    }
     pthread_mutex_destroy(&loop->task_lock);
     close(loop->wakefd);
     close(loop->epfd);
@@ -308,19 +307,14 @@ int mc_loop_post(mc_loop *loop, mc_loop_task_fn fn, void *arg)
     task *t = mc_xmalloc(sizeof *t);
     t->fn = fn;
     t->arg = arg;
-    t->next = NULL;
     pthread_mutex_lock(&loop->task_lock);
     if (loop->stopped) {
         pthread_mutex_unlock(&loop->task_lock);
         free(t);
         return -ESHUTDOWN;
     }
-    bool was_empty = loop->task_head == NULL;
-    if (loop->task_tail)
-        loop->task_tail->next = t;
-    else
-        loop->task_head = t;
-    loop->task_tail = t;
+    bool was_empty = mc_list_empty(&loop->tasks);
+    mc_list_push_back(&loop->tasks, &t->link);
     pthread_mutex_unlock(&loop->task_lock);
     if (was_empty) {
         uint64_t one = 1;
@@ -332,15 +326,16 @@ int mc_loop_post(mc_loop *loop, mc_loop_task_fn fn, void *arg)
 
 static void run_tasks(mc_loop *loop)
 {
+    mc_list batch;
+    mc_list_init(&batch);
     pthread_mutex_lock(&loop->task_lock);
-    task *t = loop->task_head;
-    loop->task_head = loop->task_tail = NULL;
+    mc_list_splice_back(&batch, &loop->tasks);
     pthread_mutex_unlock(&loop->task_lock);
-    while (t) {
-        task *next = t->next;
+    mc_list *it;
+    while ((it = mc_list_pop_front(&batch))) {
+        task *t = MC_CONTAINER_OF(it, task, link);
         t->fn(t->arg);
         free(t);
-        t = next;
     }
 }
 
@@ -364,7 +359,7 @@ int mc_loop_run(mc_loop *loop)
         int timeout = run_timers(loop);
         pthread_mutex_lock(&loop->task_lock);
         bool stopping = loop->stopping;
-        bool have_tasks = loop->task_head != NULL;
+        bool have_tasks = !mc_list_empty(&loop->tasks);
         pthread_mutex_unlock(&loop->task_lock);
         if (stopping)
             break;

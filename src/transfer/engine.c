@@ -93,6 +93,12 @@ int mc_te_create(const mc_te_opts *opts, mc_te **out)
     te->force_tcp = o.force_tcp == 1 || (o.force_tcp <= 0 && force_tcp);
     te->rpc_port = te->data_port = -1;
     te->hs_lfd = te->data_lfd = te->shm_lfd = -1;
+    for (unsigned i = 0; i < TE_MAX_IO; i++) {
+        mc_list_init(&te->io[i].sconns);
+        mc_list_init(&te->io[i].cconns);
+        mc_list_init(&te->io[i].hsconns);
+        mc_list_init(&te->io[i].shmconns);
+    }
     pthread_mutex_init(&te->publish_lock, NULL);
     pthread_mutex_init(&te->desc_lock, NULL);
     pthread_rwlock_init(&te->reg_lock, NULL);

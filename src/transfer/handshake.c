@@ -77,12 +77,7 @@ static void hs_close(te_hsconn *c)
 {
     mc_loop_del(c->io->loop, c->fd);
     close(c->fd);
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        c->io->hsconns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    mc_list_remove(&c->link);
     c->io->n_hsconns--;
     free(c->in);
     free(c->out);
@@ -267,10 +262,7 @@ static void hs_accept(mc_loop *loop, int lfd, uint32_t events, void *arg)
             free(c);
             continue;
         }
-        c->next = io->hsconns;
-        if (c->next)
-            c->next->prev = c;
-        io->hsconns = c;
+        mc_list_push_front(&io->hsconns, &c->link);
         io->n_hsconns++;
     }
 }
@@ -284,19 +276,17 @@ int mc__te_hs_start(mc_te *te)
 void mc__te_hs_tick(te_io *io)
 {
     uint64_t now = mc_now_ms();
-    te_hsconn *c = io->hsconns;
-    while (c) {
-        te_hsconn *next = c->next;
+    te_hsconn *c;
+    MC_LIST_FOREACH_ENTRY(c, &io->hsconns, te_hsconn, link)
         if (now - c->last_ms > HS_IDLE_MS)
             hs_close(c);
-        c = next;
-    }
 }
 
 void mc__te_hs_close_all(te_io *io)
 {
-    while (io->hsconns)
-        hs_close(io->hsconns);
+    mc_list *it;
+    while ((it = mc_list_front(&io->hsconns)))
+        hs_close(MC_CONTAINER_OF(it, te_hsconn, link));
 }
 
 /* ---- client ---- */

@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "common/list.h"
 #include "mooncake/metadata.h"
 #include "mooncake/transfer_engine.h"
 #include "net/loop.h"
@@ -115,7 +116,7 @@ typedef struct te_range {
 
 /* A client connection to a peer's data port (loop-owned). */
 typedef struct te_cconn {
-    struct te_cconn *prev, *next; /* io->cconns; loop */
+    mc_list link;            /* in io->cconns; loop */
     te_peer *peer;
     te_io *io;
     int fd;
@@ -182,7 +183,7 @@ typedef struct te_out {
 enum { TE_S_HDR = 0, TE_S_PAYLOAD, TE_S_DISCARD, TE_S_NOTIFY };
 
 typedef struct te_sconn {
-    struct te_sconn *prev, *next; /* io->sconns; loop */
+    mc_list link;            /* in io->sconns; loop */
     te_io *io;
     int fd;
     int state;               /* TE_S_* */
@@ -202,7 +203,7 @@ typedef struct te_sconn {
 } te_sconn;
 
 typedef struct te_hsconn {
-    struct te_hsconn *prev, *next;
+    mc_list link;            /* in io->hsconns; loop */
     te_io *io;
     int fd;
     uint8_t *in;
@@ -214,7 +215,7 @@ typedef struct te_hsconn {
 } te_hsconn;
 
 typedef struct te_shmconn {
-    struct te_shmconn *prev, *next;
+    mc_list link;            /* in io->shmconns; loop */
     te_io *io;
     int fd;
     uint8_t in[16];
@@ -226,11 +227,11 @@ struct te_io {
     mc_loop *loop;
     unsigned idx;
     mc_loop_timer *tick;
-    te_sconn *sconns;       /* loop */
-    struct te_cconn *cconns; /* loop */
-    te_hsconn *hsconns;     /* loop (io 0) */
+    mc_list sconns;         /* te_sconn.link; loop */
+    mc_list cconns;         /* te_cconn.link; loop */
+    mc_list hsconns;        /* te_hsconn.link; loop (io 0) */
     size_t n_hsconns;
-    te_shmconn *shmconns;   /* loop (io 0) */
+    mc_list shmconns;       /* te_shmconn.link; loop (io 0) */
     char *scratch;          /* 64 KiB discard buffer; loop */
 };
 

@@ -37,12 +37,7 @@ static void shm_close(te_shmconn *c)
 {
     mc_loop_del(c->io->loop, c->fd);
     close(c->fd);
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        c->io->shmconns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    mc_list_remove(&c->link);
     free(c);
 }
 
@@ -114,10 +109,7 @@ static void shm_accept(mc_loop *loop, int lfd, uint32_t events, void *arg)
         int fd = mc_sock_accept(lfd, true);
         if (fd < 0)
             return;
-        size_t n = 0;
-        for (te_shmconn *x = io->shmconns; x; x = x->next)
-            n++;
-        if (n >= SHM_MAX_CONNS) {
+        if (mc_list_count(&io->shmconns) >= SHM_MAX_CONNS) {
             close(fd);
             continue;
         }
@@ -129,10 +121,7 @@ static void shm_accept(mc_loop *loop, int lfd, uint32_t events, void *arg)
             free(c);
             continue;
         }
-        c->next = io->shmconns;
-        if (c->next)
-            c->next->prev = c;
-        io->shmconns = c;
+        mc_list_push_front(&io->shmconns, &c->link);
     }
 }
 
@@ -144,8 +133,9 @@ int mc__te_shm_start(mc_te *te)
 
 void mc__te_shm_close_all(te_io *io)
 {
-    while (io->shmconns)
-        shm_close(io->shmconns);
+    mc_list *it;
+    while ((it = mc_list_front(&io->shmconns)))
+        shm_close(MC_CONTAINER_OF(it, te_shmconn, link));
 }
 
 /* ---- initiator side ---- */

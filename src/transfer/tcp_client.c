@@ -52,12 +52,7 @@ static void cconn_unlink(te_cconn *c)
     p->conns[c->idx]->idx = c->idx;
     p->conns[last] = NULL;
     p->nconns--;
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        c->io->cconns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    mc_list_remove(&c->link);
 }
 
 /* Closes c; its slices are retried elsewhere (once), or fail with err / -ETIMEDOUT when
@@ -137,10 +132,7 @@ static te_cconn *cconn_new(te_peer *p)
     }
     c->idx = p->nconns;
     p->conns[p->nconns++] = c;
-    c->next = c->io->cconns;
-    if (c->next)
-        c->next->prev = c;
-    c->io->cconns = c;
+    mc_list_push_front(&c->io->cconns, &c->link);
     atomic_fetch_add(&te->st.conn_open, 1);
     return c;
 }
@@ -418,7 +410,8 @@ void mc__te_cconn_tick(te_io *io)
      * ends). */
     uint64_t now = mc_now_ms();
 again:
-    for (te_cconn *c = io->cconns; c; c = c->next) {
+    te_cconn *c;
+    MC_LIST_FOREACH_ENTRY(c, &io->cconns, te_cconn, link) {
         if (c->head && now >= c->head->deadline_ms) {
             cconn_fail(c, -ETIMEDOUT, true);
             goto again;

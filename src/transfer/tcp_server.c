@@ -57,12 +57,7 @@ static void sconn_close(te_sconn *c)
         free(o);
         o = next;
     }
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        c->io->sconns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    mc_list_remove(&c->link);
     free(c);
 }
 
@@ -355,10 +350,7 @@ static void sconn_adopt(void *arg)
         free(a);
         return;
     }
-    c->next = c->io->sconns;
-    if (c->next)
-        c->next->prev = c;
-    c->io->sconns = c;
+    mc_list_push_front(&c->io->sconns, &c->link);
     free(a);
 }
 
@@ -400,8 +392,9 @@ int mc__te_data_accept_start(mc_te *te)
 
 void mc__te_sconn_close_all(te_io *io)
 {
-    while (io->sconns)
-        sconn_close(io->sconns);
+    mc_list *it;
+    while ((it = mc_list_front(&io->sconns)))
+        sconn_close(MC_CONTAINER_OF(it, te_sconn, link));
 }
 
 typedef struct abort_arg {
@@ -412,9 +405,8 @@ typedef struct abort_arg {
 static void abort_region_task(void *arg)
 {
     abort_arg *a = arg;
-    te_sconn *c = a->io->sconns;
-    while (c) {
-        te_sconn *next = c->next;
+    te_sconn *c;
+    MC_LIST_FOREACH_ENTRY(c, &a->io->sconns, te_sconn, link) {
         bool uses = c->state == TE_S_PAYLOAD && c->cur_reg == a->r;
         for (te_out *o = c->out_head; o && !uses; o = o->next)
             uses = o->reg == a->r;
@@ -423,7 +415,6 @@ static void abort_region_task(void *arg)
                    "closing a data connection still using memory being unregistered");
             sconn_close(c);
         }
-        c = next;
     }
     free(a);
 }
