@@ -18,7 +18,7 @@
 #define MAX_MANAGED (1ull << 40)
 
 typedef struct mchunk {
-    struct mchunk *next;
+    mc_list link; /* in te_managed.chunks */
     uint64_t base, used;
 } mchunk;
 
@@ -34,7 +34,7 @@ typedef struct block {
 } block;
 
 struct te_managed {
-    mchunk *chunks;
+    mc_list chunks; /* mchunk.link, newest first */
     vec free[NCLASS];
     block *tab;
     size_t cap, used; /* used counts live + tombstones */
@@ -90,8 +90,10 @@ static block *tab_find(struct te_managed *m, uint64_t addr)
 
 static struct te_managed *get(mc_te *te)
 {
-    if (!te->managed)
+    if (!te->managed) {
         te->managed = mc_xcalloc(1, sizeof *te->managed);
+        mc_list_init(&te->managed->chunks);
+    }
     return te->managed;
 }
 
@@ -120,11 +122,14 @@ int mc_te_allocate_managed_buffer(mc_te *te, size_t length, void **out)
     if (fl->n) {
         addr = fl->v[--fl->n];
     } else {
-        for (mchunk *c = m->chunks; c && !addr; c = c->next)
+        mchunk *c;
+        MC_LIST_FOREACH_ENTRY(c, &m->chunks, mchunk, link) {
             if (CHUNK - c->used >= size) {
                 addr = c->base + c->used;
                 c->used += size;
+                break;
             }
+        }
         if (!addr) {
             void *p;
             rc = mc__te_shared_create(te, CHUNK, TE_REG_MANAGED_CHUNK, &p);
@@ -132,11 +137,10 @@ int mc_te_allocate_managed_buffer(mc_te *te, size_t length, void **out)
                 pthread_mutex_unlock(&te->managed_lock);
                 return rc;
             }
-            mchunk *c = mc_xcalloc(1, sizeof *c);
+            c = mc_xcalloc(1, sizeof *c);
             c->base = (uint64_t)(uintptr_t)p;
             c->used = size;
-            c->next = m->chunks;
-            m->chunks = c;
+            mc_list_push_front(&m->chunks, &c->link);
             addr = c->base;
         }
     }
@@ -183,11 +187,9 @@ void mc__te_managed_free_all(mc_te *te)
     struct te_managed *m = te->managed;
     if (!m)
         return;
-    while (m->chunks) {
-        mchunk *c = m->chunks;
-        m->chunks = c->next;
-        free(c);
-    }
+    mc_list *it;
+    while ((it = mc_list_pop_front(&m->chunks)))
+        free(MC_CONTAINER_OF(it, mchunk, link));
     for (int i = 0; i < NCLASS; i++)
         free(m->free[i].v);
     free(m->tab);
