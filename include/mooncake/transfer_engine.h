@@ -100,6 +100,10 @@ typedef struct mc_te_status {
                                    (connection lost / peer down), MC_RPC_TIMEOUT */
 } mc_te_status;
 
+/* mc_te_clock_fn: a monotonic clock in ms (ctx is mc_te_opts.clock_ctx). Called from any
+ * thread, concurrently; must never go backwards. */
+typedef uint64_t (*mc_te_clock_fn)(void *ctx);
+
 /* Tunables; zero fields take the environment's value, then the default. */
 typedef struct mc_te_opts {
     uint64_t transfer_timeout_ms; /* 0: MC_TRANSFER_TIMEOUT (s) or 30 s */
@@ -108,6 +112,13 @@ typedef struct mc_te_opts {
     unsigned io_threads;          /* 0: MC_TE_IO_THREADS or 1 */
     uint32_t handshake_max_length; /* bytes; 0: MC_HANDSHAKE_MAX_LENGTH or 1 MiB */
     int force_tcp;                /* -1 or 0: MC_FORCE_TCP; 1: force TCP */
+    /* The clock that transfer deadlines (transfer_timeout_ms) and the rate limit on
+     * descriptor refreshes (at most one a second for addresses a peer's cached
+     * descriptor does not hold) are measured on. NULL = mc_now_ms (CLOCK_MONOTONIC).
+     * Tests pass one that they can move forward, as the master's mc_master_config.clock;
+     * idle timeouts of served connections and socket timeouts stay on the real clock. */
+    mc_te_clock_fn clock;
+    void *clock_ctx;              /* passed to clock; borrowed, must outlive the engine */
 } mc_te_opts;
 
 #define MC_TE_DEFAULT_TIMEOUT_S 30
@@ -362,6 +373,8 @@ typedef struct mc_te_stats {
     uint64_t refused_requests;                   /* peer requests refused (bad range...) */
     uint64_t tasks_completed, tasks_failed;
     uint64_t connections_opened, connections_failed;
+    uint64_t shm_peers_lost; /* same-host owners seen going away (their Unix socket hung
+                                up): their mappings are dropped before the next use */
 } mc_te_stats;
 
 /* mc_te_get_stats: a snapshot of the counters (relaxed reads). */

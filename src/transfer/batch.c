@@ -141,7 +141,7 @@ static void all_tasks_done(mc_te *te, te_batch *b)
             return;
         }
         te_slice *s = b->notify;
-        s->deadline_ms = mc_now_ms() + te->timeout_ms;
+        s->deadline_ms = mc__te_now_ms(te) + te->timeout_ms;
         s->tries = 0;
         mc__te_peer_enqueue(s->peer, s, s);
         return;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/xalloc.h"
+#include "common/env.h"
 #include "mooncake/log.h"
 #include "mooncake/mc_time.h"
 #include "mooncake/options.h"
@@ -23,39 +24,6 @@
 
 /* ---- options ---- */
 
-static int env_u64(const char *name, const char *text, uint64_t min, uint64_t max,
-                   bool size, uint64_t *out)
-{
-    uint64_t v;
-    if (size) {
-        if (mc_parse_size(text, &v) < 0)
-            goto bad;
-    } else {
-        char *end;
-        errno = 0;
-        unsigned long long x = strtoull(text, &end, 10);
-        if (errno || end == text || *end || text[0] == '-')
-            goto bad;
-        v = x;
-    }
-    if (v < min || v > max)
-        goto bad;
-    *out = v;
-    return 0;
-bad:
-    mc_log(MC_LOG_ERROR, TE_TAG, "%s=%s is invalid (expected %llu..%llu)", name, text,
-           (unsigned long long)min, (unsigned long long)max);
-    return -1;
-}
-
-static int opt_env(const char *name, uint64_t def, uint64_t min, uint64_t max, bool size,
-                   uint64_t *out)
-{
-    const char *t = getenv(name);
-    *out = def;
-    return t && *t ? env_u64(name, t, min, max, size, out) : 0;
-}
-
 int mc_te_create(const mc_te_opts *opts, mc_te **out)
 {
     if (!out)
@@ -63,15 +31,18 @@ int mc_te_create(const mc_te_opts *opts, mc_te **out)
     mc_te_opts o = {0};
     if (opts)
         o = *opts;
+    /* common/env.h's policy: a set but bad value fails the call, naming the variable */
     uint64_t timeout_s, slice, conns, nio, hs_max;
-    if (opt_env("MC_TRANSFER_TIMEOUT", MC_TE_DEFAULT_TIMEOUT_S, 1, 86400 * 365, false,
-                &timeout_s) < 0 ||
-        opt_env("MC_TCP_SLICE_SIZE", MC_TE_DEFAULT_SLICE, 4096, MC_TE_MAX_SLICE, true,
-                &slice) < 0 ||
-        opt_env("MC_TE_TCP_CONNECTIONS", 2, 1, TE_MAX_CONNS, false, &conns) < 0 ||
-        opt_env("MC_TE_IO_THREADS", 1, 1, TE_MAX_IO, false, &nio) < 0 ||
-        opt_env("MC_HANDSHAKE_MAX_LENGTH", MC_TE_HS_DEFAULT_MAX, 64, MC_TE_HS_LIMIT, true,
-                &hs_max) < 0)
+    bool force_tcp;
+    if (mc_env_u64("MC_TRANSFER_TIMEOUT", MC_TE_DEFAULT_TIMEOUT_S, 1, 86400 * 365,
+                   &timeout_s) < 0 ||
+        mc_env_size("MC_TCP_SLICE_SIZE", MC_TE_DEFAULT_SLICE, 4096, MC_TE_MAX_SLICE, &slice) <
+            0 ||
+        mc_env_u64("MC_TE_TCP_CONNECTIONS", 2, 1, TE_MAX_CONNS, &conns) < 0 ||
+        mc_env_u64("MC_TE_IO_THREADS", 1, 1, TE_MAX_IO, &nio) < 0 ||
+        mc_env_size("MC_HANDSHAKE_MAX_LENGTH", MC_TE_HS_DEFAULT_MAX, 64, MC_TE_HS_LIMIT,
+                    &hs_max) < 0 ||
+        mc_env_bool("MC_FORCE_TCP", false, &force_tcp) < 0)
         return MC_INVALID_PARAMS;
     if ((o.slice_size && (o.slice_size < 4096 || o.slice_size > MC_TE_MAX_SLICE)) ||
         o.conns_per_peer > TE_MAX_CONNS || o.io_threads > TE_MAX_IO ||
@@ -80,10 +51,6 @@ int mc_te_create(const mc_te_opts *opts, mc_te **out)
         mc_log(MC_LOG_ERROR, TE_TAG, "mc_te_create: option out of range");
         return MC_INVALID_PARAMS;
     }
-    bool force_tcp = false;
-    const char *ft = getenv("MC_FORCE_TCP");
-    if (ft && *ft && mc_parse_bool(ft, &force_tcp) < 0)
-        force_tcp = true; /* upstream treats any set value as on */
     mc_te *te = mc_xcalloc(1, sizeof *te);
     te->timeout_ms = o.transfer_timeout_ms ? o.transfer_timeout_ms : timeout_s * 1000;
     te->slice_size = o.slice_size ? o.slice_size : slice;
@@ -91,6 +58,8 @@ int mc_te_create(const mc_te_opts *opts, mc_te **out)
     te->nio = o.io_threads ? o.io_threads : (unsigned)nio;
     te->hs_max = o.handshake_max_length ? o.handshake_max_length : (uint32_t)hs_max;
     te->force_tcp = o.force_tcp == 1 || (o.force_tcp <= 0 && force_tcp);
+    te->clock = o.clock;
+    te->clock_ctx = o.clock_ctx;
     te->rpc_port = te->data_port = -1;
     te->hs_lfd = te->data_lfd = te->shm_lfd = -1;
     for (unsigned i = 0; i < TE_MAX_IO; i++) {
@@ -239,16 +208,13 @@ static uint64_t rand64(void)
     return v ^ mc_now_ns() ^ ((uint64_t)getpid() << 32);
 }
 
-static int listen_rpc(const char *bind, uint16_t want, uint16_t *port)
+/* Listens for the handshake port: want, else a free port in lo..hi (tried in a
+ * scattered order), else any free port. Returns the fd or -errno. */
+static int listen_rpc(const char *bind, uint16_t want, uint64_t lo, uint64_t hi,
+                      uint16_t *port)
 {
     if (want)
         return mc_sock_listen_tcp(bind, want, 512, false, port);
-    uint64_t lo = 15000, hi = 17000, v;
-    const char *t;
-    if ((t = getenv("MC_MIN_RPC_PORT")) && env_u64("MC_MIN_RPC_PORT", t, 1, 65535, false, &v) == 0)
-        lo = v;
-    if ((t = getenv("MC_MAX_RPC_PORT")) && env_u64("MC_MAX_RPC_PORT", t, 1, 65535, false, &v) == 0)
-        hi = v;
     if (hi < lo)
         hi = lo;
     uint64_t span = hi - lo + 1, start = rand64() % span;
@@ -298,28 +264,32 @@ int mc_te_initialize(mc_te *te, const char *local_hostname, const char *metadata
     int rc = check_protocol(te, protocol);
     if (rc != MC_OK)
         return rc;
-    uint16_t want_port = 0;
-    if (mc_sock_parse_hostport(local_hostname, te->host, sizeof te->host, &want_port, 0) < 0) {
-        if (strchr(local_hostname, ':') && local_hostname[0] != '[' &&
-            strchr(local_hostname, ':') == strrchr(local_hostname, ':')) {
-            mc_log(MC_LOG_ERROR, TE_TAG, "local_hostname \"%s\": bad port", local_hostname);
-            return MC_INVALID_PARAMS;
-        }
-        snprintf(te->host, sizeof te->host, "%s", local_hostname);
-        want_port = 0;
+    /* "host", "host:port", "[v6]", "[v6]:port" or a bare IPv6 address */
+    int given_port;
+    char err[160];
+    if (mc_sock_split_hostport(local_hostname, strlen(local_hostname), MC_HOSTPORT_BARE_V6,
+                               te->host, sizeof te->host, &given_port, err, sizeof err) < 0) {
+        mc_log(MC_LOG_ERROR, TE_TAG, "local_hostname: %s", err);
+        return MC_INVALID_PARAMS;
     }
+    uint16_t want_port = given_port < 0 ? 0 : (uint16_t)given_port;
+    uint64_t port_lo, port_hi;
+    if (mc_env_u64("MC_MIN_RPC_PORT", 15000, 1, 65535, &port_lo) < 0 ||
+        mc_env_u64("MC_MAX_RPC_PORT", 17000, 1, 65535, &port_hi) < 0)
+        return MC_INVALID_PARAMS;
     rc = mc_metadata_create(metadata_conn, &te->md);
     if (rc != MC_OK)
         return rc;
     te->p2p = mc_metadata_is_p2p(te->md);
-    const char *bind = getenv("MC_TCP_BIND_ADDRESS");
-    if (!bind || !*bind)
+    const char *bind = mc_env_str("MC_TCP_BIND_ADDRESS");
+    if (!bind)
         bind = te->host;
     uint16_t rpc_port = 0, data_port = 0;
-    te->hs_lfd = listen_rpc(bind, te->p2p ? want_port : 0, &rpc_port);
+    uint16_t want = te->p2p ? want_port : 0;
+    te->hs_lfd = listen_rpc(bind, want, port_lo, port_hi, &rpc_port);
     if (te->hs_lfd == -ENOENT || te->hs_lfd == -EADDRNOTAVAIL) {
         bind = "0.0.0.0"; /* a name that is not a local address: listen everywhere */
-        te->hs_lfd = listen_rpc(bind, te->p2p ? want_port : 0, &rpc_port);
+        te->hs_lfd = listen_rpc(bind, want, port_lo, port_hi, &rpc_port);
     }
     if (te->hs_lfd < 0) {
         mc_log(MC_LOG_ERROR, TE_TAG, "cannot listen on %s:%u for the handshake port: %s",
@@ -701,7 +671,7 @@ int mc__te_peer_refresh(mc_te *te, te_peer *p)
     mc_segment_desc_init(&d);
     char host[MC_METADATA_MAX_HOST];
     int rc = fetch_desc(te, p->name, &d, host, sizeof host);
-    p->last_refresh_ms = mc_now_ms();
+    p->last_refresh_ms = mc__te_now_ms(te);
     if (rc != MC_OK) {
         pthread_mutex_unlock(&p->refresh_lock);
         return rc;
@@ -896,7 +866,7 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
     pthread_mutex_unlock(&b->lock);
 
     /* Zero-length and same-host requests complete here; the rest is cut into slices. */
-    uint64_t now = mc_now_ms();
+    uint64_t now = mc__te_now_ms(te);
     bool *tcp = n ? mc_xcalloc(n, sizeof *tcp) : NULL;
     nslices = 0;
     for (size_t i = 0; i < n; i++) {
@@ -915,7 +885,7 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
         bool done = false;
         if (mc__te_shm_try(te, p, r->opcode, r->source, r->target_offset, r->length, &done) ==
                 1 &&
-            mc_now_ms() - p->last_refresh_ms > 1000 && mc__te_peer_refresh(te, p) == MC_OK)
+            mc__te_now_ms(te) - p->last_refresh_ms > 1000 && mc__te_peer_refresh(te, p) == MC_OK)
             /* maybe memory the peer shared after we cached its descriptor */
             mc__te_shm_try(te, p, r->opcode, r->source, r->target_offset, r->length, &done);
         if (done) {
@@ -1127,6 +1097,7 @@ void mc_te_get_stats(mc_te *te, mc_te_stats *out)
     out->tasks_failed = atomic_load_explicit(&te->st.failed, memory_order_relaxed);
     out->connections_opened = atomic_load_explicit(&te->st.conn_open, memory_order_relaxed);
     out->connections_failed = atomic_load_explicit(&te->st.conn_fail, memory_order_relaxed);
+    out->shm_peers_lost = atomic_load_explicit(&te->st.shm_lost, memory_order_relaxed);
 }
 
 void mc_te_destroy(mc_te *te)

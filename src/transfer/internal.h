@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 
 #include "common/list.h"
+#include "mooncake/mc_time.h"
 #include "mooncake/metadata.h"
 #include "mooncake/transfer_engine.h"
 #include "net/loop.h"
@@ -245,6 +246,8 @@ struct mc_te {
     unsigned nio;
     uint32_t hs_max;
     bool force_tcp;
+    mc_te_clock_fn clock;   /* NULL = mc_now_ms; see mc__te_now_ms */
+    void *clock_ctx;
 
     /* set by initialize, immutable afterwards */
     bool initialized;
@@ -299,9 +302,16 @@ struct mc_te {
     atomic_uint_fast64_t next_req_id;
     struct {
         atomic_uint_fast64_t tcp_sent, tcp_recv, shm, served, refused, done, failed, conn_open,
-            conn_fail;
+            conn_fail, shm_lost;
     } st;
 };
+
+/* mc__te_now_ms: the engine's clock (mc_te_opts.clock) in ms: transfer deadlines and the
+ * descriptor refresh rate limit are measured on it. Any thread. */
+static inline uint64_t mc__te_now_ms(const mc_te *te)
+{
+    return te->clock ? te->clock(te->clock_ctx) : mc_now_ms();
+}
 
 /* engine.c */
 int mc__te_publish(mc_te *te);

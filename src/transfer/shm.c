@@ -151,6 +151,7 @@ static void watch_io(mc_loop *loop, int fd, uint32_t events, void *arg)
     (void)events;
     te_peer *p = arg;
     atomic_store(&p->shm_dead, true);
+    atomic_fetch_add_explicit(&p->te->st.shm_lost, 1, memory_order_relaxed);
     mc_loop_del(loop, fd);
     p->shm_watched = false;
 }

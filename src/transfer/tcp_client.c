@@ -71,7 +71,7 @@ static void cconn_fail(te_cconn *c, int err, bool retry)
         p->stale = true;
         pthread_mutex_unlock(&p->lock);
     }
-    uint64_t now = mc_now_ms();
+    uint64_t now = mc__te_now_ms(te);
     te_slice *again = NULL, **tail = &again;
     te_slice *s = c->head;
     while (s) {
@@ -408,7 +408,7 @@ void mc__te_cconn_tick(te_io *io)
     /* Failing a connection retries its slices on others, which may close them too: so
      * after each failure the walk starts again (expired slices are never retried, so it
      * ends). */
-    uint64_t now = mc_now_ms();
+    uint64_t now = mc__te_now_ms(io->te);
 again:
     te_cconn *c;
     MC_LIST_FOREACH_ENTRY(c, &io->cconns, te_cconn, link) {
