@@ -36,10 +36,14 @@
  * once, except mc_te_destroy (no other call may be in flight). The engine runs its own
  * I/O thread(s); nothing is called back on user threads.
  *
- * Environment (read at mc_te_create unless an option overrides):
+ * Environment (read through common/env.h: unset or empty = the default; a set value that
+ * does not parse or is out of range fails the call that reads it with MC_INVALID_PARAMS
+ * and an ERROR log naming the variable. MC_TCP_BIND_ADDRESS and MC_MIN/MAX_RPC_PORT are
+ * read by mc_te_initialize, the rest by mc_te_create unless an option overrides):
  *   MC_TRANSFER_TIMEOUT      seconds a transfer may take before it fails, plus 1 ns per
  *                            byte (upstream transfer_engine_py: default 30, min 1 here)
- *   MC_FORCE_TCP             1/true: never use the same-host shared-memory path
+ *   MC_FORCE_TCP             1/true/yes/on: never use the same-host shared-memory path
+ *                            (0/false/no/off: use it; anything else is an error)
  *   MC_TCP_SLICE_SIZE        bytes per slice on the TCP path (default 1 MiB; 4 KiB..64 MiB)
  *   MC_TE_TCP_CONNECTIONS    pooled TCP connections per peer (default 2; 1..16)
  *   MC_TE_IO_THREADS         I/O threads (default 1; 1..16)
@@ -152,7 +156,8 @@ MC_API int mc_te_create(const mc_te_opts *opts, mc_te **out);
  *   device: NIC filter (ignored on TCP; may be NULL).
  * Binds the handshake, data and (unless forced TCP) shm Unix-socket listeners and starts
  * the I/O thread(s); publishes an empty descriptor + rpc_meta.
- * Returns MC_OK; MC_INVALID_PARAMS (bad hostname, connection string, already
+ * Returns MC_OK; MC_INVALID_PARAMS (bad hostname, connection string, MC_MIN_RPC_PORT or
+ * MC_MAX_RPC_PORT, already
  * initialized); MC_NOT_SUPPORTED; MC_RPC_FAIL / MC_RPC_TIMEOUT (metadata server down:
  * nothing is left running); MC_OBJECT_ALREADY_EXISTS (rpc_meta for this name exists with
  * another value); MC_INTERNAL_ERROR (cannot bind: the port is taken, logged). */
