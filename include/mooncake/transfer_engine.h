@@ -157,8 +157,7 @@ MC_API int mc_te_create(const mc_te_opts *opts, mc_te **out);
  * Binds the handshake, data and (unless forced TCP) shm Unix-socket listeners and starts
  * the I/O thread(s); publishes an empty descriptor + rpc_meta.
  * Returns MC_OK; MC_INVALID_PARAMS (bad hostname, connection string, MC_MIN_RPC_PORT or
- * MC_MAX_RPC_PORT, already
- * initialized); MC_NOT_SUPPORTED; MC_RPC_FAIL / MC_RPC_TIMEOUT (metadata server down:
+ * MC_MAX_RPC_PORT, already initialized); MC_NOT_SUPPORTED; MC_RPC_FAIL / MC_RPC_TIMEOUT (metadata server down:
  * nothing is left running); MC_OBJECT_ALREADY_EXISTS (rpc_meta for this name exists with
  * another value); MC_INTERNAL_ERROR (cannot bind: the port is taken, logged). */
 MC_API int mc_te_initialize(mc_te *te, const char *local_hostname, const char *metadata_conn,
