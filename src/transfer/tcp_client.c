@@ -409,8 +409,8 @@ void mc__te_cconn_tick(te_io *io)
      * after each failure the walk starts again (expired slices are never retried, so it
      * ends). */
     uint64_t now = mc__te_now_ms(io->te);
-again:
     te_cconn *c;
+again:
     MC_LIST_FOREACH_ENTRY(c, &io->cconns, te_cconn, link) {
         if (c->head && now >= c->head->deadline_ms) {
             cconn_fail(c, -ETIMEDOUT, true);
