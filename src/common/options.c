@@ -10,21 +10,11 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/errbuf.h"
 #include "common/xalloc.h"
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return MC_OPTS_ERROR;
-}
+/* fail: the reason into err, and MC_OPTS_ERROR */
+#define fail(err, errlen, ...) (mc_errf((err), (errlen), __VA_ARGS__), MC_OPTS_ERROR)
 
 int mc_parse_bool(const char *text, bool *out)
 {

@@ -6,23 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/errbuf.h"
 #include "mooncake/metadata.h"
 #include "mooncake/status.h"
 #include "net/sock.h"
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return MC_INVALID_PARAMS;
-}
+/* fail: the reason into err, and MC_INVALID_PARAMS */
+#define fail(err, errlen, ...) (mc_errf((err), (errlen), __VA_ARGS__), MC_INVALID_PARAMS)
 
 const char *mc_metadata_kind_name(mc_metadata_kind kind)
 {

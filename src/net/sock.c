@@ -8,7 +8,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,21 +15,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "common/errbuf.h"
 #include "mooncake/mc_time.h"
 
-static int hp_fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int hp_fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -EINVAL;
-}
+/* hp_fail: the reason into err, and -EINVAL */
+#define hp_fail(err, errlen, ...) (mc_errf((err), (errlen), __VA_ARGS__), -EINVAL)
 
 int mc_sock_split_hostport(const char *s, size_t len, unsigned flags, char *out,
                            size_t hostlen, int *port_out, char *err, size_t errlen)
