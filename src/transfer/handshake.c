@@ -284,9 +284,9 @@ void mc__te_hs_tick(te_io *io)
 
 void mc__te_hs_close_all(te_io *io)
 {
-    mc_list *it;
-    while ((it = mc_list_front(&io->hsconns)))
-        hs_close(MC_CONTAINER_OF(it, te_hsconn, link));
+    te_hsconn *c;
+    MC_LIST_FOREACH_ENTRY(c, &io->hsconns, te_hsconn, link)
+        hs_close(c); /* unlinks c only */
 }
 
 /* ---- client ---- */

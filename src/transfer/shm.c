@@ -133,9 +133,9 @@ int mc__te_shm_start(mc_te *te)
 
 void mc__te_shm_close_all(te_io *io)
 {
-    mc_list *it;
-    while ((it = mc_list_front(&io->shmconns)))
-        shm_close(MC_CONTAINER_OF(it, te_shmconn, link));
+    te_shmconn *c;
+    MC_LIST_FOREACH_ENTRY(c, &io->shmconns, te_shmconn, link)
+        shm_close(c); /* unlinks c only */
 }
 
 /* ---- initiator side ---- */

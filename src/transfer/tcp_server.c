@@ -392,9 +392,9 @@ int mc__te_data_accept_start(mc_te *te)
 
 void mc__te_sconn_close_all(te_io *io)
 {
-    mc_list *it;
-    while ((it = mc_list_front(&io->sconns)))
-        sconn_close(MC_CONTAINER_OF(it, te_sconn, link));
+    te_sconn *c;
+    MC_LIST_FOREACH_ENTRY(c, &io->sconns, te_sconn, link)
+        sconn_close(c); /* unlinks c only */
 }
 
 typedef struct abort_arg {
