@@ -36,10 +36,14 @@
  * once, except mc_te_destroy (no other call may be in flight). The engine runs its own
  * I/O thread(s); nothing is called back on user threads.
  *
- * Environment (read at mc_te_create unless an option overrides):
+ * Environment (read through common/env.h: unset or empty = the default; a set value that
+ * does not parse or is out of range fails the call that reads it with MC_INVALID_PARAMS
+ * and an ERROR log naming the variable. MC_TCP_BIND_ADDRESS and MC_MIN/MAX_RPC_PORT are
+ * read by mc_te_initialize, the rest by mc_te_create unless an option overrides):
  *   MC_TRANSFER_TIMEOUT      seconds a transfer may take before it fails, plus 1 ns per
  *                            byte (upstream transfer_engine_py: default 30, min 1 here)
- *   MC_FORCE_TCP             1/true: never use the same-host shared-memory path
+ *   MC_FORCE_TCP             1/true/yes/on: never use the same-host shared-memory path
+ *                            (0/false/no/off: use it; anything else is an error)
  *   MC_TCP_SLICE_SIZE        bytes per slice on the TCP path (default 1 MiB; 4 KiB..64 MiB)
  *   MC_TE_TCP_CONNECTIONS    pooled TCP connections per peer (default 2; 1..16)
  *   MC_TE_IO_THREADS         I/O threads (default 1; 1..16)
@@ -100,6 +104,10 @@ typedef struct mc_te_status {
                                    (connection lost / peer down), MC_RPC_TIMEOUT */
 } mc_te_status;
 
+/* mc_te_clock_fn: a monotonic clock in ms (ctx is mc_te_opts.clock_ctx). Called from any
+ * thread, concurrently; must never go backwards. */
+typedef uint64_t (*mc_te_clock_fn)(void *ctx);
+
 /* Tunables; zero fields take the environment's value, then the default. */
 typedef struct mc_te_opts {
     uint64_t transfer_timeout_ms; /* 0: MC_TRANSFER_TIMEOUT (s) or 30 s */
@@ -108,6 +116,13 @@ typedef struct mc_te_opts {
     unsigned io_threads;          /* 0: MC_TE_IO_THREADS or 1 */
     uint32_t handshake_max_length; /* bytes; 0: MC_HANDSHAKE_MAX_LENGTH or 1 MiB */
     int force_tcp;                /* -1 or 0: MC_FORCE_TCP; 1: force TCP */
+    /* The clock that transfer deadlines (transfer_timeout_ms) and the rate limit on
+     * descriptor refreshes (at most one a second for addresses a peer's cached
+     * descriptor does not hold) are measured on. NULL = mc_now_ms (CLOCK_MONOTONIC).
+     * Tests pass one that they can move forward, as the master's mc_master_config.clock;
+     * idle timeouts of served connections and socket timeouts stay on the real clock. */
+    mc_te_clock_fn clock;
+    void *clock_ctx;              /* passed to clock; borrowed, must outlive the engine */
 } mc_te_opts;
 
 #define MC_TE_DEFAULT_TIMEOUT_S 30
@@ -141,8 +156,8 @@ MC_API int mc_te_create(const mc_te_opts *opts, mc_te **out);
  *   device: NIC filter (ignored on TCP; may be NULL).
  * Binds the handshake, data and (unless forced TCP) shm Unix-socket listeners and starts
  * the I/O thread(s); publishes an empty descriptor + rpc_meta.
- * Returns MC_OK; MC_INVALID_PARAMS (bad hostname, connection string, already
- * initialized); MC_NOT_SUPPORTED; MC_RPC_FAIL / MC_RPC_TIMEOUT (metadata server down:
+ * Returns MC_OK; MC_INVALID_PARAMS (bad hostname, connection string, MC_MIN_RPC_PORT or
+ * MC_MAX_RPC_PORT, already initialized); MC_NOT_SUPPORTED; MC_RPC_FAIL / MC_RPC_TIMEOUT (metadata server down:
  * nothing is left running); MC_OBJECT_ALREADY_EXISTS (rpc_meta for this name exists with
  * another value); MC_INTERNAL_ERROR (cannot bind: the port is taken, logged). */
 MC_API int mc_te_initialize(mc_te *te, const char *local_hostname, const char *metadata_conn,
@@ -362,6 +377,8 @@ typedef struct mc_te_stats {
     uint64_t refused_requests;                   /* peer requests refused (bad range...) */
     uint64_t tasks_completed, tasks_failed;
     uint64_t connections_opened, connections_failed;
+    uint64_t shm_peers_lost; /* same-host owners seen going away (their Unix socket hung
+                                up): their mappings are dropped before the next use */
 } mc_te_stats;
 
 /* mc_te_get_stats: a snapshot of the counters (relaxed reads). */

@@ -43,7 +43,8 @@ int mc_env_u64(const char *name, uint64_t def, uint64_t min, uint64_t max, uint6
     char *end = NULL;
     errno = 0;
     unsigned long long x = strtoull(v, &end, 10);
-    if (errno || end == v || *end || *v == '-')
+    /* digits only: strtoull would also take leading blanks and a sign (" -1" wraps) */
+    if (errno || end == v || *end || *v < '0' || *v > '9')
         return bad(name, v, "a non-negative integer");
     return range_u64(name, v, x, min, max, out);
 }

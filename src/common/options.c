@@ -10,19 +10,11 @@
 #include <string.h>
 #include <strings.h>
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+#include "common/errbuf.h"
+#include "common/xalloc.h"
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return MC_OPTS_ERROR;
-}
+/* fail: the reason into err, and MC_OPTS_ERROR */
+#define fail(err, errlen, ...) (mc_errf((err), (errlen), __VA_ARGS__), MC_OPTS_ERROR)
 
 int mc_parse_bool(const char *text, bool *out)
 {
@@ -182,9 +174,7 @@ static int set_value(const mc_option *o, const char *text, const char *src, char
         return 0;
     }
     case MC_OPT_STRING: {
-        char *copy = strdup(text);
-        if (!copy)
-            abort();
+        char *copy = mc_xstrdup(text);
         char **slot = (char **)o->target;
         free(*slot);
         *slot = copy;

@@ -1,28 +1,22 @@
-/* admin.c: Prometheus text, the summary line and the HTTP admin server. See admin.h. */
+/* admin.c: Prometheus text, the summary line and the HTTP admin routes. See admin.h.
+ * The HTTP plumbing is net/httpd.h; this file must not touch libmicrohttpd directly. */
 #include "master/admin.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <microhttpd.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
+#include "common/xalloc.h"
 #include "mooncake/log.h"
 #include "mooncake/mc_time.h"
-#include "net/sock.h"
+#include "net/httpd.h"
 
 #define TAG "master-admin"
-
-#if MHD_VERSION < 0x00097002
-typedef int mhd_result;
-#else
-typedef enum MHD_Result mhd_result;
-#endif
 
 /* ---- a growable text buffer (aborts on OOM: sizes here are ours, not a peer's) ---- */
 
@@ -38,9 +32,7 @@ static void sb_reserve(sbuf *b, size_t more)
     size_t cap = b->cap ? b->cap : 1024;
     while (cap < b->len + more + 1)
         cap *= 2;
-    b->p = realloc(b->p, cap);
-    if (!b->p)
-        abort();
+    b->p = mc_xrealloc(b->p, cap);
     b->cap = cap;
 }
 
@@ -183,11 +175,8 @@ char *mc_master_metrics_text(mc_master_service *svc, mc_master_rpc_server *rpc, 
     }
     if (len)
         *len = b.len;
-    if (!b.p) {
-        b.p = strdup("");
-        if (!b.p)
-            abort();
-    }
+    if (!b.p)
+        b.p = mc_xstrdup("");
     return b.p;
 }
 
@@ -306,46 +295,11 @@ size_t mc_master_format_summary(const mc_master_stats *prev, const mc_master_sta
 struct mc_master_admin {
     mc_master_service *svc;
     mc_master_rpc_server *rpc;
-    struct MHD_Daemon *daemon;
-    uint16_t port;
+    mc_httpd *httpd;
     pthread_mutex_t lock;         /* guards last/last_ms (/metrics/summary) */
     mc_master_stats last;
     uint64_t last_ms;
 };
-
-static mhd_result respond(struct MHD_Connection *c, unsigned status, char *body, size_t len,
-                          const char *ctype)
-{
-    /* takes body (malloc'd) */
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(body);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
-    mhd_result rc = MHD_queue_response(c, status, r);
-    MHD_destroy_response(r);
-    return rc;
-}
-
-static mhd_result respond_text(struct MHD_Connection *c, unsigned status, const char *text,
-                               const char *ctype)
-{
-    char *copy = strdup(text);
-    if (!copy)
-        abort();
-    return respond(c, status, copy, strlen(copy), ctype);
-}
-
-static mhd_result respond_json(struct MHD_Connection *c, unsigned status, json_t *j)
-{
-    char *s = json_dumps(j, JSON_COMPACT);
-    json_decref(j);
-    if (!s)
-        abort();
-    return respond(c, status, s, strlen(s), "application/json");
-}
 
 static int seg_cb(const mc_master_segment_info *info, void *ctx)
 {
@@ -388,14 +342,13 @@ static char *uuid_text(mc_master_uuid id, char *buf, size_t len)
     return buf;
 }
 
-static mhd_result do_query_key(mc_master_admin *a, struct MHD_Connection *c)
+static int do_query_key(mc_master_admin *a, mc_httpd_req *c)
 {
-    const char *v = NULL;
     size_t n = 0;
-    if (MHD_lookup_connection_value_n(c, MHD_GET_ARGUMENT_KIND, "key", 3, &v, &n) != MHD_YES ||
-        !v || n == 0) {
+    const char *v = mc_httpd_arg(c, "key", &n);
+    if (!v || n == 0) {
         json_t *j = json_pack("{s:s}", "error", "missing key parameter");
-        return respond_json(c, MHD_HTTP_BAD_REQUEST, j);
+        return mc_httpd_reply_json(c, 400, j);
     }
     mc_master_key_info info;
     memset(&info, 0, sizeof info);
@@ -403,9 +356,7 @@ static mhd_result do_query_key(mc_master_admin *a, struct MHD_Connection *c)
     if (rc != MC_OK) {
         const char *name = mc_status_name(rc);
         json_t *j = json_pack("{s:s,s:i}", "error", name ? name : "?", "code", rc);
-        return respond_json(c, rc == MC_OBJECT_NOT_FOUND ? MHD_HTTP_NOT_FOUND
-                                                         : MHD_HTTP_BAD_REQUEST,
-                            j);
+        return mc_httpd_reply_json(c, rc == MC_OBJECT_NOT_FOUND ? 404 : 400, j);
     }
     json_t *reps = json_array();
     for (uint32_t i = 0; i < info.replicas.n && i < MC_MASTER_MAX_REPLICAS; i++) {
@@ -435,33 +386,21 @@ static mhd_result do_query_key(mc_master_admin *a, struct MHD_Connection *c)
     }
     json_decref(reps);
     if (!j)
-        return respond_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "encoding failed\n",
-                            "text/plain");
-    return respond_json(c, MHD_HTTP_OK, j);
+        return mc_httpd_reply_text(c, 500, "text/plain", "encoding failed\n");
+    return mc_httpd_reply_json(c, 200, j);
 }
 
-static mhd_result handler(void *cls, struct MHD_Connection *c, const char *url,
-                          const char *method, const char *version, const char *upload_data,
-                          size_t *upload_data_size, void **con_cls)
+/* A complete request (any body was discarded by httpd). */
+static int handler(void *ctx, mc_httpd_req *c)
 {
-    (void)version;
-    (void)upload_data;
-    mc_master_admin *a = cls;
-    if (*con_cls == NULL) { /* first call: headers only */
-        *con_cls = (void *)1;
-        return MHD_YES;
-    }
-    if (*upload_data_size) { /* ignore any body */
-        *upload_data_size = 0;
-        return MHD_YES;
-    }
-    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
-        return respond_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "Method not allowed\n",
-                            "text/plain");
+    mc_master_admin *a = ctx;
+    const char *url = c->url;
+    if (!mc_httpd_method_is(c, "GET") && !mc_httpd_method_is(c, "HEAD"))
+        return mc_httpd_reply_text(c, 405, "text/plain", "Method not allowed\n");
     if (strcmp(url, "/metrics") == 0) {
         size_t len;
         char *body = mc_master_metrics_text(a->svc, a->rpc, &len);
-        return respond(c, MHD_HTTP_OK, body, len, "text/plain; version=0.0.4");
+        return mc_httpd_reply_take(c, 200, "text/plain; version=0.0.4", body, len);
     }
     if (strcmp(url, "/metrics/summary") == 0) {
         mc_master_stats cur;
@@ -471,51 +410,36 @@ static mhd_result handler(void *cls, struct MHD_Connection *c, const char *url,
         pthread_mutex_lock(&a->lock);
         double secs = (double)(now - a->last_ms) / 1000.0;
         size_t need = mc_master_format_summary(&a->last, &cur, secs, NULL, 0);
-        char *line = malloc(need + 2);
-        if (!line)
-            abort();
+        char *line = mc_xmalloc(need + 2);
         mc_master_format_summary(&a->last, &cur, secs, line, need + 1);
         a->last = cur;
         a->last_ms = now;
         pthread_mutex_unlock(&a->lock);
         strcat(line, "\n");
-        return respond(c, MHD_HTTP_OK, line, need + 1, "text/plain");
+        return mc_httpd_reply_take(c, 200, "text/plain", line, need + 1);
     }
     if (strcmp(url, "/health") == 0) {
         json_t *j = json_pack("{s:s,s:s,s:s,s:b}", "status", "ok", "role", "leader", "state",
                               "serving", "ready", 1);
-        return respond_json(c, MHD_HTTP_OK, j);
+        return mc_httpd_reply_json(c, 200, j);
     }
     if (strcmp(url, "/get_all_segments") == 0) {
         sbuf b = {0};
         sb_reserve(&b, 0);
         b.p[0] = '\0';
         mc_master_service_foreach_segment(a->svc, seg_cb, &b);
-        return respond(c, MHD_HTTP_OK, b.p, b.len, "text/plain");
+        return mc_httpd_reply_take(c, 200, "text/plain", b.p, b.len);
     }
     if (strcmp(url, "/get_all_keys") == 0) {
         sbuf b = {0};
         sb_reserve(&b, 0);
         b.p[0] = '\0';
         mc_master_service_foreach_key(a->svc, key_cb, &b);
-        return respond(c, MHD_HTTP_OK, b.p, b.len, "text/plain");
+        return mc_httpd_reply_take(c, 200, "text/plain", b.p, b.len);
     }
     if (strcmp(url, "/query_key") == 0)
         return do_query_key(a, c);
-    return respond_text(c, MHD_HTTP_NOT_FOUND, "not found\n", "text/plain");
-}
-
-/* libmicrohttpd's own error lines (a client that hung up mid-request, ...) go to the
- * log at DEBUG instead of raw to stderr. */
-static void mhd_logger(void *cls, const char *fmt, va_list ap)
-{
-    (void)cls;
-    if (MC_LOG_DEBUG < mc__log_threshold)
-        return;
-    char buf[512];
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    buf[strcspn(buf, "\n")] = '\0';
-    mc_log(MC_LOG_DEBUG, TAG, "libmicrohttpd: %s", buf);
+    return mc_httpd_reply_text(c, 404, "text/plain", "not found\n");
 }
 
 int mc_master_admin_start(mc_master_service *svc, mc_master_rpc_server *rpc, const char *host,
@@ -524,32 +448,23 @@ int mc_master_admin_start(mc_master_service *svc, mc_master_rpc_server *rpc, con
     if (!svc || !out)
         return -EINVAL;
     const char *h = host && *host ? host : "0.0.0.0";
-    uint16_t bound = 0;
-    int fd = mc_sock_listen_tcp(h, port, 128, false, &bound);
-    if (fd < 0)
-        return fd;
-    mc_master_admin *a = calloc(1, sizeof *a);
-    if (!a)
-        abort();
+    mc_master_admin *a = mc_xcalloc(1, sizeof *a);
     a->svc = svc;
     a->rpc = rpc;
-    a->port = bound;
     pthread_mutex_init(&a->lock, NULL);
     a->last_ms = mc_now_ms();
     mc_master_service_get_stats(svc, &a->last);
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG;
-    /* the logger first: libmicrohttpd prints to stderr whatever comes before it */
-    a->daemon = MHD_start_daemon(flags, 0, NULL, NULL, handler, a, MHD_OPTION_EXTERNAL_LOGGER,
-                                 mhd_logger, a, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
-                                 MHD_OPTION_CONNECTION_LIMIT, 256u,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_END);
-    if (!a->daemon) {
-        close(fd);
+    mc_httpd_opts ho = {.what = "admin HTTP server",
+                        .tag = TAG,
+                        .handle = handler,
+                        .ctx = a,
+                        .max_connections = 256,
+                        .idle_timeout_s = 30};
+    int rc = mc_httpd_start(&ho, h, port, &a->httpd);
+    if (rc != 0) {
         pthread_mutex_destroy(&a->lock);
         free(a);
-        mc_log(MC_LOG_ERROR, TAG, "cannot start the admin HTTP server on %s:%u", h,
-               (unsigned)port);
-        return -EIO;
+        return rc;
     }
     *out = a;
     return 0;
@@ -557,15 +472,14 @@ int mc_master_admin_start(mc_master_service *svc, mc_master_rpc_server *rpc, con
 
 uint16_t mc_master_admin_port(const mc_master_admin *a)
 {
-    return a->port;
+    return mc_httpd_port(a->httpd);
 }
 
 void mc_master_admin_destroy(mc_master_admin *a)
 {
     if (!a)
         return;
-    if (a->daemon)
-        MHD_stop_daemon(a->daemon); /* closes the listening socket it was given */
+    mc_httpd_destroy(a->httpd); /* joins its threads, closes the listening socket */
     pthread_mutex_destroy(&a->lock);
     free(a);
 }

@@ -10,6 +10,7 @@
 #include <curl/curl.h>
 
 #include "backend.h"
+#include "common/xalloc.h"
 #include "mooncake/log.h"
 #include "mooncake/status.h"
 
@@ -42,9 +43,7 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud)
         size_t cap = b->cap ? b->cap : 4096;
         while (cap < b->len + n + 1)
             cap *= 2;
-        char *d = realloc(b->data, cap);
-        if (!d)
-            abort();
+        char *d = mc_xrealloc(b->data, cap);
         b->data = d;
         b->cap = cap;
     }
@@ -75,9 +74,7 @@ static int do_request(mc_metadata *md, const char *method, const char *key, cons
     }
     const char *url = md->conn.url;
     size_t ulen = strlen(url) + strlen(esc) + 8;
-    char *full = malloc(ulen);
-    if (!full)
-        abort();
+    char *full = mc_xmalloc(ulen);
     snprintf(full, ulen, "%s%ckey=%s", url, strchr(url, '?') ? '&' : '?', esc);
     curl_free(esc);
 
@@ -158,9 +155,7 @@ static int http_get(mc_metadata *md, const char *key, char **value, size_t *len)
         return rc;
     }
     if (!resp.data) {
-        resp.data = malloc(1);
-        if (!resp.data)
-            abort();
+        resp.data = mc_xmalloc(1);
         resp.data[0] = '\0';
     }
     *value = resp.data;

@@ -1,28 +1,18 @@
 /* conn.c: metadata connection strings (see include/mooncake/metadata.h, §1).
  * Classification as upstream's extractProtocolFromConnString (transfer_metadata.cpp):
  * the scheme before "://", "etcd" when there is none; P2PHANDSHAKE matched exactly. */
-#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/errbuf.h"
 #include "mooncake/metadata.h"
 #include "mooncake/status.h"
+#include "net/sock.h"
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return MC_INVALID_PARAMS;
-}
+/* fail: the reason into err, and MC_INVALID_PARAMS */
+#define fail(err, errlen, ...) (mc_errf((err), (errlen), __VA_ARGS__), MC_INVALID_PARAMS)
 
 const char *mc_metadata_kind_name(mc_metadata_kind kind)
 {
@@ -35,72 +25,16 @@ const char *mc_metadata_kind_name(mc_metadata_kind kind)
     return "?";
 }
 
-/* Parses "host[:port]" or "[v6]:port" from s[0..len) into ep; port defaults to def. */
+/* Parses "host[:port]" or "[v6]:port" from s[0..len) into ep; port defaults to def.
+ * The one host:port parser (net/sock.h), strict about hosts and IPv6 brackets. */
 static int parse_hostport(const char *s, size_t len, uint16_t def, mc_metadata_endpoint *ep,
                           char *err, size_t errlen)
 {
-    const char *host = s;
-    size_t hlen;
-    const char *port = NULL;
-    size_t plen = 0;
-    if (len == 0)
-        return fail(err, errlen, "empty endpoint");
-    if (s[0] == '[') {
-        const char *close = memchr(s, ']', len);
-        if (!close)
-            return fail(err, errlen, "unterminated '[' in endpoint '%.*s'", (int)len, s);
-        host = s + 1;
-        hlen = (size_t)(close - host);
-        size_t rest = len - (size_t)(close + 1 - s);
-        if (rest) {
-            if (close[1] != ':')
-                return fail(err, errlen, "junk after ']' in endpoint '%.*s'", (int)len, s);
-            port = close + 2;
-            plen = rest - 1;
-        }
-        if (hlen == 0 || !memchr(host, ':', hlen))
-            return fail(err, errlen, "bad IPv6 address in endpoint '%.*s'", (int)len, s);
-    } else {
-        const char *colon = memchr(s, ':', len);
-        if (colon) {
-            if (memchr(colon + 1, ':', len - (size_t)(colon + 1 - s)))
-                return fail(err, errlen,
-                            "endpoint '%.*s' has several ':' (write IPv6 as [addr]:port)",
-                            (int)len, s);
-            hlen = (size_t)(colon - s);
-            port = colon + 1;
-            plen = len - hlen - 1;
-        } else {
-            hlen = len;
-        }
-    }
-    if (hlen == 0)
-        return fail(err, errlen, "empty host in endpoint '%.*s'", (int)len, s);
-    if (hlen >= MC_METADATA_MAX_HOST)
-        return fail(err, errlen, "host name longer than %d bytes", MC_METADATA_MAX_HOST - 1);
-    for (size_t i = 0; i < hlen; i++) {
-        unsigned char c = (unsigned char)host[i];
-        if (c <= ' ' || c == 0x7f || c == '/' || c == '@' || c == ',' || c == '[' ||
-            c == ']')
-            return fail(err, errlen, "bad character in host '%.*s'", (int)hlen, host);
-    }
-    unsigned long p = def;
-    if (port) {
-        if (plen == 0 || plen > 5)
-            return fail(err, errlen, "bad port in endpoint '%.*s'", (int)len, s);
-        p = 0;
-        for (size_t i = 0; i < plen; i++) {
-            if (!isdigit((unsigned char)port[i]))
-                return fail(err, errlen, "bad port in endpoint '%.*s'", (int)len, s);
-            p = p * 10 + (unsigned long)(port[i] - '0');
-        }
-        if (p == 0 || p > 65535)
-            return fail(err, errlen, "port out of range 1..65535 in endpoint '%.*s'",
-                        (int)len, s);
-    }
-    memcpy(ep->host, host, hlen);
-    ep->host[hlen] = '\0';
-    ep->port = (uint16_t)p;
+    int port;
+    if (mc_sock_split_hostport(s, len, MC_HOSTPORT_CHECK_HOST, ep->host, sizeof ep->host,
+                               &port, err, errlen) < 0)
+        return MC_INVALID_PARAMS;
+    ep->port = port < 0 ? def : (uint16_t)port;
     return MC_OK;
 }
 

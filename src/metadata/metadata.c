@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "backend.h"
+#include "common/env.h"
+#include "common/xalloc.h"
 #include "mooncake/log.h"
 #include "mooncake/status.h"
 
@@ -15,15 +17,13 @@
 char *mc_metadata_key_prefix(const char *cluster_id)
 {
     if (!cluster_id)
-        cluster_id = getenv("MC_METADATA_CLUSTER_ID");
+        cluster_id = mc_env_str("MC_METADATA_CLUSTER_ID");
     if (!cluster_id)
         cluster_id = "";
     size_t cl = strlen(cluster_id);
     bool slash = cl && cluster_id[cl - 1] != '/';
     size_t n = strlen("mooncake/") + cl + (slash ? 1 : 0) + 1;
-    char *p = malloc(n);
-    if (!p)
-        abort();
+    char *p = mc_xmalloc(n);
     snprintf(p, n, "mooncake/%s%s", cluster_id, slash ? "/" : "");
     return p;
 }
@@ -35,9 +35,7 @@ static char *join_key(const char *prefix, const char *mid, const char *name)
     size_t n = strlen(prefix) + strlen(mid) + strlen(name);
     if (n > MC_METADATA_MAX_KEY)
         return NULL;
-    char *k = malloc(n + 1);
-    if (!k)
-        abort();
+    char *k = mc_xmalloc(n + 1);
     snprintf(k, n + 1, "%s%s%s", prefix, mid, name);
     return k;
 }
@@ -86,9 +84,7 @@ int mc_metadata_create_opts(const char *conn, const mc_metadata_opts *opts, mc_m
     if (!out)
         return MC_INVALID_PARAMS;
     *out = NULL;
-    mc_metadata *md = calloc(1, sizeof *md);
-    if (!md)
-        abort();
+    mc_metadata *md = mc_xcalloc(1, sizeof *md);
     char err[256] = "";
     int rc = mc_metadata_parse_conn(conn, &md->conn, err, sizeof err);
     if (rc != MC_OK) {

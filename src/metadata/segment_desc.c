@@ -14,16 +14,9 @@
 
 #include <jansson.h>
 
+#include "common/xalloc.h"
 #include "mooncake/metadata.h"
 #include "mooncake/status.h"
-
-static char *xstrdup(const char *s)
-{
-    char *d = strdup(s);
-    if (!d)
-        abort();
-    return d;
-}
 
 static int bad(int code, char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -64,7 +57,7 @@ int mc_segment_desc_set(char **field, const char *value)
 {
     if (!field)
         return MC_INVALID_PARAMS;
-    char *v = value ? xstrdup(value) : NULL;
+    char *v = value ? mc_xstrdup(value) : NULL;
     free(*field);
     *field = v;
     return MC_OK;
@@ -84,12 +77,10 @@ int mc_segment_desc_add_buffer(mc_segment_desc *desc, const char *name, uint64_t
         return MC_INVALID_PARAMS;
     if (desc->n_buffers >= MC_SEGMENT_MAX_BUFFERS)
         return MC_BUFFER_OVERFLOW;
-    mc_buffer_desc *b = realloc(desc->buffers, (desc->n_buffers + 1) * sizeof *b);
-    if (!b)
-        abort();
+    mc_buffer_desc *b = mc_xrealloc(desc->buffers, (desc->n_buffers + 1) * sizeof *b);
     desc->buffers = b;
     b[desc->n_buffers] = (mc_buffer_desc){
-        .name = xstrdup(name), .addr = addr, .length = length, .shm = shm};
+        .name = mc_xstrdup(name), .addr = addr, .length = length, .shm = shm};
     desc->n_buffers++;
     return MC_OK;
 }
@@ -132,7 +123,7 @@ static int dump(json_t *root, char **json, size_t *len)
     char *s = json_dumps(root, JSON_COMPACT);
     json_decref(root);
     if (!s)
-        abort(); /* only fails on OOM for the values we build */
+        mc_oom(0); /* only fails on OOM for the values we build */
     *json = s;
     if (len)
         *len = strlen(s);
@@ -221,7 +212,7 @@ static int get_str(json_t *obj, const char *key, size_t max, bool required, bool
                    max);
     if (nonempty && n == 0)
         return bad(MC_DESERIALIZE_FAIL, err, errlen, "field '%s' is empty", key);
-    *out = xstrdup(json_string_value(v));
+    *out = mc_xstrdup(json_string_value(v));
     return MC_OK;
 }
 
@@ -281,9 +272,7 @@ static int decode_buffers(json_t *arr, mc_segment_desc *d, char *err, size_t err
                    MC_SEGMENT_MAX_BUFFERS);
     if (n == 0)
         return MC_OK;
-    d->buffers = calloc(n, sizeof *d->buffers);
-    if (!d->buffers)
-        abort();
+    d->buffers = mc_xcalloc(n, sizeof *d->buffers);
     d->n_buffers = n; /* names start NULL, so deinit frees exactly what was kept */
     for (size_t i = 0; i < n; i++) {
         json_t *o = json_array_get(arr, i);

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/xalloc.h"
 #include "net/sock.h"
 
 struct mc_conn {
@@ -107,9 +108,7 @@ static int on_readable(mc_conn *c)
                 return rc;
             c->body_have = 0;
             if (c->hdr.body_len) {
-                c->body = malloc(c->hdr.body_len);
-                if (!c->body)
-                    abort();
+                c->body = mc_xmalloc(c->hdr.body_len);
             }
         } else {
             c->body_have += (size_t)n;
@@ -157,9 +156,7 @@ mc_conn *mc_conn_create(mc_loop *loop, int fd, uint32_t max_body, size_t max_bac
         close(fd);
         return NULL;
     }
-    mc_conn *c = calloc(1, sizeof *c);
-    if (!c)
-        abort();
+    mc_conn *c = mc_xcalloc(1, sizeof *c);
     c->loop = loop;
     c->fd = fd;
     c->max_body = max_body ? max_body : MC_FRAME_DEFAULT_MAX_BODY;
@@ -199,9 +196,7 @@ int mc_conn_send(mc_conn *c, mc_frame_header *hdr, const void *body, size_t len)
             size_t cap = c->out_cap ? c->out_cap : 4096;
             while (cap < c->out_len + need)
                 cap *= 2;
-            c->out = realloc(c->out, cap);
-            if (!c->out)
-                abort();
+            c->out = mc_xrealloc(c->out, cap);
             c->out_cap = cap;
         }
     }

@@ -8,6 +8,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "common/list.h"
+#include "common/xalloc.h"
 #include "mooncake/mc_time.h"
 
 typedef struct handler {
@@ -32,7 +34,7 @@ struct mc_loop_timer {
 typedef struct task {
     mc_loop_task_fn fn;
     void *arg;
-    struct task *next;
+    mc_list link; /* in mc_loop.tasks */
 } task;
 
 #define HANDLER_BUCKETS 1024
@@ -51,7 +53,7 @@ struct mc_loop {
     size_t heap_len, heap_cap;
     uint64_t timer_seq;
     pthread_mutex_t task_lock;
-    task *task_head, *task_tail; /* guarded by task_lock */
+    mc_list tasks;               /* FIFO of task.link; guarded by task_lock */
     bool stopping;               /* guarded by task_lock */
     bool stopped;                /* guarded by task_lock: posts refused */
 };
@@ -71,9 +73,7 @@ static handler *find_handler(mc_loop *loop, int fd)
 
 int mc_loop_create(mc_loop **out)
 {
-    mc_loop *loop = calloc(1, sizeof *loop);
-    if (!loop)
-        abort();
+    mc_loop *loop = mc_xcalloc(1, sizeof *loop);
     loop->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (loop->epfd < 0) {
         int e = -errno;
@@ -96,6 +96,7 @@ int mc_loop_create(mc_loop **out)
         return e;
     }
     pthread_mutex_init(&loop->task_lock, NULL);
+    mc_list_init(&loop->tasks);
     loop->now_ms = mc_now_ms();
     *out = loop;
     return 0;
@@ -126,12 +127,9 @@ void mc_loop_destroy(mc_loop *loop)
     for (size_t i = 0; i < loop->heap_len; i++)
         free(loop->heap[i]);
     free(loop->heap);
-    task *t = loop->task_head;
-    while (t) {
-        task *next = t->next;
+    task *t;
+    MC_LIST_FOREACH_ENTRY(t, &loop->tasks, task, link)
         free(t);
-        t = next;
-    }
     pthread_mutex_destroy(&loop->task_lock);
     close(loop->wakefd);
     close(loop->epfd);
@@ -144,9 +142,7 @@ int mc_loop_add(mc_loop *loop, int fd, uint32_t events, mc_loop_io_fn fn, void *
         return -EINVAL;
     if (find_handler(loop, fd))
         return -EEXIST;
-    handler *h = calloc(1, sizeof *h);
-    if (!h)
-        abort();
+    handler *h = mc_xcalloc(1, sizeof *h);
     h->fd = fd;
     h->events = events;
     h->fn = fn;
@@ -237,9 +233,7 @@ static void heap_push(mc_loop *loop, mc_loop_timer *t)
 {
     if (loop->heap_len == loop->heap_cap) {
         loop->heap_cap = loop->heap_cap ? loop->heap_cap * 2 : 16;
-        loop->heap = realloc(loop->heap, loop->heap_cap * sizeof *loop->heap);
-        if (!loop->heap)
-            abort();
+        loop->heap = mc_xrealloc(loop->heap, loop->heap_cap * sizeof *loop->heap);
     }
     t->heap_index = loop->heap_len;
     loop->heap[loop->heap_len++] = t;
@@ -261,9 +255,7 @@ static mc_loop_timer *heap_pop(mc_loop *loop)
 mc_loop_timer *mc_loop_timer_add(mc_loop *loop, uint64_t delay_ms, uint64_t interval_ms,
                                  mc_loop_task_fn fn, void *arg)
 {
-    mc_loop_timer *t = calloc(1, sizeof *t);
-    if (!t)
-        abort();
+    mc_loop_timer *t = mc_xcalloc(1, sizeof *t);
     t->due_ms = mc_now_ms() + delay_ms;
     t->interval_ms = interval_ms;
     t->seq = loop->timer_seq++;
@@ -312,24 +304,17 @@ static int run_timers(mc_loop *loop)
 
 int mc_loop_post(mc_loop *loop, mc_loop_task_fn fn, void *arg)
 {
-    task *t = malloc(sizeof *t);
-    if (!t)
-        abort();
+    task *t = mc_xmalloc(sizeof *t);
     t->fn = fn;
     t->arg = arg;
-    t->next = NULL;
     pthread_mutex_lock(&loop->task_lock);
     if (loop->stopped) {
         pthread_mutex_unlock(&loop->task_lock);
         free(t);
         return -ESHUTDOWN;
     }
-    bool was_empty = loop->task_head == NULL;
-    if (loop->task_tail)
-        loop->task_tail->next = t;
-    else
-        loop->task_head = t;
-    loop->task_tail = t;
+    bool was_empty = mc_list_empty(&loop->tasks);
+    mc_list_push_back(&loop->tasks, &t->link);
     pthread_mutex_unlock(&loop->task_lock);
     if (was_empty) {
         uint64_t one = 1;
@@ -341,15 +326,16 @@ int mc_loop_post(mc_loop *loop, mc_loop_task_fn fn, void *arg)
 
 static void run_tasks(mc_loop *loop)
 {
+    mc_list batch;
+    mc_list_init(&batch);
     pthread_mutex_lock(&loop->task_lock);
-    task *t = loop->task_head;
-    loop->task_head = loop->task_tail = NULL;
+    mc_list_splice_back(&batch, &loop->tasks);
     pthread_mutex_unlock(&loop->task_lock);
-    while (t) {
-        task *next = t->next;
+    mc_list *it;
+    while ((it = mc_list_pop_front(&batch))) {
+        task *t = MC_CONTAINER_OF(it, task, link);
         t->fn(t->arg);
         free(t);
-        t = next;
     }
 }
 
@@ -373,7 +359,7 @@ int mc_loop_run(mc_loop *loop)
         int timeout = run_timers(loop);
         pthread_mutex_lock(&loop->task_lock);
         bool stopping = loop->stopping;
-        bool have_tasks = loop->task_head != NULL;
+        bool have_tasks = !mc_list_empty(&loop->tasks);
         pthread_mutex_unlock(&loop->task_lock);
         if (stopping)
             break;

@@ -15,48 +15,99 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "common/errbuf.h"
 #include "mooncake/mc_time.h"
+
+/* hp_fail: the reason into err, and -EINVAL */
+#define hp_fail(err, errlen, ...) (mc_errf((err), (errlen), __VA_ARGS__), -EINVAL)
+
+int mc_sock_split_hostport(const char *s, size_t len, unsigned flags, char *out,
+                           size_t hostlen, int *port_out, char *err, size_t errlen)
+{
+    if (!s || len == 0)
+        return hp_fail(err, errlen, "empty address");
+    if (!out || hostlen == 0 || !port_out)
+        return hp_fail(err, errlen, "no room for the host");
+    const int w = len > 256 ? 256 : (int)len; /* how much of the text errors quote */
+    const char *host = s, *port = NULL;
+    size_t hlen, plen = 0;
+    if (s[0] == '[') {
+        const char *close = memchr(s, ']', len);
+        if (!close)
+            return hp_fail(err, errlen, "unterminated '[' in address '%.*s'", w, s);
+        host = s + 1;
+        hlen = (size_t)(close - host);
+        size_t rest = len - (size_t)(close + 1 - s);
+        if (rest) {
+            if (close[1] != ':')
+                return hp_fail(err, errlen, "junk after ']' in address '%.*s'", w, s);
+            port = close + 2;
+            plen = rest - 1;
+        }
+        if ((flags & MC_HOSTPORT_CHECK_HOST) && (hlen == 0 || !memchr(host, ':', hlen)))
+            return hp_fail(err, errlen, "bad IPv6 address in address '%.*s'", w, s);
+    } else {
+        const char *colon = memchr(s, ':', len);
+        bool several = colon && memchr(colon + 1, ':', len - (size_t)(colon + 1 - s));
+        if (several && !(flags & MC_HOSTPORT_BARE_V6))
+            return hp_fail(err, errlen,
+                           "address '%.*s' has several ':' (write IPv6 as [addr]:port)", w, s);
+        if (colon && !several) {
+            hlen = (size_t)(colon - s);
+            port = colon + 1;
+            plen = len - hlen - 1;
+        } else {
+            hlen = len; /* a host alone, or a bare IPv6 address */
+        }
+    }
+    if (hlen == 0)
+        return hp_fail(err, errlen, "empty host in address '%.*s'", w, s);
+    if (hlen >= hostlen)
+        return hp_fail(err, errlen, "host name longer than %zu bytes", hostlen - 1);
+    if (flags & MC_HOSTPORT_CHECK_HOST) {
+        for (size_t i = 0; i < hlen; i++) {
+            unsigned char c = (unsigned char)host[i];
+            if (c <= ' ' || c == 0x7f || c == '/' || c == '@' || c == ',' || c == '[' ||
+                c == ']')
+                return hp_fail(err, errlen, "bad character in host '%.*s'", (int)hlen, host);
+        }
+    }
+    long p = -1;
+    if (port) {
+        if (plen == 0 || plen > 5)
+            return hp_fail(err, errlen, "bad port in address '%.*s'", w, s);
+        p = 0;
+        for (size_t i = 0; i < plen; i++) {
+            if (port[i] < '0' || port[i] > '9')
+                return hp_fail(err, errlen, "bad port in address '%.*s'", w, s);
+            p = p * 10 + (port[i] - '0');
+        }
+        if (p == 0 || p > 65535)
+            return hp_fail(err, errlen, "port out of range 1..65535 in address '%.*s'", w, s);
+    }
+    memcpy(out, host, hlen);
+    out[hlen] = '\0';
+    *port_out = (int)p;
+    return 0;
+}
 
 int mc_sock_parse_hostport(const char *text, char *host, size_t hostlen, uint16_t *port,
                            uint16_t default_port)
 {
-    if (!text || !*text || !host || hostlen == 0)
+    if (!text || !port)
         return -EINVAL;
-    const char *h = text, *p = NULL;
-    size_t hlen;
-    if (text[0] == '[') {
-        const char *close = strchr(text, ']');
-        if (!close)
-            return -EINVAL;
-        h = text + 1;
-        hlen = (size_t)(close - h);
-        if (close[1] == ':')
-            p = close + 2;
-        else if (close[1] != '\0')
-            return -EINVAL;
-    } else {
-        const char *colon = strrchr(text, ':');
-        if (colon && strchr(text, ':') != colon)
-            colon = NULL; /* bare IPv6 without brackets: no port */
-        hlen = colon ? (size_t)(colon - text) : strlen(text);
-        p = colon ? colon + 1 : NULL;
-    }
-    if (hlen == 0 || hlen >= hostlen)
-        return -EINVAL;
-    memcpy(host, h, hlen);
-    host[hlen] = '\0';
-    if (!p) {
+    int p;
+    int rc = mc_sock_split_hostport(text, strlen(text), MC_HOSTPORT_BARE_V6, host, hostlen,
+                                    &p, NULL, 0);
+    if (rc)
+        return rc;
+    if (p < 0) {
         if (!default_port)
             return -EINVAL;
         *port = default_port;
         return 0;
     }
-    char *end;
-    errno = 0;
-    long v = strtol(p, &end, 10);
-    if (!*p || *end || errno || v < 1 || v > 65535)
-        return -EINVAL;
-    *port = (uint16_t)v;
+    *port = (uint16_t)p;
     return 0;
 }
 

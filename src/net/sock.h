@@ -9,9 +9,25 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-/* mc_sock_parse_hostport: "host:port", "[v6]:port" -> host (NUL-terminated, at most
- * hostlen-1 chars) and port. When the text has no port, *port is set to default_port
- * (or -EINVAL when default_port is 0). -EINVAL on malformed text or port out of range. */
+/* mc_sock_split_hostport: the one host:port parser. Splits text[0..len) (need not be
+ * NUL-terminated) written as "host", "host:port", "[v6]" or "[v6]:port" into host
+ * (NUL-terminated, brackets removed, at most hostlen-1 bytes) and *port (1..65535, or -1
+ * when the text has none). The port is 1 to 5 decimal digits, nothing else.
+ * flags:
+ *   MC_HOSTPORT_BARE_V6: an unbracketed text with several ':' is a bare IPv6 host without
+ *     a port (else it is refused: "write IPv6 as [addr]:port").
+ *   MC_HOSTPORT_CHECK_HOST: the host may not hold whitespace, control bytes, '/', '@',
+ *     ',', '[' or ']', and what is inside brackets must be an IPv6 address (have a ':').
+ * Returns 0, or -EINVAL with a one-line reason quoting the text in err (errlen bytes,
+ * NUL-terminated; err may be NULL). Pure function; thread-safe. */
+#define MC_HOSTPORT_BARE_V6 1u
+#define MC_HOSTPORT_CHECK_HOST 2u
+int mc_sock_split_hostport(const char *text, size_t len, unsigned flags, char *host,
+                           size_t hostlen, int *port, char *err, size_t errlen);
+
+/* mc_sock_parse_hostport: mc_sock_split_hostport of the NUL-terminated text with
+ * MC_HOSTPORT_BARE_V6. When the text has no port, *port is set to default_port (or
+ * -EINVAL when default_port is 0). -EINVAL on malformed text or port out of range. */
 int mc_sock_parse_hostport(const char *text, char *host, size_t hostlen, uint16_t *port,
                            uint16_t default_port);
 

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/xalloc.h"
 #include "mooncake/log.h"
 #include "mooncake/mc_time.h"
 #include "mooncake/status.h"
@@ -29,12 +30,8 @@ int mc_te_allocate_batch(mc_te *te, size_t batch_size, mc_te_batch_t *out)
         return MC_INVALID_PARAMS;
     if (!te->initialized)
         return MC_INVALID_PARAMS;
-    te_batch *b = calloc(1, sizeof *b);
-    if (!b)
-        abort();
-    b->tasks = calloc(batch_size, sizeof *b->tasks);
-    if (!b->tasks)
-        abort();
+    te_batch *b = mc_xcalloc(1, sizeof *b);
+    b->tasks = mc_xcalloc(batch_size, sizeof *b->tasks);
     b->cap = batch_size;
     b->te = te;
     b->terminal = true;
@@ -59,11 +56,9 @@ int mc_te_allocate_batch(mc_te *te, size_t batch_size, mc_te_batch_t *out)
             return MC_NO_AVAILABLE_HANDLE;
         }
         slot = te->n_bslots++;
-        te->bslots = realloc(te->bslots, te->n_bslots * sizeof *te->bslots);
-        te->bgen = realloc(te->bgen, te->n_bslots * sizeof *te->bgen);
-        te->bfree = realloc(te->bfree, te->n_bslots * sizeof *te->bfree);
-        if (!te->bslots || !te->bgen || !te->bfree)
-            abort();
+        te->bslots = mc_xrealloc(te->bslots, te->n_bslots * sizeof *te->bslots);
+        te->bgen = mc_xrealloc(te->bgen, te->n_bslots * sizeof *te->bgen);
+        te->bfree = mc_xrealloc(te->bfree, te->n_bslots * sizeof *te->bfree);
         te->bgen[slot] = 0;
     }
     if (++te->bgen[slot] == 0)
@@ -146,7 +141,7 @@ static void all_tasks_done(mc_te *te, te_batch *b)
             return;
         }
         te_slice *s = b->notify;
-        s->deadline_ms = mc_now_ms() + te->timeout_ms;
+        s->deadline_ms = mc__te_now_ms(te) + te->timeout_ms;
         s->tries = 0;
         mc__te_peer_enqueue(s->peer, s, s);
         return;

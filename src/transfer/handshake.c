@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/xalloc.h"
 #include "mooncake/log.h"
 #include "mooncake/status.h"
 #include "mooncake/mc_time.h"
@@ -34,9 +35,7 @@ int mc__te_notify_push(mc_te *te, char *name, char *msg, size_t msg_len)
     }
     if (te->n_notifies == te->cap_notifies) {
         te->cap_notifies = te->cap_notifies ? te->cap_notifies * 2 : 16;
-        te->notifies = realloc(te->notifies, te->cap_notifies * sizeof *te->notifies);
-        if (!te->notifies)
-            abort();
+        te->notifies = mc_xrealloc(te->notifies, te->cap_notifies * sizeof *te->notifies);
     }
     te->notifies[te->n_notifies++] = (mc_te_notify){.name = name, .msg = msg,
                                                     .msg_len = msg_len};
@@ -78,12 +77,7 @@ static void hs_close(te_hsconn *c)
 {
     mc_loop_del(c->io->loop, c->fd);
     close(c->fd);
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        c->io->hsconns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    mc_list_remove(&c->link);
     c->io->n_hsconns--;
     free(c->in);
     free(c->out);
@@ -93,9 +87,7 @@ static void hs_close(te_hsconn *c)
 static void hs_reply(te_hsconn *c, uint8_t type, const char *payload, size_t len)
 {
     size_t need = c->out_len + MC_TE_HS_PREFIX + len;
-    uint8_t *o = realloc(c->out, need);
-    if (!o)
-        abort();
+    uint8_t *o = mc_xrealloc(c->out, need);
     c->out = o;
     mc__te_hs_encode_prefix(c->out + c->out_len, type, len);
     memcpy(c->out + c->out_len + MC_TE_HS_PREFIX, payload, len);
@@ -228,9 +220,7 @@ static void hs_io(mc_loop *loop, int fd, uint32_t events, void *arg)
                 hs_close(c);
                 return;
             }
-            uint8_t *in = realloc(c->in, cap);
-            if (!in)
-                abort();
+            uint8_t *in = mc_xrealloc(c->in, cap);
             c->in = in;
             c->in_cap = cap;
         }
@@ -263,9 +253,7 @@ static void hs_accept(mc_loop *loop, int lfd, uint32_t events, void *arg)
             close(fd);
             continue;
         }
-        te_hsconn *c = calloc(1, sizeof *c);
-        if (!c)
-            abort();
+        te_hsconn *c = mc_xcalloc(1, sizeof *c);
         c->io = io;
         c->fd = fd;
         c->last_ms = mc_now_ms();
@@ -274,10 +262,7 @@ static void hs_accept(mc_loop *loop, int lfd, uint32_t events, void *arg)
             free(c);
             continue;
         }
-        c->next = io->hsconns;
-        if (c->next)
-            c->next->prev = c;
-        io->hsconns = c;
+        mc_list_push_front(&io->hsconns, &c->link);
         io->n_hsconns++;
     }
 }
@@ -291,19 +276,17 @@ int mc__te_hs_start(mc_te *te)
 void mc__te_hs_tick(te_io *io)
 {
     uint64_t now = mc_now_ms();
-    te_hsconn *c = io->hsconns;
-    while (c) {
-        te_hsconn *next = c->next;
+    te_hsconn *c;
+    MC_LIST_FOREACH_ENTRY(c, &io->hsconns, te_hsconn, link)
         if (now - c->last_ms > HS_IDLE_MS)
             hs_close(c);
-        c = next;
-    }
 }
 
 void mc__te_hs_close_all(te_io *io)
 {
-    while (io->hsconns)
-        hs_close(io->hsconns);
+    te_hsconn *c;
+    MC_LIST_FOREACH_ENTRY(c, &io->hsconns, te_hsconn, link)
+        hs_close(c); /* unlinks c only */
 }
 
 /* ---- client ---- */
@@ -337,9 +320,7 @@ int mc__te_hs_request(const char *host, uint16_t port, uint8_t type, const void 
         return -EPROTO;
     }
     size_t plen = (size_t)flen - 1;
-    char *buf = malloc(plen + 1);
-    if (!buf)
-        abort();
+    char *buf = mc_xmalloc(plen + 1);
     rc = plen ? mc_sock_recv_all(fd, buf, plen, deadline) : 0;
     close(fd);
     if (rc < 0) {

@@ -1,13 +1,31 @@
-/* internal.h: the transfer engine's internal structures (src/transfer only).
+/* internal.h: the transfer engine's one internal header (src/transfer only; no other
+ * module includes it: the store client uses the public mc_te_republish instead).
+ *
+ * Files: engine.c (create, initialize, shutdown, destroy, stats), segment.c (our own
+ * descriptor, publishing, memory registration, shared memfd memory), regions.c (the
+ * registered-range table), managed.c (managed buffers), peers.c (peer table, descriptor
+ * fetch and cache, probe), submit.c (submit and the sync/async helpers), batch.c
+ * (batches and task states), tcp_client.c / tcp_server.c (the TCP data path, initiator
+ * and serving side), handshake.c (handshake port, notifications), shm.c (same-host path),
+ * wire.c (data-port and handshake framing).
  *
  * Threads: user threads call the public API; each engine runs `nio` I/O loops (net/loop.h).
  * Loop 0 owns the listeners (handshake, data, shm); accepted data connections are
  * spread over the loops; a peer's client connections all live on its home loop.
  * Loop-owned state is marked "loop"; anything else names its guard.
  *
- * Lock order (outer first): te->publish_lock, te->seg_lock, peer->lock, te->reg_lock
- * (rwlock), te->batch_lock, batch->lock, te->notify_lock. Loop threads take only
- * reg_lock (read), peer->lock (inbox), batch->lock and notify_lock, never blocking I/O.
+ * Lock order (outer first; a thread holding one takes only locks after it in its chain):
+ *   te->managed_lock > te->publish_lock > te->desc_lock
+ *   peer->refresh_lock > peer->lock > peer->shm_rw (rwlock)
+ *   te->batch_lock > batch->lock
+ *   te->seg_lock, te->reg_lock (rwlock), te->notify_lock: leaves, held around table
+ *   lookups only; nothing is taken under them.
+ * The chains do not nest into each other (no peer lock is held while publishing, no
+ * batch lock while touching a peer: batch.c queues a notify slice after unlocking).
+ * peer->lock may be held across a same-host map request (blocking Unix-socket I/O with a
+ * deadline, user threads only) and while posting to a loop (net/loop's own lock).
+ * Loop threads take only reg_lock (read), desc_lock (handshake answers), peer->lock
+ * (inbox, stale flag), batch->lock and notify_lock, and never block on I/O under any.
  */
 #ifndef MC_TRANSFER_INTERNAL_H
 #define MC_TRANSFER_INTERNAL_H
@@ -18,6 +36,8 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "common/list.h"
+#include "mooncake/mc_time.h"
 #include "mooncake/metadata.h"
 #include "mooncake/transfer_engine.h"
 #include "net/loop.h"
@@ -115,7 +135,7 @@ typedef struct te_range {
 
 /* A client connection to a peer's data port (loop-owned). */
 typedef struct te_cconn {
-    struct te_cconn *prev, *next; /* io->cconns; loop */
+    mc_list link;            /* in io->cconns; loop */
     te_peer *peer;
     te_io *io;
     int fd;
@@ -182,7 +202,7 @@ typedef struct te_out {
 enum { TE_S_HDR = 0, TE_S_PAYLOAD, TE_S_DISCARD, TE_S_NOTIFY };
 
 typedef struct te_sconn {
-    struct te_sconn *prev, *next; /* io->sconns; loop */
+    mc_list link;            /* in io->sconns; loop */
     te_io *io;
     int fd;
     int state;               /* TE_S_* */
@@ -202,7 +222,7 @@ typedef struct te_sconn {
 } te_sconn;
 
 typedef struct te_hsconn {
-    struct te_hsconn *prev, *next;
+    mc_list link;            /* in io->hsconns; loop */
     te_io *io;
     int fd;
     uint8_t *in;
@@ -214,7 +234,7 @@ typedef struct te_hsconn {
 } te_hsconn;
 
 typedef struct te_shmconn {
-    struct te_shmconn *prev, *next;
+    mc_list link;            /* in io->shmconns; loop */
     te_io *io;
     int fd;
     uint8_t in[16];
@@ -226,11 +246,11 @@ struct te_io {
     mc_loop *loop;
     unsigned idx;
     mc_loop_timer *tick;
-    te_sconn *sconns;       /* loop */
-    struct te_cconn *cconns; /* loop */
-    te_hsconn *hsconns;     /* loop (io 0) */
+    mc_list sconns;         /* te_sconn.link; loop */
+    mc_list cconns;         /* te_cconn.link; loop */
+    mc_list hsconns;        /* te_hsconn.link; loop (io 0) */
     size_t n_hsconns;
-    te_shmconn *shmconns;   /* loop (io 0) */
+    mc_list shmconns;       /* te_shmconn.link; loop (io 0) */
     char *scratch;          /* 64 KiB discard buffer; loop */
 };
 
@@ -244,6 +264,8 @@ struct mc_te {
     unsigned nio;
     uint32_t hs_max;
     bool force_tcp;
+    mc_te_clock_fn clock;   /* NULL = mc_now_ms; see mc__te_now_ms */
+    void *clock_ctx;
 
     /* set by initialize, immutable afterwards */
     bool initialized;
@@ -298,19 +320,36 @@ struct mc_te {
     atomic_uint_fast64_t next_req_id;
     struct {
         atomic_uint_fast64_t tcp_sent, tcp_recv, shm, served, refused, done, failed, conn_open,
-            conn_fail;
+            conn_fail, shm_lost;
     } st;
 };
 
-/* engine.c */
-int mc__te_publish(mc_te *te);
-te_peer *mc__te_peer_by_handle(mc_te *te, int64_t h);
-int mc__te_peer_refresh(mc_te *te, te_peer *p);
+/* mc__te_now_ms: the engine's clock (mc_te_opts.clock) in ms: transfer deadlines and the
+ * descriptor refresh rate limit are measured on it. Any thread. */
+static inline uint64_t mc__te_now_ms(const mc_te *te)
+{
+    return te->clock ? te->clock(te->clock_ctx) : mc_now_ms();
+}
 
-/* engine.c: memfd-backed memory, registered (kind TE_REG_SHARED or _MANAGED_CHUNK) and
+/* segment.c: publishes our descriptor (no-op put in P2P mode); a status code. Takes
+ * publish_lock then desc_lock. */
+int mc__te_publish(mc_te *te);
+
+/* segment.c: memfd-backed memory, registered (kind TE_REG_SHARED or _MANAGED_CHUNK) and
  * published with the shm flag. Returns a status code. */
 int mc__te_shared_create(mc_te *te, uint64_t len, int kind, void **out);
 int mc__te_shared_destroy(mc_te *te, void *addr, int kind);
+
+/* peers.c: the peer of a handle (NULL when none; peers live until mc_te_destroy). */
+te_peer *mc__te_peer_by_handle(mc_te *te, int64_t h);
+/* peers.c: fetches p's descriptor again (takes refresh_lock, then p->lock). Status. */
+int mc__te_peer_refresh(mc_te *te, te_peer *p);
+/* peers.c: the peer called name (created on first use), its descriptor fetched when it
+ * has none, is stale, or force_refresh. MC_INVALID_PARAMS for a bad name or an engine
+ * not initialized; the fetch's status otherwise. */
+int mc__te_peer_open(mc_te *te, const char *name, bool force_refresh, te_peer **out);
+/* peers.c: a segment name we accept (non-empty, at most MC_SEGMENT_MAX_NAME bytes). */
+bool mc__te_valid_segment_name(const char *name);
 
 /* managed.c */
 void mc__te_managed_free_all(mc_te *te);

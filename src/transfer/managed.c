@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/xalloc.h"
 #include "mooncake/status.h"
 #include "transfer/internal.h"
 
@@ -17,7 +18,7 @@
 #define MAX_MANAGED (1ull << 40)
 
 typedef struct mchunk {
-    struct mchunk *next;
+    mc_list link; /* in te_managed.chunks */
     uint64_t base, used;
 } mchunk;
 
@@ -33,7 +34,7 @@ typedef struct block {
 } block;
 
 struct te_managed {
-    mchunk *chunks;
+    mc_list chunks; /* mchunk.link, newest first */
     vec free[NCLASS];
     block *tab;
     size_t cap, used; /* used counts live + tombstones */
@@ -54,9 +55,7 @@ static void tab_grow(struct te_managed *m)
     block *old = m->tab;
     size_t oc = m->cap;
     m->cap = oc ? oc * 2 : 256;
-    m->tab = calloc(m->cap, sizeof *m->tab);
-    if (!m->tab)
-        abort();
+    m->tab = mc_xcalloc(m->cap, sizeof *m->tab);
     m->used = 0;
     for (size_t i = 0; i < oc; i++)
         if (old[i].addr > 1)
@@ -91,8 +90,10 @@ static block *tab_find(struct te_managed *m, uint64_t addr)
 
 static struct te_managed *get(mc_te *te)
 {
-    if (!te->managed && !(te->managed = calloc(1, sizeof *te->managed)))
-        abort();
+    if (!te->managed) {
+        te->managed = mc_xcalloc(1, sizeof *te->managed);
+        mc_list_init(&te->managed->chunks);
+    }
     return te->managed;
 }
 
@@ -121,11 +122,14 @@ int mc_te_allocate_managed_buffer(mc_te *te, size_t length, void **out)
     if (fl->n) {
         addr = fl->v[--fl->n];
     } else {
-        for (mchunk *c = m->chunks; c && !addr; c = c->next)
+        mchunk *c;
+        MC_LIST_FOREACH_ENTRY(c, &m->chunks, mchunk, link) {
             if (CHUNK - c->used >= size) {
                 addr = c->base + c->used;
                 c->used += size;
+                break;
             }
+        }
         if (!addr) {
             void *p;
             rc = mc__te_shared_create(te, CHUNK, TE_REG_MANAGED_CHUNK, &p);
@@ -133,13 +137,10 @@ int mc_te_allocate_managed_buffer(mc_te *te, size_t length, void **out)
                 pthread_mutex_unlock(&te->managed_lock);
                 return rc;
             }
-            mchunk *c = calloc(1, sizeof *c);
-            if (!c)
-                abort();
+            c = mc_xcalloc(1, sizeof *c);
             c->base = (uint64_t)(uintptr_t)p;
             c->used = size;
-            c->next = m->chunks;
-            m->chunks = c;
+            mc_list_push_front(&m->chunks, &c->link);
             addr = c->base;
         }
     }
@@ -172,9 +173,7 @@ int mc_te_free_managed_buffer(mc_te *te, void *addr, size_t length)
         vec *fl = &m->free[blk.cls];
         if (fl->n == fl->cap) {
             fl->cap = fl->cap ? fl->cap * 2 : 64;
-            fl->v = realloc(fl->v, fl->cap * sizeof *fl->v);
-            if (!fl->v)
-                abort();
+            fl->v = mc_xrealloc(fl->v, fl->cap * sizeof *fl->v);
         }
         fl->v[fl->n++] = blk.addr;
     }
@@ -188,11 +187,9 @@ void mc__te_managed_free_all(mc_te *te)
     struct te_managed *m = te->managed;
     if (!m)
         return;
-    while (m->chunks) {
-        mchunk *c = m->chunks;
-        m->chunks = c->next;
-        free(c);
-    }
+    mc_list *it;
+    while ((it = mc_list_pop_front(&m->chunks)))
+        free(MC_CONTAINER_OF(it, mchunk, link));
     for (int i = 0; i < NCLASS; i++)
         free(m->free[i].v);
     free(m->tab);

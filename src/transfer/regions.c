@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "common/xalloc.h"
 #include "mooncake/mc_time.h"
 #include "transfer/internal.h"
 
@@ -85,14 +86,10 @@ int mc__te_region_add(mc_te *te, uint64_t base, uint64_t len, int kind, int memf
     }
     if (te->n_regs == te->cap_regs) {
         te->cap_regs = te->cap_regs ? te->cap_regs * 2 : 16;
-        te->regs = realloc(te->regs, te->cap_regs * sizeof *te->regs);
-        te->max_end = realloc(te->max_end, te->cap_regs * sizeof *te->max_end);
-        if (!te->regs || !te->max_end)
-            abort();
+        te->regs = mc_xrealloc(te->regs, te->cap_regs * sizeof *te->regs);
+        te->max_end = mc_xrealloc(te->max_end, te->cap_regs * sizeof *te->max_end);
     }
-    te_region *r = calloc(1, sizeof *r);
-    if (!r)
-        abort();
+    te_region *r = mc_xcalloc(1, sizeof *r);
     r->base = base;
     r->len = len;
     r->kind = kind;

@@ -20,6 +20,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/xalloc.h"
 #include "mooncake/log.h"
 #include "mooncake/mc_time.h"
 #include "net/frame.h"
@@ -36,12 +37,7 @@ static void shm_close(te_shmconn *c)
 {
     mc_loop_del(c->io->loop, c->fd);
     close(c->fd);
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        c->io->shmconns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    mc_list_remove(&c->link);
     free(c);
 }
 
@@ -113,16 +109,11 @@ static void shm_accept(mc_loop *loop, int lfd, uint32_t events, void *arg)
         int fd = mc_sock_accept(lfd, true);
         if (fd < 0)
             return;
-        size_t n = 0;
-        for (te_shmconn *x = io->shmconns; x; x = x->next)
-            n++;
-        if (n >= SHM_MAX_CONNS) {
+        if (mc_list_count(&io->shmconns) >= SHM_MAX_CONNS) {
             close(fd);
             continue;
         }
-        te_shmconn *c = calloc(1, sizeof *c);
-        if (!c)
-            abort();
+        te_shmconn *c = mc_xcalloc(1, sizeof *c);
         c->io = io;
         c->fd = fd;
         if (mc_loop_add(loop, fd, EPOLLIN, shm_io, c) < 0) {
@@ -130,10 +121,7 @@ static void shm_accept(mc_loop *loop, int lfd, uint32_t events, void *arg)
             free(c);
             continue;
         }
-        c->next = io->shmconns;
-        if (c->next)
-            c->next->prev = c;
-        io->shmconns = c;
+        mc_list_push_front(&io->shmconns, &c->link);
     }
 }
 
@@ -145,8 +133,9 @@ int mc__te_shm_start(mc_te *te)
 
 void mc__te_shm_close_all(te_io *io)
 {
-    while (io->shmconns)
-        shm_close(io->shmconns);
+    te_shmconn *c;
+    MC_LIST_FOREACH_ENTRY(c, &io->shmconns, te_shmconn, link)
+        shm_close(c); /* unlinks c only */
 }
 
 /* ---- initiator side ---- */
@@ -162,6 +151,7 @@ static void watch_io(mc_loop *loop, int fd, uint32_t events, void *arg)
     (void)events;
     te_peer *p = arg;
     atomic_store(&p->shm_dead, true);
+    atomic_fetch_add_explicit(&p->te->st.shm_lost, 1, memory_order_relaxed);
     mc_loop_del(loop, fd);
     p->shm_watched = false;
 }
@@ -188,9 +178,7 @@ static void watch_task(void *arg)
 
 static void post_watch(te_peer *p, int fd, bool close_it)
 {
-    watch_arg *w = malloc(sizeof *w);
-    if (!w)
-        abort();
+    watch_arg *w = mc_xmalloc(sizeof *w);
     w->p = p;
     w->fd = fd;
     w->close_it = close_it;
@@ -278,18 +266,14 @@ static te_map *map_buffer(mc_te *te, te_peer *p, uint64_t base, uint64_t desc_le
     close(memfd);
     if (ptr == MAP_FAILED)
         return NULL;
-    te_map *m = calloc(1, sizeof *m);
-    if (!m)
-        abort();
+    te_map *m = mc_xcalloc(1, sizeof *m);
     m->base = rbase;
     m->len = rlen;
     m->ptr = ptr;
     pthread_rwlock_wrlock(&p->shm_rw);
     if (p->n_maps == p->cap_maps) {
         p->cap_maps = p->cap_maps ? p->cap_maps * 2 : 8;
-        p->maps = realloc(p->maps, p->cap_maps * sizeof *p->maps);
-        if (!p->maps)
-            abort();
+        p->maps = mc_xrealloc(p->maps, p->cap_maps * sizeof *p->maps);
     }
     p->maps[p->n_maps++] = m;
     pthread_rwlock_unlock(&p->shm_rw);

@@ -16,6 +16,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "common/xalloc.h"
 #include "mooncake/log.h"
 #include "mooncake/mc_time.h"
 #include "net/sock.h"
@@ -51,12 +52,7 @@ static void cconn_unlink(te_cconn *c)
     p->conns[c->idx]->idx = c->idx;
     p->conns[last] = NULL;
     p->nconns--;
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        c->io->cconns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    mc_list_remove(&c->link);
 }
 
 /* Closes c; its slices are retried elsewhere (once), or fail with err / -ETIMEDOUT when
@@ -75,7 +71,7 @@ static void cconn_fail(te_cconn *c, int err, bool retry)
         p->stale = true;
         pthread_mutex_unlock(&p->lock);
     }
-    uint64_t now = mc_now_ms();
+    uint64_t now = mc__te_now_ms(te);
     te_slice *again = NULL, **tail = &again;
     te_slice *s = c->head;
     while (s) {
@@ -122,9 +118,7 @@ static te_cconn *cconn_new(te_peer *p)
         }
         state = TE_CC_CONNECTING;
     }
-    te_cconn *c = calloc(1, sizeof *c);
-    if (!c)
-        abort();
+    te_cconn *c = mc_xcalloc(1, sizeof *c);
     c->peer = p;
     c->io = p->io;
     c->fd = fd;
@@ -138,10 +132,7 @@ static te_cconn *cconn_new(te_peer *p)
     }
     c->idx = p->nconns;
     p->conns[p->nconns++] = c;
-    c->next = c->io->cconns;
-    if (c->next)
-        c->next->prev = c;
-    c->io->cconns = c;
+    mc_list_push_front(&c->io->cconns, &c->link);
     atomic_fetch_add(&te->st.conn_open, 1);
     return c;
 }
@@ -417,9 +408,10 @@ void mc__te_cconn_tick(te_io *io)
     /* Failing a connection retries its slices on others, which may close them too: so
      * after each failure the walk starts again (expired slices are never retried, so it
      * ends). */
-    uint64_t now = mc_now_ms();
+    uint64_t now = mc__te_now_ms(io->te);
+    te_cconn *c;
 again:
-    for (te_cconn *c = io->cconns; c; c = c->next) {
+    MC_LIST_FOREACH_ENTRY(c, &io->cconns, te_cconn, link) {
         if (c->head && now >= c->head->deadline_ms) {
             cconn_fail(c, -ETIMEDOUT, true);
             goto again;

@@ -14,6 +14,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "common/xalloc.h"
 #include "mooncake/log.h"
 #include "net/sock.h"
 #include "transfer/internal.h"
@@ -56,12 +57,7 @@ static void sconn_close(te_sconn *c)
         free(o);
         o = next;
     }
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        c->io->sconns = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
+    mc_list_remove(&c->link);
     free(c);
 }
 
@@ -71,8 +67,8 @@ static void out_push(te_sconn *c, int status, uint64_t id, const char *payload, 
     te_out *o = c->out_free;
     if (o)
         c->out_free = o->next;
-    else if (!(o = malloc(sizeof *o)))
-        abort();
+    else
+        o = mc_xmalloc(sizeof *o);
     mc__te_rep rep = {.status = status, .id = id, .len = len};
     mc__te_rep_encode(&rep, o->hdr);
     o->payload = payload;
@@ -194,9 +190,7 @@ static int process_header(te_sconn *c)
         }
         return 0;
     case MC_TE_WOP_NOTIFY:
-        c->dst = malloc(q->len); /* bounded by mc__te_req_decode */
-        if (!c->dst)
-            abort();
+        c->dst = mc_xmalloc(q->len); /* bounded by mc__te_req_decode */
         c->off = 0;
         c->state = TE_S_NOTIFY;
         return 0;
@@ -227,9 +221,7 @@ static void finish_current(te_sconn *c)
         size_t nl, ml;
         int st = mc__te_notify_decode((const uint8_t *)c->dst, q->len, &name, &nl, &msg, &ml);
         if (st == 0) {
-            char *n = malloc(nl + 1), *m = malloc(ml + 1);
-            if (!n || !m)
-                abort();
+            char *n = mc_xmalloc(nl + 1), *m = mc_xmalloc(ml + 1);
             memcpy(n, name, nl);
             n[nl] = '\0';
             memcpy(m, msg, ml);
@@ -347,9 +339,7 @@ typedef struct adopt {
 static void sconn_adopt(void *arg)
 {
     adopt *a = arg;
-    te_sconn *c = calloc(1, sizeof *c);
-    if (!c)
-        abort();
+    te_sconn *c = mc_xcalloc(1, sizeof *c);
     c->io = a->io;
     c->fd = a->fd;
     c->events = EPOLLIN;
@@ -360,10 +350,7 @@ static void sconn_adopt(void *arg)
         free(a);
         return;
     }
-    c->next = c->io->sconns;
-    if (c->next)
-        c->next->prev = c;
-    c->io->sconns = c;
+    mc_list_push_front(&c->io->sconns, &c->link);
     free(a);
 }
 
@@ -384,9 +371,7 @@ static void data_accept(mc_loop *loop, int lfd, uint32_t events, void *arg)
         mc_sock_set_nodelay(fd);
         mc_sock_set_keepalive(fd, 60, 10, 6);
         unsigned idx = atomic_fetch_add(&te->next_io, 1) % te->nio;
-        adopt *a = malloc(sizeof *a);
-        if (!a)
-            abort();
+        adopt *a = mc_xmalloc(sizeof *a);
         a->io = &te->io[idx];
         a->fd = fd;
         if (idx == 0) {
@@ -407,8 +392,9 @@ int mc__te_data_accept_start(mc_te *te)
 
 void mc__te_sconn_close_all(te_io *io)
 {
-    while (io->sconns)
-        sconn_close(io->sconns);
+    te_sconn *c;
+    MC_LIST_FOREACH_ENTRY(c, &io->sconns, te_sconn, link)
+        sconn_close(c); /* unlinks c only */
 }
 
 typedef struct abort_arg {
@@ -419,9 +405,8 @@ typedef struct abort_arg {
 static void abort_region_task(void *arg)
 {
     abort_arg *a = arg;
-    te_sconn *c = a->io->sconns;
-    while (c) {
-        te_sconn *next = c->next;
+    te_sconn *c;
+    MC_LIST_FOREACH_ENTRY(c, &a->io->sconns, te_sconn, link) {
         bool uses = c->state == TE_S_PAYLOAD && c->cur_reg == a->r;
         for (te_out *o = c->out_head; o && !uses; o = o->next)
             uses = o->reg == a->r;
@@ -430,16 +415,13 @@ static void abort_region_task(void *arg)
                    "closing a data connection still using memory being unregistered");
             sconn_close(c);
         }
-        c = next;
     }
     free(a);
 }
 
 void mc__te_io_abort_region(te_io *io, te_region *r)
 {
-    abort_arg *a = malloc(sizeof *a);
-    if (!a)
-        abort();
+    abort_arg *a = mc_xmalloc(sizeof *a);
     a->io = io;
     a->r = r;
     if (mc_loop_post(io->loop, abort_region_task, a) < 0)

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/xalloc.h"
 #include "mooncake/transfer_engine.h"
 #include "net/frame.h"
 
@@ -151,10 +152,8 @@ int mc__te_hs_notify_decode(const uint8_t *json, size_t len, char **name, char *
     size_t ml = jm ? json_string_length(jm) : 0;
     if (ml > MC_TE_MAX_NOTIFY_MSG)
         goto out;
-    *name = malloc(nl + 1);
-    *msg = malloc(ml + 1);
-    if (!*name || !*msg)
-        abort();
+    *name = mc_xmalloc(nl + 1);
+    *msg = mc_xmalloc(ml + 1);
     memcpy(*name, ns, nl + 1);
     if (ml)
         memcpy(*msg, json_string_value(jm), ml);

@@ -41,6 +41,47 @@ static void test_hostport(void **state)
     assert_int_equal(mc_sock_parse_hostport("longhost:1", small, sizeof small, &port, 0), -EINVAL);
 }
 
+/* The one parser's flags: bare IPv6, strict hosts, length-bounded input, -1 = no port. */
+static void test_split_hostport(void **state)
+{
+    (void)state;
+    char host[64], err[128];
+    int port;
+    assert_int_equal(mc_sock_split_hostport("h:80,x", 4, 0, host, sizeof host, &port, NULL, 0),
+                     0);
+    assert_string_equal(host, "h");
+    assert_int_equal(port, 80);
+    assert_int_equal(mc_sock_split_hostport("[::1]", 5, 0, host, sizeof host, &port, NULL, 0),
+                     0);
+    assert_string_equal(host, "::1");
+    assert_int_equal(port, -1);
+    /* bare IPv6: a host without a port only when asked for */
+    assert_int_equal(mc_sock_split_hostport("fe80::1", 7, MC_HOSTPORT_BARE_V6, host,
+                                            sizeof host, &port, NULL, 0),
+                     0);
+    assert_string_equal(host, "fe80::1");
+    assert_int_equal(port, -1);
+    err[0] = '\0';
+    assert_int_equal(mc_sock_split_hostport("fe80::1", 7, 0, host, sizeof host, &port, err,
+                                            sizeof err),
+                     -EINVAL);
+    assert_non_null(strstr(err, "fe80::1"));
+    /* strict hosts */
+    const char *bad[] = {"a b:1", "a/b:1", "u@h:1", "[abc]:1", "[]:1", "h: 80", "h:+80",
+                         "h:123456", "h:0", "h:", ":1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        assert_int_equal(mc_sock_split_hostport(bad[i], strlen(bad[i]), MC_HOSTPORT_CHECK_HOST,
+                                                host, sizeof host, &port, err, sizeof err),
+                         -EINVAL);
+        assert_true(strlen(err) > 0);
+    }
+    /* without CHECK_HOST, a non-IPv6 name in brackets is still a host */
+    assert_int_equal(mc_sock_split_hostport("[abc]:1", 7, 0, host, sizeof host, &port, NULL, 0),
+                     0);
+    assert_string_equal(host, "abc");
+}
+
 static void test_tcp(void **state)
 {
     (void)state;
@@ -121,6 +162,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hostport),
+        cmocka_unit_test(test_split_hostport),
         cmocka_unit_test(test_tcp),
         cmocka_unit_test(test_fd_passing),
     };

@@ -3,11 +3,14 @@
 #define TE_TEST_UTIL_H
 
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include "mooncake/mc_time.h"
 
 /* Deterministic bytes: fill(p, n, seed) then check(p, n, seed). */
 static inline uint64_t te_mix(uint64_t x)
@@ -37,6 +40,20 @@ static inline int te_check(const void *p, size_t n, uint64_t seed)
     int ok = memcmp(tmp, p, n) == 0;
     free(tmp);
     return ok;
+}
+
+/* te_wait_until: polls cond(arg) (every millisecond) until it holds or timeout_ms has
+ * passed; returns whether it held. For conditions another thread makes true. */
+static inline bool te_wait_until(bool (*cond)(void *), void *arg, uint64_t timeout_ms)
+{
+    uint64_t deadline = mc_deadline_ms(timeout_ms);
+    for (;;) {
+        if (cond(arg))
+            return true;
+        if (!mc_ms_left(deadline))
+            return false;
+        mc_sleep_ms(1);
+    }
 }
 
 /* A TCP port that was free on 127.0.0.1 a moment ago. */

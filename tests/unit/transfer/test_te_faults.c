@@ -100,6 +100,13 @@ static mc_te *mk(uint64_t timeout_ms)
     return mk_opts(timeout_ms, 1);
 }
 
+static bool bytes_arrived(void *arg)
+{
+    mc_te_stats st;
+    mc_te_get_stats(arg, &st);
+    return st.tcp_bytes_received > 0;
+}
+
 static void test_peer_killed_mid_transfer(void **state)
 {
     (void)state;
@@ -117,7 +124,7 @@ static void test_peer_killed_mid_transfer(void **state)
     assert_int_equal(mc_te_allocate_batch(a, 16, &b), MC_OK);
     uint64_t t0 = mc_now_ms();
     assert_int_equal(mc_te_submit(a, b, r, 16), MC_OK);
-    mc_sleep_ms(20);
+    assert_true(te_wait_until(bytes_arrived, a, 10000)); /* the transfer is under way */
     end_helper(&c, SIGKILL);
     mc_te_status st;
     assert_int_equal(mc_te_wait_batch(a, b, 15000, &st), MC_OK);
@@ -220,6 +227,13 @@ static void test_restarted_peer(void **state)
     free(dst);
 }
 
+static bool shm_peer_lost(void *arg)
+{
+    mc_te_stats st;
+    mc_te_get_stats(arg, &st);
+    return st.shm_peers_lost > 0;
+}
+
 /* A same-host owner that dies: its memfd stays mapped here, but nothing may be read
  * from or written to the orphaned mapping as if the transfer had reached the peer. */
 static void test_shm_owner_dies(void **state)
@@ -237,7 +251,8 @@ static void test_shm_owner_dies(void **state)
     mc_te_get_stats(a, &st);
     assert_int_equal(st.shm_bytes, MiB);
     end_helper(&c, SIGKILL);
-    mc_sleep_ms(200); /* the hang-up reaches our I/O thread */
+    /* the hang-up reaches our I/O thread */
+    assert_true(te_wait_until(shm_peer_lost, a, 10000));
     assert_int_not_equal(
         mc_te_transfer_sync(a, c.seg, MC_TE_OP_WRITE, &l, &rem, &n, 1, NULL, NULL, 0), MC_OK);
     assert_int_not_equal(

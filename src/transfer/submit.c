@@ -1,0 +1,257 @@
+/* submit.c: submit (requests cut into slices and queued on peers, or done at once on
+ * the same-host path) and the sync / async / notify helpers built on batches. Must not
+ * touch connections or descriptors directly (tcp_client.c, peers.c).
+ * See include/mooncake/transfer_engine.h. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/xalloc.h"
+#include "mooncake/status.h"
+#include "transfer/internal.h"
+
+/* ---- submit ---- */
+
+static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t n,
+                  te_peer *notify_peer, const char *nname, const void *nmsg, size_t nlen)
+{
+    if (!te || !te->initialized || (n && !reqs))
+        return MC_INVALID_PARAMS;
+    te_batch *b = mc__te_batch_get(te, id);
+    if (!b)
+        return MC_INVALID_PARAMS;
+    te_peer **peers = n ? mc_xcalloc(n, sizeof *peers) : NULL;
+    uint64_t nslices = 0;
+    for (size_t i = 0; i < n; i++) {
+        const mc_te_request *r = &reqs[i];
+        peers[i] = mc__te_peer_by_handle(te, r->target_id);
+        if (!peers[i] || (r->opcode != MC_TE_OP_READ && r->opcode != MC_TE_OP_WRITE) ||
+            (r->length && !r->source) || (notify_peer && peers[i] != notify_peer) ||
+            (r->length && (uint64_t)(uintptr_t)r->source > UINT64_MAX - r->length)) {
+            free(peers);
+            return MC_INVALID_PARAMS;
+        }
+    }
+    pthread_mutex_lock(&b->lock);
+    if (b->n + n > b->cap || atomic_load(&b->notify_state) != TE_NOTIFY_NONE) {
+        pthread_mutex_unlock(&b->lock);
+        free(peers);
+        return MC_INVALID_PARAMS;
+    }
+    size_t first = b->n;
+    for (size_t i = 0; i < n; i++) {
+        te_task *t = &b->tasks[first + i];
+        atomic_store(&t->state, MC_TE_PENDING);
+        atomic_store(&t->error, 0);
+        atomic_store(&t->done_bytes, 0);
+        t->length = reqs[i].length;
+        t->batch = b;
+    }
+    b->n += n;
+    b->terminal = false;
+    atomic_fetch_add(&b->tasks_left, n + 1); /* + 1: this submit, released at the end */
+    if (notify_peer) {
+        size_t nl = strlen(nname);
+        size_t body = mc__te_notify_body_size(nl, nlen);
+        te_slice *s = mc_xcalloc(1, sizeof *s);
+        char *buf = mc_xmalloc(body);
+        mc__te_notify_encode((uint8_t *)buf, nname, nl, nmsg, nlen);
+        s->batch = b;
+        s->peer = notify_peer;
+        s->op = MC_TE_WOP_NOTIFY;
+        s->local = buf;
+        s->len = body;
+        b->notify = s;
+        atomic_store(&b->notify_state, TE_NOTIFY_WAITING);
+    }
+    pthread_mutex_unlock(&b->lock);
+
+    /* Zero-length and same-host requests complete here; the rest is cut into slices. */
+    uint64_t now = mc__te_now_ms(te);
+    bool *tcp = n ? mc_xcalloc(n, sizeof *tcp) : NULL;
+    nslices = 0;
+    for (size_t i = 0; i < n; i++) {
+        const mc_te_request *r = &reqs[i];
+        te_task *t = &b->tasks[first + i];
+        te_peer *p = peers[i];
+        if (r->length == 0) {
+            mc__te_task_finish(te, t, MC_TE_COMPLETED, 0);
+            continue;
+        }
+        pthread_mutex_lock(&p->lock);
+        bool stale = p->stale || !p->have_desc;
+        pthread_mutex_unlock(&p->lock);
+        if (stale)
+            mc__te_peer_refresh(te, p); /* on failure the slices fail and say so */
+        bool done = false;
+        if (mc__te_shm_try(te, p, r->opcode, r->source, r->target_offset, r->length, &done) ==
+                1 &&
+            mc__te_now_ms(te) - p->last_refresh_ms > 1000 && mc__te_peer_refresh(te, p) == MC_OK)
+            /* maybe memory the peer shared after we cached its descriptor */
+            mc__te_shm_try(te, p, r->opcode, r->source, r->target_offset, r->length, &done);
+        if (done) {
+            atomic_store(&t->done_bytes, r->length);
+            mc__te_task_finish(te, t, MC_TE_COMPLETED, 0);
+            continue;
+        }
+        tcp[i] = true;
+        nslices += (r->length + te->slice_size - 1) / te->slice_size;
+    }
+    te_chunk *chunk = NULL;
+    if (nslices) {
+        chunk = mc_xcalloc(1, sizeof *chunk + nslices * sizeof(te_slice));
+        chunk->n = nslices;
+        pthread_mutex_lock(&b->lock);
+        chunk->next = b->chunks;
+        b->chunks = chunk;
+        pthread_mutex_unlock(&b->lock);
+    }
+    size_t used = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!tcp[i])
+            continue;
+        const mc_te_request *r = &reqs[i];
+        te_task *t = &b->tasks[first + i];
+        te_peer *p = peers[i];
+        uint64_t k = (r->length + te->slice_size - 1) / te->slice_size;
+        atomic_store(&t->slices_left, (uint32_t)k);
+        uint64_t deadline = now + te->timeout_ms + r->length / 1000000;
+        te_slice *head = &chunk->s[used];
+        for (uint64_t j = 0; j < k; j++) {
+            te_slice *s = &chunk->s[used++];
+            uint64_t off = j * te->slice_size;
+            s->task = t;
+            s->batch = b;
+            s->peer = p;
+            s->op = r->opcode == MC_TE_OP_WRITE ? MC_TE_WOP_WRITE : MC_TE_WOP_READ;
+            s->local = (char *)r->source + off;
+            s->remote = r->target_offset + off;
+            s->len = r->length - off < te->slice_size ? r->length - off : te->slice_size;
+            s->deadline_ms = deadline;
+            s->next = j + 1 < k ? s + 1 : NULL;
+        }
+        mc__te_peer_enqueue(p, head, &chunk->s[used - 1]);
+    }
+    free(tcp);
+    free(peers);
+    mc__te_batch_submit_end(te, b);
+    return MC_OK;
+}
+
+int mc_te_submit(mc_te *te, mc_te_batch_t batch, const mc_te_request *reqs, size_t n)
+{
+    return submit(te, batch, reqs, n, NULL, NULL, NULL, 0);
+}
+
+int mc_te_submit_with_notify(mc_te *te, mc_te_batch_t batch, const mc_te_request *reqs,
+                             size_t n, mc_te_segment_t seg, const char *name, const void *msg,
+                             size_t msg_len)
+{
+    if (!te || !name || strlen(name) > MC_TE_MAX_NOTIFY_NAME || msg_len > MC_TE_MAX_NOTIFY_MSG ||
+        (msg_len && !msg) || (n && !reqs))
+        return MC_INVALID_PARAMS;
+    te_peer *p = mc__te_peer_by_handle(te, n ? reqs[0].target_id : seg);
+    if (!p)
+        return MC_INVALID_PARAMS;
+    return submit(te, batch, reqs, n, p, name, msg, msg_len);
+}
+
+/* ---- sync / async helpers ---- */
+
+static int build_reqs(te_peer *p, int opcode, const uint64_t *local, const uint64_t *remote,
+                      const uint64_t *lens, size_t n, mc_te_request **out)
+{
+    if (n && (!local || !remote || !lens))
+        return MC_INVALID_PARAMS;
+    mc_te_request *r = n ? mc_xcalloc(n, sizeof *r) : NULL;
+    for (size_t i = 0; i < n; i++)
+        r[i] = (mc_te_request){.opcode = opcode, .source = (void *)(uintptr_t)local[i],
+                               .target_id = p->handle, .target_offset = remote[i],
+                               .length = lens[i]};
+    *out = r;
+    return MC_OK;
+}
+
+static int run_once(mc_te *te, te_peer *p, const mc_te_request *reqs, size_t n,
+                    const char *nname, const void *nmsg, size_t nlen)
+{
+    mc_te_batch_t b;
+    int rc = mc_te_allocate_batch(te, n ? n : 1, &b);
+    if (rc != MC_OK)
+        return rc;
+    rc = nname ? submit(te, b, reqs, n, p, nname, nmsg, nlen) : mc_te_submit(te, b, reqs, n);
+    if (rc == MC_OK) {
+        mc_te_status st;
+        mc_te_wait_batch(te, b, -1, &st);
+        rc = st.state == MC_TE_COMPLETED ? MC_OK : (st.error ? st.error : MC_TRANSFER_FAIL);
+    }
+    mc_te_free_batch(te, b);
+    return rc;
+}
+
+int mc_te_transfer_sync(mc_te *te, const char *segment, int opcode, const uint64_t *local,
+                        const uint64_t *remote, const uint64_t *lens, size_t n,
+                        const char *notify_name, const void *notify_msg, size_t notify_len)
+{
+    if (!te || (opcode != MC_TE_OP_READ && opcode != MC_TE_OP_WRITE))
+        return MC_INVALID_PARAMS;
+    if (notify_name && (strlen(notify_name) > MC_TE_MAX_NOTIFY_NAME ||
+                        notify_len > MC_TE_MAX_NOTIFY_MSG || (notify_len && !notify_msg)))
+        return MC_INVALID_PARAMS;
+    if (n == 0 && !notify_name)
+        return mc__te_valid_segment_name(segment) ? MC_OK : MC_INVALID_PARAMS;
+    te_peer *p;
+    int rc = mc__te_peer_open(te, segment, false, &p);
+    if (rc != MC_OK)
+        return rc;
+    mc_te_request *reqs;
+    rc = build_reqs(p, opcode, local, remote, lens, n, &reqs);
+    if (rc != MC_OK)
+        return rc;
+    rc = run_once(te, p, reqs, n, notify_name, notify_msg, notify_len);
+    if (rc == MC_TRANSFER_FAIL) {
+        /* the peer may have restarted: refresh its descriptor and try once more */
+        pthread_mutex_lock(&p->lock);
+        bool stale = p->stale;
+        pthread_mutex_unlock(&p->lock);
+        if (stale && mc__te_peer_refresh(te, p) == MC_OK)
+            rc = run_once(te, p, reqs, n, notify_name, notify_msg, notify_len);
+    }
+    free(reqs);
+    return rc;
+}
+
+int mc_te_transfer_async(mc_te *te, const char *segment, int opcode, const uint64_t *local,
+                         const uint64_t *remote, const uint64_t *lens, size_t n,
+                         mc_te_batch_t *out)
+{
+    if (!te || !out || n == 0 || (opcode != MC_TE_OP_READ && opcode != MC_TE_OP_WRITE))
+        return MC_INVALID_PARAMS;
+    te_peer *p;
+    int rc = mc__te_peer_open(te, segment, false, &p);
+    if (rc != MC_OK)
+        return rc;
+    mc_te_request *reqs;
+    rc = build_reqs(p, opcode, local, remote, lens, n, &reqs);
+    if (rc != MC_OK)
+        return rc;
+    mc_te_batch_t b;
+    rc = mc_te_allocate_batch(te, n, &b);
+    if (rc == MC_OK) {
+        rc = mc_te_submit(te, b, reqs, n);
+        if (rc != MC_OK)
+            mc_te_free_batch(te, b);
+        else
+            *out = b;
+    }
+    free(reqs);
+    return rc;
+}
+
+int mc_te_send_notify(mc_te *te, const char *segment, const char *name, const void *msg,
+                      size_t msg_len)
+{
+    if (!name)
+        return MC_INVALID_PARAMS;
+    return mc_te_transfer_sync(te, segment, MC_TE_OP_WRITE, NULL, NULL, NULL, 0, name, msg,
+                               msg_len);
+}
