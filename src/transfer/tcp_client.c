@@ -87,6 +87,11 @@ static void cconn_fail(te_cconn *c, int err, bool retry)
     cconn_unlink(c);
     if (!c->ever_ready)
         atomic_fetch_add(&te->st.conn_fail, 1);
+    else if (c->head == &c->hello && (err == -ECONNRESET || err == -EPIPE))
+        mc_log(MC_LOG_WARN, TE_TAG,
+               "peer %s closed the data connection without answering HELLO (an engine "
+               "speaking transfer wire version 1 does that; this one speaks version %d)",
+               p->name, MC_TE_WIRE_VERSION);
     if (err != -ETIMEDOUT && err != -ECANCELED) {
         pthread_mutex_lock(&p->lock);
         p->stale = true;
@@ -310,12 +315,6 @@ static int cconn_recv(te_cconn *c)
             return -1;
         }
         if (k == 0) {
-            if (c->head == &c->hello)
-                mc_log(MC_LOG_WARN, TE_TAG,
-                       "peer %s closed the data connection without answering HELLO (an "
-                       "engine speaking transfer wire version 1 does that; this one speaks "
-                       "version %d)",
-                       c->peer->name, MC_TE_WIRE_VERSION);
             cconn_fail(c, -ECONNRESET, true);
             return -1;
         }
