@@ -28,8 +28,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uint64_t vid = 0;
         int pre = mc__te_req_prefix(h, &version, &vid);
         int rc = mc__te_req_decode(h, &q);
-        if ((pre == -EPROTONOSUPPORT) != (rc == -EPROTONOSUPPORT && mc_get_le32(h) == MC_TE_REQ_MAGIC &&
-                                          h[4] != MC_TE_WIRE_VERSION))
+        /* the server checks the prefix first: it must agree with the full decode */
+        if ((rc == -EPROTONOSUPPORT && pre != -EPROTONOSUPPORT) ||
+            (pre == 0 && rc == -EPROTONOSUPPORT) || (pre == -EPROTO && rc != -EPROTO))
             abort();
         if (pre == -EPROTONOSUPPORT && (version == MC_TE_WIRE_VERSION || vid != mc_get_le64(h + 8)))
             abort();
