@@ -74,6 +74,7 @@ int mc_te_create(const mc_te_opts *opts, mc_te **out)
     pthread_mutex_init(&te->notify_lock, NULL);
     mc_segment_desc_init(&te->desc);
     atomic_init(&te->next_req_id, 1);
+    mc__te_fence_init(te);
     *out = te;
     return MC_OK;
 }
@@ -372,6 +373,8 @@ void mc_te_get_stats(mc_te *te, mc_te_stats *out)
     out->connections_opened = atomic_load_explicit(&te->st.conn_open, memory_order_relaxed);
     out->connections_failed = atomic_load_explicit(&te->st.conn_fail, memory_order_relaxed);
     out->shm_peers_lost = atomic_load_explicit(&te->st.shm_lost, memory_order_relaxed);
+    out->stale_writes_refused = atomic_load_explicit(&te->st.stale_writes, memory_order_relaxed);
+    out->stale_sends_refused = atomic_load_explicit(&te->st.stale_sends, memory_order_relaxed);
 }
 
 void mc_te_destroy(mc_te *te)
@@ -400,6 +403,7 @@ void mc_te_destroy(mc_te *te)
     mc_te_notifies_free(te->notifies, te->n_notifies);
     mc_segment_desc_deinit(&te->desc);
     free(te->desc_json);
+    mc__te_fence_free(te);
     mc_metadata_destroy(te->md);
     pthread_mutex_destroy(&te->publish_lock);
     pthread_mutex_destroy(&te->desc_lock);

@@ -48,7 +48,13 @@ static te_peer *peer_get(mc_te *te, const char *name)
     p->shm_fd = -1;
     pthread_mutex_init(&p->refresh_lock, NULL);
     pthread_mutex_init(&p->lock, NULL);
-    pthread_rwlock_init(&p->shm_rw, NULL);
+    /* writers first: a fence (fence.c) must not starve behind a stream of copies */
+    pthread_rwlockattr_t rwa;
+    pthread_rwlockattr_init(&rwa);
+    pthread_rwlockattr_setkind_np(&rwa, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&p->shm_rw, &rwa);
+    pthread_rwlockattr_destroy(&rwa);
+    atomic_init(&p->fence_min, mc__te_target_min(te, name)); /* fences set before opening */
     mc_segment_desc_init(&p->desc);
     te->peers[te->n_peers++] = p;
     pthread_mutex_unlock(&te->seg_lock);

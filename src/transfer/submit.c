@@ -2,6 +2,7 @@
  * the same-host path) and the sync / async / notify helpers built on batches. Must not
  * touch connections or descriptors directly (tcp_client.c, peers.c).
  * See include/mooncake/transfer_engine.h. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -83,11 +84,22 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
         if (stale)
             mc__te_peer_refresh(te, p); /* on failure the slices fail and say so */
         bool done = false;
-        if (mc__te_shm_try(te, p, r->opcode, r->source, r->target_offset, r->length, &done) ==
-                1 &&
-            mc__te_now_ms(te) - p->last_refresh_ms > 1000 && mc__te_peer_refresh(te, p) == MC_OK)
+        uint64_t epoch = r->opcode == MC_TE_OP_WRITE ? r->fence_epoch : 0;
+        int sr = mc__te_send_fenced(p, epoch) ? -ESTALE : 0;
+        if (sr == 0)
+            sr = mc__te_shm_try(te, p, r->opcode, r->source, r->target_offset, r->length,
+                                epoch, &done);
+        if (sr == 1 && mc__te_now_ms(te) - p->last_refresh_ms > 1000 &&
+            mc__te_peer_refresh(te, p) == MC_OK)
             /* maybe memory the peer shared after we cached its descriptor */
-            mc__te_shm_try(te, p, r->opcode, r->source, r->target_offset, r->length, &done);
+            sr = mc__te_shm_try(te, p, r->opcode, r->source, r->target_offset, r->length,
+                                epoch, &done);
+        if (sr == -ESTALE) { /* target fence (fence.c): refused before any byte moved */
+            if (!done)
+                atomic_fetch_add(&te->st.stale_sends, 1);
+            mc__te_task_finish(te, t, MC_TE_FAILED, MC_TRANSFER_FAIL);
+            continue;
+        }
         if (done) {
             atomic_store(&t->done_bytes, r->length);
             mc__te_task_finish(te, t, MC_TE_COMPLETED, 0);
@@ -126,6 +138,7 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
             s->local = (char *)r->source + off;
             s->remote = r->target_offset + off;
             s->len = r->length - off < te->slice_size ? r->length - off : te->slice_size;
+            s->epoch = s->op == MC_TE_WOP_WRITE ? r->fence_epoch : 0;
             s->deadline_ms = deadline;
             s->next = j + 1 < k ? s + 1 : NULL;
         }
