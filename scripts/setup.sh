@@ -77,9 +77,10 @@ fi
 # file git knows or would add (tracked, or untracked and not ignored) outside the trees
 # the package is not built from, names and contents, plus this script and the Python.
 src_hash() {
-  "$PY" - <<'EOF'
+  MC_VENV="$VENV" "$PY" - <<'EOF'
 import hashlib, os, subprocess, sys
 SKIP = ("tests/", "docs/", ".ci/", "scripts/")   # not built (nor *.md but the README)
+SKIP += (os.path.relpath(os.environ["MC_VENV"]).rstrip("/") + "/",)  # a venv in the tree
 KEEP = ("scripts/setup.sh",)
 try:
     out = subprocess.run(["git", "ls-files", "-z", "-c", "-o", "--exclude-standard"],
