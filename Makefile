@@ -1,19 +1,21 @@
 # The two commands of the README:
-#   make demo  - set everything up and run the main job on the embedded default
-#   make test  - set everything up and run every test (C unit tests, the same under
-#                ASan+UBSan, then pytest against the installed package)
+#   make demo  - set up what the demo needs and run the main job on the embedded default
+#                (the package is rebuilt only when its sources changed: scripts/setup.sh)
+#   make test  - the layer check, then set everything up and run every test (C unit
+#                tests, the same under ASan+UBSan, fuzz targets briefly, then pytest
+#                against the package installed from the current sources)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 MESON ?= $(PY) -m mesonbuild.mesonmain
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: demo test setup setup-demo unit unit-asan pytest fuzz bench clean
+.PHONY: demo test check setup setup-demo unit unit-asan pytest fuzz bench clean
 
 setup:
 	@VENV=$(VENV) scripts/setup.sh
 
 setup-demo:
-	@VENV=$(VENV) scripts/setup.sh --no-test-deps
+	@VENV=$(VENV) scripts/setup.sh --demo
 
 demo: setup-demo
 	$(VENV)/bin/mooncake_trace_replay --demo
@@ -52,7 +54,15 @@ fuzz: build/fuzz/build.ninja
 pytest:
 	$(PY) -m pytest -q tests/integration
 
-test: setup
+# The include layering (the table is in scripts/check_layers.py), then its self-test:
+# a copy of the tree with a deliberately wrong include must fail the check.
+check:
+	python3 scripts/check_layers.py
+	python3 scripts/check_layers.py --self-test
+
+test:
+	$(MAKE) check
+	$(MAKE) setup
 	$(MAKE) unit
 	$(MAKE) unit-asan
 	$(MAKE) fuzz

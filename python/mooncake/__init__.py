@@ -8,4 +8,20 @@ add ``mooncake.*`` submodules.
 from pkgutil import extend_path
 
 __path__ = extend_path(__path__, __name__)
-__version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # ``mooncake.__version__``: the installed distribution's version, which meson-python
+    # takes from meson.build's project version (the one place it is written; the C side's
+    # MC_VERSION_STRING comes from there too). Looked up on first use so that a plain
+    # ``import mooncake`` does not pay for importlib.metadata.
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            v = version("mooncake-c")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            v = "unknown"
+        globals()["__version__"] = v
+        return v
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,6 +5,11 @@
 - ``spawn``: start a process that is killed (and reaped) when the test ends; every
   process gets a bounded lifetime from the test's teardown.
 - ``wait_port(port)``: wait until something listens on 127.0.0.1:port.
+- ``wait_until(pred, timeout, what)``: the one wait for a condition: polls pred until it
+  returns something true, or fails the test after the deadline. Tests never sleep in
+  place of a condition, and never assert how long something took (speed is bench/'s).
+- ``read_until(proc, pattern, timeout)``: a running process's output up to a match.
+- ``unsent_tcp_bytes(pid)``: bytes a process has queued, unsent, on its TCP sockets.
 """
 import os
 import shutil
@@ -51,6 +56,67 @@ def wait_port(port, host="127.0.0.1", timeout=10.0, proc=None):
         except OSError:
             time.sleep(0.05)
     raise TimeoutError(f"nothing listens on {host}:{port} after {timeout}s")
+
+
+def wait_until(pred, timeout, what="the condition", step=0.05):
+    """Polls pred() every `step` seconds until it returns a true value, which is returned;
+    fails the test naming `what` when `timeout` seconds pass first. The timeout is a
+    deadline against hangs, sized for a loaded 2-core box, not a claim about speed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() >= deadline:
+            pytest.fail(f"{what}: not true after {timeout} s")
+        time.sleep(step)
+
+
+def read_until(proc, pattern, timeout, what=None):
+    """Reads proc.stdout (a pipe) until the text read matches the regex `pattern`;
+    returns that text (proc keeps running; read the rest as usual). Fails the test when
+    the deadline passes or the process closes its output first."""
+    import re
+    import select
+    fd, buf = proc.stdout.fileno(), b""
+    deadline = time.monotonic() + timeout
+    while not re.search(pattern, buf.decode(errors="replace")):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            pytest.fail(f"{what or pattern!r}: not in the output after {timeout} s: "
+                        f"{buf[-2000:]!r}")
+        r, _, _ = select.select([fd], [], [], left)
+        if r:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                pytest.fail(f"{what or pattern!r}: output closed first: {buf[-2000:]!r}")
+            buf += chunk
+    return buf.decode(errors="replace")
+
+
+def unsent_tcp_bytes(pid):
+    """Bytes waiting in the send queues of the TCP sockets process `pid` holds (from
+    /proc/net/tcp{,6}): more than 0 while a write is stuck on a peer that stopped reading."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    total = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as fh:
+                next(fh)
+                for line in fh:
+                    f = line.split()
+                    if f[9] in inodes:
+                        total += int(f[4].split(":")[0], 16)   # tx_queue
+        except FileNotFoundError:
+            pass
+    return total
 
 
 class _Spawner:

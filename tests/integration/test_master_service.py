@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from conftest import free_port, tool, wait_port
+from conftest import free_port, read_until, tool, wait_port, wait_until
 from mc_master import (FLAG_REPLY, INVALID_PARAMS, NOT_SUPPORTED, OBJECT_NOT_FOUND, OK,
                        OP_PING, OP_PUT_START, Ctl, Master, closed_by_peer, decode_fields,
                        frame, ping_body, recv_frame, segment, zigzag)
@@ -34,12 +34,12 @@ def test_silent_client_loses_its_segments(spawn):
         r = ctl("put_start", key, 100, {"preferred_segments": [seg]})
         assert r["status"] == OK and r["replicas"][0]["endpoint"] == seg
         assert ctl("put_end", key)["status"] == OK
-    # `alive` pings every 200 ms for 2.6 s (> client_ttl + one monitor period); `silent`
-    # says nothing.
-    deadline = time.monotonic() + 2.6
-    while time.monotonic() < deadline:
+    # `alive` keeps pinging until the master has dropped the segment of `silent` (which
+    # says nothing) after client_ttl; each ping must find `alive` in good standing.
+    def silent_dropped():
         assert alive("ping")["client_status"] == "OK"
-        time.sleep(0.2)
+        return m.http("/get_all_segments")[1].decode().splitlines() == ["127.0.0.1:17101"]
+    wait_until(silent_dropped, 30, "the silent client's segment dropped", step=0.2)
     assert alive("get", "lost")["status"] == OBJECT_NOT_FOUND
     assert alive("get", "kept")["status"] == OK
     status, body = m.http("/get_all_segments")
@@ -86,12 +86,18 @@ def test_expired_client_metadata_is_cleaned_only_when_asked(spawn):
                                b'{"ip_or_host_name": "127.0.0.1", "rpc_port": 1}') == 200
         assert _md_request(md_port, "PUT", "mooncake/other", b"x") == 200
         setups.append((cleanup, m, md_port, alive, silent))
-    # `alive` pings every 200 ms for 2.6 s (> client_ttl + one monitor period)
-    deadline = time.monotonic() + 2.6
-    while time.monotonic() < deadline:
-        for _, _, _, alive, _ in setups:
+    # `alive` keeps pinging until each master has dropped its silent client (and, with
+    # cleanup on, removed that client's metadata keys)
+    def silent_dropped():
+        done = True
+        for cleanup, m, md_port, alive, _ in setups:
             assert alive("ping")["client_status"] == "OK"
-        time.sleep(0.2)
+            segs = m.http("/get_all_segments")[1].decode().splitlines()
+            done &= segs == ["127.0.0.1:17101"]
+            if cleanup:
+                done &= _md_request(md_port, "GET", "mooncake/ram/127.0.0.1:17102") == 404
+        return done
+    wait_until(silent_dropped, 30, "both masters dropped their silent client", step=0.2)
     for cleanup, m, md_port, alive, silent in setups:
         assert silent("ping")["client_status"] == "NEED_REMOUNT"
         gone = 404 if cleanup else 200
@@ -287,8 +293,11 @@ def test_summary_line_and_clean_shutdown(spawn):
     assert c("mount", segment(size=100 << 20))["status"] == OK
     assert c("put_start", "x", 10 << 20)["status"] == OK
     assert c("put_end", "x")["status"] == OK
-    time.sleep(1.6)
-    code, out = m.stop(signal.SIGINT)
+    # a summary line printed after the put (every --metric_report_interval_sec)
+    seen = read_until(m.proc, r"Master Admin Metrics:[^\n]*Keys: 1 [^\n]*\n", 30,
+                      "a summary line with the object")
+    code, rest = m.stop(signal.SIGINT)
+    out = seen + rest
     assert code == 0
     assert "mooncake_master: RPC listening on 127.0.0.1:" in out
     lines = [ln for ln in out.splitlines() if "Master Admin Metrics:" in ln]

@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.parse
 
 import pytest
@@ -76,7 +75,6 @@ def test_store_that_never_comes_up_exits_1():
     """Nothing listens on the master port: setup fails, is retried for --max-wait-time,
     then the service gives up (or, in a build without the store client, says so)."""
     dead = free_port()
-    start = time.monotonic()
     r = run_service(["--max-wait-time", "2", "--host", "127.0.0.1", "--port",
                      str(free_port())],
                     service_env(MOONCAKE_MASTER=f"127.0.0.1:{dead}",
@@ -86,7 +84,6 @@ def test_store_that_never_comes_up_exits_1():
     assert r.returncode == 1, r.stderr
     if has_store:
         assert "gave up" in r.stderr
-        assert time.monotonic() - start >= 2
     else:
         assert "MooncakeDistributedStore is not available" in r.stderr
 

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import BIN_DIR, SHARED, free_port, wait_port
+from conftest import BIN_DIR, SHARED, free_port, wait_port, wait_until
 
 from mooncake.trace_replay.blocks import BlockCodec
 from mooncake.trace_replay.sim import simulate_ideal, simulate_lru
@@ -200,19 +200,16 @@ def _interrupt_and_check(args, tmp_path, expect_labels):
                           "--out", str(tmp_path), *args], stdout=subprocess.PIPE,
                          stderr=errf, text=True, cwd=str(tmp_path))
     try:
-        deadline = time.monotonic() + 60
-        text = ""
-        while "replay: running" not in text:
-            assert p.poll() is None, open(tmp_path / "stderr.txt").read()
-            assert time.monotonic() < deadline, text
-            time.sleep(0.1)
+        def running():
             text = open(tmp_path / "stderr.txt").read()
+            assert p.poll() is None, text
+            return text if "replay: running" in text else None
+        text = wait_until(running, 60, "the replay running", step=0.1)
         pids = [int(x) for x in re.findall(r"pid (\d+)", text)]
         pids += [int(x) for m in re.findall(r"pids ([\d, ]+)", text) for x in m.split(",")]
         assert len(pids) >= expect_labels, text
         for pid in pids:
             os.kill(pid, 0)                        # alive while the replay runs
-        time.sleep(1.0)
         p.send_signal(signal.SIGINT)
         out, _ = p.communicate(timeout=60)
     finally:
@@ -342,10 +339,7 @@ def test_store_corrupted_block_is_counted(tmp_path, spawn):
     spawn([sys.executable, "-m", "mooncake.trace_replay.node", "--master", f"127.0.0.1:{rpc}",
            "--metadata", meta, "--segment-size", str(64 << 20),
            "--ready-file", str(tmp_path / "ready")])
-    deadline = time.monotonic() + 30
-    while not (tmp_path / "ready").exists():
-        assert time.monotonic() < deadline, "store node not ready"
-        time.sleep(0.1)
+    wait_until((tmp_path / "ready").exists, 30, "store node ready", step=0.1)
     args = ["--backend", "store", "--master", f"127.0.0.1:{rpc}", "--metadata", meta,
             "--metrics-url", f"http://127.0.0.1:{metrics}/metrics",
             "--key-prefix", "corrupt/", "--synthetic-requests", "40", "--block-bytes", "4KiB"]
@@ -399,10 +393,7 @@ def test_store_existing_cluster_pool_is_its_capacity_or_said_unknown(tmp_path, s
     spawn([sys.executable, "-m", "mooncake.trace_replay.node", "--master", f"127.0.0.1:{rpc}",
            "--metadata", meta, "--segment-size", str(32 << 20),
            "--ready-file", str(tmp_path / "ready")])
-    deadline = time.monotonic() + 30
-    while not (tmp_path / "ready").exists():
-        assert time.monotonic() < deadline, "store node not ready"
-        time.sleep(0.1)
+    wait_until((tmp_path / "ready").exists, 30, "store node ready", step=0.1)
     # a metrics URL that does not answer: the pool is unknown, said so, no LRU invented
     dead = free_port()
     rc, doc, out, err = replay(base + ["--metrics-url", f"http://127.0.0.1:{dead}/metrics"],

@@ -2,19 +2,18 @@
 engine that keeps serving after garbage arrives on its data and handshake ports.
 
 Each test is bounded: the target is killed at teardown, initiators run about a second.
+The figures the bench prints are checked for form, never for size (speed is bench/'s).
 """
 import json
 import os
 import re
-import select
 import socket
 import struct
 import subprocess
-import time
 
 import pytest
 
-from conftest import tool
+from conftest import read_until, tool
 
 FINAL = re.compile(r"Test completed: duration ([\d.]+), batch count (\d+), "
                    r"throughput ([\d.]+) GB/s")
@@ -25,19 +24,8 @@ def start_target(spawn, *extra, env=None):
     p = spawn([tool("transfer_engine_bench"), "--mode=target", "--metadata_server=P2PHANDSHAKE",
                "--local_server_name=127.0.0.1", "--buffer_size=16mb", *extra],
               env=env or ENV)
-    buf, deadline = b"", time.monotonic() + 20
-    while time.monotonic() < deadline:
-        r, _, _ = select.select([p.stdout], [], [], 0.2)
-        if r:
-            chunk = os.read(p.stdout.fileno(), 4096)
-            if not chunk:
-                break
-            buf += chunk
-            m = re.search(rb"segment_id (127\.0\.0\.1:\d+)", buf)
-            if m:
-                return p, m.group(1).decode()
-        assert p.poll() is None, buf.decode(errors="replace")
-    pytest.fail(f"target did not start: {buf!r}")
+    text = read_until(p, r"segment_id 127\.0\.0\.1:\d+", 20, "the target ready")
+    return p, re.search(r"segment_id (127\.0\.0\.1:\d+)", text).group(1)
 
 
 def initiator(segment, *extra, timeout=60, env=None):
@@ -56,8 +44,7 @@ def test_bench_target_and_initiator(spawn, op):
     assert re.search(r"progress: [\d.]+ s, batch count \d+, throughput [\d.]+ GB/s", out.stdout)
     m = FINAL.search(out.stdout)
     assert m, out.stdout
-    assert 1.5 < float(m.group(1)) < 10
-    assert int(m.group(2)) > 0 and float(m.group(3)) > 0
+    assert int(m.group(2)) > 0        # batches completed (how fast is bench/'s question)
     assert re.search(r"p50 [\d.]+ us, p99 [\d.]+ us", out.stdout)
     assert target.poll() is None
 

@@ -19,16 +19,16 @@ import urllib.request
 
 import numpy as np
 
-OK = 0
-INTERNAL_ERROR = -1
-NO_AVAILABLE_HANDLE = -200
-OBJECT_NOT_FOUND = -704
-OBJECT_ALREADY_EXISTS = -705
-LEASE_EXPIRED = -707
+# The status codes: mooncake.store.ErrorCode (upstream's numbers; ours is generated from
+# include/mooncake/status.h; upstream exports the same enum, API.md section 1). No copy here.
+from mooncake.store import ErrorCode
 
-_NAMES = {0: "OK", -1: "INTERNAL_ERROR", -10: "BUFFER_OVERFLOW", -200: "NO_AVAILABLE_HANDLE",
-          -600: "INVALID_PARAMS", -704: "OBJECT_NOT_FOUND", -705: "OBJECT_ALREADY_EXISTS",
-          -707: "LEASE_EXPIRED", -800: "TRANSFER_FAIL", -900: "RPC_FAIL", -901: "RPC_TIMEOUT"}
+OK = int(ErrorCode.OK)
+INTERNAL_ERROR = int(ErrorCode.INTERNAL_ERROR)
+NO_AVAILABLE_HANDLE = int(ErrorCode.NO_AVAILABLE_HANDLE)
+OBJECT_NOT_FOUND = int(ErrorCode.OBJECT_NOT_FOUND)
+OBJECT_ALREADY_EXISTS = int(ErrorCode.OBJECT_ALREADY_EXISTS)
+LEASE_EXPIRED = int(ErrorCode.LEASE_EXPIRED)
 
 
 class BackendUnavailable(RuntimeError):
@@ -36,12 +36,12 @@ class BackendUnavailable(RuntimeError):
 
 
 def code_name(code: int) -> str:
-    """Upstream name of a status code (from mooncake.store.ErrorCode when available)."""
+    """Upstream name of a status code (mooncake.store.ErrorCode), or the number itself
+    when no code has that value."""
     try:
-        from mooncake.store import ErrorCode
         return ErrorCode(code).name
-    except Exception:
-        return _NAMES.get(code, str(code))
+    except ValueError:
+        return str(code)
 
 
 class SlotBuffer:
