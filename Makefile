@@ -41,15 +41,15 @@ build/fuzz/build.ninja:
 
 fuzz: build/fuzz/build.ninja
 	$(MESON) compile -C build/fuzz
-	@set -e; for t in build/fuzz/tests/fuzz/fuzz_*; do \
-	  [ -f "$$t" ] && [ -x "$$t" ] || continue; n=$$(basename $$t); \
+	@set -e; ran=0; for t in build/fuzz/tests/fuzz/fuzz_*; do \
+	  [ -f "$$t" ] && [ -x "$$t" ] || continue; n=$$(basename $$t); ran=$$((ran+1)); \
 	  mkdir -p build/fuzz/corpus/$$n; \
 	  seeds=""; [ -d tests/fuzz/corpus/$${n#fuzz_} ] && seeds=tests/fuzz/corpus/$${n#fuzz_}; \
 	  echo "fuzz: $$n for $(FUZZ_SECONDS)s"; \
 	  $$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=0 build/fuzz/corpus/$$n $$seeds \
 	    > build/fuzz/$$n.log 2>&1 || { tail -40 build/fuzz/$$n.log; exit 1; }; \
 	  grep -E '^Done|#[0-9]+.*DONE' build/fuzz/$$n.log | tail -1; \
-	done
+	done; [ $$ran -gt 0 ] || { echo "fuzz: no target was built (clang with libFuzzer needed)"; exit 1; }
 
 pytest:
 	$(PY) -m pytest -q tests/integration

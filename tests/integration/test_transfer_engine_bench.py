@@ -117,7 +117,8 @@ def test_garbage_on_data_and_handshake_ports(spawn):
     assert desc["buffers"] and desc["buffers"][0]["length"] == 16 << 20
 
     # data port: random bytes, a header with an absurd length, half a header
-    for junk in (os.urandom(4096), b"MCTE" + b"\x01\x01\x00\x00" + b"\xff" * 24, b"MCTE\x01"):
+    # (wire version 2: 40-byte request headers ending in the fence epoch)
+    for junk in (os.urandom(4096), b"MCTE" + b"\x02\x01\x00\x00" + b"\xff" * 32, b"MCTE\x02"):
         with socket.create_connection(("127.0.0.1", data_port), timeout=5) as s:
             s.sendall(junk)
             if len(junk) > 5:
@@ -125,8 +126,8 @@ def test_garbage_on_data_and_handshake_ports(spawn):
     # a well-formed write to an address the target never registered: refused, and the
     # connection stays usable (a ping right after is answered)
     with socket.create_connection(("127.0.0.1", data_port), timeout=5) as s:
-        s.sendall(struct.pack("<IBBHQQQ", 0x4554434D, 1, 1, 0, 1, 4096, 8) + b"x" * 8)
-        s.sendall(struct.pack("<IBBHQQQ", 0x4554434D, 1, 4, 0, 2, 0, 0))
+        s.sendall(struct.pack("<IBBHQQQQ", 0x4554434D, 2, 1, 0, 1, 4096, 8, 0) + b"x" * 8)
+        s.sendall(struct.pack("<IBBHQQQQ", 0x4554434D, 2, 4, 0, 2, 0, 0, 0))
         rep = b""
         while len(rep) < 48:
             chunk = s.recv(48 - len(rep))
