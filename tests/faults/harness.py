@@ -507,7 +507,7 @@ def classify_loss(entry, killed, expired, restarts, evicted_any):
     return "unexplained"
 
 
-def run_nemesis(seconds=None, seed=1, writers=2, deadline_s=3.0, cut_links=None,
+def run_nemesis(seconds=None, seed=1, writers=2, deadline_s=2.0, cut_links=None,
                 log=print, workdir=None):
     """The whole run: master (short client_ttl and lease), 3 nodes of 24 MiB, ``writers``
     writer processes (one over TCP, the rest with same-host memory where they can) putting
@@ -523,51 +523,59 @@ def run_nemesis(seconds=None, seed=1, writers=2, deadline_s=3.0, cut_links=None,
         rep.notes.append("link cuts skipped: " + (netns_unavailable() or "disabled"))
     tmp = workdir or tempfile.mkdtemp(prefix="mc-faults-")
     ns = NetNS() if cut_links else contextlib.nullcontext()
-    client_ttl = 8
+    client_ttl = 10
     with ns:
         c = Cluster(f"--client_ttl={client_ttl}", "--default_kv_lease_ttl=1000",
                     "--put_start_discard_timeout_sec=3", "--put_start_release_timeout_sec=6",
-                    nodes=3, segment=24 * MiB)
+                    nodes=3, segment=32 * MiB)
         try:
             stop_at = time.time() + seconds
-            sizes = [64 * 1024, 256 * 1024, 1 * MiB, 2 * MiB]
+            sizes = [16 * 1024, 64 * 1024, 256 * 1024, 512 * 1024]
             journals = []
             wlist = []
 
             def new_writer(i=None):
                 i = len(wlist) if i is None else i
                 name = f"w{i}"
-                env = {"MC_FORCE_TCP": "1", "MC_TRANSFER_TIMEOUT": "2"} if i % 2 == 0 else {}
+                env = ({"MC_FORCE_TCP": "1", "MC_TRANSFER_TIMEOUT": "2"} if i % 2 == 0
+                       else {"MC_TRANSFER_TIMEOUT": "5"})
                 w = c.client(name, env)
                 j = os.path.join(tmp, f"{name}.journal")
                 journals.append(j)
-                w.send_fn("writer_loop", name, j, stop_at, sizes, 12, 1, seed * 100 + i)
+                w.send_fn("writer_loop", name, j, stop_at, sizes, 40, 1, seed * 100 + i)
                 wlist.append(w)
                 return w
 
             for i in range(writers):
                 new_writer(i)
-            reader = c.client("reader", {"MC_FORCE_TCP": "1"})
+            reader = c.client("reader", {"MC_FORCE_TCP": "1", "MC_TRANSFER_TIMEOUT": "5"})
             rpath = os.path.join(tmp, "reader.json")
             reader.send_fn("reader_loop", journals, stop_at, deadline_s, rpath, seed)
             cutter = LinkCutter(ns.name) if cut_links else None
             nem = Nemesis(c, wlist, seed=seed, cutter=cutter,
                           new_writer=lambda: new_writer(None), log=log,
-                          hold=(1.0, min(4.0, client_ttl / 2)))
+                          hold=(deadline_s + 0.5, min(deadline_s + 2, client_ttl / 2)))
             t0 = time.time()
+            log(f"nemesis: cluster up, faults for {seconds:.0f}s")
             while time.time() < stop_at - 2:
                 time.sleep(min(1.0, max(0.0, stop_at - 2 - time.time())))
                 if time.time() < stop_at - 6:
                     nem.step()
             rep.events = nem.events
+            log("nemesis: faults over, collecting the writers and the reader")
             # the nemesis is over: let the writers and the reader finish their loops
+            collect_by = time.monotonic() + 20
             for w in wlist:
                 if not w.dead:
-                    with contextlib.suppress(Exception):
-                        w.result(timeout=max(30.0, deadline_s * 4))
+                    try:
+                        w.result(timeout=max(1.0, collect_by - time.monotonic()))
+                    except Exception as e:  # noqa: BLE001 - a stuck writer is a finding
+                        rep.notes.append(f"writer {w.name} did not finish its last put "
+                                         f"within 20s of the end: {str(e)[:120]}")
+                        w.kill9()
             during = {}
             try:
-                during = reader.result(timeout=60)
+                during = reader.result(timeout=max(1.0, collect_by + 10 - time.monotonic()))
             except Exception as e:  # noqa: BLE001 - a stuck reader is itself a finding
                 rep.notes.append(f"reader did not finish: {str(e)[:200]}")
                 with contextlib.suppress(OSError, ValueError):
@@ -585,12 +593,14 @@ def run_nemesis(seconds=None, seed=1, writers=2, deadline_s=3.0, cut_links=None,
             rep.removed = sum(e["removed"] for e in acked.values())
             keys = [k for k, e in acked.items() if not e["removed"]]
             rep.checked = len(keys)
+            log(f"nemesis: final read of {len(keys)} keys")
             checker = c.client("checker", {"MC_FORCE_TCP": "1"})
             final = checker.fn("final_check", keys, deadline_s, timeout=120)
             mounted = c.segments()
             alive = {n.hostname for n in c.nodes if not n.dead}
             expired = alive - mounted
-            evicted_any = c.metric("master_evicted_key_count") > 0
+            evicted_left = int(c.metric("master_evicted_key_count"))
+            rep.notes.append(f"the master evicted {evicted_left} keys (since its last start)")
             for k, (verdict, detail, dt) in final.items():
                 rep.final[verdict] += 1
                 if dt > deadline_s:
@@ -600,7 +610,8 @@ def run_nemesis(seconds=None, seed=1, writers=2, deadline_s=3.0, cut_links=None,
                     rep.wrong.append(("final", k, verdict, detail, acked[k]["eps"]))
                 elif verdict == "miss":
                     cause = classify_loss(acked[k], nem.killed, expired, c.master_restarts,
-                                          evicted_any)
+                                          evicted_left > 0)
+                    evicted_left -= cause == "evicted"
                     rep.lost[cause] = rep.lost.get(cause, 0) + 1
                     rep.lost_examples.setdefault(cause, []).append(
                         (k, acked[k]["eps"], round(acked[k]["t"] - t0, 1)))

@@ -249,3 +249,95 @@ def fn_final_check(store, keys, deadline_s):
         verdict, detail = values.check(k, data)
         out[k] = [verdict, detail if isinstance(detail, str) else list(detail), dt]
     return out
+
+
+# ---- issue 10, faults 6-8 -------------------------------------------------------------
+
+
+def fn_race_rounds(store, keys, writer, size, start_at, gap):
+    """Round i starts at start_at + i * gap: put(keys[i]) then get(keys[i]) at once (the
+    other racer does the same). Returns [(put code, verdict, detail)] per round."""
+    out = []
+    for i, k in enumerate(keys):
+        t = start_at + i * gap
+        while time.time() < t:
+            time.sleep(0.0005)
+        rc = store.put(k, values.make(k, i, writer, size))
+        verdict, detail = values.check(k, store.get(k))
+        out.append((rc, verdict, detail if isinstance(detail, str) else list(detail)))
+    return out
+
+
+def fn_upsert_after_get(store, key, size):
+    """put(v1); get; upsert(v2) at once; get. Returns (put code, first verdict, upsert
+    code, verdict and (version, writer) of the last get)."""
+    rc1 = store.put(key, values.make(key, 1, "put", size))
+    first = values.check(key, store.get(key))[0]
+    rc2 = store.upsert(key, values.make(key, 2, "upsert", size))
+    verdict, detail = values.check(key, store.get(key))
+    return rc1, first, rc2, verdict, detail if isinstance(detail, str) else list(detail)
+
+
+def fn_te_failed_reads(store, metadata, peer, cases, size=1 << 20):
+    """A TransferEngine of this process reads from peer for each (remote address, length)
+    in cases into a registered buffer filled with a known pattern; returns [(code, whether
+    the buffer is still exactly the pattern)]."""
+    import ctypes
+
+    from mooncake.engine import TransferEngine
+
+    te = TransferEngine()
+    rc = te.initialize("127.0.0.1", metadata, "tcp", "")
+    if rc != 0:
+        return [("initialize", rc)]
+    pattern = values.make("te-dest", 7, "te", size)
+    buf = ctypes.create_string_buffer(pattern, size)
+    addr = ctypes.addressof(buf)
+    assert te.register_memory(addr, size) == 0
+    out = []
+    for remote, n in cases:
+        ctypes.memmove(addr, pattern, size)
+        code = te.transfer_sync_read(peer, addr, remote, min(n, size))
+        out.append((code, buf.raw[:size] == pattern))
+    te.unregister_memory(addr)
+    return out
+
+
+def fn_register_many(store, n_first, n_total, deadline_s, width=64):
+    """register_buffer of n_total distinct width-byte buffers, one call each, until one
+    fails or deadline_s passes. Returns {"done": registered, "first_failure": [index, code]
+    or None, "timed_out", "seconds_first" (for the first n_first), "logs": WARNING+
+    records of the mooncake logger from the first failure on (MC_LOG_TO_PYTHON=1)}."""
+    import ctypes
+    import logging
+
+    records = []
+
+    class H(logging.Handler):
+        def emit(self, r):
+            if r.levelno >= logging.WARNING and len(records) < 20:
+                records.append(r.getMessage())
+
+    logging.getLogger("mooncake").addHandler(H())
+    buf = ctypes.create_string_buffer(n_total * width)
+    base = ctypes.addressof(buf)
+    t0 = time.monotonic()
+    out = {"done": 0, "first_failure": None, "timed_out": False, "seconds_first": None,
+           "logs": records}
+    for i in range(n_total):
+        if time.monotonic() - t0 > deadline_s:
+            out["timed_out"] = True
+            break
+        rc = store.register_buffer(base + i * width, width)
+        if rc != 0:
+            out["first_failure"] = [i, rc]
+            break
+        out["done"] = i + 1
+        if i + 1 == n_first:
+            out["seconds_first"] = time.monotonic() - t0
+    out["seconds"] = time.monotonic() - t0
+    _KEEP.append(buf)  # registered until the process ends (unregistering is not the test)
+    return out
+
+
+_KEEP = []
