@@ -38,7 +38,7 @@ def md_get(cluster, key):
 
 # ---- 3: a get waits for a stuck replica instead of using the healthy one ---------------
 
-STUCK_S = 8.0  # how long the node stays stopped while the get must finish (< client_ttl)
+STUCK_S = 6.0  # how long the node stays stopped while the get must finish (< client_ttl)
 
 
 @pytest.mark.xfail(strict=True, reason="issue 10: 3 get waits for a stuck replica")
@@ -65,7 +65,6 @@ def test_get_uses_healthy_replica_when_one_node_is_stopped(cluster):
     assert [v[0] for v in got] == ["ok"] * 8, got
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: 3 a get that timed out reports a miss")
 def test_timed_out_get_says_why(cluster):
     # one replica, on a node that stops for longer than the read lease (1 s)
     c = cluster("--client_ttl=30", "--default_kv_lease_ttl=1000", nodes=1, segment=16 * MiB)
@@ -174,7 +173,7 @@ def test_put_after_writer_killed_mid_put_is_readable(cluster):
     # W1's client expires after client_ttl; a put of the key must store it by then
     # (or say it did not), not return 0 for the 30 s of the discard timeout
     rc, verdict, tries = w2.fn("put_retry_until", "orphan", 2, "W2", MiB,
-                               time.time() + 4 * ttl, a.hostname, timeout=60)
+                               time.time() + 3 * ttl, a.hostname, timeout=60)
     assert verdict == "ok", (f"put after a writer was killed mid-put: {tries} puts returned "
                              f"{rc} (last) but the key read back {verdict}")
 
