@@ -478,7 +478,8 @@ class Report:
             f"  acknowledged puts: {self.acked} (removed by their writers: {self.removed}, "
             f"checked at the end: {self.checked})",
             f"  reads during the run: {self.during.get('reads', 0)} (ok "
-            f"{self.during.get('ok', 0)}, miss {self.during.get('miss', 0)}, wrong bytes "
+            f"{self.during.get('ok', 0)}, miss (incl. keys removed meanwhile) "
+            f"{self.during.get('miss', 0)}, wrong bytes "
             f"{self.during.get('wrong_bytes', 0)}, other key's bytes "
             f"{self.during.get('other_key', 0)}, slowest {self.during.get('max_read_s', 0):.2f}s)",
             f"  final reads: {self.final}",
@@ -525,12 +526,12 @@ def run_nemesis(seconds=None, seed=1, writers=2, deadline_s=2.0, cut_links=None,
     ns = NetNS() if cut_links else contextlib.nullcontext()
     client_ttl = 10
     with ns:
-        c = Cluster(f"--client_ttl={client_ttl}", "--default_kv_lease_ttl=1000",
+        c = Cluster(f"--client_ttl={client_ttl}", "--default_kv_lease_ttl=300",
                     "--put_start_discard_timeout_sec=3", "--put_start_release_timeout_sec=6",
                     nodes=3, segment=32 * MiB)
         try:
             stop_at = time.time() + seconds
-            sizes = [16 * 1024, 64 * 1024, 256 * 1024, 512 * 1024]
+            sizes = [16 * 1024, 64 * 1024, 128 * 1024, 256 * 1024]
             journals = []
             wlist = []
 
@@ -542,7 +543,7 @@ def run_nemesis(seconds=None, seed=1, writers=2, deadline_s=2.0, cut_links=None,
                 w = c.client(name, env)
                 j = os.path.join(tmp, f"{name}.journal")
                 journals.append(j)
-                w.send_fn("writer_loop", name, j, stop_at, sizes, 40, 1, seed * 100 + i)
+                w.send_fn("writer_loop", name, j, stop_at, sizes, 40, 1, seed * 100 + i, 0.4)
                 wlist.append(w)
                 return w
 
@@ -572,6 +573,8 @@ def run_nemesis(seconds=None, seed=1, writers=2, deadline_s=2.0, cut_links=None,
                     except Exception as e:  # noqa: BLE001 - a stuck writer is a finding
                         rep.notes.append(f"writer {w.name} did not finish its last put "
                                          f"within 20s of the end: {str(e)[:120]}")
+                        rep.stalls += 1  # a put stuck that long is a stall too
+                        rep.stall_examples.append(["put", w.name, "> 20s"])
                         w.kill9()
             during = {}
             try:

@@ -119,15 +119,17 @@ def fn_put_retry_until(store, key, version, writer, size, until, preferred=None)
 # ---- the nemesis run: writers and readers ---------------------------------------------
 
 
-def fn_writer_loop(store, writer, journal, stop_at, sizes, window, replica_num=1, seed=0):
+def fn_writer_loop(store, writer, journal, stop_at, sizes, window, replica_num=1, seed=0,
+                   lease_s=1.0):
     """Puts fresh keys ``<writer>-<seq>`` until stop_at, keeping at most ``window`` of its
-    keys alive (older ones are removed). Journal lines (JSON): {"op": "ack", key, ver,
+    keys alive (older ones are removed; one under a read lease is retried lease_s later:
+    so the writer's keys stay few and the master does not need to evict). Journal lines (JSON): {"op": "ack", key, ver,
     size, t, eps} after a put returned 0, {"op": "fail", key, rc, t} after one failed,
     {"op": "del?", key} before a remove and {"op": "del", key, rc} after it. Returns the
     counts."""
     rng = random.Random(seed)
     cfg = _cfg(replica_num)
-    live = []
+    live, held = [], []  # held: (retry at, key) of removals refused for a lease
     counts = {"ack": 0, "fail": 0, "removed": 0}
     seq = 0
     with open(journal, "a", buffering=1) as f:
@@ -146,15 +148,22 @@ def fn_writer_loop(store, writer, journal, stop_at, sizes, window, replica_num=1
                 f.write(json.dumps({"op": "fail", "key": key, "rc": rc, "t": t0}) + "\n")
                 counts["fail"] += 1
                 time.sleep(0.05)
+            # the oldest keys go; one under a read lease (-706: ours from get_replica_desc
+            # right after the put, or a reader's) is retried once that lease is over
+            now = time.time()
+            todo = []
             while len(live) > window:
-                k = live[0]
+                todo.append(live.pop(0))
+            while held and held[0][0] < now:
+                todo.append(held.pop(0)[1])
+            for k in todo:
                 f.write(json.dumps({"op": "del?", "key": k}) + "\n")
                 r = store.remove(k)
                 f.write(json.dumps({"op": "del", "key": k, "rc": r}) + "\n")
-                if r not in (0, -704):
-                    break  # a reader holds a lease: try again after the next put
-                live.pop(0)
-                counts["removed"] += 1
+                if r in (0, -704):
+                    counts["removed"] += 1
+                else:
+                    held.append((time.time() + lease_s, k))
     return counts
 
 
@@ -189,15 +198,16 @@ def read_journal(path):
     return keys
 
 
-def fn_reader_loop(store, journals, stop_at, deadline_s, report, seed=0):
+def fn_reader_loop(store, journals, stop_at, deadline_s, report, seed=0, max_rate=200):
     """Reads random acknowledged, not removed keys of the journals until stop_at and checks
     each value (values.check). Counts reads by verdict and reads that took longer than
-    deadline_s (stalls); keeps the first 20 wrong reads. Writes the counts to ``report``
+    deadline_s (stalls); keeps the first 20 wrong reads. At most max_rate reads a second
+    (each read leases its key: a reader faster than that would keep every key leased). Writes the counts to ``report``
     (JSON) every second, so a killed or stuck reader still leaves them. Returns them."""
     rng = random.Random(seed)
     out = {"reads": 0, "ok": 0, "miss": 0, "wrong_bytes": 0, "other_key": 0, "stalls": 0,
            "max_read_s": 0.0, "wrong": [], "stall_keys": []}
-    keys, last_load, last_report = [], 0.0, 0.0
+    keys, last_load, last_report, next_read = [], 0.0, 0.0, 0.0
     acked = {}
 
     def dump():
@@ -222,6 +232,10 @@ def fn_reader_loop(store, journals, stop_at, deadline_s, report, seed=0):
             continue
         k = rng.choice(keys)
         t0 = time.monotonic()
+        if next_read > t0:
+            time.sleep(next_read - t0)
+            t0 = time.monotonic()
+        next_read = t0 + 1.0 / max_rate
         data = store.get(k)
         dt = time.monotonic() - t0
         verdict, detail = values.check(k, data)
