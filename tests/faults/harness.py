@@ -621,6 +621,8 @@ def run_nemesis(seconds=None, seed=1, writers=2, deadline_s=2.0, cut_links=None,
             rep.seconds = time.time() - t0
         finally:
             c.close()
+            if workdir is None:
+                shutil.rmtree(tmp, ignore_errors=True)
     return rep
 
 
