@@ -28,7 +28,39 @@ void mc__client_touch(mc_master_service *svc, mc_master_uuid id, uint64_t now)
         svc->clients[svc->nclients++].id = id;
     }
     svc->clients[i].deadline = now + svc->client_ttl_ms;
+    svc->clients[i].graced = false;
     pthread_mutex_unlock(&svc->client_mu);
+}
+
+/* The tick is overdue by more than the stall threshold: the master (or its tick thread)
+ * is stalled or has just resumed, and the tick that notices it has not run yet. */
+static bool tick_overdue(mc_master_service *svc, uint64_t now)
+{
+    uint64_t last = cget(&svc->last_tick);
+    return svc->stall_ms && now > last && now - last > svc->stall_ms;
+}
+
+void mc__grace_clients(mc_master_service *svc, uint64_t now, uint64_t gap_ms)
+{
+    size_t n = 0, total;
+    uint64_t until = now + svc->client_ttl_ms;
+    pthread_mutex_lock(&svc->client_mu);
+    total = svc->nclients;
+    for (size_t i = 0; i < svc->nclients; i++) {
+        client_rec *c = &svc->clients[i];
+        if (c->graced || c->deadline >= until)
+            continue; /* graced already and silent since, or its deadline is later */
+        c->deadline = until;
+        c->graced = true;
+        n++;
+    }
+    pthread_mutex_unlock(&svc->client_mu);
+    mc_log(MC_LOG_WARN, TAG,
+           "the master was stalled for %llu ms (no housekeeping turn for longer than %llu "
+           "ms: SIGSTOP, a paused VM or swapping?): %zu of %zu client(s) get a grace of "
+           "one client_ttl (%llu ms) before they can expire",
+           (unsigned long long)gap_ms, (unsigned long long)svc->stall_ms, n, total,
+           (unsigned long long)svc->client_ttl_ms);
 }
 
 int mc_master_service_ping(mc_master_service *svc, mc_master_uuid client_id,
@@ -40,9 +72,13 @@ int mc_master_service_ping(mc_master_service *svc, mc_master_uuid client_id,
     for (size_t i = 0; i < svc->nclients; i++) {
         if (uuid_eq(svc->clients[i].id, client_id)) {
             /* a client past its deadline but not yet expired by tick must remount too:
-             * tick is about to drop its segments */
-            if (svc->clients[i].deadline > now) {
+             * tick is about to drop its segments. Except while the tick is overdue past
+             * the stall threshold: the master itself was stalled, this ping was queued
+             * meanwhile, and the tick that notices the stall will not expire a client
+             * that pinged (its deadline is extended here first). */
+            if (svc->clients[i].deadline > now || tick_overdue(svc, now)) {
                 svc->clients[i].deadline = now + svc->client_ttl_ms;
+                svc->clients[i].graced = false;
                 status = MC_MASTER_CLIENT_OK;
             }
             break;
