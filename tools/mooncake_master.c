@@ -270,6 +270,11 @@ static int listen_failed(const char *prog, const char *host_flag, const char *ho
     if (rc == -EADDRNOTAVAIL)
         fprintf(stderr, "%s: cannot listen on %s (--%s): not an address of this machine\n",
                 prog, host, host_flag);
+    else if (rc == -EADDRINUSE)
+        fprintf(stderr,
+                "%s: cannot listen on %s:%lld (--%s, --%s): %s: another process (another "
+                "mooncake_master?) holds that port; stop it or pass another --%s\n",
+                prog, host, port, host_flag, port_flag, strerror(-rc), port_flag);
     else
         fprintf(stderr, "%s: cannot listen on %s:%lld (--%s, --%s): %s\n", prog, host, port,
                 host_flag, port_flag, strerror(-rc));

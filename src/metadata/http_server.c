@@ -372,9 +372,12 @@ int mc_http_metadata_server_start(const char *host, uint16_t port,
     uint16_t bound = 0;
     int fd = bind_listen(host, port, &bound);
     if (fd < 0) {
-        if (fd != -ENOENT) /* that one is logged with the resolver's reason */
-            mc_log(MC_LOG_ERROR, TAG, "cannot listen on %s:%u: %s", host, (unsigned)port,
-                   strerror(-fd));
+        /* not logged: the caller reports it once, naming its own flags (the master's
+         * --http_metadata_server_port, the standalone server's --port); logging here too
+         * printed the same error twice. A name that does not resolve was logged with the
+         * resolver's reason, which the caller does not have. */
+        mc_log(MC_LOG_DEBUG, TAG, "cannot listen on %s:%u: %s", host, (unsigned)port,
+               strerror(-fd));
         return fd;
     }
     mc_http_metadata_server *s = calloc(1, sizeof *s);
