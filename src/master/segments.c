@@ -110,6 +110,9 @@ void mc__seg_free(seg *s)
     free(s);
 }
 
+static void unmount_mark_locked(mc_master_service *svc, seg *s);
+static void unmount_finish(mc_master_service *svc, uint32_t slot);
+
 static int mount_one(mc_master_service *svc, const mc_master_segment *d, mc_master_uuid client)
 {
     if (!d || !str_ok(d->name, MC_MASTER_NAME_MAX, true) ||
@@ -171,7 +174,36 @@ static int mount_one(mc_master_service *svc, const mc_master_segment *d, mc_mast
     svc->segs[freeslot] = s;
     svc->nmounted++;
     cadd(&svc->capacity, s->capacity);
+    /* A segment of the same name and host mounted by another client belonged to a
+     * previous engine of that name on that host: the name (its metadata entries, or in
+     * P2P mode the bound port it is made of) now leads to the new engine, which took it
+     * over only after finding the old one gone. The old segment's replicas would be read
+     * from, and written to, the new process at the old addresses: unmount it now rather
+     * than at its client's expiry. Its client's expiry then names no segment, so
+     * --enable_metadata_cleanup_on_timeout does not delete the new owner's keys. An
+     * unknown host (empty host id) proves nothing: left alone. */
+    uint32_t stale[8], nstale = 0;
+    if (*s->host_id) {
+        for (uint32_t i = 0; i < svc->nslots && nstale < 8; i++) {
+            seg *o = svc->segs[i];
+            if (o && o != s && !o->unmounting && !uuid_eq(o->client, client) &&
+                o->name_hash == s->name_hash && !strcmp(o->name, s->name) &&
+                !strcmp(o->host_id, s->host_id)) {
+                mc_log(MC_LOG_WARN, TAG,
+                       "segment %s mounted by client %016llx%016llx from the same host as "
+                       "client %016llx%016llx's: unmounting the older one (a previous "
+                       "engine of that name)",
+                       s->name, (unsigned long long)client.first,
+                       (unsigned long long)client.second, (unsigned long long)o->client.first,
+                       (unsigned long long)o->client.second);
+                unmount_mark_locked(svc, o);
+                stale[nstale++] = i;
+            }
+        }
+    }
     pthread_rwlock_unlock(&svc->seg_lock);
+    for (uint32_t k = 0; k < nstale; k++)
+        unmount_finish(svc, stale[k]); /* without the table lock: it takes shard mutexes */
     return MC_OK;
 }
 

@@ -1,8 +1,12 @@
-/* The master's own stalls (issue 10, fault 4) on a fake clock: a jump of the clock between
- * two ticks longer than stall_threshold_ms gives every client a grace of one client_ttl
- * instead of expiring them all; pings queued during the stall are taken; one grace per
- * silence (a dead client is not kept alive by repeated stalls); a long tick is not a
- * stall; with the threshold at 0 (off) the old behaviour stays. */
+/* Faults of issue 10 in the master core, on a fake clock.
+ * Fault 4, the master's own stalls: a jump of the clock between two ticks longer than
+ * stall_threshold_ms gives every client a grace of one client_ttl instead of expiring
+ * them all; pings queued during the stall are taken; one grace per silence (a dead client
+ * is not kept alive by repeated stalls); a long tick is not a stall; with the threshold
+ * at 0 (off) the old behaviour stays.
+ * Fault 5, a name taken over: a segment mounted under the name and host id of another
+ * client's segment unmounts that older one (its replicas would now resolve to the new
+ * engine); without a host id, or from another host, both stay. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -221,6 +225,53 @@ static void test_a_long_tick_is_not_a_stall(void **state)
     mc_master_service_destroy(svc);
 }
 
+/* ---- fault 5: a segment name taken over by a new engine of the same host ---- */
+
+static void mount_host(mc_master_service *svc, uint64_t id, const char *name,
+                       const char *host, mc_master_uuid c)
+{
+    mc_master_segment s = {.id = {id, id}, .name = name, .base = id << 32, .size = 8 * MIB,
+                           .host_id = host};
+    assert_int_equal(mc_master_service_mount_segment(svc, &s, c), MC_OK);
+}
+
+static uint64_t segments(mc_master_service *svc)
+{
+    mc_master_stats st;
+    mc_master_service_get_stats(svc, &st);
+    return st.segment_count;
+}
+
+static void test_same_name_same_host_replaces_the_old_segment(void **state)
+{
+    (void)state;
+    mc_master_service *svc = make(0);
+    mount_host(svc, 1, "h:1", "host-a", C1);       /* the old engine (crashed)    */
+    put_on(svc, C1, "old", "h:1");
+    mount_host(svc, 2, "h:1", "host-a", C2);       /* restarted under its name    */
+    assert_int_equal(segments(svc), 1);
+    assert_false(has(svc, "old"));                 /* its replicas went with it   */
+    put_on(svc, C2, "new", "h:1");
+    mc_master_replica_list out;
+    assert_int_equal(mc_master_service_get_replica_list(svc, "new", 3, &out), MC_OK);
+    mc_master_service_destroy(svc);
+}
+
+static void test_same_name_other_host_or_no_host_id_stays(void **state)
+{
+    (void)state;
+    mc_master_service *svc = make(0);
+    mount_host(svc, 1, "h:1", "host-a", C1);
+    mount_host(svc, 2, "h:1", "host-b", C2);       /* another host: proves nothing */
+    assert_int_equal(segments(svc), 2);
+    mount(svc, 3, "n:1", C1);                      /* no host id                   */
+    mount(svc, 4, "n:1", C2);
+    assert_int_equal(segments(svc), 4);
+    mount_host(svc, 5, "h:1", "host-a", C1);       /* the same client: its own     */
+    assert_int_equal(segments(svc), 5);
+    mc_master_service_destroy(svc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -230,6 +281,8 @@ int main(void)
         cmocka_unit_test(test_one_grace_per_silence),
         cmocka_unit_test(test_short_gap_is_not_a_stall),
         cmocka_unit_test(test_a_long_tick_is_not_a_stall),
+        cmocka_unit_test(test_same_name_same_host_replaces_the_old_segment),
+        cmocka_unit_test(test_same_name_other_host_or_no_host_id_stays),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
