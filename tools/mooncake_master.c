@@ -34,6 +34,7 @@
 #include "mooncake/options.h"
 
 #define TAG "master"
+#define TICK_MS 10 /* period of the service tick (housekeeping), ms */
 
 /* ---- flags used ---- */
 static int64_t rpc_port, rpc_thread_num, metrics_port, http_md_port, client_ttl;
@@ -269,6 +270,11 @@ static int listen_failed(const char *prog, const char *host_flag, const char *ho
     if (rc == -EADDRNOTAVAIL)
         fprintf(stderr, "%s: cannot listen on %s (--%s): not an address of this machine\n",
                 prog, host, host_flag);
+    else if (rc == -EADDRINUSE)
+        fprintf(stderr,
+                "%s: cannot listen on %s:%lld (--%s, --%s): %s: another process (another "
+                "mooncake_master?) holds that port; stop it or pass another --%s\n",
+                prog, host, port, host_flag, port_flag, strerror(-rc), port_flag);
     else
         fprintf(stderr, "%s: cannot listen on %s:%lld (--%s, --%s): %s\n", prog, host, port,
                 host_flag, port_flag, strerror(-rc));
@@ -379,6 +385,13 @@ int main(int argc, char **argv)
     cfg.eviction_ratio = eviction_ratio;
     cfg.eviction_high_watermark_ratio = eviction_hwm;
     cfg.client_ttl = (uint64_t)client_ttl;
+    /* The master's own stalls (issue 10, fault 4): a tick that comes later than its
+     * period plus a margin means this process did not run; the clients then get a grace
+     * of one client_ttl. The margin: a stall shorter than half the TTL cannot expire a
+     * client that heartbeats at least twice per TTL, and one second keeps scheduling
+     * noise on a busy machine from counting. */
+    uint64_t ttl_ms = (uint64_t)client_ttl * 1000;
+    cfg.stall_threshold_ms = TICK_MS + (ttl_ms / 2 > 1000 ? ttl_ms / 2 : 1000);
     cfg.put_start_discard_timeout_sec = (uint64_t)discard_timeout;
     cfg.put_start_release_timeout_sec = (uint64_t)release_timeout;
     cfg.allocation_strategy = (mc_master_strategy)strategy;
@@ -406,7 +419,8 @@ int main(int argc, char **argv)
     }
     mc_master_rpc_server_opts ro = {.host = rpc_address,
                                     .port = (uint16_t)rpc_port,
-                                    .threads = (unsigned)rpc_thread_num};
+                                    .threads = (unsigned)rpc_thread_num,
+                                    .tick_ms = TICK_MS};
     rc = mc_master_rpc_server_start(svc, &ro, &rpc);
     if (rc != 0) {
         exit_code = listen_failed(prog, "rpc_address", rpc_address, "rpc_port",

@@ -142,8 +142,10 @@ MC_API int mc_metadata_get(mc_metadata *md, const char *key, char **value, size_
 /* mc_metadata_put: writes a raw key. value: len bytes, borrowed (len may be 0).
  * Returns MC_OK (P2P: nothing is sent); MC_OBJECT_ALREADY_EXISTS (the server refused to
  * overwrite a write-once rpc_meta key with a different value: HTTP 400 "Duplicate...");
- * MC_INVALID_PARAMS (bad key, other HTTP 400); MC_BUFFER_OVERFLOW (len > max_value_bytes,
- * or HTTP 413); MC_RPC_TIMEOUT; MC_RPC_FAIL. */
+ * MC_INVALID_PARAMS (bad key, other HTTP 400; HTTP 404: the URL is not a metadata
+ * endpoint, e.g. it lacks the /metadata path, logged naming the URL); MC_BUFFER_OVERFLOW
+ * (len > max_value_bytes, or HTTP 413); MC_RPC_TIMEOUT; MC_RPC_FAIL (cannot connect,
+ * logged naming the URL). */
 MC_API int mc_metadata_put(mc_metadata *md, const char *key, const void *value, size_t len);
 
 /* mc_metadata_delete: removes a raw key.
@@ -321,8 +323,10 @@ typedef struct mc_http_metadata_server_opts {
  *   out: receives the running server; stop and free it with _destroy.
  * Returns 0; -EINVAL (empty host, bad opts); -ENOENT (host is not an address and does
  * not resolve); -EADDRINUSE (port taken); -EACCES (port
- * needs privileges); other -errno from socket/bind/listen or the server library. A
- * message naming host:port and the reason is logged on failure. */
+ * needs privileges); other -errno from socket/bind/listen or the server library. A bind
+ * or listen failure is not logged (the caller reports it, naming its flag and the
+ * address); a name that does not resolve is logged with the resolver's reason, a failure
+ * of the server library after binding with host:port and the reason. */
 MC_API int mc_http_metadata_server_start(const char *host, uint16_t port,
                                          const mc_http_metadata_server_opts *opts,
                                          mc_http_metadata_server **out);

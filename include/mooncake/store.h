@@ -183,8 +183,25 @@ MC_API int mc_store_create(mc_store **out);
  * failure, when this process cannot map that much: upstream real_client.cpp
  * setup_internal does the same); maps and registers the local buffer
  * (MC_NO_AVAILABLE_HANDLE when it cannot be mapped); starts the heartbeat thread (ping
- * every heartbeat_interval_ms; on NEED_REMOUNT it remounts the segment and republishes the
- * engine's descriptor; health_check reports failed pings).
+ * every heartbeat_interval_ms; on NEED_REMOUNT it remounts the segment and republishes
+ * all of the engine's metadata, rpc_meta and descriptor; health_check reports failed
+ * pings).
+ * Restarting under the same name (local_hostname "host:port" given again after a crash):
+ * the metadata server may still hold the previous process's rpc_meta, which it keeps
+ * write-once. The engine takes the name over when it can prove the entries are its own
+ * and stale: the stale descriptor has this machine's host id (machine id + boot id) and
+ * the previous owner's handshake port, data port and same-host socket all refuse
+ * connections; the takeover is logged as a warning. A live owner under that name (or one
+ * that cannot be proven dead: another host, a SIGSTOPped process whose listeners still
+ * accept) keeps it, and setup returns MC_OBJECT_ALREADY_EXISTS with the reason logged.
+ * Upstream gets -705 in both cases unless the master runs with
+ * --enable_metadata_cleanup_on_timeout. (The master may still list the old process's
+ * segment under that name until its client_ttl ends; its objects are unreadable.)
+ * Failures name the component, the address and what to check: an unreachable metadata
+ * server (MC_RPC_FAIL / MC_RPC_TIMEOUT from the engine) names the URL and the master
+ * address, e.g. a master not running or run without --enable_http_metadata_server; an
+ * http:// URL that is not a metadata endpoint (no /metadata path) gives
+ * MC_INVALID_PARAMS naming the URL.
  * On any error everything done so far is undone and the store stays not set up (setup
  * may be tried again). A store that was closed may be set up again.
  * Returns MC_OK or the codes above (engine codes pass through: MC_NOT_SUPPORTED for a

@@ -163,10 +163,19 @@ MC_API int mc_te_create(const mc_te_opts *opts, mc_te **out);
  *   device: NIC filter (ignored on TCP; may be NULL).
  * Binds the handshake, data and (unless forced TCP) shm Unix-socket listeners and starts
  * the I/O thread(s); publishes an empty descriptor + rpc_meta.
+ * A name already in the metadata server (rpc_meta is write-once there) is taken over
+ * only when its entries provably belong to a dead engine of this same host: the stale
+ * descriptor carries our host id (machine id + boot id) and the previous owner's
+ * handshake port, data port and same-host socket all refuse connections (a crashed
+ * process restarted under its old local_hostname). Then the stale rpc_meta is replaced
+ * (logged as a warning). A live owner, one we cannot prove dead (e.g. SIGSTOPped: its
+ * listeners still accept) or one of another host keeps the name.
  * Returns MC_OK; MC_INVALID_PARAMS (bad hostname, connection string, MC_MIN_RPC_PORT or
- * MC_MAX_RPC_PORT, already initialized); MC_NOT_SUPPORTED; MC_RPC_FAIL / MC_RPC_TIMEOUT (metadata server down:
- * nothing is left running); MC_OBJECT_ALREADY_EXISTS (rpc_meta for this name exists with
- * another value); MC_INTERNAL_ERROR (cannot bind: the port is taken, logged). */
+ * MC_MAX_RPC_PORT, already initialized; or an HTTP metadata URL that is not a metadata endpoint, logged naming
+ * the URL); MC_NOT_SUPPORTED; MC_RPC_FAIL / MC_RPC_TIMEOUT (metadata server down:
+ * nothing is left running; logged naming the URL); MC_OBJECT_ALREADY_EXISTS (the name is
+ * registered by a live or unprovably dead engine, logged with the reason and what to do);
+ * MC_INTERNAL_ERROR (cannot bind: the port is taken, logged). */
 MC_API int mc_te_initialize(mc_te *te, const char *local_hostname, const char *metadata_conn,
                             const char *protocol, const char *device);
 
@@ -262,11 +271,13 @@ MC_API int mc_te_get_segment_desc(mc_te *te, const char *name, mc_segment_desc *
  * get_first_buffer_address), 0 in *addr when it has no buffer. Returns as open_segment. */
 MC_API int mc_te_get_first_buffer_address(mc_te *te, const char *name, uint64_t *addr);
 
-/* mc_te_republish: writes this engine's segment descriptor to the metadata service again
- * (`mooncake/ram/<name>`), as registration does. For a store client after the master
- * asked it to remount (a restarted master or metadata server may have lost the entry).
- * Returns OK, or the metadata backend's status (e.g. TRANSFER_FAIL when the server is
- * unreachable). Thread-safe; serialised with registration. */
+/* mc_te_republish: writes all of this engine's metadata to the metadata service again:
+ * `mooncake/rpc_meta/<name>` (its handshake address) and then the segment descriptor
+ * (`mooncake/ram/<name>`), as initialize and registration do. For a store client after
+ * the master asked it to remount (a restarted master or metadata server lost both).
+ * Nothing is sent in P2P mode. Returns OK, or the metadata backend's status (e.g.
+ * MC_RPC_FAIL when the server is unreachable; MC_OBJECT_ALREADY_EXISTS when another
+ * engine registered our name meanwhile). Thread-safe; serialised with registration. */
 MC_API int mc_te_republish(mc_te *te);
 
 /* ---------------------------------------------------------------------------------- */

@@ -314,6 +314,20 @@ static int validate(const mc_store_config *c, setup_args *a)
     return MC_OK;
 }
 
+/* Whether the master's address accepts a TCP connection (for error messages only). */
+static bool master_answers(const char *addr)
+{
+    char host[HOST_MAX];
+    uint16_t port = 0;
+    if (mc_sock_parse_hostport(addr, host, sizeof host, &port, 50051) != 0)
+        return false;
+    int fd = mc_sock_connect_tcp(host, port, 1000);
+    if (fd < 0)
+        return false;
+    close(fd);
+    return true;
+}
+
 /* Creates and initializes the engine (picking a port when none was given). */
 static int start_engine(mc_store *s, const mc_store_config *c, const setup_args *a)
 {
@@ -360,7 +374,31 @@ static int start_engine(mc_store *s, const mc_store_config *c, const setup_args 
             break; /* not a port collision, or the port was given */
         mc_sleep_ms(100);
     }
-    if (rc == MC_NOT_SUPPORTED && strcmp(proto, "tcp") != 0)
+    if (rc == MC_RPC_FAIL || rc == MC_RPC_TIMEOUT)
+        /* the engine's first step that leaves this process is publishing its address to
+         * the metadata server: that is what failed, not the local ports */
+        mc_log(MC_LOG_ERROR, TAG,
+               "setup: the metadata server %s is not reachable (%s), so the transfer engine "
+               "could not publish segment %s. Check that it runs: for the master's embedded "
+               "server, that mooncake_master is running with --enable_http_metadata_server=1 "
+               "and a --http_metadata_server_port that matches this URL (the master at "
+               "master_server_addr %s %s); for a standalone one, that "
+               "mooncake_http_metadata_server listens there",
+               c->metadata_server, mc_strerror(rc), a->port >= 0 ? c->local_hostname : a->host,
+               a->master, master_answers(a->master) ? "accepts connections" :
+                                                       "does not answer either");
+    else if (rc == MC_OBJECT_ALREADY_EXISTS)
+        mc_log(MC_LOG_ERROR, TAG,
+               "setup: the segment name %s is registered in the metadata server %s by "
+               "another engine that is alive or not provably dead (the reason is logged "
+               "above): give another local_hostname port, or none to pick a free one",
+               c->local_hostname, c->metadata_server);
+    else if (rc == MC_INVALID_PARAMS)
+        mc_log(MC_LOG_ERROR, TAG,
+               "setup: the transfer engine refused its configuration (local_hostname %s, "
+               "metadata_server %s; the reason is logged above)",
+               c->local_hostname, c->metadata_server);
+    else if (rc == MC_NOT_SUPPORTED && strcmp(proto, "tcp") != 0)
         mc_log(MC_LOG_ERROR, TAG,
                "setup: protocol \"%s\" is not available in this build or on this machine "
                "(mooncake-c moves bytes over TCP and same-host shared memory only): pass "

@@ -157,6 +157,7 @@ typedef struct seg {
 typedef struct client {
     mc_master_uuid id;
     uint64_t deadline; /* ms */
+    bool graced;       /* deadline was set by a stall grace and no ping came since */
 } client_rec;
 
 struct mc_master_service {
@@ -173,6 +174,8 @@ struct mc_master_service {
     pthread_mutex_t client_mu;
     client_rec *clients; /* guarded by client_mu */
     size_t nclients, clients_cap;
+    uint64_t stall_ms;   /* cfg.stall_threshold_ms; 0 = no stall detection; fixed      */
+    counter last_tick;   /* ms: end of the previous tick (create time before the first) */
 
     pthread_mutex_t defer_mu;
     mc_list deferred;   /* force-removed, leased objects; guarded by defer_mu         */
@@ -444,6 +447,12 @@ void mc__client_touch(mc_master_service *svc, mc_master_uuid id, uint64_t now);
 /* Expires every client whose deadline is at or before now: unmounts its segments, then
  * calls cfg.on_client_expired. Tick only; caller holds no lock. */
 void mc__expire_clients(mc_master_service *svc, uint64_t now);
+
+/* The master itself was stalled for gap_ms (tick noticed a jump of its clock): every
+ * client's deadline becomes at least now + client_ttl, except a client already graced
+ * that has not pinged since (one grace per silence, so repeated stalls cannot keep a dead
+ * client forever). Tick only; takes client_mu only. */
+void mc__grace_clients(mc_master_service *svc, uint64_t now, uint64_t gap_ms);
 
 /* ---- placement.c ---- */
 

@@ -79,6 +79,15 @@ typedef struct mc_master_config {
                                /* retries once before NO_AVAILABLE_HANDLE (upstream only  */
                                /* flags the eviction thread, §4.5); false: upstream's way */
     uint64_t client_ttl_ms;    /* ms; 0 = use client_ttl * 1000 (tests use small values)  */
+    uint64_t stall_threshold_ms; /* ms; 0 = off (the default). A gap longer than this     */
+                               /* between the end of one tick and the start of the next  */
+                               /* means the master itself was stalled (SIGSTOP, a paused */
+                               /* VM, swapping): the clients' heartbeats were queued, not */
+                               /* lost, so every client gets a grace of client_ttl from  */
+                               /* that tick before it can expire (once per silence), and */
+                               /* a ping arriving while the tick is that late is taken   */
+                               /* even past the client's deadline. mooncake_master sets  */
+                               /* its tick period + max(1 s, client_ttl / 2).            */
     mc_master_clock_fn clock;  /* NULL = mc_now_ms                                        */
     void *clock_ctx;
     mc_master_client_expired_fn on_client_expired; /* NULL = none                         */
@@ -297,9 +306,11 @@ MC_API int mc_master_service_remove_all(mc_master_service *svc, bool force,
 /* ---- housekeeping ---- */
 
 /* mc_master_service_tick: periodic work; the server calls it every 10-100 ms from one
- * thread. Frees the space of force-removed objects whose readers' leases ended, expires
- * clients silent for client_ttl (unmounting their segments, then calling
- * on_client_expired), releases
+ * thread. First, with stall_threshold_ms set, notices the master's own stall (a gap
+ * since the previous tick longer than the threshold: every client gets a grace of one
+ * client_ttl, logged as a warning). Then frees the space of force-removed objects whose
+ * readers' leases ended, expires clients silent for client_ttl (unmounting their
+ * segments, then calling on_client_expired), releases
  * in-flight puts older than put_start_release_timeout_sec, and evicts when the used
  * ratio is above eviction_high_watermark_ratio or a put failed for space (upstream
  * EvictionThreadFunc / ClientMonitorFunc, §4.5, §4.7). */

@@ -28,7 +28,39 @@ void mc__client_touch(mc_master_service *svc, mc_master_uuid id, uint64_t now)
         svc->clients[svc->nclients++].id = id;
     }
     svc->clients[i].deadline = now + svc->client_ttl_ms;
+    svc->clients[i].graced = false;
     pthread_mutex_unlock(&svc->client_mu);
+}
+
+/* The tick is overdue by more than the stall threshold: the master (or its tick thread)
+ * is stalled or has just resumed, and the tick that notices it has not run yet. */
+static bool tick_overdue(mc_master_service *svc, uint64_t now)
+{
+    uint64_t last = cget(&svc->last_tick);
+    return svc->stall_ms && now > last && now - last > svc->stall_ms;
+}
+
+void mc__grace_clients(mc_master_service *svc, uint64_t now, uint64_t gap_ms)
+{
+    size_t n = 0, total;
+    uint64_t until = now + svc->client_ttl_ms;
+    pthread_mutex_lock(&svc->client_mu);
+    total = svc->nclients;
+    for (size_t i = 0; i < svc->nclients; i++) {
+        client_rec *c = &svc->clients[i];
+        if (c->graced || c->deadline >= until)
+            continue; /* graced already and silent since, or its deadline is later */
+        c->deadline = until;
+        c->graced = true;
+        n++;
+    }
+    pthread_mutex_unlock(&svc->client_mu);
+    mc_log(MC_LOG_WARN, TAG,
+           "the master was stalled for %llu ms (no housekeeping turn for longer than %llu "
+           "ms: SIGSTOP, a paused VM or swapping?): %zu of %zu client(s) get a grace of "
+           "one client_ttl (%llu ms) before they can expire",
+           (unsigned long long)gap_ms, (unsigned long long)svc->stall_ms, n, total,
+           (unsigned long long)svc->client_ttl_ms);
 }
 
 int mc_master_service_ping(mc_master_service *svc, mc_master_uuid client_id,
@@ -40,9 +72,13 @@ int mc_master_service_ping(mc_master_service *svc, mc_master_uuid client_id,
     for (size_t i = 0; i < svc->nclients; i++) {
         if (uuid_eq(svc->clients[i].id, client_id)) {
             /* a client past its deadline but not yet expired by tick must remount too:
-             * tick is about to drop its segments */
-            if (svc->clients[i].deadline > now) {
+             * tick is about to drop its segments. Except while the tick is overdue past
+             * the stall threshold: the master itself was stalled, this ping was queued
+             * meanwhile, and the tick that notices the stall will not expire a client
+             * that pinged (its deadline is extended here first). */
+            if (svc->clients[i].deadline > now || tick_overdue(svc, now)) {
                 svc->clients[i].deadline = now + svc->client_ttl_ms;
+                svc->clients[i].graced = false;
                 status = MC_MASTER_CLIENT_OK;
             }
             break;
@@ -73,6 +109,9 @@ void mc__seg_free(seg *s)
     free(s->strings);
     free(s);
 }
+
+static void unmount_mark_locked(mc_master_service *svc, seg *s);
+static void unmount_finish(mc_master_service *svc, uint32_t slot);
 
 static int mount_one(mc_master_service *svc, const mc_master_segment *d, mc_master_uuid client)
 {
@@ -135,7 +174,36 @@ static int mount_one(mc_master_service *svc, const mc_master_segment *d, mc_mast
     svc->segs[freeslot] = s;
     svc->nmounted++;
     cadd(&svc->capacity, s->capacity);
+    /* A segment of the same name and host mounted by another client belonged to a
+     * previous engine of that name on that host: the name (its metadata entries, or in
+     * P2P mode the bound port it is made of) now leads to the new engine, which took it
+     * over only after finding the old one gone. The old segment's replicas would be read
+     * from, and written to, the new process at the old addresses: unmount it now rather
+     * than at its client's expiry. Its client's expiry then names no segment, so
+     * --enable_metadata_cleanup_on_timeout does not delete the new owner's keys. An
+     * unknown host (empty host id) proves nothing: left alone. */
+    uint32_t stale[8], nstale = 0;
+    if (*s->host_id) {
+        for (uint32_t i = 0; i < svc->nslots && nstale < 8; i++) {
+            seg *o = svc->segs[i];
+            if (o && o != s && !o->unmounting && !uuid_eq(o->client, client) &&
+                o->name_hash == s->name_hash && !strcmp(o->name, s->name) &&
+                !strcmp(o->host_id, s->host_id)) {
+                mc_log(MC_LOG_WARN, TAG,
+                       "segment %s mounted by client %016llx%016llx from the same host as "
+                       "client %016llx%016llx's: unmounting the older one (a previous "
+                       "engine of that name)",
+                       s->name, (unsigned long long)client.first,
+                       (unsigned long long)client.second, (unsigned long long)o->client.first,
+                       (unsigned long long)o->client.second);
+                unmount_mark_locked(svc, o);
+                stale[nstale++] = i;
+            }
+        }
+    }
     pthread_rwlock_unlock(&svc->seg_lock);
+    for (uint32_t k = 0; k < nstale; k++)
+        unmount_finish(svc, stale[k]); /* without the table lock: it takes shard mutexes */
     return MC_OK;
 }
 

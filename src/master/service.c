@@ -88,6 +88,7 @@ int mc_master_service_create(const mc_master_config *cfg, mc_master_service **ou
     svc->client_ttl_ms = cfg->client_ttl_ms ? cfg->client_ttl_ms : cfg->client_ttl * 1000;
     svc->discard_ms = cfg->put_start_discard_timeout_sec * 1000;
     svc->release_ms = cfg->put_start_release_timeout_sec * 1000;
+    svc->stall_ms = cfg->stall_threshold_ms;
     svc->nshards = cfg->shard_count;
     svc->seed = mc_now_ns() ^ ((uint64_t)(uintptr_t)svc << 16);
     /* shards are cache-line aligned so two shards' mutexes never share a line */
@@ -115,6 +116,7 @@ int mc_master_service_create(const mc_master_config *cfg, mc_master_service **ou
     pthread_mutex_init(&svc->defer_mu, NULL);
     mc_list_init(&svc->deferred);
     svc->defer_min = UINT64_MAX;
+    atomic_init(&svc->last_tick, now_ms(svc));
     *out = svc;
     return MC_OK;
 }
@@ -171,8 +173,24 @@ static void sweep_soft_pins(mc_master_service *svc)
     }
 }
 
+/* The master's own stalls: the tick runs every few ms, so a gap since the end of the
+ * previous tick longer than stall_ms means this process did not run (SIGSTOP, a paused
+ * VM, swapping, a debugger). The clients' heartbeats sent meanwhile sit in the sockets
+ * and are read only now, after this tick: expiring by the deadlines would drop every
+ * live client. The gap is measured from the end of the previous tick, so a long tick
+ * (eviction, unmounts) is not mistaken for a stall. */
+static void notice_stall(mc_master_service *svc)
+{
+    if (!svc->stall_ms)
+        return;
+    uint64_t now = now_ms(svc), last = cget(&svc->last_tick);
+    if (now > last && now - last > svc->stall_ms)
+        mc__grace_clients(svc, now, now - last);
+}
+
 void mc_master_service_tick(mc_master_service *svc)
 {
+    notice_stall(svc); /* before expiry: it is what expiry must not act on */
     mc__defer_reap(svc, now_ms(svc));
     mc__expire_clients(svc, now_ms(svc));
     mc__release_stale_puts(svc);
@@ -184,4 +202,5 @@ void mc_master_service_tick(mc_master_service *svc)
                            svc->cfg.eviction_high_watermark_ratio * (double)cap;
     if (need || over)
         mc_master_service_evict(svc, 0);
+    atomic_store_explicit(&svc->last_tick, now_ms(svc), memory_order_relaxed);
 }

@@ -125,11 +125,24 @@ static int do_request(mc_metadata *md, const char *method, const char *key, cons
     return ret;
 }
 
-/* Maps an HTTP status that is not 200 to a status code. */
-static int map_status(long st, const body *resp, const char *method, const char *key)
+/* Maps an HTTP status that is not 200 to a status code. A 404 to a PUT is not a missing
+ * key (a metadata server stores any key it is given): the URL's path is not a metadata
+ * endpoint, typically http://host:port without /metadata. That is a configuration error
+ * (INVALID_PARAMS), logged naming the URL. */
+static int map_status(mc_metadata *md, long st, const body *resp, const char *method,
+                      const char *key)
 {
     switch (st) {
     case 404:
+        if (strcmp(method, "PUT") == 0) {
+            mc_log(MC_LOG_ERROR, TAG,
+                   "metadata server %s answered 404 Not Found to PUT %s: that URL is not a "
+                   "metadata endpoint. The HTTP metadata server (mooncake_master "
+                   "--enable_http_metadata_server, mooncake_http_metadata_server) serves the "
+                   "path /metadata: use http://HOST:PORT/metadata",
+                   md->conn.url, key);
+            return MC_INVALID_PARAMS;
+        }
         return MC_OBJECT_NOT_FOUND;
     case 400:
         if (resp->data && strstr(resp->data, "Duplicate"))
@@ -138,7 +151,8 @@ static int map_status(long st, const body *resp, const char *method, const char 
     case 413:
         return MC_BUFFER_OVERFLOW;
     default:
-        mc_log(MC_LOG_WARN, TAG, "%s %s: HTTP status %ld", method, key, st);
+        mc_log(MC_LOG_WARN, TAG, "%s %s on %s: HTTP status %ld", method, key, md->conn.url,
+               st);
         return MC_RPC_FAIL;
     }
 }
@@ -149,7 +163,7 @@ static int http_get(mc_metadata *md, const char *key, char **value, size_t *len)
     long st;
     int rc = do_request(md, "GET", key, NULL, 0, &resp, &st);
     if (rc == MC_OK && st != 200)
-        rc = map_status(st, &resp, "GET", key);
+        rc = map_status(md, st, &resp, "GET", key);
     if (rc != MC_OK) {
         free(resp.data);
         return rc;
@@ -169,7 +183,7 @@ static int http_put(mc_metadata *md, const char *key, const void *value, size_t 
     long st;
     int rc = do_request(md, "PUT", key, value ? value : "", len, &resp, &st);
     if (rc == MC_OK && st != 200)
-        rc = map_status(st, &resp, "PUT", key);
+        rc = map_status(md, st, &resp, "PUT", key);
     free(resp.data);
     return rc;
 }
@@ -180,7 +194,7 @@ static int http_del(mc_metadata *md, const char *key)
     long st;
     int rc = do_request(md, "DELETE", key, NULL, 0, &resp, &st);
     if (rc == MC_OK && st != 200)
-        rc = map_status(st, &resp, "DELETE", key);
+        rc = map_status(md, st, &resp, "DELETE", key);
     free(resp.data);
     return rc;
 }

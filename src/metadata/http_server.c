@@ -223,7 +223,10 @@ int mc_http_metadata_server_start(const char *host, uint16_t port,
                         .max_connections = o.max_connections,
                         .idle_timeout_s = o.idle_timeout_s,
                         .conn_memory_limit = 64 * 1024,
-                        .max_body = o.max_body_bytes};
+                        .max_body = o.max_body_bytes,
+                        /* the master / standalone tool reports a failed listen once,
+                         * naming its own port flag (logging here too printed it twice) */
+                        .caller_reports = true};
     int rc = mc_httpd_start(&ho, host, port, &s->httpd);
     if (rc != 0) {
         json_decref(s->store);

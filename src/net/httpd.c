@@ -233,8 +233,9 @@ int mc_httpd_start(const mc_httpd_opts *opts, const char *host, uint16_t port, m
         return fd;
     }
     if (fd < 0) {
-        mc_log(MC_LOG_ERROR, tag, "cannot listen on %s:%u for the %s: %s", host,
-               (unsigned)port, what, strerror(-fd));
+        mc_log(opts->caller_reports ? MC_LOG_DEBUG : MC_LOG_ERROR, tag,
+               "cannot listen on %s:%u for the %s: %s", host, (unsigned)port, what,
+               strerror(-fd));
         return fd;
     }
     /* pool workers all accept on it: a blocking accept would park one of them */

@@ -69,6 +69,8 @@ typedef struct mc_httpd_opts {
     size_t conn_memory_limit;  /* bytes per connection for headers; 0: default */
     uint64_t max_body;         /* largest kept body in bytes; 0: bodies are discarded
                                   without limit */
+    bool caller_reports;       /* a failed listen is logged at DEBUG only: the caller
+                                  reports it once, naming its own flags */
 } mc_httpd_opts;
 
 /* mc_httpd_start: listens on host:port (host NULL = "0.0.0.0"; port 0 = a free port,

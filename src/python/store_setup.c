@@ -277,8 +277,13 @@ PyMethodDef mcpy_setup_methods[] = {
       "handle of mooncake.engine.TransferEngine().get_engine() to share. The dict form "
       "takes the same names (values through str(); sizes like '16MB'; "
       "local_hostname and metadata_server required; defaults 16 MiB / 16 MiB, tcp, "
-      "127.0.0.1:50051). Returns 0 or a negative ErrorCode (-600 bad argument, -900 "
-      "master unreachable, ...). Unknown keywords raise TypeError naming them. "
+      "127.0.0.1:50051). Returns 0 or a negative ErrorCode (-600 bad argument, e.g. a "
+      "metadata URL without /metadata; -900 master or metadata server unreachable, the "
+      "log names the address and what to check; ...). Restarted under its old "
+      "local_hostname 'host:port', a client takes over its own stale metadata entries "
+      "when the previous owner provably is gone (same host id, its ports refuse "
+      "connections); a live owner under that name keeps it and setup returns -705. "
+      "Unknown keywords raise TypeError naming them. "
       "(upstream store_py.cpp setup / RealClient::setup_internal)"),
     MCPY_M("init_all", store_init_all,
       "init_all(protocol, device_name, mount_segment_size=16 MiB) -> int: legacy setup "

@@ -205,6 +205,104 @@ static int check_protocol(mc_te *te, const char *protocol)
     return MC_NOT_SUPPORTED;
 }
 
+/* ---- a stale name ---- */
+
+/* Whether something accepts connections on host:port. A refused connection is the only
+ * answer taken as "nobody there"; a timeout or any other error counts as alive (we cannot
+ * tell, so we do not take the name). */
+static bool port_answers(const char *host, int port)
+{
+    if (port <= 0 || port > 65535)
+        return false;
+    int fd = mc_sock_connect_tcp(host, (uint16_t)port, 1000);
+    if (fd >= 0) {
+        close(fd);
+        return true;
+    }
+    return fd != -ECONNREFUSED;
+}
+
+/* Called when publishing our rpc_meta found another value under our name (the metadata
+ * server keeps rpc_meta write-once). Takes the name over only when the entries provably
+ * belong to a dead engine of this same host (a process restarted under its old
+ * local_hostname after a crash, or before the master's cleanup ran):
+ *   1. the stale descriptor (ram/<name>) exists and carries our host id (machine id +
+ *      boot id): the previous owner ran on this machine since its last boot, so its
+ *      listeners would be reachable from here;
+ *   2. the previous owner is gone: its handshake port (from the stale rpc_meta) and its
+ *      data port (from the stale descriptor) both refuse connections, and its same-host
+ *      Unix socket (when it had one) does too. A port we hold ourselves counts as
+ *      refused (the owner cannot be listening on it).
+ * Then the stale rpc_meta is deleted and ours written (the descriptor is overwritten by
+ * the publish that follows). Otherwise OBJECT_ALREADY_EXISTS stays, with the reason:
+ * a live engine (or one we cannot prove dead, e.g. SIGSTOPped: its listeners still
+ * accept) keeps its name. Two processes restarted under one name at the same moment are
+ * not told apart (the metadata server has no compare-and-delete). */
+static int reclaim_stale_name(mc_te *te, const mc_rpc_meta *mine)
+{
+    const char *url = mc_metadata_conn_of(te->md)->url;
+    mc_rpc_meta old;
+    int rc = mc_metadata_get_rpc_meta(te->md, te->name, &old);
+    if (rc == MC_OBJECT_NOT_FOUND) /* gone meanwhile: try again once */
+        return mc_metadata_put_rpc_meta(te->md, te->name, mine);
+    if (rc != MC_OK)
+        return MC_OBJECT_ALREADY_EXISTS;
+    mc_segment_desc d;
+    rc = mc_metadata_get_segment(te->md, te->name, &d);
+    const char *why = NULL;
+    char whybuf[MC_SEGMENT_MAX_HOST_ID + MC_METADATA_MAX_HOST + 128];
+    if (rc != MC_OK) {
+        why = "its segment descriptor cannot be read, so its host is unknown";
+    } else if (!d.host_id || strcmp(d.host_id, te->host_id) != 0) {
+        snprintf(whybuf, sizeof whybuf, "it was registered from another host (host id %s)",
+                 d.host_id && *d.host_id ? d.host_id : "(none)");
+        why = whybuf;
+    } else {
+        bool alive = false;
+        int dport = d.tcp_data_port;
+        if (old.rpc_port != te->rpc_port && old.rpc_port != te->data_port &&
+            port_answers(old.ip_or_host_name, old.rpc_port))
+            alive = true;
+        if (!alive && dport != te->rpc_port && dport != te->data_port &&
+            port_answers(old.ip_or_host_name, dport))
+            alive = true;
+        if (!alive && d.shm_socket && *d.shm_socket &&
+            strcmp(d.shm_socket, te->shm_path) != 0) {
+            int fd = mc_sock_connect_unix(d.shm_socket, 1000);
+            if (fd >= 0) {
+                close(fd);
+                alive = true;
+            }
+        }
+        if (alive) {
+            snprintf(whybuf, sizeof whybuf,
+                     "its engine on this host is alive (handshake port %s:%u or data port "
+                     "%d answers)",
+                     old.ip_or_host_name, (unsigned)old.rpc_port, dport);
+            why = whybuf;
+        }
+    }
+    mc_segment_desc_deinit(&d); /* initialized by get_segment whatever it returned */
+    if (why) {
+        mc_log(MC_LOG_ERROR, TE_TAG,
+               "segment name %s is taken in the metadata server %s (rpc_meta %s:%u): %s. "
+               "Give this engine another local_hostname (host:port), stop the other one, or "
+               "delete the keys mooncake/rpc_meta/%s and mooncake/ram/%s (a master run with "
+               "--enable_metadata_cleanup_on_timeout deletes them when the client expires)",
+               te->name, url, old.ip_or_host_name, (unsigned)old.rpc_port, why, te->name,
+               te->name);
+        return MC_OBJECT_ALREADY_EXISTS;
+    }
+    mc_log(MC_LOG_WARN, TE_TAG,
+           "segment name %s: taking over the stale entries of a previous engine of this "
+           "host (rpc_meta %s:%u; its ports refuse connections: it is gone)",
+           te->name, old.ip_or_host_name, (unsigned)old.rpc_port);
+    rc = mc_metadata_remove_rpc_meta(te->md, te->name);
+    if (rc != MC_OK && rc != MC_OBJECT_NOT_FOUND)
+        return rc;
+    return mc_metadata_put_rpc_meta(te->md, te->name, mine);
+}
+
 int mc_te_initialize(mc_te *te, const char *local_hostname, const char *metadata_conn,
                      const char *protocol, const char *device)
 {
@@ -312,12 +410,15 @@ int mc_te_initialize(mc_te *te, const char *local_hostname, const char *metadata
     }
     te->initialized = true;
     if (!te->p2p) {
-        mc_rpc_meta meta = {.rpc_port = rpc_port};
-        snprintf(meta.ip_or_host_name, sizeof meta.ip_or_host_name, "%s", te->host);
+        mc_rpc_meta meta = mc__te_own_rpc_meta(te);
         rc = mc_metadata_put_rpc_meta(te->md, te->name, &meta);
-        if (rc != MC_OK) {
-            mc_log(MC_LOG_ERROR, TE_TAG, "publishing rpc_meta for %s failed: %s", te->name,
+        if (rc == MC_OBJECT_ALREADY_EXISTS)
+            rc = reclaim_stale_name(te, &meta); /* logs why when it refuses */
+        else if (rc != MC_OK)
+            mc_log(MC_LOG_ERROR, TE_TAG, "publishing rpc_meta for %s to the metadata server "
+                   "%s failed: %s", te->name, mc_metadata_conn_of(te->md)->url,
                    mc_strerror(rc));
+        if (rc != MC_OK) {
             te->initialized = false;
             goto fail;
         }

@@ -359,6 +359,7 @@ static inline uint64_t mc__te_now_ms(const mc_te *te)
 /* segment.c: publishes our descriptor (no-op put in P2P mode); a status code. Takes
  * publish_lock then desc_lock. */
 int mc__te_publish(mc_te *te);
+mc_rpc_meta mc__te_own_rpc_meta(const mc_te *te); /* segment.c: {host, handshake port} */
 
 /* segment.c: memfd-backed memory, registered (kind TE_REG_SHARED or _MANAGED_CHUNK) and
  * published with the shm flag. Returns a status code. */

@@ -26,8 +26,30 @@ static char *segment_key(mc_te *te)
     return k;
 }
 
+/* Our rpc_meta value: {host, handshake port}. */
+mc_rpc_meta mc__te_own_rpc_meta(const mc_te *te)
+{
+    mc_rpc_meta meta = {.rpc_port = (uint16_t)te->rpc_port};
+    snprintf(meta.ip_or_host_name, sizeof meta.ip_or_host_name, "%s", te->host);
+    return meta;
+}
+
 MC_API int mc_te_republish(mc_te *te)
 {
+    /* All of our metadata: a restarted metadata server (e.g. the one embedded in a
+     * restarted master) lost rpc_meta as well as the descriptor, and without rpc_meta a
+     * peer that has not cached our address cannot open our segment. Writing the same
+     * value again is accepted by the write-once rule ("metadata unchanged"). */
+    if (!te->p2p) {
+        mc_rpc_meta meta = mc__te_own_rpc_meta(te);
+        int rc = mc_metadata_put_rpc_meta(te->md, te->name, &meta);
+        if (rc != MC_OK) {
+            mc_log(MC_LOG_ERROR, TE_TAG, "republishing rpc_meta for %s to the metadata "
+                   "server %s failed: %s", te->name, mc_metadata_conn_of(te->md)->url,
+                   mc_strerror(rc));
+            return rc;
+        }
+    }
     return mc__te_publish(te);
 }
 

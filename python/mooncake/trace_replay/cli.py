@@ -4,10 +4,12 @@ import argparse
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 
 from . import models
 from .backends import (BackendUnavailable, RedisBackend, StoreBackend, check_store_importable,
@@ -214,6 +216,62 @@ def default_metrics_url(master: str) -> str:
     else:
         host = master.rpartition(":")[0] if ":" in master else master
     return f"http://{host or '127.0.0.1'}:{MASTER_METRICS_PORT}/metrics"
+
+
+def _split_host_port(addr: str, default_port: int | None = None):
+    """("host", port) of "host:port" / "[v6]:port"; port None when absent (and no
+    default)."""
+    if addr.startswith("["):
+        host, _, rest = addr[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    elif addr.count(":") == 1:
+        host, _, port = addr.partition(":")
+    else:
+        host, port = addr, ""
+    try:
+        return host or "127.0.0.1", int(port) if port else default_port
+    except ValueError:
+        return host, None
+
+
+def _no_answer(host: str, port: int | None, timeout: float = 3.0) -> str | None:
+    """None when host:port accepts a TCP connection, else why not."""
+    if port is None:
+        return "no port in the address"
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return None
+    except OSError as e:
+        return e.strerror or str(e)
+
+
+def _check_cluster_reachable(args):
+    """--master/--metadata: both must answer before anything else is read. Without this,
+    a dead master looked like an empty cluster: the metrics URL derived from --master
+    (the default port 9003) may belong to another master on that host, which holds no
+    memory or another pool. Raises BackendUnavailable naming the address and what to
+    check."""
+    host, port = _split_host_port(args.master, 50051)
+    why = _no_answer(host, port)
+    if why:
+        raise BackendUnavailable(
+            f"cannot reach mooncake_master at {args.master} (--master): {why}. Is it "
+            f"running, with --rpc_port={port} on that host? Nothing was read from "
+            f"{args.metrics_url or 'its metrics'}, which would describe another master if one "
+            "listens there")
+    u = urllib.parse.urlsplit(args.metadata)
+    if u.scheme in ("http", "https"):
+        try:
+            mport = u.port or (443 if u.scheme == "https" else 80)
+        except ValueError:
+            mport = None
+        why = _no_answer(u.hostname or "127.0.0.1", mport)
+        if why:
+            raise BackendUnavailable(
+                f"cannot reach the metadata server {args.metadata} (--metadata): {why}. Is "
+                f"mooncake_master running with --enable_http_metadata_server=1 and "
+                f"--http_metadata_server_port={mport} (or mooncake_http_metadata_server on "
+                "that port)?")
 
 
 def _pool_of_cluster(args, backend, meta):
@@ -619,6 +677,7 @@ def _start_backend(args, group, upstream_child):
         raise BackendUnavailable(f"--backend upstream loaded this package's mooncake.store "
                                  f"({mod}), not upstream's")
     if args.master:
+        _check_cluster_reachable(args)
         return (StoreBackend(args.master, args.metadata, args.metrics_url, label=label),
                 f"existing cluster, master {args.master}")
     master_bin = args.master_bin or find_tool("mooncake_master")
