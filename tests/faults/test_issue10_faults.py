@@ -88,7 +88,6 @@ def test_timed_out_get_says_why(cluster):
 # ---- 4: a master paused longer than client_ttl expires every live client -------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: 4 paused master expires live clients")
 def test_master_paused_longer_than_client_ttl_keeps_live_clients(cluster):
     ttl = 3
     c = cluster(f"--client_ttl={ttl}", nodes=1, segment=16 * MiB)
@@ -111,7 +110,6 @@ def test_master_paused_longer_than_client_ttl_keeps_live_clients(cluster):
 # ---- 5: remount republishes all of a segment's metadata; restart under the old name ---
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: 5 remount does not republish rpc_meta")
 def test_remount_after_master_restart_republishes_rpc_meta(cluster):
     c = cluster(nodes=1, segment=8 * MiB)
     seg = c.nodes[0].hostname
@@ -123,7 +121,6 @@ def test_remount_after_master_restart_republishes_rpc_meta(cluster):
         f"{rpc} was not republished after the master restart")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: 5 restart under the old name gets -705")
 def test_client_restarted_under_its_old_name_sets_up(cluster):
     c = cluster(nodes=0)
     port = harness._iconf.free_port()
@@ -251,7 +248,6 @@ print("RC", rc)
 """
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: 9 setup blames the transfer engine")
 def test_setup_without_master_names_the_metadata_server_and_master():
     md_port, m_port = harness._iconf.free_port(), harness._iconf.free_port()
     md, master = f"http://127.0.0.1:{md_port}/metadata", f"127.0.0.1:{m_port}"
@@ -262,7 +258,6 @@ def test_setup_without_master_names_the_metadata_server_and_master():
     assert "free port" not in out, f"setup blamed the transfer engine's port:\n{out}"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: 9 metadata URL without /metadata")
 def test_metadata_url_without_path_names_the_url(cluster):
     c = cluster(nodes=0)
     md = f"http://127.0.0.1:{c.sc.http_port}"  # no /metadata
@@ -299,7 +294,6 @@ def test_trace_replay_at_dead_master_names_it(tmp_path):
         f"mooncake_trace_replay at a dead master read another master's metrics:\n{out}")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: 9 metadata-port conflict printed twice")
 def test_metadata_port_conflict_is_reported_once():
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
