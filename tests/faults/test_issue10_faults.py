@@ -266,7 +266,6 @@ def test_metadata_url_without_path_names_the_url(cluster):
         assert md in out, f"setup with metadata {md} failed without naming it:\n{out}"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: 9 trace replay reads another master")
 def test_trace_replay_at_dead_master_names_it(tmp_path):
     # another master listens on the default metrics port 9003: in a network namespace of
     # our own, so that port is ours (and no one else's master is read by mistake)

@@ -256,9 +256,8 @@ def _check_cluster_reachable(args):
     if why:
         raise BackendUnavailable(
             f"cannot reach mooncake_master at {args.master} (--master): {why}. Is it "
-            f"running, with --rpc_port={port} on that host? Nothing was read from "
-            f"{args.metrics_url or 'its metrics'}, which would describe another master if one "
-            "listens there")
+            f"running, with --rpc_port={port} on that host? (Its metrics were not read: "
+            "they could belong to another master.)")
     u = urllib.parse.urlsplit(args.metadata)
     if u.scheme in ("http", "https"):
         try:
