@@ -724,8 +724,9 @@ int main(int argc, char **argv)
     } else {
         client_id = mc_ctl_random_uuid();
     }
+    int64_t conns = bench_opts.threads > 4 ? bench_opts.threads : 4;
     mc_master_client_opts o = {.rpc_timeout_ms = (uint32_t)rpc_timeout_ms,
-                               .max_conns = (uint32_t)(bench_opts.threads > 4 ? bench_opts.threads : 4)};
+                               .max_conns = (uint32_t)conns};
     int rc = mc_master_client_create(master_addr, &o, &cli);
     if (rc != MC_OK) {
         fprintf(stderr, "mooncake_master_ctl: cannot reach the master at %s: %s\n",

@@ -28,14 +28,10 @@ static PyObject *do_put(PyObject *o, PyObject *args, PyObject *kwds, const char 
                         put_fn call)
 {
     mcpy_store *self = (mcpy_store *)o;
-    mcpy_state *st = mcpy_state_of(o);
-    if (!st)
-        return NULL;
     static char *kw[] = {"key", "value", "config", NULL};
     PyObject *a_key, *a_val, *a_cfg = NULL;
-    char fmt[32];
-    snprintf(fmt, sizeof(fmt), "OO|O:%s", fn);
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kw, &a_key, &a_val, &a_cfg))
+    mcpy_state *st = mcpy_method_args(o, args, kwds, "OO|O", fn, kw, &a_key, &a_val, &a_cfg);
+    if (!st)
         return NULL;
     mc_store_key key;
     Py_buffer view;
@@ -164,14 +160,10 @@ static PyObject *do_put_batch(PyObject *o, PyObject *args, PyObject *kwds, const
                               batch_put_fn call)
 {
     mcpy_store *self = (mcpy_store *)o;
-    mcpy_state *st = mcpy_state_of(o);
-    if (!st)
-        return NULL;
     static char *kw[] = {"keys", "values", "config", NULL};
     PyObject *a_keys, *a_vals, *a_cfg = NULL;
-    char fmt[32];
-    snprintf(fmt, sizeof(fmt), "OO|O:%s", fn);
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kw, &a_keys, &a_vals, &a_cfg))
+    mcpy_state *st = mcpy_method_args(o, args, kwds, "OO|O", fn, kw, &a_keys, &a_vals, &a_cfg);
+    if (!st)
         return NULL;
     mcpy_keys keys;
     if (mcpy_keys_from(a_keys, fn, "keys", &keys) < 0)
@@ -258,14 +250,11 @@ static PyObject *do_put_from(PyObject *o, PyObject *args, PyObject *kwds, const 
                              put_fn call)
 {
     mcpy_store *self = (mcpy_store *)o;
-    mcpy_state *st = mcpy_state_of(o);
-    if (!st)
-        return NULL;
     static char *kw[] = {"key", "buffer_ptr", "size", "config", NULL};
     PyObject *a_key, *a_ptr, *a_size, *a_cfg = NULL;
-    char fmt[32];
-    snprintf(fmt, sizeof(fmt), "OOO|O:%s", fn);
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kw, &a_key, &a_ptr, &a_size, &a_cfg))
+    mcpy_state *st = mcpy_method_args(o, args, kwds, "OOO|O", fn, kw, &a_key, &a_ptr, &a_size,
+                                      &a_cfg);
+    if (!st)
         return NULL;
     mc_store_key key;
     uint64_t ptr, size;
@@ -303,15 +292,13 @@ static PyObject *store_upsert_from(PyObject *o, PyObject *a, PyObject *k)
 static PyObject *store_put_from_with_metadata(PyObject *o, PyObject *args, PyObject *kwds)
 {
     mcpy_store *self = (mcpy_store *)o;
-    mcpy_state *st = mcpy_state_of(o);
-    if (!st)
-        return NULL;
     static const char *fn = "put_from_with_metadata";
     static char *kw[] = {"key", "buffer_ptr", "metadata_buffer_ptr", "size", "metadata_size",
                          "config", NULL};
     PyObject *a_key, *a_ptr, *a_mptr, *a_size, *a_msize, *a_cfg = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO|O:put_from_with_metadata", kw, &a_key,
-                                     &a_ptr, &a_mptr, &a_size, &a_msize, &a_cfg))
+    mcpy_state *st = mcpy_method_args(o, args, kwds, "OOOOO|O", fn, kw, &a_key, &a_ptr, &a_mptr,
+                                      &a_size, &a_msize, &a_cfg);
+    if (!st)
         return NULL;
     mc_store_key key;
     uint64_t ptr, mptr, size, msize;
@@ -341,14 +328,11 @@ static PyObject *do_batch_put_from(PyObject *o, PyObject *args, PyObject *kwds,
                                    const char *fn, batch_put_fn call)
 {
     mcpy_store *self = (mcpy_store *)o;
-    mcpy_state *st = mcpy_state_of(o);
-    if (!st)
-        return NULL;
     static char *kw[] = {"keys", "buffer_ptrs", "sizes", "config", NULL};
     PyObject *a_keys, *a_ptrs, *a_sizes, *a_cfg = NULL;
-    char fmt[40];
-    snprintf(fmt, sizeof(fmt), "OOO|O:%s", fn);
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kw, &a_keys, &a_ptrs, &a_sizes, &a_cfg))
+    mcpy_state *st = mcpy_method_args(o, args, kwds, "OOO|O", fn, kw, &a_keys, &a_ptrs, &a_sizes,
+                                      &a_cfg);
+    if (!st)
         return NULL;
     mcpy_keys keys;
     uint64_t *ptrs = NULL, *sizes = NULL;
@@ -405,14 +389,12 @@ static PyObject *store_batch_put_from_multi_buffers(PyObject *o, PyObject *args,
                                                     PyObject *kwds)
 {
     mcpy_store *self = (mcpy_store *)o;
-    mcpy_state *st = mcpy_state_of(o);
-    if (!st)
-        return NULL;
     static const char *fn = "batch_put_from_multi_buffers";
     static char *kw[] = {"keys", "all_buffer_ptrs", "all_sizes", "config", NULL};
     PyObject *a_keys, *a_ptrs, *a_sizes, *a_cfg = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|O:batch_put_from_multi_buffers", kw,
-                                     &a_keys, &a_ptrs, &a_sizes, &a_cfg))
+    mcpy_state *st = mcpy_method_args(o, args, kwds, "OOO|O", fn, kw, &a_keys, &a_ptrs, &a_sizes,
+                                      &a_cfg);
+    if (!st)
         return NULL;
     mcpy_rc rc;
     if (mcpy_rc_from(st, a_cfg, fn, &rc) < 0)
