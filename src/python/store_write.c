@@ -53,16 +53,6 @@ static PyObject *do_put(PyObject *o, PyObject *args, PyObject *kwds, const char 
     return PyLong_FromLong(r);
 }
 
-static PyObject *store_put(PyObject *o, PyObject *a, PyObject *k)
-{
-    return do_put(o, a, k, "put", mc_store_put);
-}
-
-static PyObject *store_upsert(PyObject *o, PyObject *a, PyObject *k)
-{
-    return do_put(o, a, k, "upsert", mc_store_upsert);
-}
-
 /* put_parts(key, *parts, config=ReplicateConfig()) / upsert_parts. */
 static PyObject *do_put_parts(PyObject *o, PyObject *args, PyObject *kwds, const char *fn,
                               parts_fn call)
@@ -145,16 +135,6 @@ out:
     return ret;
 }
 
-static PyObject *store_put_parts(PyObject *o, PyObject *a, PyObject *k)
-{
-    return do_put_parts(o, a, k, "put_parts", mc_store_put_parts);
-}
-
-static PyObject *store_upsert_parts(PyObject *o, PyObject *a, PyObject *k)
-{
-    return do_put_parts(o, a, k, "upsert_parts", mc_store_upsert_parts);
-}
-
 /* put_batch(keys, values, config) / upsert_batch: one int, 0 or the first error. */
 static PyObject *do_put_batch(PyObject *o, PyObject *args, PyObject *kwds, const char *fn,
                               batch_put_fn call)
@@ -235,16 +215,6 @@ out:
     return ret;
 }
 
-static PyObject *store_put_batch(PyObject *o, PyObject *a, PyObject *k)
-{
-    return do_put_batch(o, a, k, "put_batch", mc_store_batch_put_from);
-}
-
-static PyObject *store_upsert_batch(PyObject *o, PyObject *a, PyObject *k)
-{
-    return do_put_batch(o, a, k, "upsert_batch", mc_store_batch_upsert_from);
-}
-
 /* put_from(key, buffer_ptr, size, config) / upsert_from: raw memory. */
 static PyObject *do_put_from(PyObject *o, PyObject *args, PyObject *kwds, const char *fn,
                              put_fn call)
@@ -275,16 +245,6 @@ static PyObject *do_put_from(PyObject *o, PyObject *args, PyObject *kwds, const 
     }
     mcpy_rc_clear(&rc);
     return PyLong_FromLong(r);
-}
-
-static PyObject *store_put_from(PyObject *o, PyObject *a, PyObject *k)
-{
-    return do_put_from(o, a, k, "put_from", mc_store_put);
-}
-
-static PyObject *store_upsert_from(PyObject *o, PyObject *a, PyObject *k)
-{
-    return do_put_from(o, a, k, "upsert_from", mc_store_upsert);
 }
 
 /* put_from_with_metadata(key, buffer_ptr, metadata_buffer_ptr, size, metadata_size,
@@ -375,16 +335,6 @@ out:
     return ret;
 }
 
-static PyObject *store_batch_put_from(PyObject *o, PyObject *a, PyObject *k)
-{
-    return do_batch_put_from(o, a, k, "batch_put_from", mc_store_batch_put_from);
-}
-
-static PyObject *store_batch_upsert_from(PyObject *o, PyObject *a, PyObject *k)
-{
-    return do_batch_put_from(o, a, k, "batch_upsert_from", mc_store_batch_upsert_from);
-}
-
 static PyObject *store_batch_put_from_multi_buffers(PyObject *o, PyObject *args,
                                                     PyObject *kwds)
 {
@@ -436,6 +386,27 @@ out:
     PyMem_Free(sres);
     return ret;
 }
+
+/* ---- the methods: one row per Python method (name, shared body, C call) ---- */
+#define MCPY_WRITE_TABLE(X)                                                                \
+    X(put, do_put, mc_store_put)                                                           \
+    X(upsert, do_put, mc_store_upsert)                                                     \
+    X(put_parts, do_put_parts, mc_store_put_parts)                                         \
+    X(upsert_parts, do_put_parts, mc_store_upsert_parts)                                   \
+    X(put_batch, do_put_batch, mc_store_batch_put_from)                                    \
+    X(upsert_batch, do_put_batch, mc_store_batch_upsert_from)                              \
+    X(put_from, do_put_from, mc_store_put)                                                 \
+    X(upsert_from, do_put_from, mc_store_upsert)                                           \
+    X(batch_put_from, do_batch_put_from, mc_store_batch_put_from)                          \
+    X(batch_upsert_from, do_batch_put_from, mc_store_batch_upsert_from)
+
+#define MCPY__WRITE(NAME, BODY, CALL)                                                      \
+    static PyObject *store_##NAME(PyObject *o, PyObject *a, PyObject *k)                   \
+    {                                                                                      \
+        return BODY(o, a, k, #NAME, CALL);                                                 \
+    }
+MCPY_WRITE_TABLE(MCPY__WRITE)
+#undef MCPY__WRITE
 
 PyMethodDef mcpy_write_methods[] = {
     MCPY_M("put", store_put,
