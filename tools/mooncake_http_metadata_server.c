@@ -15,6 +15,7 @@
 #include "mooncake/log.h"
 #include "mooncake/metadata.h"
 #include "mooncake/options.h"
+#include "tool_util.h"
 
 static int64_t port;
 static char *host;
@@ -63,28 +64,16 @@ int main(int argc, char **argv)
     /* Block the stop signals before any thread starts, so that they all inherit the mask
      * and only sigwait below receives them. */
     sigset_t stop;
-    sigemptyset(&stop);
-    sigaddset(&stop, SIGINT);
-    sigaddset(&stop, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    mc_tool_block_stop_signals(&stop);
 
     mc_http_metadata_server_opts o = {
         .max_body_bytes = max_body, .max_total_bytes = max_total, .threads = (unsigned)threads};
     mc_http_metadata_server *srv = NULL;
     int rc = mc_http_metadata_server_start(host, (uint16_t)port, &o, &srv);
-    if (rc == -ENOENT) {
-        fprintf(stderr, "%s: invalid address '%s' for --host: not an IP address or a host "
-                        "name that resolves\n",
-                argv[0], host);
-        mc_options_free(options, N_OPTIONS);
-        return 2;
-    }
     if (rc != 0) {
-        fprintf(stderr, "%s: cannot listen on %s:%lld: %s\n", argv[0], host, (long long)port,
-                strerror(-rc));
+        int code = mc_tool_listen_failed(argv[0], "host", host, "port", (long long)port, rc);
         mc_options_free(options, N_OPTIONS);
-        return 1;
+        return code;
     }
     printf("mooncake_http_metadata_server listening on %s:%u\n", host,
            (unsigned)mc_http_metadata_server_port(srv));

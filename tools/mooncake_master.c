@@ -32,6 +32,7 @@
 #include "mooncake/mc_time.h"
 #include "mooncake/metadata.h"
 #include "mooncake/options.h"
+#include "tool_util.h"
 
 #define TAG "master"
 #define TICK_MS 10 /* period of the service tick (housekeeping), ms */
@@ -253,34 +254,6 @@ static int duration_flag(const char *prog, const char *name, const char *text, u
 /* --enable_metadata_cleanup_on_timeout: the service's on_client_expired hook. The server
  * is published once it listens; the hook runs on the tick thread, which stops (with the
  * RPC server) before the metadata server is destroyed. */
-/* Reports a listener that could not start (rc: -errno from the server's start) and
- * returns the exit status: 2 when the host flag's value is not an address (the net
- * layer's -ENOENT for a name that does not resolve, -EINVAL for one getaddrinfo
- * refuses), else 1. */
-static int listen_failed(const char *prog, const char *host_flag, const char *host,
-                         const char *port_flag, long long port, int rc)
-{
-    if (rc == -ENOENT || rc == -EINVAL) {
-        fprintf(stderr,
-                "%s: invalid address '%s' for --%s: not an IP address or a host name that "
-                "resolves\n",
-                prog, host, host_flag);
-        return 2;
-    }
-    if (rc == -EADDRNOTAVAIL)
-        fprintf(stderr, "%s: cannot listen on %s (--%s): not an address of this machine\n",
-                prog, host, host_flag);
-    else if (rc == -EADDRINUSE)
-        fprintf(stderr,
-                "%s: cannot listen on %s:%lld (--%s, --%s): %s: another process (another "
-                "mooncake_master?) holds that port; stop it or pass another --%s\n",
-                prog, host, port, host_flag, port_flag, strerror(-rc), port_flag);
-    else
-        fprintf(stderr, "%s: cannot listen on %s:%lld (--%s, --%s): %s\n", prog, host, port,
-                host_flag, port_flag, strerror(-rc));
-    return 1;
-}
-
 static _Atomic(mc_http_metadata_server *) cleanup_md;
 
 static void remove_md_key(mc_http_metadata_server *md, char *key, mc_master_uuid client)
@@ -405,11 +378,7 @@ int main(int argc, char **argv)
     /* Block the stop signals before any thread starts: every thread inherits the mask and
      * only the sigtimedwait below receives them. */
     sigset_t stop;
-    sigemptyset(&stop);
-    sigaddset(&stop, SIGINT);
-    sigaddset(&stop, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    mc_tool_block_stop_signals(&stop);
 
     int rc = mc_master_service_create(&cfg, &svc);
     if (rc != MC_OK) {
@@ -423,20 +392,20 @@ int main(int argc, char **argv)
                                     .tick_ms = TICK_MS};
     rc = mc_master_rpc_server_start(svc, &ro, &rpc);
     if (rc != 0) {
-        exit_code = listen_failed(prog, "rpc_address", rpc_address, "rpc_port",
+        exit_code = mc_tool_listen_failed(prog, "rpc_address", rpc_address, "rpc_port",
                                   (long long)rpc_port, rc);
         goto out;
     }
     rc = mc_master_admin_start(svc, rpc, metrics_host, (uint16_t)metrics_port, &admin);
     if (rc != 0) {
-        exit_code = listen_failed(prog, "metrics_host", metrics_host, "metrics_port",
+        exit_code = mc_tool_listen_failed(prog, "metrics_host", metrics_host, "metrics_port",
                                   (long long)metrics_port, rc);
         goto out;
     }
     if (enable_http_md) {
         rc = mc_http_metadata_server_start(http_md_host, (uint16_t)http_md_port, NULL, &md);
         if (rc != 0) {
-            exit_code = listen_failed(prog, "http_metadata_server_host", http_md_host,
+            exit_code = mc_tool_listen_failed(prog, "http_metadata_server_host", http_md_host,
                                       "http_metadata_server_port", (long long)http_md_port, rc);
             goto out;
         }

@@ -6,7 +6,8 @@
  *                                                    it is, else taken as a string)
  *   mooncake_master_ctl [--master=H:P]               JSON commands on stdin, one per line;
  *                                                    one JSON result per line on stdout
- *   mooncake_master_ctl [--master=H:P] bench ...     metadata throughput (bench/)
+ *   mooncake_master_ctl [--master=H:P] bench ...     metadata throughput (bench/;
+ *                                                    master_ctl_bench.c)
  *
  * Commands (a JSON array: name, then arguments). KEY is a JSON string (NUL allowed as
  * \u0000) or {"hex": "6b6579"} for arbitrary bytes; KEYS an array of KEY; UUID a
@@ -32,7 +33,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,14 +45,12 @@
 #include "mooncake/mc_time.h"
 #include "mooncake/options.h"
 #include "rpc/master_rpcs.h"
+#include "master_ctl.h"
 
 static char *master_addr;
 static char *client_id_text;
 static int64_t rpc_timeout_ms;
-/* bench */
-static char *bench_op;
-static int64_t bench_batch, bench_threads, bench_keys, bench_value_size;
-static double bench_seconds;
+static mc_ctl_bench_opts bench_opts; /* the bench flags (master_ctl_bench.c) */
 
 static const mc_option options[] = {
     {.name = "master", .alias = "master_server_addr", .type = MC_OPT_STRING,
@@ -63,17 +61,17 @@ static const mc_option options[] = {
     {.name = "rpc_timeout_ms", .type = MC_OPT_INT, .target = &rpc_timeout_ms, .def = "0",
      .bounded = true, .min = 0, .max = 86400000, .unit = "ms",
      .help = "per-call deadline (0: MC_RPC_TIMEOUT_MS or 30000)"},
-    {.name = "op", .type = MC_OPT_STRING, .target = &bench_op, .def = "put",
+    {.name = "op", .type = MC_OPT_STRING, .target = &bench_opts.op, .def = "put",
      .help = "bench: put (put_start+put_end pairs) or get (get_replica_list)"},
-    {.name = "batch", .type = MC_OPT_INT, .target = &bench_batch, .def = "1", .bounded = true,
+    {.name = "batch", .type = MC_OPT_INT, .target = &bench_opts.batch, .def = "1", .bounded = true,
      .min = 1, .max = 65536, .help = "bench: keys per call (1 = the single-key RPCs)"},
-    {.name = "threads", .type = MC_OPT_INT, .target = &bench_threads, .def = "1",
+    {.name = "threads", .type = MC_OPT_INT, .target = &bench_opts.threads, .def = "1",
      .bounded = true, .min = 1, .max = 64, .help = "bench: client threads"},
-    {.name = "seconds", .type = MC_OPT_DOUBLE, .target = &bench_seconds, .def = "2",
+    {.name = "seconds", .type = MC_OPT_DOUBLE, .target = &bench_opts.seconds, .def = "2",
      .bounded = true, .min = 0.1, .max = 3600, .unit = "s", .help = "bench: duration"},
-    {.name = "keys", .type = MC_OPT_INT, .target = &bench_keys, .def = "100000",
+    {.name = "keys", .type = MC_OPT_INT, .target = &bench_opts.keys, .def = "100000",
      .bounded = true, .min = 1, .max = 100000000, .help = "bench get: objects read from"},
-    {.name = "value_size", .type = MC_OPT_INT, .target = &bench_value_size, .def = "64",
+    {.name = "value_size", .type = MC_OPT_INT, .target = &bench_opts.value_size, .def = "64",
      .bounded = true, .min = 0, .max = 1 << 30, .unit = "bytes",
      .help = "bench: object size given to put_start"},
 };
@@ -144,6 +142,15 @@ typedef struct keyarr {
     size_t n;
 } keyarr;
 
+static void keys_free(keyarr *ka)
+{
+    for (size_t i = 0; i < ka->n; i++)
+        key_free(&ka->bufs[i]);
+    free(ka->keys);
+    free(ka->bufs);
+}
+
+/* Fills *ka from a JSON array of KEY; false (nothing left to free) when j is not one. */
 static bool keys_from_json(json_t *j, keyarr *ka)
 {
     memset(ka, 0, sizeof *ka);
@@ -155,6 +162,7 @@ static bool keys_from_json(json_t *j, keyarr *ka)
     for (size_t i = 0; i < n; i++) {
         if (!key_from_json(json_array_get(j, i), &ka->bufs[i])) {
             ka->n = i;
+            keys_free(ka);
             return false;
         }
         ka->keys[i].data = ka->bufs[i].data;
@@ -162,14 +170,6 @@ static bool keys_from_json(json_t *j, keyarr *ka)
     }
     ka->n = n;
     return true;
-}
-
-static void keys_free(keyarr *ka)
-{
-    for (size_t i = 0; i < ka->n; i++)
-        key_free(&ka->bufs[i]);
-    free(ka->keys);
-    free(ka->bufs);
 }
 
 static json_t *key_to_json(const void *data, size_t len)
@@ -189,7 +189,7 @@ static json_t *key_to_json(const void *data, size_t len)
     return o;
 }
 
-static mc_master_uuid random_uuid(void)
+mc_master_uuid mc_ctl_random_uuid(void)
 {
     mc_master_uuid u = {0, 0};
     if (getrandom(&u, sizeof u, 0) != (ssize_t)sizeof u) {
@@ -314,7 +314,7 @@ static bool seg_from_json(json_t *j, mc_master_segment *s)
         if (!uuid_from_json(id, &s->id))
             return false;
     } else {
-        s->id = random_uuid();
+        s->id = mc_ctl_random_uuid();
     }
     s->name = json_string_value(json_object_get(j, "name"));
     s->base = (uint64_t)json_integer_value(json_object_get(j, "base"));
@@ -467,7 +467,9 @@ static json_t *cmd_BATCH_START(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
     const mc_master_put_config *cfg;
     if (!json_is_array(a2) || !cfg_from_json(a3, &cb, &cfg))
         return err("batch_put_start KEYS SIZES CFG?");
-    if (!keys_from_json(a1, &ka) || json_array_size(a2) != ka.n) {
+    if (!keys_from_json(a1, &ka))
+        return err("batch_put_start KEYS SIZES CFG? (as many sizes as keys)");
+    if (json_array_size(a2) != ka.n) {
         keys_free(&ka);
         return err("batch_put_start KEYS SIZES CFG? (as many sizes as keys)");
     }
@@ -495,26 +497,58 @@ static json_t *cmd_BATCH_START(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
     return r;
 }
 
-static json_t *cmd_BATCH_KEY(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
+/* The commands that take KEYS (and FORCE for batch_remove) and give one int per key:
+ * batch_{put,upsert}_{end,revoke} ("statuses"), batch_exist ("results": 1 / 0 / a code),
+ * batch_remove ("statuses"). */
+static json_t *keys_ints(uint16_t op, json_t *a1, json_t *a2, const char *usage)
 {
-    (void)a2, (void)a3;
-    bkfn fn = op == MC_MASTER_RPC_OPCODE_BATCH_PUT_END ? mc_master_client_batch_put_end
-              : op == MC_MASTER_RPC_OPCODE_BATCH_PUT_REVOKE
-                  ? mc_master_client_batch_put_revoke
-              : op == MC_MASTER_RPC_OPCODE_BATCH_UPSERT_END
-                  ? mc_master_client_batch_upsert_end
-                  : mc_master_client_batch_upsert_revoke;
     keyarr ka;
-    if (!keys_from_json(a1, &ka)) {
-        keys_free(&ka);
-        return err("expected KEYS");
-    }
+    if (!keys_from_json(a1, &ka))
+        return err(usage);
     int *st = mc_xcalloc(ka.n ? ka.n : 1, sizeof *st);
-    json_t *r = result(fn(cli, client_id, ka.keys, ka.n, st));
-    json_object_set_new(r, "statuses", statuses_json(st, ka.n));
+    const char *field = "statuses";
+    int rc;
+    switch (op) {
+    case MC_MASTER_RPC_OPCODE_BATCH_EXIST_KEY:
+        rc = mc_master_client_batch_exist_key(cli, ka.keys, ka.n, st);
+        field = "results";
+        break;
+    case MC_MASTER_RPC_OPCODE_BATCH_REMOVE:
+        rc = mc_master_client_batch_remove(cli, ka.keys, ka.n, json_is_true(a2), st);
+        break;
+    default: {
+        bkfn fn = op == MC_MASTER_RPC_OPCODE_BATCH_PUT_END ? mc_master_client_batch_put_end
+                  : op == MC_MASTER_RPC_OPCODE_BATCH_PUT_REVOKE
+                      ? mc_master_client_batch_put_revoke
+                  : op == MC_MASTER_RPC_OPCODE_BATCH_UPSERT_END
+                      ? mc_master_client_batch_upsert_end
+                      : mc_master_client_batch_upsert_revoke;
+        rc = fn(cli, client_id, ka.keys, ka.n, st);
+    }
+    }
+    json_t *r = result(rc);
+    json_object_set_new(r, field, statuses_json(st, ka.n));
     free(st);
     keys_free(&ka);
     return r;
+}
+
+static json_t *cmd_BATCH_KEY(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
+{
+    (void)a2, (void)a3;
+    return keys_ints(op, a1, NULL, "expected KEYS");
+}
+
+static json_t *cmd_BATCH_EXIST(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
+{
+    (void)a2, (void)a3;
+    return keys_ints(op, a1, NULL, "batch_exist KEYS");
+}
+
+static json_t *cmd_BATCH_REMOVE(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
+{
+    (void)a3;
+    return keys_ints(op, a1, a2, "batch_remove KEYS FORCE?");
 }
 
 static json_t *cmd_GET(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
@@ -536,10 +570,8 @@ static json_t *cmd_BATCH_GET(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
 {
     (void)op, (void)a2, (void)a3;
     keyarr ka;
-    if (!keys_from_json(a1, &ka)) {
-        keys_free(&ka);
+    if (!keys_from_json(a1, &ka))
         return err("batch_get KEYS");
-    }
     mc_master_replica_list *outs = mc_xcalloc(ka.n ? ka.n : 1, sizeof *outs);
     int *st = mc_xcalloc(ka.n ? ka.n : 1, sizeof *st);
     json_t *r = result(mc_master_client_batch_get_replica_list(cli, ka.keys, ka.n, outs, st));
@@ -592,22 +624,6 @@ static json_t *cmd_EXIST(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
     return r;
 }
 
-static json_t *cmd_BATCH_EXIST(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
-{
-    (void)op, (void)a2, (void)a3;
-    keyarr ka;
-    if (!keys_from_json(a1, &ka)) {
-        keys_free(&ka);
-        return err("batch_exist KEYS");
-    }
-    int *res = mc_xcalloc(ka.n ? ka.n : 1, sizeof *res);
-    json_t *r = result(mc_master_client_batch_exist_key(cli, ka.keys, ka.n, res));
-    json_object_set_new(r, "results", statuses_json(res, ka.n));
-    free(res);
-    keys_free(&ka);
-    return r;
-}
-
 static json_t *cmd_REMOVE(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
 {
     (void)op, (void)a3;
@@ -617,22 +633,6 @@ static json_t *cmd_REMOVE(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
     int rc = mc_master_client_remove(cli, k.data, k.len, json_is_true(a2));
     key_free(&k);
     return result(rc);
-}
-
-static json_t *cmd_BATCH_REMOVE(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
-{
-    (void)op, (void)a3;
-    keyarr ka;
-    if (!keys_from_json(a1, &ka)) {
-        keys_free(&ka);
-        return err("batch_remove KEYS FORCE?");
-    }
-    int *st = mc_xcalloc(ka.n ? ka.n : 1, sizeof *st);
-    json_t *r = result(mc_master_client_batch_remove(cli, ka.keys, ka.n, json_is_true(a2), st));
-    json_object_set_new(r, "statuses", statuses_json(st, ka.n));
-    free(st);
-    keys_free(&ka);
-    return r;
 }
 
 static json_t *count_result(int rc, uint64_t count)
@@ -698,7 +698,7 @@ static json_t *run(json_t *cmd)
     return err("unknown command");
 }
 
-static void emit(json_t *r)
+void mc_ctl_emit(json_t *r)
 {
     char *s = json_dumps(r, JSON_COMPACT | JSON_ENSURE_ASCII);
     json_decref(r);
@@ -706,203 +706,6 @@ static void emit(json_t *r)
     fputc('\n', stdout);
     fflush(stdout);
     free(s);
-}
-
-/* ---- bench ---- */
-
-typedef struct bench_thread {
-    pthread_t th;
-    unsigned idx;
-    uint64_t deadline_ms;
-    uint64_t calls, items, failures;
-} bench_thread;
-
-/* "bench/<tid>/<16 hex digits>" without printf (cheap: the bench shares the CPUs with
- * the master it measures). */
-static void key_name(char *buf, size_t len, unsigned tid, uint64_t i)
-{
-    static const char hx[] = "0123456789abcdef";
-    MC_ASSERT(len >= 32);
-    memcpy(buf, "bench/", 6);
-    char *p = buf + 6;
-    char t[12];
-    int n = 0;
-    do {
-        t[n++] = (char)('0' + tid % 10);
-        tid /= 10;
-    } while (tid && n < 10);
-    while (n)
-        *p++ = t[--n];
-    *p++ = '/';
-    for (int k = 15; k >= 0; k--)
-        *p++ = hx[(i >> (4 * k)) & 15];
-    *p = '\0';
-}
-
-#define KEY_LEN 40
-
-static void *bench_put(void *arg)
-{
-    bench_thread *t = arg;
-    size_t b = (size_t)bench_batch;
-    char *names = mc_xmalloc(b * KEY_LEN);
-    mc_master_key *keys = mc_xmalloc(b * sizeof *keys);
-    uint64_t *sizes = mc_xmalloc(b * sizeof *sizes);
-    mc_master_replica_list *outs = mc_xmalloc(b * sizeof *outs);
-    int *st = mc_xmalloc(b * sizeof *st);
-    uint64_t seq = 0;
-    while (mc_now_ms() < t->deadline_ms) {
-        for (size_t i = 0; i < b; i++) {
-            key_name(names + i * KEY_LEN, KEY_LEN, t->idx, seq++);
-            keys[i].data = names + i * KEY_LEN;
-            keys[i].len = strlen(names + i * KEY_LEN);
-            sizes[i] = (uint64_t)bench_value_size;
-        }
-        if (b == 1) {
-            int rc = mc_master_client_put_start(cli, client_id, keys[0].data, keys[0].len,
-                                                sizes[0], NULL, &outs[0]);
-            if (rc == MC_OK)
-                rc = mc_master_client_put_end(cli, client_id, keys[0].data, keys[0].len);
-            t->failures += rc != MC_OK;
-        } else {
-            mc_master_client_batch_put_start(cli, client_id, keys, sizes, b, NULL, outs, st);
-            size_t ok = 0;
-            for (size_t i = 0; i < b; i++)
-                if (st[i] == MC_OK)
-                    keys[ok++] = keys[i];
-                else
-                    t->failures++;
-            mc_master_client_batch_put_end(cli, client_id, keys, ok, st);
-            for (size_t i = 0; i < ok; i++)
-                t->failures += st[i] != MC_OK;
-        }
-        t->calls++;
-        t->items += b;
-    }
-    free(names);
-    free(keys);
-    free(sizes);
-    free(outs);
-    free(st);
-    return NULL;
-}
-
-static void *bench_get(void *arg)
-{
-    bench_thread *t = arg;
-    size_t b = (size_t)bench_batch;
-    char *names = mc_xmalloc(b * KEY_LEN);
-    mc_master_key *keys = mc_xmalloc(b * sizeof *keys);
-    mc_master_replica_list *outs = mc_xmalloc(b * sizeof *outs);
-    int *st = mc_xmalloc(b * sizeof *st);
-    uint64_t x = 0x9e3779b97f4a7c15ull * (t->idx + 1);
-    while (mc_now_ms() < t->deadline_ms) {
-        for (size_t i = 0; i < b; i++) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            key_name(names + i * KEY_LEN, KEY_LEN, 0, x % (uint64_t)bench_keys);
-            keys[i].data = names + i * KEY_LEN;
-            keys[i].len = strlen(names + i * KEY_LEN);
-        }
-        if (b == 1) {
-            int rc = mc_master_client_get_replica_list(cli, keys[0].data, keys[0].len, &outs[0]);
-            t->failures += rc != MC_OK;
-        } else {
-            mc_master_client_batch_get_replica_list(cli, keys, b, outs, st);
-            for (size_t i = 0; i < b; i++)
-                t->failures += st[i] != MC_OK;
-        }
-        t->calls++;
-        t->items += b;
-    }
-    free(names);
-    free(keys);
-    free(outs);
-    free(st);
-    return NULL;
-}
-
-/* Fills keys bench/0/0 .. bench/0/(keys-1) for the get bench. */
-static int bench_fill(void)
-{
-    size_t b = 1024;
-    char *names = mc_xmalloc(b * KEY_LEN);
-    mc_master_key *keys = mc_xmalloc(b * sizeof *keys);
-    uint64_t *sizes = mc_xmalloc(b * sizeof *sizes);
-    mc_master_replica_list *outs = mc_xmalloc(b * sizeof *outs);
-    int *st = mc_xmalloc(b * sizeof *st);
-    int rc = MC_OK;
-    for (uint64_t base = 0; base < (uint64_t)bench_keys && rc == MC_OK; base += b) {
-        size_t n = (uint64_t)bench_keys - base < b ? (size_t)((uint64_t)bench_keys - base) : b;
-        for (size_t i = 0; i < n; i++) {
-            key_name(names + i * KEY_LEN, KEY_LEN, 0, base + i);
-            keys[i].data = names + i * KEY_LEN;
-            keys[i].len = strlen(names + i * KEY_LEN);
-            sizes[i] = (uint64_t)bench_value_size;
-        }
-        rc = mc_master_client_batch_put_start(cli, client_id, keys, sizes, n, NULL, outs, st);
-        if (rc == MC_OK || rc == MC_OBJECT_ALREADY_EXISTS)
-            rc = mc_master_client_batch_put_end(cli, client_id, keys, n, st);
-        if (rc == MC_INVALID_WRITE) /* already complete from an earlier run */
-            rc = MC_OK;
-    }
-    free(names);
-    free(keys);
-    free(sizes);
-    free(outs);
-    free(st);
-    return rc;
-}
-
-static int bench(void)
-{
-    bool put = strcmp(bench_op, "put") == 0;
-    if (!put && strcmp(bench_op, "get") != 0) {
-        fprintf(stderr, "mooncake_master_ctl: --op must be put or get\n");
-        return 2;
-    }
-    /* One large segment (metadata only: the master never touches the memory). */
-    mc_master_segment seg = {.id = random_uuid(),
-                             .name = "127.0.0.1:1",
-                             .base = 1ull << 40,
-                             .size = 1ull << 40};
-    int rc = mc_master_client_mount_segment(cli, &seg, client_id);
-    if (rc != MC_OK) {
-        fprintf(stderr, "mooncake_master_ctl: mount failed: %s\n", mc_strerror(rc));
-        return 1;
-    }
-    if (!put && (rc = bench_fill()) != MC_OK) {
-        fprintf(stderr, "mooncake_master_ctl: filling %lld keys failed: %s\n",
-                (long long)bench_keys, mc_strerror(rc));
-        return 1;
-    }
-    unsigned n = (unsigned)bench_threads;
-    bench_thread *ts = mc_xcalloc(n, sizeof *ts);
-    uint64_t t0 = mc_now_ns();
-    uint64_t deadline = mc_now_ms() + (uint64_t)(bench_seconds * 1000);
-    for (unsigned i = 0; i < n; i++) {
-        ts[i].idx = i + 1;
-        ts[i].deadline_ms = deadline;
-        pthread_create(&ts[i].th, NULL, put ? bench_put : bench_get, &ts[i]);
-    }
-    uint64_t calls = 0, items = 0, failures = 0;
-    for (unsigned i = 0; i < n; i++) {
-        pthread_join(ts[i].th, NULL);
-        calls += ts[i].calls;
-        items += ts[i].items;
-        failures += ts[i].failures;
-    }
-    double secs = (double)(mc_now_ns() - t0) / 1e9;
-    free(ts);
-    mc_master_client_unmount_segment(cli, seg.id, client_id);
-    json_t *r = json_pack("{s:s,s:I,s:I,s:f,s:I,s:I,s:I,s:f,s:f}", "op", bench_op, "batch",
-                          (json_int_t)bench_batch, "threads", (json_int_t)n, "seconds", secs,
-                          "calls", (json_int_t)calls, "items", (json_int_t)items, "failures",
-                          (json_int_t)failures, "calls_per_s", (double)calls / secs,
-                          "items_per_s", (double)items / secs);
-    emit(r);
-    return 0;
 }
 
 int main(int argc, char **argv)
@@ -919,10 +722,11 @@ int main(int argc, char **argv)
             return 2;
         }
     } else {
-        client_id = random_uuid();
+        client_id = mc_ctl_random_uuid();
     }
+    int64_t conns = bench_opts.threads > 4 ? bench_opts.threads : 4;
     mc_master_client_opts o = {.rpc_timeout_ms = (uint32_t)rpc_timeout_ms,
-                               .max_conns = (uint32_t)(bench_threads > 4 ? bench_threads : 4)};
+                               .max_conns = (uint32_t)conns};
     int rc = mc_master_client_create(master_addr, &o, &cli);
     if (rc != MC_OK) {
         fprintf(stderr, "mooncake_master_ctl: cannot reach the master at %s: %s\n",
@@ -931,7 +735,7 @@ int main(int argc, char **argv)
         return 1;
     }
     if (argc > 1 && !strcmp(argv[1], "bench")) {
-        code = bench();
+        code = mc_ctl_bench(cli, client_id, &bench_opts);
     } else if (argc > 1) {
         json_t *cmd = json_array();
         for (int i = 1; i < argc; i++) {
@@ -940,7 +744,7 @@ int main(int argc, char **argv)
             if (v && i == 1)
                 json_decref(v);
         }
-        emit(run(cmd));
+        mc_ctl_emit(run(cmd));
         json_decref(cmd);
     } else {
         char *line = NULL;
@@ -952,10 +756,10 @@ int main(int argc, char **argv)
             json_error_t je;
             json_t *cmd = json_loadb(line, (size_t)len, JSON_ALLOW_NUL, &je);
             if (!cmd) {
-                emit(err(je.text));
+                mc_ctl_emit(err(je.text));
                 continue;
             }
-            emit(run(cmd));
+            mc_ctl_emit(run(cmd));
             json_decref(cmd);
         }
         free(line);

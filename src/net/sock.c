@@ -285,6 +285,19 @@ int mc_sock_send_all(int fd, const void *buf, size_t len, uint64_t deadline_ms)
     return mc_sock_sendv_all(fd, &iov, 1, deadline_ms);
 }
 
+/* After a failed send/recv of the *_all calls: 0 to try again (EINTR, or the fd became
+ * ready within the deadline), else the error to return (-ETIMEDOUT, -errno). */
+static int retry_after(int fd, short events, uint64_t deadline_ms)
+{
+    if (errno == EINTR)
+        return 0;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        int w = mc_sock_wait(fd, events, deadline_ms);
+        return w < 0 ? w : 0;
+    }
+    return -errno;
+}
+
 int mc_sock_sendv_all(int fd, struct iovec *iov, int iovcnt, uint64_t deadline_ms)
 {
     while (iovcnt > 0 && iov->iov_len == 0) {
@@ -295,15 +308,10 @@ int mc_sock_sendv_all(int fd, struct iovec *iov, int iovcnt, uint64_t deadline_m
         struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)iovcnt};
         ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL | (deadline_ms ? MSG_DONTWAIT : 0));
         if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                int w = mc_sock_wait(fd, POLLOUT, deadline_ms);
-                if (w < 0)
-                    return w;
-                continue;
-            }
-            return -errno;
+            int rc = retry_after(fd, POLLOUT, deadline_ms);
+            if (rc < 0)
+                return rc;
+            continue;
         }
         size_t left = (size_t)n;
         while (iovcnt > 0 && left >= iov->iov_len) {
@@ -327,21 +335,54 @@ int mc_sock_recv_all(int fd, void *buf, size_t len, uint64_t deadline_ms)
         if (n > 0) {
             p += n;
             len -= (size_t)n;
-            continue;
-        }
-        if (n == 0)
+        } else if (n == 0) {
             return -ECONNRESET;
-        if (errno == EINTR)
-            continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            int w = mc_sock_wait(fd, POLLIN, deadline_ms);
-            if (w < 0)
-                return w;
-            continue;
+        } else {
+            int rc = retry_after(fd, POLLIN, deadline_ms);
+            if (rc < 0)
+                return rc;
         }
-        return -errno;
     }
     return 0;
+}
+
+/* One non-blocking sendmsg/recvmsg: bytes, 0 would block, -errno (recv EOF: -ECONNRESET). */
+static ssize_t msg_nb(int fd, struct iovec *iov, int n, bool send)
+{
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+    for (;;) {
+        ssize_t k = send ? sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT)
+                         : recvmsg(fd, &mh, MSG_DONTWAIT);
+        if (k > 0)
+            return k;
+        if (k == 0)
+            return send ? 0 : -ECONNRESET;
+        if (errno == EINTR)
+            continue;
+        return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
+    }
+}
+
+ssize_t mc_sock_sendv_nb(int fd, const struct iovec *iov, int n)
+{
+    return msg_nb(fd, (struct iovec *)iov, n, true); /* sendmsg only reads iov */
+}
+
+ssize_t mc_sock_recvv_nb(int fd, struct iovec *iov, int n)
+{
+    return msg_nb(fd, iov, n, false);
+}
+
+ssize_t mc_sock_send_nb(int fd, const void *buf, size_t len)
+{
+    struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+    return msg_nb(fd, &iov, 1, true);
+}
+
+ssize_t mc_sock_recv_nb(int fd, void *buf, size_t len)
+{
+    struct iovec iov = {.iov_base = buf, .iov_len = len};
+    return msg_nb(fd, &iov, 1, false);
 }
 
 static int unix_addr(const char *path, struct sockaddr_un *sa, socklen_t *len)

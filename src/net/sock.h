@@ -62,6 +62,17 @@ int mc_sock_recv_all(int fd, void *buf, size_t len, uint64_t deadline_ms);
 /* mc_sock_sendv_all: like send_all over an iovec array (modified in place). */
 int mc_sock_sendv_all(int fd, struct iovec *iov, int iovcnt, uint64_t deadline_ms);
 
+/* mc_sock_sendv_nb / mc_sock_recvv_nb: one non-blocking sendmsg (MSG_NOSIGNAL) or
+ * recvmsg over iov[0..n) (not modified), retried on EINTR, for event-loop code that
+ * keeps its own buffers and offsets. Returns the bytes moved (> 0), 0 when the socket
+ * would block (EAGAIN), or -errno; recv returns -ECONNRESET when the peer has closed
+ * (EOF). mc_sock_send_nb / mc_sock_recv_nb: the same over one buffer. Any thread; the
+ * caller serialises calls on one fd. */
+ssize_t mc_sock_sendv_nb(int fd, const struct iovec *iov, int n);
+ssize_t mc_sock_recvv_nb(int fd, struct iovec *iov, int n);
+ssize_t mc_sock_send_nb(int fd, const void *buf, size_t len);
+ssize_t mc_sock_recv_nb(int fd, void *buf, size_t len);
+
 /* mc_sock_wait: poll(fd, events) until ready or deadline. 1 ready, -ETIMEDOUT, -errno. */
 int mc_sock_wait(int fd, short events, uint64_t deadline_ms);
 

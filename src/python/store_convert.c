@@ -3,6 +3,8 @@
  * release. Error messages follow upstream's pybind11 casts (store_py.h). */
 #include "store_py.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "mooncake/log.h"
@@ -80,6 +82,51 @@ void mcpy_keys_clear(mcpy_keys *k)
     PyMem_Free(k->keys);
     k->keys = NULL;
     k->n = 0;
+}
+
+mcpy_state *mcpy_method_args(PyObject *self, PyObject *args, PyObject *kwds, const char *spec,
+                             const char *fn, char **kw, ...)
+{
+    mcpy_state *st = mcpy_state_of(self);
+    if (!st)
+        return NULL;
+    char fmt[96];
+    snprintf(fmt, sizeof(fmt), "%s:%s", spec, fn);
+    va_list ap;
+    va_start(ap, kw);
+    int ok = PyArg_VaParseTupleAndKeywords(args, kwds, fmt, kw, ap);
+    va_end(ap);
+    return ok ? st : NULL;
+}
+
+/* (name[, force]) of method fn: the first argument (borrowed) in *obj. */
+static int parse_one(PyObject *args, PyObject *kwds, const char *fn, const char *name,
+                     int *force, PyObject **obj)
+{
+    char *kw[] = {(char *)name, force ? "force" : NULL, NULL};
+    char fmt[64];
+    snprintf(fmt, sizeof(fmt), "O%s:%s", force ? "|p" : "", fn);
+    if (force)
+        *force = 0;
+    return PyArg_ParseTupleAndKeywords(args, kwds, fmt, kw, obj, force) ? 0 : -1;
+}
+
+int mcpy_arg_key(PyObject *args, PyObject *kwds, const char *fn, const char *name, int *force,
+                 mc_store_key *out)
+{
+    PyObject *obj;
+    if (parse_one(args, kwds, fn, name, force, &obj) < 0)
+        return -1;
+    return mcpy_key(obj, fn, name, out);
+}
+
+int mcpy_arg_keys(PyObject *args, PyObject *kwds, const char *fn, int *force, mcpy_keys *out)
+{
+    PyObject *obj;
+    memset(out, 0, sizeof(*out));
+    if (parse_one(args, kwds, fn, "keys", force, &obj) < 0)
+        return -1;
+    return mcpy_keys_from(obj, fn, "keys", out);
 }
 
 int mcpy_u64(PyObject *obj, const char *fn, const char *arg, uint64_t *out)

@@ -106,6 +106,18 @@ typedef struct {
 int mcpy_keys_from(PyObject *seq, const char *fn, const char *arg, mcpy_keys *out);
 void mcpy_keys_clear(mcpy_keys *k);
 
+/* The module state of store method `self` after parsing its arguments: as
+ * PyArg_ParseTupleAndKeywords(args, kwds, spec ":" fn, kw, ...) (spec at most 20
+ * characters). NULL with the exception set on a bad argument or when the module is gone. */
+mcpy_state *mcpy_method_args(PyObject *self, PyObject *args, PyObject *kwds, const char *spec,
+                             const char *fn, char **kw, ...);
+/* The argument list of a method `fn` that takes one key (argument `name`) or one list of
+ * keys ("keys"), plus an optional `force` bool when force is not NULL (then *force is 0
+ * unless given): parsed with PyArg_ParseTupleAndKeywords (errors name fn) and converted
+ * as mcpy_key / mcpy_keys_from. 0, or -1 with the exception set. */
+int mcpy_arg_key(PyObject *args, PyObject *kwds, const char *fn, const char *name, int *force,
+                 mc_store_key *out);
+int mcpy_arg_keys(PyObject *args, PyObject *kwds, const char *fn, int *force, mcpy_keys *out);
 /* An unsigned 64-bit int (pointer or size): int or an object with __index__. */
 int mcpy_u64(PyObject *obj, const char *fn, const char *arg, uint64_t *out);
 /* A signed int in [lo, hi]. */
@@ -209,6 +221,22 @@ PyObject *mcpy_tp_key(const mc_store_key *k, long rank);
 /* tp_rank / tp_size / split_dim arguments (each may be NULL: 0 / 1 / 0). 0 or -1. */
 int mcpy_parse_tp(PyObject *a_rank, PyObject *a_size, PyObject *a_dim, const char *fn,
                   long *rank, long *size, long *dim);
+/* The argument list of a tensor method `fn`, described by MCPY_T_* flags: the key
+ * argument ("key"; with MANY "keys", or "base_keys" when TP too), then with VAL the
+ * tensor ("tensor" / "tensors_list"), with BUF the memory ("buffer_ptr", "size" /
+ * "buffer_ptrs", "sizes"), then optional: "config" (CFG), "tp_rank", "tp_size" (TP),
+ * "split_dim" (TP and DIM). Objects are borrowed (NULL when not given); rank / size / dim
+ * as mcpy_parse_tp. 0, or -1 with the exception set. */
+enum {
+    MCPY_T_MANY = 1, MCPY_T_VAL = 2, MCPY_T_BUF = 4, MCPY_T_CFG = 8, MCPY_T_TP = 16,
+    MCPY_T_DIM = 32
+};
+typedef struct {
+    PyObject *key, *val, *ptr, *size, *cfg;
+    long tp_rank, tp_size, split_dim;
+} mcpy_targs;
+int mcpy_tensor_args(PyObject *args, PyObject *kwds, const char *fn, unsigned flags,
+                     mcpy_targs *out);
 /* A tp_size a put can honour (at most MC_STORE_MAX_PARTS shards); logs when not. */
 bool mcpy_tp_size_ok(long tp_size, const char *fn);
 

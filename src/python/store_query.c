@@ -9,36 +9,64 @@
 
 #include "mooncake/status.h"
 
-static PyObject *store_is_exist(PyObject *o, PyObject *args, PyObject *kwds)
+/* is_exist / get_size / remove / remove_by_regex: one key (and force) in, one int out. */
+typedef int64_t (*key_int_fn)(mc_store *, const mc_store_key *, bool);
+
+static int64_t ki_exist(mc_store *s, const mc_store_key *k, bool f)
 {
-    static char *kw[] = {"key", NULL};
-    PyObject *a_key;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:is_exist", kw, &a_key))
-        return NULL;
-    mc_store_key key;
-    if (mcpy_key(a_key, "is_exist", "key", &key) < 0)
-        return NULL;
-    int r;
-    Py_BEGIN_ALLOW_THREADS
-    r = mc_store_is_exist(((mcpy_store *)o)->store, key.data, key.len);
-    Py_END_ALLOW_THREADS
-    return PyLong_FromLong(r);
+    (void)f;
+    return mc_store_is_exist(s, k->data, k->len);
 }
 
-static PyObject *store_get_size(PyObject *o, PyObject *args, PyObject *kwds)
+static int64_t ki_size(mc_store *s, const mc_store_key *k, bool f)
 {
-    static char *kw[] = {"key", NULL};
-    PyObject *a_key;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:get_size", kw, &a_key))
-        return NULL;
+    (void)f;
+    return mc_store_get_size(s, k->data, k->len);
+}
+
+static int64_t ki_remove(mc_store *s, const mc_store_key *k, bool f)
+{
+    return mc_store_remove(s, k->data, k->len, f);
+}
+
+static int64_t ki_remove_regex(mc_store *s, const mc_store_key *k, bool f)
+{
+    return mc_store_remove_by_regex(s, k->data, k->len, f);
+}
+
+/* name: the key argument's name; has_force: the method takes force=False too. */
+static PyObject *do_key_int(PyObject *o, PyObject *args, PyObject *kwds, const char *fn,
+                            const char *name, bool has_force, key_int_fn call)
+{
     mc_store_key key;
-    if (mcpy_key(a_key, "get_size", "key", &key) < 0)
+    int force = 0;
+    if (mcpy_arg_key(args, kwds, fn, name, has_force ? &force : NULL, &key) < 0)
         return NULL;
     int64_t r;
     Py_BEGIN_ALLOW_THREADS
-    r = mc_store_get_size(((mcpy_store *)o)->store, key.data, key.len);
+    r = call(((mcpy_store *)o)->store, &key, force != 0);
     Py_END_ALLOW_THREADS
     return PyLong_FromLongLong(r);
+}
+
+static PyObject *store_is_exist(PyObject *o, PyObject *a, PyObject *k)
+{
+    return do_key_int(o, a, k, "is_exist", "key", false, ki_exist);
+}
+
+static PyObject *store_get_size(PyObject *o, PyObject *a, PyObject *k)
+{
+    return do_key_int(o, a, k, "get_size", "key", false, ki_size);
+}
+
+static PyObject *store_remove(PyObject *o, PyObject *a, PyObject *k)
+{
+    return do_key_int(o, a, k, "remove", "key", true, ki_remove);
+}
+
+static PyObject *store_remove_by_regex(PyObject *o, PyObject *a, PyObject *k)
+{
+    return do_key_int(o, a, k, "remove_by_regex", "regex_pattern", true, ki_remove_regex);
 }
 
 /* batch_is_exist / batch_remove: keys (and force) in, one int per key out. */
@@ -58,17 +86,9 @@ static int bi_remove(mcpy_store *s, const mc_store_key *k, size_t n, bool f, int
 static PyObject *do_batch_int(PyObject *o, PyObject *args, PyObject *kwds, const char *fn,
                               bool has_force, batch_int_fn call)
 {
-    static char *kw_force[] = {"keys", "force", NULL};
-    static char *kw_plain[] = {"keys", NULL};
-    PyObject *a_keys;
     int force = 0;
-    char fmt[40];
-    snprintf(fmt, sizeof(fmt), "O%s:%s", has_force ? "|p" : "", fn);
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, has_force ? kw_force : kw_plain, &a_keys,
-                                     &force))
-        return NULL;
     mcpy_keys keys;
-    if (mcpy_keys_from(a_keys, fn, "keys", &keys) < 0)
+    if (mcpy_arg_keys(args, kwds, fn, has_force ? &force : NULL, &keys) < 0)
         return NULL;
     size_t n = keys.n;
     int *res = PyMem_Calloc(n ? n : 1, sizeof(int));
@@ -98,40 +118,6 @@ static PyObject *store_batch_remove(PyObject *o, PyObject *a, PyObject *k)
     return do_batch_int(o, a, k, "batch_remove", true, bi_remove);
 }
 
-static PyObject *store_remove(PyObject *o, PyObject *args, PyObject *kwds)
-{
-    static char *kw[] = {"key", "force", NULL};
-    PyObject *a_key;
-    int force = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|p:remove", kw, &a_key, &force))
-        return NULL;
-    mc_store_key key;
-    if (mcpy_key(a_key, "remove", "key", &key) < 0)
-        return NULL;
-    int r;
-    Py_BEGIN_ALLOW_THREADS
-    r = mc_store_remove(((mcpy_store *)o)->store, key.data, key.len, force != 0);
-    Py_END_ALLOW_THREADS
-    return PyLong_FromLong(r);
-}
-
-static PyObject *store_remove_by_regex(PyObject *o, PyObject *args, PyObject *kwds)
-{
-    static char *kw[] = {"regex_pattern", "force", NULL};
-    PyObject *a_pat;
-    int force = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|p:remove_by_regex", kw, &a_pat, &force))
-        return NULL;
-    mc_store_key pat;
-    if (mcpy_key(a_pat, "remove_by_regex", "regex_pattern", &pat) < 0)
-        return NULL;
-    int64_t r;
-    Py_BEGIN_ALLOW_THREADS
-    r = mc_store_remove_by_regex(((mcpy_store *)o)->store, pat.data, pat.len, force != 0);
-    Py_END_ALLOW_THREADS
-    return PyLong_FromLongLong(r);
-}
-
 static PyObject *store_remove_all(PyObject *o, PyObject *args, PyObject *kwds)
 {
     static char *kw[] = {"force", NULL};
@@ -147,12 +133,8 @@ static PyObject *store_remove_all(PyObject *o, PyObject *args, PyObject *kwds)
 
 static PyObject *store_get_replica_desc(PyObject *o, PyObject *args, PyObject *kwds)
 {
-    static char *kw[] = {"key", NULL};
-    PyObject *a_key;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:get_replica_desc", kw, &a_key))
-        return NULL;
     mc_store_key key;
-    if (mcpy_key(a_key, "get_replica_desc", "key", &key) < 0)
+    if (mcpy_arg_key(args, kwds, "get_replica_desc", "key", NULL, &key) < 0)
         return NULL;
     mcpy_state *st = mcpy_state_of(o);
     if (!st)
@@ -173,13 +155,9 @@ static PyObject *store_get_replica_desc(PyObject *o, PyObject *args, PyObject *k
 
 static PyObject *store_batch_get_replica_desc(PyObject *o, PyObject *args, PyObject *kwds)
 {
-    static char *kw[] = {"keys", NULL};
-    PyObject *a_keys;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:batch_get_replica_desc", kw, &a_keys))
-        return NULL;
     mcpy_state *st = mcpy_state_of(o);
     mcpy_keys keys;
-    if (!st || mcpy_keys_from(a_keys, "batch_get_replica_desc", "keys", &keys) < 0)
+    if (!st || mcpy_arg_keys(args, kwds, "batch_get_replica_desc", NULL, &keys) < 0)
         return NULL;
     size_t n = keys.n;
     mc_store_replica_list *ls = PyMem_Calloc(n ? n : 1, sizeof(*ls));

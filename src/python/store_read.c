@@ -37,12 +37,8 @@ static void *alloc_bytes(void *ctx, size_t index, uint64_t size)
 static PyObject *store_get(PyObject *o, PyObject *args, PyObject *kwds)
 {
     mcpy_store *self = (mcpy_store *)o;
-    static char *kw[] = {"key", NULL};
-    PyObject *a_key;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:get", kw, &a_key))
-        return NULL;
     mc_store_key key;
-    if (mcpy_key(a_key, "get", "key", &key) < 0)
+    if (mcpy_arg_key(args, kwds, "get", "key", NULL, &key) < 0)
         return NULL;
     PyObject *obj = NULL;
     bytes_ctx ctx = {&obj, 1};
@@ -61,12 +57,8 @@ static PyObject *store_get(PyObject *o, PyObject *args, PyObject *kwds)
 static PyObject *store_get_batch(PyObject *o, PyObject *args, PyObject *kwds)
 {
     mcpy_store *self = (mcpy_store *)o;
-    static char *kw[] = {"keys", NULL};
-    PyObject *a_keys;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:get_batch", kw, &a_keys))
-        return NULL;
     mcpy_keys keys;
-    if (mcpy_keys_from(a_keys, "get_batch", "keys", &keys) < 0)
+    if (mcpy_arg_keys(args, kwds, "get_batch", NULL, &keys) < 0)
         return NULL;
     size_t n = keys.n;
     PyObject **objs = PyMem_Calloc(n ? n : 1, sizeof(PyObject *));
@@ -108,12 +100,8 @@ out:
 static PyObject *store_get_buffer(PyObject *o, PyObject *args, PyObject *kwds)
 {
     mcpy_store *self = (mcpy_store *)o;
-    static char *kw[] = {"key", NULL};
-    PyObject *a_key;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:get_buffer", kw, &a_key))
-        return NULL;
     mc_store_key key;
-    if (mcpy_key(a_key, "get_buffer", "key", &key) < 0)
+    if (mcpy_arg_key(args, kwds, "get_buffer", "key", NULL, &key) < 0)
         return NULL;
     mcpy_state *st = mcpy_state_of(o);
     if (!st)
@@ -133,13 +121,9 @@ static PyObject *store_get_buffer(PyObject *o, PyObject *args, PyObject *kwds)
 static PyObject *store_batch_get_buffer(PyObject *o, PyObject *args, PyObject *kwds)
 {
     mcpy_store *self = (mcpy_store *)o;
-    static char *kw[] = {"keys", NULL};
-    PyObject *a_keys;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:batch_get_buffer", kw, &a_keys))
-        return NULL;
     mcpy_state *st = mcpy_state_of(o);
     mcpy_keys keys;
-    if (!st || mcpy_keys_from(a_keys, "batch_get_buffer", "keys", &keys) < 0)
+    if (!st || mcpy_arg_keys(args, kwds, "batch_get_buffer", NULL, &keys) < 0)
         return NULL;
     size_t n = keys.n;
     mc_store_buffer **outs = PyMem_Calloc(n ? n : 1, sizeof(mc_store_buffer *));

@@ -251,6 +251,55 @@ int mcpy_parse_tp(PyObject *a_rank, PyObject *a_size, PyObject *a_dim, const cha
 
 /* At most MC_STORE_MAX_PARTS shards: a larger one could never split a tensor uniformly
  * anyway; refused before anything is allocated. */
+int mcpy_tensor_args(PyObject *args, PyObject *kwds, const char *fn, unsigned f,
+                     mcpy_targs *out)
+{
+    bool many = f & MCPY_T_MANY;
+    char *kw[8];
+    PyObject **dst[8];
+    PyObject *rank = NULL, *size = NULL, *dim = NULL;
+    int n = 0;
+    memset(out, 0, sizeof(*out));
+    dst[n] = &out->key;
+    kw[n++] = many ? (f & MCPY_T_TP ? "base_keys" : "keys") : "key";
+    if (f & MCPY_T_VAL) {
+        dst[n] = &out->val;
+        kw[n++] = many ? "tensors_list" : "tensor";
+    }
+    if (f & MCPY_T_BUF) {
+        dst[n] = &out->ptr;
+        kw[n++] = many ? "buffer_ptrs" : "buffer_ptr";
+        dst[n] = &out->size;
+        kw[n++] = many ? "sizes" : "size";
+    }
+    int nreq = n;
+    if (f & MCPY_T_CFG) {
+        dst[n] = &out->cfg;
+        kw[n++] = "config";
+    }
+    if (f & MCPY_T_TP) {
+        dst[n] = &rank;
+        kw[n++] = "tp_rank";
+        dst[n] = &size;
+        kw[n++] = "tp_size";
+        if (f & MCPY_T_DIM) {
+            dst[n] = &dim;
+            kw[n++] = "split_dim";
+        }
+    }
+    kw[n] = NULL;
+    char fmt[96];
+    snprintf(fmt, sizeof(fmt), "%.*s%s%.*s:%s", nreq, "OOO", n > nreq ? "|" : "", n - nreq,
+             "OOOO", fn);
+    PyObject *v[7] = {NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kw, &v[0], &v[1], &v[2], &v[3], &v[4],
+                                     &v[5], &v[6]))
+        return -1;
+    for (int i = 0; i < n; i++)
+        *dst[i] = v[i];
+    return mcpy_parse_tp(rank, size, dim, fn, &out->tp_rank, &out->tp_size, &out->split_dim);
+}
+
 bool mcpy_tp_size_ok(long tp_size, const char *fn)
 {
     if (tp_size <= (long)MC_STORE_MAX_PARTS)

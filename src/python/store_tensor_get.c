@@ -147,48 +147,6 @@ done:
     return ret;
 }
 
-static PyObject *t_get_tensor(PyObject *o, PyObject *args, PyObject *kwds)
-{
-    static char *kw[] = {"key", NULL};
-    PyObject *k;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:get_tensor", kw, &k))
-        return NULL;
-    return get_one(o, k, 0, 1, "get_tensor");
-}
-
-static PyObject *t_batch_get_tensor(PyObject *o, PyObject *args, PyObject *kwds)
-{
-    static char *kw[] = {"keys", NULL};
-    PyObject *k;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:batch_get_tensor", kw, &k))
-        return NULL;
-    return get_many(o, k, 0, 1, "batch_get_tensor");
-}
-
-static PyObject *t_get_tensor_with_tp(PyObject *o, PyObject *args, PyObject *kwds)
-{
-    static char *kw[] = {"key", "tp_rank", "tp_size", "split_dim", NULL};
-    PyObject *k, *ar = NULL, *as = NULL, *ad = NULL;
-    long r, s, d;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|OOO:get_tensor_with_tp", kw, &k, &ar, &as,
-                                     &ad) ||
-        mcpy_parse_tp(ar, as, ad, "get_tensor_with_tp", &r, &s, &d) < 0)
-        return NULL;
-    return get_one(o, k, r, s, "get_tensor_with_tp");
-}
-
-static PyObject *t_batch_get_tensor_with_tp(PyObject *o, PyObject *args, PyObject *kwds)
-{
-    static char *kw[] = {"base_keys", "tp_rank", "tp_size", NULL};
-    PyObject *k, *ar = NULL, *as = NULL;
-    long r, s, d;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|OO:batch_get_tensor_with_tp", kw, &k, &ar,
-                                     &as) ||
-        mcpy_parse_tp(ar, as, NULL, "batch_get_tensor_with_tp", &r, &s, &d) < 0)
-        return NULL;
-    return get_many(o, k, r, s, "batch_get_tensor_with_tp");
-}
-
 /* A zero-copy tensor over the object just read into caller memory, or None. */
 static PyObject *view_result(mcpy_state *st, uint64_t ptr, int64_t n, const char *fn)
 {
@@ -299,47 +257,38 @@ done:
     return ret;
 }
 
-static PyObject *t_get_tensor_into(PyObject *o, PyObject *args, PyObject *kwds)
+/* ---- the methods: one row per Python method (name, argument flags) ----
+ * Every reader takes its arguments through mcpy_tensor_args and goes to get_one /
+ * get_many (new tensors) or into_one / into_many (caller memory, MCPY_T_BUF). */
+#define MCPY_TENSOR_GET_TABLE(X)                                                           \
+    X(get_tensor, 0)                                                                       \
+    X(batch_get_tensor, MCPY_T_MANY)                                                       \
+    X(get_tensor_with_tp, MCPY_T_TP | MCPY_T_DIM)                                          \
+    X(batch_get_tensor_with_tp, MCPY_T_MANY | MCPY_T_TP)                                   \
+    X(get_tensor_into, MCPY_T_BUF)                                                         \
+    X(batch_get_tensor_into, MCPY_T_MANY | MCPY_T_BUF)                                     \
+    X(get_tensor_with_tp_into, MCPY_T_BUF | MCPY_T_TP | MCPY_T_DIM)                        \
+    X(batch_get_tensor_with_tp_into, MCPY_T_MANY | MCPY_T_BUF | MCPY_T_TP)
+
+static PyObject *get_method(PyObject *o, PyObject *args, PyObject *kwds, const char *fn,
+                            unsigned flags)
 {
-    static char *kw[] = {"key", "buffer_ptr", "size", NULL};
-    PyObject *k, *p, *s;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO:get_tensor_into", kw, &k, &p, &s))
+    mcpy_targs a;
+    if (mcpy_tensor_args(args, kwds, fn, flags, &a) < 0)
         return NULL;
-    return into_one(o, k, p, s, 0, 1, "get_tensor_into");
+    bool many = flags & MCPY_T_MANY;
+    if (flags & MCPY_T_BUF)
+        return (many ? into_many : into_one)(o, a.key, a.ptr, a.size, a.tp_rank, a.tp_size, fn);
+    return (many ? get_many : get_one)(o, a.key, a.tp_rank, a.tp_size, fn);
 }
 
-static PyObject *t_batch_get_tensor_into(PyObject *o, PyObject *args, PyObject *kwds)
-{
-    static char *kw[] = {"keys", "buffer_ptrs", "sizes", NULL};
-    PyObject *k, *p, *s;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO:batch_get_tensor_into", kw, &k, &p, &s))
-        return NULL;
-    return into_many(o, k, p, s, 0, 1, "batch_get_tensor_into");
-}
-
-static PyObject *t_get_tensor_with_tp_into(PyObject *o, PyObject *args, PyObject *kwds)
-{
-    static char *kw[] = {"key", "buffer_ptr", "size", "tp_rank", "tp_size", "split_dim", NULL};
-    PyObject *k, *p, *s, *ar = NULL, *as = NULL, *ad = NULL;
-    long r, n, d;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|OOO:get_tensor_with_tp_into", kw, &k, &p,
-                                     &s, &ar, &as, &ad) ||
-        mcpy_parse_tp(ar, as, ad, "get_tensor_with_tp_into", &r, &n, &d) < 0)
-        return NULL;
-    return into_one(o, k, p, s, r, n, "get_tensor_with_tp_into");
-}
-
-static PyObject *t_batch_get_tensor_with_tp_into(PyObject *o, PyObject *args, PyObject *kwds)
-{
-    static char *kw[] = {"base_keys", "buffer_ptrs", "sizes", "tp_rank", "tp_size", NULL};
-    PyObject *k, *p, *s, *ar = NULL, *as = NULL;
-    long r, n, d;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|OO:batch_get_tensor_with_tp_into", kw,
-                                     &k, &p, &s, &ar, &as) ||
-        mcpy_parse_tp(ar, as, NULL, "batch_get_tensor_with_tp_into", &r, &n, &d) < 0)
-        return NULL;
-    return into_many(o, k, p, s, r, n, "batch_get_tensor_with_tp_into");
-}
+#define MCPY__GET(NAME, FLAGS)                                                             \
+    static PyObject *t_##NAME(PyObject *o, PyObject *a, PyObject *k)                       \
+    {                                                                                      \
+        return get_method(o, a, k, #NAME, FLAGS);                                          \
+    }
+MCPY_TENSOR_GET_TABLE(MCPY__GET)
+#undef MCPY__GET
 
 PyMethodDef mcpy_tensor_get_methods[] = {
     MCPY_M("get_tensor", t_get_tensor,

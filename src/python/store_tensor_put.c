@@ -119,112 +119,6 @@ done:
     return ret;
 }
 
-/* put_wrap: parses (key, tensor[, config]) or, when `many`, (keys, tensors_list[, config])
- * for method `fn`, then stores whole tensors (tp_size 1) through put_one / put_many. */
-static PyObject *put_wrap(PyObject *o, PyObject *args, PyObject *kwds, const char *fn,
-                          bool many, bool with_cfg, bool upsert)
-{
-    char *kw[] = {many ? "keys" : "key", many ? "tensors_list" : "tensor",
-                  with_cfg ? "config" : NULL, NULL};
-    PyObject *k, *t, *c = NULL;
-    char fmt[64];
-    snprintf(fmt, sizeof(fmt), "OO%s:%s", with_cfg ? "|O" : "", fn);
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kw, &k, &t, &c))
-        return NULL;
-    if (many)
-        return put_many((mcpy_store *)o, k, t, c, 1, 0, upsert, fn);
-    return put_one((mcpy_store *)o, k, t, c, 1, 0, upsert, fn);
-}
-
-static PyObject *t_put_tensor(PyObject *o, PyObject *args, PyObject *kwds)
-{
-    return put_wrap(o, args, kwds, "put_tensor", false, false, false);
-}
-
-static PyObject *t_upsert_tensor(PyObject *o, PyObject *args, PyObject *kwds)
-{
-    return put_wrap(o, args, kwds, "upsert_tensor", false, false, true);
-}
-
-static PyObject *t_pub_tensor(PyObject *o, PyObject *args, PyObject *kwds)
-{
-    return put_wrap(o, args, kwds, "pub_tensor", false, true, false);
-}
-
-static PyObject *t_upsert_pub_tensor(PyObject *o, PyObject *args, PyObject *kwds)
-{
-    return put_wrap(o, args, kwds, "upsert_pub_tensor", false, true, true);
-}
-
-static PyObject *t_batch_put_tensor(PyObject *o, PyObject *args, PyObject *kwds)
-{
-    return put_wrap(o, args, kwds, "batch_put_tensor", true, false, false);
-}
-
-static PyObject *t_batch_upsert_tensor(PyObject *o, PyObject *args, PyObject *kwds)
-{
-    return put_wrap(o, args, kwds, "batch_upsert_tensor", true, false, true);
-}
-
-static PyObject *t_batch_pub_tensor(PyObject *o, PyObject *args, PyObject *kwds)
-{
-    return put_wrap(o, args, kwds, "batch_pub_tensor", true, true, false);
-}
-
-static PyObject *t_batch_upsert_pub_tensor(PyObject *o, PyObject *args, PyObject *kwds)
-{
-    return put_wrap(o, args, kwds, "batch_upsert_pub_tensor", true, true, true);
-}
-
-static PyObject *t_put_tensor_with_tp(PyObject *o, PyObject *args, PyObject *kwds)
-{
-    static char *kw[] = {"key", "tensor", "tp_rank", "tp_size", "split_dim", NULL};
-    PyObject *k, *t, *ar = NULL, *as = NULL, *ad = NULL;
-    long r, s, d;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|OOO:put_tensor_with_tp", kw, &k, &t, &ar,
-                                     &as, &ad) ||
-        mcpy_parse_tp(ar, as, ad, "put_tensor_with_tp", &r, &s, &d) < 0)
-        return NULL;
-    return put_one((mcpy_store *)o, k, t, NULL, s, d, false, "put_tensor_with_tp");
-}
-
-static PyObject *t_pub_tensor_with_tp(PyObject *o, PyObject *args, PyObject *kwds)
-{
-    static char *kw[] = {"key", "tensor", "config", "tp_rank", "tp_size", "split_dim", NULL};
-    PyObject *k, *t, *c = NULL, *ar = NULL, *as = NULL, *ad = NULL;
-    long r, s, d;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|OOOO:pub_tensor_with_tp", kw, &k, &t, &c,
-                                     &ar, &as, &ad) ||
-        mcpy_parse_tp(ar, as, ad, "pub_tensor_with_tp", &r, &s, &d) < 0)
-        return NULL;
-    return put_one((mcpy_store *)o, k, t, c, s, d, false, "pub_tensor_with_tp");
-}
-
-static PyObject *t_batch_put_tensor_with_tp(PyObject *o, PyObject *args, PyObject *kwds)
-{
-    static char *kw[] = {"base_keys", "tensors_list", "tp_rank", "tp_size", "split_dim", NULL};
-    PyObject *k, *t, *ar = NULL, *as = NULL, *ad = NULL;
-    long r, s, d;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|OOO:batch_put_tensor_with_tp", kw, &k, &t,
-                                     &ar, &as, &ad) ||
-        mcpy_parse_tp(ar, as, ad, "batch_put_tensor_with_tp", &r, &s, &d) < 0)
-        return NULL;
-    return put_many((mcpy_store *)o, k, t, NULL, s, d, false, "batch_put_tensor_with_tp");
-}
-
-static PyObject *t_batch_pub_tensor_with_tp(PyObject *o, PyObject *args, PyObject *kwds)
-{
-    static char *kw[] = {"base_keys", "tensors_list", "config", "tp_rank", "tp_size",
-                         "split_dim", NULL};
-    PyObject *k, *t, *c = NULL, *ar = NULL, *as = NULL, *ad = NULL;
-    long r, s, d;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|OOOO:batch_pub_tensor_with_tp", kw, &k,
-                                     &t, &c, &ar, &as, &ad) ||
-        mcpy_parse_tp(ar, as, ad, "batch_pub_tensor_with_tp", &r, &s, &d) < 0)
-        return NULL;
-    return put_many((mcpy_store *)o, k, t, c, s, d, false, "batch_pub_tensor_with_tp");
-}
-
 /* ================================================================================== */
 /* Writers from caller memory holding [header][data]                                   */
 /* ================================================================================== */
@@ -403,67 +297,60 @@ done:
     return ret;
 }
 
-static PyObject *t_put_tensor_from(PyObject *o, PyObject *args, PyObject *kwds)
+/* ---- the methods: one row per Python method (name, argument flags, upsert) ----
+ * Every writer takes its arguments through mcpy_tensor_args and goes to put_one /
+ * put_many (tensor objects) or from_one / from_many (caller memory, MCPY_T_BUF). */
+#define V MCPY_T_VAL
+#define B MCPY_T_BUF
+#define M MCPY_T_MANY
+#define C MCPY_T_CFG
+#define TP (MCPY_T_TP | MCPY_T_DIM)
+#define MCPY_TENSOR_PUT_TABLE(X)                                                           \
+    X(put_tensor, V, false)                                                                \
+    X(upsert_tensor, V, true)                                                              \
+    X(pub_tensor, V | C, false)                                                            \
+    X(upsert_pub_tensor, V | C, true)                                                      \
+    X(batch_put_tensor, M | V, false)                                                      \
+    X(batch_upsert_tensor, M | V, true)                                                    \
+    X(batch_pub_tensor, M | V | C, false)                                                  \
+    X(batch_upsert_pub_tensor, M | V | C, true)                                            \
+    X(put_tensor_with_tp, V | TP, false)                                                   \
+    X(pub_tensor_with_tp, V | C | TP, false)                                               \
+    X(batch_put_tensor_with_tp, M | V | TP, false)                                         \
+    X(batch_pub_tensor_with_tp, M | V | C | TP, false)                                     \
+    X(put_tensor_from, B, false)                                                           \
+    X(upsert_tensor_from, B, true)                                                         \
+    X(batch_put_tensor_from, M | B, false)                                                 \
+    X(batch_upsert_tensor_from, M | B, true)                                               \
+    X(put_tensor_with_tp_from, B | TP, false)                                              \
+    X(batch_put_tensor_with_tp_from, M | B | TP, false)
+
+static PyObject *put_method(PyObject *o, PyObject *args, PyObject *kwds, const char *fn,
+                            unsigned flags, bool upsert)
 {
-    static char *kw[] = {"key", "buffer_ptr", "size", NULL};
-    PyObject *k, *p, *s;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO:put_tensor_from", kw, &k, &p, &s))
+    mcpy_targs a;
+    if (mcpy_tensor_args(args, kwds, fn, flags, &a) < 0)
         return NULL;
-    return from_one(o, k, p, s, 0, 1, 0, false, "put_tensor_from");
+    bool many = flags & MCPY_T_MANY;
+    if (flags & MCPY_T_BUF)
+        return (many ? from_many : from_one)(o, a.key, a.ptr, a.size, a.tp_rank, a.tp_size,
+                                             a.split_dim, upsert, fn);
+    return (many ? put_many : put_one)((mcpy_store *)o, a.key, a.val, a.cfg, a.tp_size,
+                                       a.split_dim, upsert, fn);
 }
 
-static PyObject *t_upsert_tensor_from(PyObject *o, PyObject *args, PyObject *kwds)
-{
-    static char *kw[] = {"key", "buffer_ptr", "size", NULL};
-    PyObject *k, *p, *s;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO:upsert_tensor_from", kw, &k, &p, &s))
-        return NULL;
-    return from_one(o, k, p, s, 0, 1, 0, true, "upsert_tensor_from");
-}
-
-static PyObject *t_batch_put_tensor_from(PyObject *o, PyObject *args, PyObject *kwds)
-{
-    static char *kw[] = {"keys", "buffer_ptrs", "sizes", NULL};
-    PyObject *k, *p, *s;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO:batch_put_tensor_from", kw, &k, &p, &s))
-        return NULL;
-    return from_many(o, k, p, s, 0, 1, 0, false, "batch_put_tensor_from");
-}
-
-static PyObject *t_batch_upsert_tensor_from(PyObject *o, PyObject *args, PyObject *kwds)
-{
-    static char *kw[] = {"keys", "buffer_ptrs", "sizes", NULL};
-    PyObject *k, *p, *s;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO:batch_upsert_tensor_from", kw, &k, &p,
-                                     &s))
-        return NULL;
-    return from_many(o, k, p, s, 0, 1, 0, true, "batch_upsert_tensor_from");
-}
-
-static PyObject *t_put_tensor_with_tp_from(PyObject *o, PyObject *args, PyObject *kwds)
-{
-    static char *kw[] = {"key", "buffer_ptr", "size", "tp_rank", "tp_size", "split_dim", NULL};
-    PyObject *k, *p, *s, *ar = NULL, *as = NULL, *ad = NULL;
-    long r, n, d;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|OOO:put_tensor_with_tp_from", kw, &k, &p,
-                                     &s, &ar, &as, &ad) ||
-        mcpy_parse_tp(ar, as, ad, "put_tensor_with_tp_from", &r, &n, &d) < 0)
-        return NULL;
-    return from_one(o, k, p, s, r, n, d, false, "put_tensor_with_tp_from");
-}
-
-static PyObject *t_batch_put_tensor_with_tp_from(PyObject *o, PyObject *args, PyObject *kwds)
-{
-    static char *kw[] = {"base_keys", "buffer_ptrs", "sizes", "tp_rank", "tp_size",
-                         "split_dim", NULL};
-    PyObject *k, *p, *s, *ar = NULL, *as = NULL, *ad = NULL;
-    long r, n, d;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|OOO:batch_put_tensor_with_tp_from", kw,
-                                     &k, &p, &s, &ar, &as, &ad) ||
-        mcpy_parse_tp(ar, as, ad, "batch_put_tensor_with_tp_from", &r, &n, &d) < 0)
-        return NULL;
-    return from_many(o, k, p, s, r, n, d, false, "batch_put_tensor_with_tp_from");
-}
+#define MCPY__PUT(NAME, FLAGS, UPSERT)                                                     \
+    static PyObject *t_##NAME(PyObject *o, PyObject *a, PyObject *k)                       \
+    {                                                                                      \
+        return put_method(o, a, k, #NAME, FLAGS, UPSERT);                                  \
+    }
+MCPY_TENSOR_PUT_TABLE(MCPY__PUT)
+#undef MCPY__PUT
+#undef V
+#undef B
+#undef M
+#undef C
+#undef TP
 
 PyMethodDef mcpy_tensor_put_methods[] = {
     MCPY_M("put_tensor", t_put_tensor,

@@ -28,14 +28,10 @@ static PyObject *do_put(PyObject *o, PyObject *args, PyObject *kwds, const char 
                         put_fn call)
 {
     mcpy_store *self = (mcpy_store *)o;
-    mcpy_state *st = mcpy_state_of(o);
-    if (!st)
-        return NULL;
     static char *kw[] = {"key", "value", "config", NULL};
     PyObject *a_key, *a_val, *a_cfg = NULL;
-    char fmt[32];
-    snprintf(fmt, sizeof(fmt), "OO|O:%s", fn);
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kw, &a_key, &a_val, &a_cfg))
+    mcpy_state *st = mcpy_method_args(o, args, kwds, "OO|O", fn, kw, &a_key, &a_val, &a_cfg);
+    if (!st)
         return NULL;
     mc_store_key key;
     Py_buffer view;
@@ -55,16 +51,6 @@ static PyObject *do_put(PyObject *o, PyObject *args, PyObject *kwds, const char 
     mcpy_rc_clear(&rc);
     PyBuffer_Release(&view);
     return PyLong_FromLong(r);
-}
-
-static PyObject *store_put(PyObject *o, PyObject *a, PyObject *k)
-{
-    return do_put(o, a, k, "put", mc_store_put);
-}
-
-static PyObject *store_upsert(PyObject *o, PyObject *a, PyObject *k)
-{
-    return do_put(o, a, k, "upsert", mc_store_upsert);
 }
 
 /* put_parts(key, *parts, config=ReplicateConfig()) / upsert_parts. */
@@ -149,29 +135,15 @@ out:
     return ret;
 }
 
-static PyObject *store_put_parts(PyObject *o, PyObject *a, PyObject *k)
-{
-    return do_put_parts(o, a, k, "put_parts", mc_store_put_parts);
-}
-
-static PyObject *store_upsert_parts(PyObject *o, PyObject *a, PyObject *k)
-{
-    return do_put_parts(o, a, k, "upsert_parts", mc_store_upsert_parts);
-}
-
 /* put_batch(keys, values, config) / upsert_batch: one int, 0 or the first error. */
 static PyObject *do_put_batch(PyObject *o, PyObject *args, PyObject *kwds, const char *fn,
                               batch_put_fn call)
 {
     mcpy_store *self = (mcpy_store *)o;
-    mcpy_state *st = mcpy_state_of(o);
-    if (!st)
-        return NULL;
     static char *kw[] = {"keys", "values", "config", NULL};
     PyObject *a_keys, *a_vals, *a_cfg = NULL;
-    char fmt[32];
-    snprintf(fmt, sizeof(fmt), "OO|O:%s", fn);
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kw, &a_keys, &a_vals, &a_cfg))
+    mcpy_state *st = mcpy_method_args(o, args, kwds, "OO|O", fn, kw, &a_keys, &a_vals, &a_cfg);
+    if (!st)
         return NULL;
     mcpy_keys keys;
     if (mcpy_keys_from(a_keys, fn, "keys", &keys) < 0)
@@ -243,29 +215,16 @@ out:
     return ret;
 }
 
-static PyObject *store_put_batch(PyObject *o, PyObject *a, PyObject *k)
-{
-    return do_put_batch(o, a, k, "put_batch", mc_store_batch_put_from);
-}
-
-static PyObject *store_upsert_batch(PyObject *o, PyObject *a, PyObject *k)
-{
-    return do_put_batch(o, a, k, "upsert_batch", mc_store_batch_upsert_from);
-}
-
 /* put_from(key, buffer_ptr, size, config) / upsert_from: raw memory. */
 static PyObject *do_put_from(PyObject *o, PyObject *args, PyObject *kwds, const char *fn,
                              put_fn call)
 {
     mcpy_store *self = (mcpy_store *)o;
-    mcpy_state *st = mcpy_state_of(o);
-    if (!st)
-        return NULL;
     static char *kw[] = {"key", "buffer_ptr", "size", "config", NULL};
     PyObject *a_key, *a_ptr, *a_size, *a_cfg = NULL;
-    char fmt[32];
-    snprintf(fmt, sizeof(fmt), "OOO|O:%s", fn);
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kw, &a_key, &a_ptr, &a_size, &a_cfg))
+    mcpy_state *st = mcpy_method_args(o, args, kwds, "OOO|O", fn, kw, &a_key, &a_ptr, &a_size,
+                                      &a_cfg);
+    if (!st)
         return NULL;
     mc_store_key key;
     uint64_t ptr, size;
@@ -288,30 +247,18 @@ static PyObject *do_put_from(PyObject *o, PyObject *args, PyObject *kwds, const 
     return PyLong_FromLong(r);
 }
 
-static PyObject *store_put_from(PyObject *o, PyObject *a, PyObject *k)
-{
-    return do_put_from(o, a, k, "put_from", mc_store_put);
-}
-
-static PyObject *store_upsert_from(PyObject *o, PyObject *a, PyObject *k)
-{
-    return do_put_from(o, a, k, "upsert_from", mc_store_upsert);
-}
-
 /* put_from_with_metadata(key, buffer_ptr, metadata_buffer_ptr, size, metadata_size,
  * config): the object is [metadata][data] (upstream: two slices). */
 static PyObject *store_put_from_with_metadata(PyObject *o, PyObject *args, PyObject *kwds)
 {
     mcpy_store *self = (mcpy_store *)o;
-    mcpy_state *st = mcpy_state_of(o);
-    if (!st)
-        return NULL;
     static const char *fn = "put_from_with_metadata";
     static char *kw[] = {"key", "buffer_ptr", "metadata_buffer_ptr", "size", "metadata_size",
                          "config", NULL};
     PyObject *a_key, *a_ptr, *a_mptr, *a_size, *a_msize, *a_cfg = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO|O:put_from_with_metadata", kw, &a_key,
-                                     &a_ptr, &a_mptr, &a_size, &a_msize, &a_cfg))
+    mcpy_state *st = mcpy_method_args(o, args, kwds, "OOOOO|O", fn, kw, &a_key, &a_ptr, &a_mptr,
+                                      &a_size, &a_msize, &a_cfg);
+    if (!st)
         return NULL;
     mc_store_key key;
     uint64_t ptr, mptr, size, msize;
@@ -341,14 +288,11 @@ static PyObject *do_batch_put_from(PyObject *o, PyObject *args, PyObject *kwds,
                                    const char *fn, batch_put_fn call)
 {
     mcpy_store *self = (mcpy_store *)o;
-    mcpy_state *st = mcpy_state_of(o);
-    if (!st)
-        return NULL;
     static char *kw[] = {"keys", "buffer_ptrs", "sizes", "config", NULL};
     PyObject *a_keys, *a_ptrs, *a_sizes, *a_cfg = NULL;
-    char fmt[40];
-    snprintf(fmt, sizeof(fmt), "OOO|O:%s", fn);
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, fmt, kw, &a_keys, &a_ptrs, &a_sizes, &a_cfg))
+    mcpy_state *st = mcpy_method_args(o, args, kwds, "OOO|O", fn, kw, &a_keys, &a_ptrs, &a_sizes,
+                                      &a_cfg);
+    if (!st)
         return NULL;
     mcpy_keys keys;
     uint64_t *ptrs = NULL, *sizes = NULL;
@@ -391,28 +335,16 @@ out:
     return ret;
 }
 
-static PyObject *store_batch_put_from(PyObject *o, PyObject *a, PyObject *k)
-{
-    return do_batch_put_from(o, a, k, "batch_put_from", mc_store_batch_put_from);
-}
-
-static PyObject *store_batch_upsert_from(PyObject *o, PyObject *a, PyObject *k)
-{
-    return do_batch_put_from(o, a, k, "batch_upsert_from", mc_store_batch_upsert_from);
-}
-
 static PyObject *store_batch_put_from_multi_buffers(PyObject *o, PyObject *args,
                                                     PyObject *kwds)
 {
     mcpy_store *self = (mcpy_store *)o;
-    mcpy_state *st = mcpy_state_of(o);
-    if (!st)
-        return NULL;
     static const char *fn = "batch_put_from_multi_buffers";
     static char *kw[] = {"keys", "all_buffer_ptrs", "all_sizes", "config", NULL};
     PyObject *a_keys, *a_ptrs, *a_sizes, *a_cfg = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|O:batch_put_from_multi_buffers", kw,
-                                     &a_keys, &a_ptrs, &a_sizes, &a_cfg))
+    mcpy_state *st = mcpy_method_args(o, args, kwds, "OOO|O", fn, kw, &a_keys, &a_ptrs, &a_sizes,
+                                      &a_cfg);
+    if (!st)
         return NULL;
     mcpy_rc rc;
     if (mcpy_rc_from(st, a_cfg, fn, &rc) < 0)
@@ -454,6 +386,27 @@ out:
     PyMem_Free(sres);
     return ret;
 }
+
+/* ---- the methods: one row per Python method (name, shared body, C call) ---- */
+#define MCPY_WRITE_TABLE(X)                                                                \
+    X(put, do_put, mc_store_put)                                                           \
+    X(upsert, do_put, mc_store_upsert)                                                     \
+    X(put_parts, do_put_parts, mc_store_put_parts)                                         \
+    X(upsert_parts, do_put_parts, mc_store_upsert_parts)                                   \
+    X(put_batch, do_put_batch, mc_store_batch_put_from)                                    \
+    X(upsert_batch, do_put_batch, mc_store_batch_upsert_from)                              \
+    X(put_from, do_put_from, mc_store_put)                                                 \
+    X(upsert_from, do_put_from, mc_store_upsert)                                           \
+    X(batch_put_from, do_batch_put_from, mc_store_batch_put_from)                          \
+    X(batch_upsert_from, do_batch_put_from, mc_store_batch_upsert_from)
+
+#define MCPY__WRITE(NAME, BODY, CALL)                                                      \
+    static PyObject *store_##NAME(PyObject *o, PyObject *a, PyObject *k)                   \
+    {                                                                                      \
+        return BODY(o, a, k, #NAME, CALL);                                                 \
+    }
+MCPY_WRITE_TABLE(MCPY__WRITE)
+#undef MCPY__WRITE
 
 PyMethodDef mcpy_write_methods[] = {
     MCPY_M("put", store_put,

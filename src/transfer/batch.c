@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/sync.h"
 #include "common/xalloc.h"
 #include "mooncake/log.h"
 #include "mooncake/mc_time.h"
@@ -36,11 +37,7 @@ int mc_te_allocate_batch(mc_te *te, size_t batch_size, mc_te_batch_t *out)
     b->te = te;
     b->terminal = true;
     pthread_mutex_init(&b->lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&b->cond, &ca);
-    pthread_condattr_destroy(&ca);
+    mc_cond_init_monotonic(&b->cond); /* waits use mc_deadline_ms */
 
     pthread_mutex_lock(&te->batch_lock);
     size_t slot;

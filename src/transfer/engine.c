@@ -464,18 +464,20 @@ void mc_te_get_stats(mc_te *te, mc_te_stats *out)
     memset(out, 0, sizeof *out);
     if (!te)
         return;
-    out->tcp_bytes_sent = atomic_load_explicit(&te->st.tcp_sent, memory_order_relaxed);
-    out->tcp_bytes_received = atomic_load_explicit(&te->st.tcp_recv, memory_order_relaxed);
-    out->shm_bytes = atomic_load_explicit(&te->st.shm, memory_order_relaxed);
-    out->served_bytes = atomic_load_explicit(&te->st.served, memory_order_relaxed);
-    out->refused_requests = atomic_load_explicit(&te->st.refused, memory_order_relaxed);
-    out->tasks_completed = atomic_load_explicit(&te->st.done, memory_order_relaxed);
-    out->tasks_failed = atomic_load_explicit(&te->st.failed, memory_order_relaxed);
-    out->connections_opened = atomic_load_explicit(&te->st.conn_open, memory_order_relaxed);
-    out->connections_failed = atomic_load_explicit(&te->st.conn_fail, memory_order_relaxed);
-    out->shm_peers_lost = atomic_load_explicit(&te->st.shm_lost, memory_order_relaxed);
-    out->stale_writes_refused = atomic_load_explicit(&te->st.stale_writes, memory_order_relaxed);
-    out->stale_sends_refused = atomic_load_explicit(&te->st.stale_sends, memory_order_relaxed);
+#define LOAD(field) atomic_load_explicit(&te->st.field, memory_order_relaxed)
+    out->tcp_bytes_sent = LOAD(tcp_sent);
+    out->tcp_bytes_received = LOAD(tcp_recv);
+    out->shm_bytes = LOAD(shm);
+    out->served_bytes = LOAD(served);
+    out->refused_requests = LOAD(refused);
+    out->tasks_completed = LOAD(done);
+    out->tasks_failed = LOAD(failed);
+    out->connections_opened = LOAD(conn_open);
+    out->connections_failed = LOAD(conn_fail);
+    out->shm_peers_lost = LOAD(shm_lost);
+    out->stale_writes_refused = LOAD(stale_writes);
+    out->stale_sends_refused = LOAD(stale_sends);
+#undef LOAD
 }
 
 void mc_te_destroy(mc_te *te)

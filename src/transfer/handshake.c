@@ -144,15 +144,12 @@ static void hs_handle(te_hsconn *c, const mc__te_hs_frame *f)
 static int hs_flush(te_hsconn *c)
 {
     while (c->out_off < c->out_len) {
-        ssize_t k = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
-                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t k = mc_sock_send_nb(c->fd, c->out + c->out_off, c->out_len - c->out_off);
+        if (k == 0) {
+            mc_loop_mod(c->io->loop, c->fd, EPOLLOUT); /* read again once flushed */
+            return 0;
+        }
         if (k < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                mc_loop_mod(c->io->loop, c->fd, EPOLLOUT); /* read again once flushed */
-                return 0;
-            }
             hs_close(c);
             return -1;
         }
@@ -224,12 +221,10 @@ static void hs_io(mc_loop *loop, int fd, uint32_t events, void *arg)
             c->in = in;
             c->in_cap = cap;
         }
-        ssize_t k = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, MSG_DONTWAIT);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            break;
-        if (k <= 0) {
+        ssize_t k = mc_sock_recv_nb(c->fd, c->in + c->in_len, c->in_cap - c->in_len);
+        if (k == 0)
+            break; /* nothing more now */
+        if (k < 0) { /* error or EOF */
             hs_close(c);
             return;
         }

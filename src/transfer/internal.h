@@ -38,6 +38,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include "common/list.h"
 #include "mooncake/mc_time.h"
@@ -354,6 +355,21 @@ struct mc_te {
 static inline uint64_t mc__te_now_ms(const mc_te *te)
 {
     return te->clock ? te->clock(te->clock_ctx) : mc_now_ms();
+}
+
+/* mc__te_iov_hdr: the header step of the send loops (tcp_client.c requests, tcp_server.c
+ * replies), which gather [header][payload] records into an iovec starting `off` bytes
+ * into the first record: when off < size the header's unsent part hdr[off..size) is
+ * appended as iov[(*n)++] and 0 is returned, else nothing is appended and off - size
+ * (the offset into the payload) is returned. The caller leaves room in iov. */
+static inline uint64_t mc__te_iov_hdr(struct iovec *iov, int *n, uint8_t *hdr, uint64_t size,
+                                      uint64_t off)
+{
+    if (off >= size)
+        return off - size;
+    iov[*n].iov_base = hdr + off;
+    iov[(*n)++].iov_len = size - off;
+    return 0;
 }
 
 /* segment.c: publishes our descriptor (no-op put in P2P mode); a status code. Takes

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/sync.h"
 #include "common/xalloc.h"
 #include "mooncake/log.h"
 #include "mooncake/status.h"
@@ -49,11 +50,7 @@ static te_peer *peer_get(mc_te *te, const char *name)
     pthread_mutex_init(&p->refresh_lock, NULL);
     pthread_mutex_init(&p->lock, NULL);
     /* writers first: a fence (fence.c) must not starve behind a stream of copies */
-    pthread_rwlockattr_t rwa;
-    pthread_rwlockattr_init(&rwa);
-    pthread_rwlockattr_setkind_np(&rwa, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-    pthread_rwlock_init(&p->shm_rw, &rwa);
-    pthread_rwlockattr_destroy(&rwa);
+    mc_rwlock_init_writer_first(&p->shm_rw);
     atomic_init(&p->fence_min, mc__te_target_min(te, name)); /* fences set before opening */
     mc_segment_desc_init(&p->desc);
     te->peers[te->n_peers++] = p;

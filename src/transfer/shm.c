@@ -67,12 +67,10 @@ static void shm_io(mc_loop *loop, int fd, uint32_t events, void *arg)
     te_shmconn *c = arg;
     mc_te *te = c->io->te;
     for (;;) {
-        ssize_t k = recv(c->fd, c->in + c->in_len, sizeof c->in - c->in_len, MSG_DONTWAIT);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return;
-        if (k <= 0) {
+        ssize_t k = mc_sock_recv_nb(c->fd, c->in + c->in_len, sizeof c->in - c->in_len);
+        if (k == 0)
+            return; /* nothing more now */
+        if (k < 0) { /* error or EOF */
             shm_close(c);
             return;
         }

@@ -201,6 +201,16 @@ static int run_once(mc_te *te, te_peer *p, const mc_te_request *reqs, size_t n,
     return rc;
 }
 
+/* The peer `segment` (opened, its descriptor fetched when needed) and the requests of a
+ * transfer_sync/async call on it (*reqs malloc'd: the caller frees). A status code. */
+static int open_reqs(mc_te *te, const char *segment, int opcode, const uint64_t *local,
+                     const uint64_t *remote, const uint64_t *lens, size_t n, te_peer **p,
+                     mc_te_request **reqs)
+{
+    int rc = mc__te_peer_open(te, segment, false, p);
+    return rc != MC_OK ? rc : build_reqs(*p, opcode, local, remote, lens, n, reqs);
+}
+
 int mc_te_transfer_sync(mc_te *te, const char *segment, int opcode, const uint64_t *local,
                         const uint64_t *remote, const uint64_t *lens, size_t n,
                         const char *notify_name, const void *notify_msg, size_t notify_len)
@@ -213,11 +223,8 @@ int mc_te_transfer_sync(mc_te *te, const char *segment, int opcode, const uint64
     if (n == 0 && !notify_name)
         return mc__te_valid_segment_name(segment) ? MC_OK : MC_INVALID_PARAMS;
     te_peer *p;
-    int rc = mc__te_peer_open(te, segment, false, &p);
-    if (rc != MC_OK)
-        return rc;
     mc_te_request *reqs;
-    rc = build_reqs(p, opcode, local, remote, lens, n, &reqs);
+    int rc = open_reqs(te, segment, opcode, local, remote, lens, n, &p, &reqs);
     if (rc != MC_OK)
         return rc;
     rc = run_once(te, p, reqs, n, notify_name, notify_msg, notify_len);
@@ -240,11 +247,8 @@ int mc_te_transfer_async(mc_te *te, const char *segment, int opcode, const uint6
     if (!te || !out || n == 0 || (opcode != MC_TE_OP_READ && opcode != MC_TE_OP_WRITE))
         return MC_INVALID_PARAMS;
     te_peer *p;
-    int rc = mc__te_peer_open(te, segment, false, &p);
-    if (rc != MC_OK)
-        return rc;
     mc_te_request *reqs;
-    rc = build_reqs(p, opcode, local, remote, lens, n, &reqs);
+    int rc = open_reqs(te, segment, opcode, local, remote, lens, n, &p, &reqs);
     if (rc != MC_OK)
         return rc;
     mc_te_batch_t b;

@@ -209,29 +209,20 @@ static int cconn_flush(te_cconn *c)
         for (te_slice *s = c->send_cur; s && n < IOV_BATCH - 1; s = s->next, off = 0) {
             if (off == 0 && s->op == MC_TE_WOP_WRITE && mc__te_send_fenced(s->peer, s->epoch))
                 make_stale(te, s); /* nothing of it sent yet: refuse it now */
-            if (off < MC_TE_REQ_SIZE) {
-                iov[n].iov_base = s->hdr + off;
-                iov[n++].iov_len = MC_TE_REQ_SIZE - off;
-                off = 0;
-            } else {
-                off -= MC_TE_REQ_SIZE;
-            }
+            off = mc__te_iov_hdr(iov, &n, s->hdr, MC_TE_REQ_SIZE, off);
             uint64_t plen = send_len(s) - MC_TE_REQ_SIZE;
             if (plen > off) {
                 iov[n].iov_base = s->local + off;
                 iov[n++].iov_len = plen - off;
             }
         }
-        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-        ssize_t k = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t k = mc_sock_sendv_nb(c->fd, iov, n);
+        if (k == 0) { /* the socket is full: wait for EPOLLOUT */
+            set_events(c, EPOLLIN | EPOLLOUT);
+            return 0;
+        }
         if (k < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                set_events(c, EPOLLIN | EPOLLOUT);
-                return 0;
-            }
-            cconn_fail(c, -errno, true);
+            cconn_fail(c, (int)k, true);
             return -1;
         }
         uint64_t left = (uint64_t)k;
@@ -289,24 +280,17 @@ static int cconn_recv(te_cconn *c)
         if (n == 0) {
             /* Nothing is expected: only EOF or garbage can arrive. */
             char b;
-            ssize_t k = recv(c->fd, &b, 1, MSG_DONTWAIT);
-            if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            ssize_t k = mc_sock_recv_nb(c->fd, &b, 1);
+            if (k == 0)
                 return 0;
-            cconn_fail(c, k == 0 ? -ECONNRESET : k > 0 ? -EPROTO : -errno, true);
+            cconn_fail(c, k > 0 ? -EPROTO : (int)k, true); /* EOF: -ECONNRESET */
             return -1;
         }
-        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-        ssize_t k = recvmsg(c->fd, &mh, MSG_DONTWAIT);
+        ssize_t k = mc_sock_recvv_nb(c->fd, iov, n);
+        if (k == 0)
+            return 0; /* nothing more now */
         if (k < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                return 0;
-            cconn_fail(c, -errno, true);
-            return -1;
-        }
-        if (k == 0) {
-            cconn_fail(c, -ECONNRESET, true);
+            cconn_fail(c, (int)k, true); /* EOF: -ECONNRESET */
             return -1;
         }
         uint64_t left = (uint64_t)k;

@@ -99,13 +99,7 @@ static int sconn_flush(te_sconn *c)
         int n = 0;
         uint64_t off = c->out_off;
         for (te_out *o = c->out_head; o && n < IOV_BATCH - 1; o = o->next, off = 0) {
-            if (off < MC_TE_REP_SIZE) {
-                iov[n].iov_base = o->hdr + off;
-                iov[n++].iov_len = MC_TE_REP_SIZE - off;
-                off = 0;
-            } else {
-                off -= MC_TE_REP_SIZE;
-            }
+            off = mc__te_iov_hdr(iov, &n, o->hdr, MC_TE_REP_SIZE, off);
             if (o->len > off) {
                 if (o->payload) {
                     iov[n].iov_base = (void *)(o->payload + off);
@@ -118,15 +112,12 @@ static int sconn_flush(te_sconn *c)
                 }
             }
         }
-        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-        ssize_t k = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t k = mc_sock_sendv_nb(c->fd, iov, n);
+        if (k == 0) { /* the socket is full: wait for EPOLLOUT */
+            set_events(c, (c->events & EPOLLIN) | EPOLLOUT);
+            return 0;
+        }
         if (k < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                set_events(c, (c->events & EPOLLIN) | EPOLLOUT);
-                return 0;
-            }
             sconn_close(c);
             return -1;
         }
@@ -324,17 +315,10 @@ static int sconn_read(te_sconn *c)
         size_t want = 0;
         for (int i = 0; i < n; i++)
             want += iov[i].iov_len;
-        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-        ssize_t k = recvmsg(c->fd, &mh, MSG_DONTWAIT);
-        if (k < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                return 0;
-            sconn_close(c);
-            return -1;
-        }
-        if (k == 0) {
+        ssize_t k = mc_sock_recvv_nb(c->fd, iov, n);
+        if (k == 0)
+            return 0; /* nothing more now */
+        if (k < 0) { /* error or EOF */
             sconn_close(c);
             return -1;
         }

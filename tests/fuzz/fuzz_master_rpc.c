@@ -15,6 +15,7 @@
 #include "mooncake/log.h"
 #include "mooncake/status.h"
 #include "net/frame.h"
+#include "rpc/master_rpcs.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -38,39 +39,18 @@ static void init(void)
     h = mc_master_rpc_handler_create(svc);
 }
 
-/* The reply message each opcode answers with (NULL for unknown opcodes). */
+/* The reply message each opcode answers with (NULL for unknown opcodes), from the RPC
+ * table (rpc/master_rpcs.h), as the handler's dispatch is. */
 static const ProtobufCMessageDescriptor *reply_desc(uint16_t op)
 {
     switch (op) {
-    case MCRPC__OPCODE__OP_PING: return &mcrpc__ping_reply__descriptor;
-    case MCRPC__OPCODE__OP_SERVICE_READY: return &mcrpc__service_ready_reply__descriptor;
-    case MCRPC__OPCODE__OP_PUT_START:
-    case MCRPC__OPCODE__OP_UPSERT_START: return &mcrpc__put_start_reply__descriptor;
-    case MCRPC__OPCODE__OP_BATCH_PUT_START:
-    case MCRPC__OPCODE__OP_BATCH_UPSERT_START: return &mcrpc__batch_put_start_reply__descriptor;
-    case MCRPC__OPCODE__OP_BATCH_PUT_END:
-    case MCRPC__OPCODE__OP_BATCH_PUT_REVOKE:
-    case MCRPC__OPCODE__OP_BATCH_UPSERT_END:
-    case MCRPC__OPCODE__OP_BATCH_UPSERT_REVOKE:
-    case MCRPC__OPCODE__OP_BATCH_REMOVE: return &mcrpc__batch_status_reply__descriptor;
-    case MCRPC__OPCODE__OP_GET_REPLICA_LIST: return &mcrpc__get_replica_list_reply__descriptor;
-    case MCRPC__OPCODE__OP_BATCH_GET_REPLICA_LIST:
-        return &mcrpc__batch_get_replica_list_reply__descriptor;
-    case MCRPC__OPCODE__OP_GET_REPLICA_LIST_BY_REGEX:
-        return &mcrpc__get_replica_list_by_regex_reply__descriptor;
-    case MCRPC__OPCODE__OP_EXIST_KEY: return &mcrpc__exist_key_reply__descriptor;
-    case MCRPC__OPCODE__OP_BATCH_EXIST_KEY: return &mcrpc__batch_exist_key_reply__descriptor;
-    case MCRPC__OPCODE__OP_REMOVE_BY_REGEX:
-    case MCRPC__OPCODE__OP_REMOVE_ALL: return &mcrpc__count_reply__descriptor;
-    case MCRPC__OPCODE__OP_MOUNT_SEGMENT:
-    case MCRPC__OPCODE__OP_REMOUNT_SEGMENT:
-    case MCRPC__OPCODE__OP_UNMOUNT_SEGMENT:
-    case MCRPC__OPCODE__OP_PUT_END:
-    case MCRPC__OPCODE__OP_PUT_REVOKE:
-    case MCRPC__OPCODE__OP_UPSERT_END:
-    case MCRPC__OPCODE__OP_UPSERT_REVOKE:
-    case MCRPC__OPCODE__OP_REMOVE: return &mcrpc__status_reply__descriptor;
-    default: return NULL;
+#define MC__REPLY(ID, CODE, NAME, VERB, REQ, REPLY, SHAPE, HANDLER, COUNT)                     \
+    case MCRPC__OPCODE__OP_##ID:                                                             \
+        return &mcrpc__##REPLY##__descriptor;
+        MC_MASTER_RPC_TABLE(MC__REPLY)
+#undef MC__REPLY
+    default:
+        return NULL;
     }
 }
 

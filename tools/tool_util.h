@@ -1,0 +1,22 @@
+/* tool_util.h: the start-up steps the server tools (mooncake_master,
+ * mooncake_http_metadata_server) share: blocking the stop signals before any thread starts
+ * and naming a listen failure. Not a library: compiled into each tool that uses it. */
+#ifndef MC_TOOLS_TOOL_UTIL_H
+#define MC_TOOLS_TOOL_UTIL_H
+
+#include <signal.h>
+
+/* mc_tool_block_stop_signals: fills *stop with SIGINT and SIGTERM and blocks them in the
+ * calling thread (threads started later inherit the mask, so only the main thread's
+ * sigwait / sigtimedwait on *stop receives them); ignores SIGPIPE. Call from main before
+ * starting any thread. */
+void mc_tool_block_stop_signals(sigset_t *stop);
+
+/* mc_tool_listen_failed: prints to stderr why `prog` cannot listen on host:port (the
+ * flags --host_flag / --port_flag named), rc being a start function's -errno (-ENOENT or
+ * -EINVAL: not an address; -EADDRNOTAVAIL: not one of this machine). Returns the exit
+ * code: 2 for a bad address (a usage error), else 1. */
+int mc_tool_listen_failed(const char *prog, const char *host_flag, const char *host,
+                          const char *port_flag, long long port, int rc);
+
+#endif
