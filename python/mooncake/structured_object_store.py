@@ -394,6 +394,12 @@ def _nbytes(src: Any) -> int:
     return memoryview(src).nbytes
 
 
+def _contig(a: np.ndarray) -> np.ndarray:
+    """`a` itself when C-contiguous, else a C-contiguous copy; keeps 0-d arrays 0-d
+    (np.ascontiguousarray would make them 1-d)."""
+    return a if a.flags.c_contiguous else a.copy(order="C")
+
+
 def _encode_leaf(value: Any, codec: str) -> _Leaf:
     if codec == "bytes":
         mv = memoryview(value).cast("B") if memoryview(value).ndim != 1 or memoryview(
@@ -404,7 +410,7 @@ def _encode_leaf(value: Any, codec: str) -> _Leaf:
         return _Leaf([value], {"codec": "raw_buffer"}, [value.owner])
     if codec == "ndarray":
         scalar = isinstance(value, np.generic)
-        a = np.ascontiguousarray(np.asarray(value))
+        a = _contig(np.asarray(value))
         return _Leaf([a.reshape(-1).view(np.uint8)],
                      {"codec": "ndarray", "dtype": a.dtype.str, "shape": list(a.shape),
                       "scalar": scalar}, [a])
@@ -412,7 +418,7 @@ def _encode_leaf(value: Any, codec: str) -> _Leaf:
         raw, meta = _tensor_bytes(value)
         return _Leaf([raw], {"codec": "tensor", **meta}, [raw])
     if codec == "ragged_ndarray":
-        rows = [np.ascontiguousarray(x) for x in value]
+        rows = [_contig(x) for x in value]
         container = ("objarray" if isinstance(value, np.ndarray)
                      else "tuple" if isinstance(value, tuple) else "list")
         return _Leaf([r.reshape(-1).view(np.uint8) for r in rows],

@@ -294,8 +294,12 @@ static PyObject *fc_concat_arrays_into(PyObject *mod, PyObject *args, PyObject *
             goto out_seq;
         dst = (char *)(uintptr_t)p;
     } else if (PyObject_CheckBuffer(dest_obj)) {
-        if (PyObject_GetBuffer(dest_obj, &dview, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+        if (PyObject_GetBuffer(dest_obj, &dview, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+            PyErr_Format(PyExc_TypeError,
+                         "concat_arrays_into: dest_ptr must be an int address or a writable "
+                         "C-contiguous buffer (%.100s is not)", Py_TYPE(dest_obj)->tp_name);
             goto out_seq;
+        }
         has_dview = 1;
         if (dest_size > (unsigned long long)dview.len) {
             PyErr_Format(PyExc_ValueError,
