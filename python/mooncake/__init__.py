@@ -9,6 +9,12 @@ from pkgutil import extend_path
 
 __path__ = extend_path(__path__, __name__)
 
+# Upstream's top-level exports (its __init__ imports them from mooncake.buffer_pool; its
+# test_import_structure asserts ``mooncake.BufferPool is mooncake.RegisteredBufferPool``).
+# Resolved on first use, like __version__, so ``import mooncake`` stays cheap.
+_LAZY = {"BufferPool": "mooncake.buffer_pool", "RegisteredBufferPool": "mooncake.buffer_pool"}
+__all__ = ["BufferPool", "RegisteredBufferPool"]
+
 
 def __getattr__(name):
     # ``mooncake.__version__``: the installed distribution's version, which meson-python
@@ -23,5 +29,11 @@ def __getattr__(name):
         except PackageNotFoundError:  # run from a source tree that was never installed
             v = "unknown"
         globals()["__version__"] = v
+        return v
+    if name in _LAZY:
+        import importlib
+
+        v = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = v
         return v
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
