@@ -299,6 +299,32 @@ void mc__xfer_add(mc__xfer *x, int op, void *local, mc_te_segment_t h, uint64_t 
  * they fly, waits for all, and sets errs[owner] (when still 0) to MC_TRANSFER_FAIL or
  * MC_RPC_TIMEOUT for each failed request. */
 void mc__xfer_run(mc__xfer *x, int *errs, void (*during)(void *), void *ctx);
+
+/* An attempt: requests submitted as engine batches of their own, so that they can be
+ * waited for with a deadline and given up alone (mc_te_cancel_batch). The read path's
+ * unit of work on one replica (read.c). */
+typedef struct mc__xatt {
+    mc_te_batch_t *ids; /* nb batches, submitted */
+    size_t nb;
+    size_t next;        /* batches [0, next) are known completed */
+    int rc;             /* MC_OK, or the code of a failed allocate / submit */
+} mc__xatt;
+
+#define MC__XATT_PENDING 1 /* mc__xatt_wait: still running at the deadline */
+
+/* Submits the requests queued on x (then forgets them, as mc__xfer_reset) as attempt a.
+ * Returns MC_OK, or the code the attempt fails with (MC_TRANSFER_FAIL, MC_RPC_TIMEOUT);
+ * either way a must be ended with mc__xatt_end. */
+int mc__xatt_start(mc__xfer *x, mc__xatt *a);
+/* Waits until a is over or the monotonic time until_ms (UINT64_MAX: no limit besides
+ * the engine's transfer timeout). MC_OK (every request completed), MC__XATT_PENDING,
+ * or the failure's code (MC_TRANSFER_FAIL, MC_RPC_TIMEOUT for the engine's timeout). */
+int mc__xatt_wait(mc_te *te, mc__xatt *a, uint64_t until_ms);
+/* Ends a: frees its batches, cancelling those still in flight; when it returns no byte
+ * of a lands in local memory any more (a READ reply arriving later goes to the engine's
+ * scratch). */
+void mc__xatt_end(mc_te *te, mc__xatt *a);
+
 /* True when [addr, addr+len) of segment ep lies in this client's own global segment. */
 bool mc__in_own_segment(const mc_store *s, const char *ep, uint64_t addr, uint64_t len);
 /* How close a replica is: 0 own segment, 1 same host, 2 elsewhere. */

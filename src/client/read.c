@@ -1,9 +1,30 @@
 /* read.c: the store's reads (include/mooncake/store.h): get into caller memory, into an
  * allocator's buffer, or into a local-buffer handle; one key or a batch. Protocol per
  * chunk of keys (upstream client_service.cpp Get: GetReplicaList, replica choice, lease
- * check): the replica-list RPC, read_prepare (destination), rounds of read_next /
- * read_replica (one attempt on one replica), read_lease_check.
- * Owns nothing of mc_store (reads it under life shared); must not write objects. */
+ * check): the replica-list RPC, read_prepare (destination), read_transfer (attempts on
+ * replicas, each with a deadline from the lease time left, plus a hedge for small
+ * values), read_lease_check.
+ * Owns nothing of mc_store (reads it under life shared); must not write objects.
+ *
+ * Reads that route around a stuck node (docs/consistency.md, issue 10): an attempt is
+ * the requests of one item on one replica, submitted as engine batches of its own
+ * (xfer.c, mc__xatt). Its deadline is a share of the lease time left: with r replicas
+ * still untried after it, (lease left) / (r + 1), so the ones after it still get time
+ * inside the lease; the last replica gets all that is left. It is never longer than the
+ * engine's transfer timeout, which ends a batch by itself. An attempt past its deadline
+ * is cancelled (mc_te_cancel_batch: its late reply goes to the engine's scratch, never
+ * into the destination after the cancel returned) and the next replica is tried.
+ * Hedge: a value of at most HEDGE_MAX_BYTES with another replica left also starts the
+ * next replica HEDGE_DELAY_MS after the first (or at half its deadline when that comes
+ * sooner) if the first has not finished; the first one to complete wins, the other is
+ * cancelled. Both read the same complete object into the same destination, so the bytes
+ * are the same whichever lands. Chosen because for small values the second request
+ * costs little and turns a stuck node into a 50 ms delay instead of half the lease;
+ * large values are not hedged (it would double the traffic of every slow read), they
+ * move on at the deadline. The delay is well above a small read's time on a loaded LAN
+ * (1 MiB at 1 Gb/s is 8 ms), so a healthy cluster hedges rarely.
+ * A miss caused by timeouts says so: LEASE_EXPIRED when the lease ran out, else
+ * TRANSFER_FAIL (never OBJECT_NOT_FOUND, never the engine's RPC_TIMEOUT). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +35,8 @@
 #include "mooncake/status.h"
 
 #define CHUNK_KEYS MC__CHUNK_KEYS
+#define HEDGE_MAX_BYTES (1ull << 20) /* values up to this size are hedged */
+#define HEDGE_DELAY_MS 50u           /* after this long without an answer */
 
 /* Where a read's bytes go: the caller's parts, a buffer from the caller's allocator, or a
  * local-buffer handle (mc_store_buffer). */
@@ -39,13 +62,22 @@ typedef struct read_op {
     void *ctx;
 } read_op;
 
-/* One item's progress through the rounds of read_transfer. */
+/* One attempt of an item on one replica. */
+typedef struct rattempt {
+    mc__xatt a;
+    uint64_t deadline; /* ms, monotonic: cancelled when still running then */
+    bool live;
+} rattempt;
+
+/* One item's progress through read_transfer. */
 typedef struct rstate {
     uint64_t size;     /* the object's, from the replica list */
     uint64_t deadline; /* end of the read lease: ms, monotonic */
     uint32_t tried;    /* replica bit mask */
     int last_err;
-    int chosen;        /* replica in flight this round, -1 none */
+    bool timed_out;    /* an attempt ran past its deadline or the engine's timeout */
+    rattempt att[2];   /* the first attempt in flight and a hedge */
+    uint64_t hedge_at; /* when the hedge may start (ms); 0: none planned */
     bool done;         /* bytes are in place */
     bool failed;
 } rstate;
@@ -138,13 +170,14 @@ static int64_t read_prepare(mc_store *s, ritem *r, size_t index, int st,
     return MC_OK;
 }
 
-enum { READ_DONE, READ_QUEUED, READ_SKIP };
+enum { READ_DONE, READ_STARTED, READ_SKIP };
 
 /* One attempt on one replica: reads replica rp into item k's destination, at once when
- * it is in our own segment (READ_DONE), else by queuing its requests on x (READ_QUEUED).
- * READ_SKIP (q->last_err set) when its segment cannot be opened. */
+ * it is in our own segment (READ_DONE), else by submitting its requests as attempt a
+ * (READ_STARTED). READ_SKIP (q->last_err set) when its segment cannot be opened or the
+ * submit failed. */
 static int read_replica(mc__xfer *x, const ritem *r, rstate *q, const mc_master_replica *rp,
-                        size_t k)
+                        size_t k, rattempt *a)
 {
     if (mc__in_own_segment(x->s, rp->transport_endpoint, rp->address, rp->size)) {
         read_own(r, rp, q->size);
@@ -162,29 +195,70 @@ static int read_replica(mc__xfer *x, const ritem *r, rstate *q, const mc_master_
         mc__xfer_add(x, MC_TE_OP_READ, r->iov[p].base, h, rp->address + off, l, k);
         off += l;
     }
-    return READ_QUEUED;
+    int rc = mc__xatt_start(x, &a->a);
+    if (rc != MC_OK) {
+        mc__xatt_end(x->s->te, &a->a);
+        q->last_err = rc;
+        if (rc == MC_RPC_TIMEOUT)
+            q->timed_out = true;
+        return READ_SKIP;
+    }
+    a->live = true;
+    return READ_STARTED;
 }
 
-/* Starts item k's next attempt, on the best replica not tried yet. Returns true when
- * requests were queued on x (q->chosen set); false when the item is finished: read from
- * our own memory (q->done), or out of replicas (q->failed, result = the last error). */
+/* Ends every attempt of q still in flight (the item is done or given up). */
+static void read_end_all(mc_te *te, rstate *q)
+{
+    for (int j = 0; j < 2; j++)
+        if (q->att[j].live) {
+            mc__xatt_end(te, &q->att[j].a);
+            q->att[j].live = false;
+        }
+}
+
+/* The item's result when no replica is left: a timeout says so. */
+static int64_t read_failure(const rstate *q)
+{
+    if (q->timed_out || q->last_err == MC_RPC_TIMEOUT)
+        return mc_now_ms() > q->deadline ? MC_LEASE_EXPIRED : MC_TRANSFER_FAIL;
+    return q->last_err;
+}
+
+/* Starts an attempt of item k on the best replica not tried yet, in slot j (0: the
+ * item has nothing in flight; 1: a hedge next to slot 0). Returns true when one was
+ * started; false when none was: the item is finished (read from our own memory:
+ * q->done; out of replicas or lease with nothing else in flight: q->failed, result
+ * set), or, for a hedge, no replica is left to hedge on. */
 static bool read_next(mc__xfer *x, ritem *r, rstate *q, const mc_master_replica_list *rl,
-                      size_t k)
+                      size_t k, int j)
 {
     for (;;) {
+        uint64_t now = mc_now_ms();
         int c = pick_replica(x->s, rl, q);
-        if (c < 0) {
-            q->failed = true;
-            r->result = q->last_err;
+        if (c < 0 || now >= q->deadline) {
+            if (j == 0) {
+                q->failed = true;
+                r->result = c < 0 ? read_failure(q) : MC_LEASE_EXPIRED;
+            }
             return false;
         }
         q->tried |= 1u << c;
-        switch (read_replica(x, r, q, &rl->replicas[c], k)) {
+        unsigned rest = 0; /* replicas left after this one */
+        for (uint32_t i = 0; i < rl->n; i++)
+            rest += !(q->tried & (1u << i));
+        uint64_t share = (q->deadline - now) / (rest + 1);
+        rattempt *a = &q->att[j];
+        a->deadline = now + (share ? share : 1);
+        switch (read_replica(x, r, q, &rl->replicas[c], k, a)) {
         case READ_DONE:
             q->done = true;
+            read_end_all(x->s->te, q);
             return false;
-        case READ_QUEUED:
-            q->chosen = c;
+        case READ_STARTED:
+            q->hedge_at = 0;
+            if (j == 0 && rest > 0 && q->size <= HEDGE_MAX_BYTES)
+                q->hedge_at = now + (share / 2 < HEDGE_DELAY_MS ? share / 2 : HEDGE_DELAY_MS);
             return true;
         default:
             break; /* this replica is unreachable: the next one */
@@ -192,42 +266,77 @@ static bool read_next(mc__xfer *x, ritem *r, rstate *q, const mc_master_replica_
     }
 }
 
-/* Step 2: rounds. Each pending item reads its best untried replica, all items' requests
- * in one transfer set; an item whose transfer failed moves on to its next replica in the
- * following round. Ends when no item has anything in flight. A round lasts as long as
- * its slowest transfer (the engine's timeout bounds it): issue 10 gives each attempt a
- * deadline from the lease time left, here and in read_replica. */
+/* Looks at attempt j of item q, waiting for it at most until `until` (ms). Finishes
+ * the item when the attempt completed; ends the attempt when it failed or ran past its
+ * deadline (cancelled). */
+static void read_check(mc_te *te, rstate *q, int j, uint64_t until)
+{
+    rattempt *a = &q->att[j];
+    int rc = mc__xatt_wait(te, &a->a, until);
+    if (rc == MC_OK) {
+        q->done = true;
+        read_end_all(te, q); /* a hedge still in flight is cancelled */
+        return;
+    }
+    if (rc == MC__XATT_PENDING) {
+        if (mc_now_ms() < a->deadline)
+            return;
+        q->timed_out = true; /* give this replica up */
+        q->last_err = MC_TRANSFER_FAIL;
+    } else {
+        q->last_err = rc;
+        if (rc == MC_RPC_TIMEOUT)
+            q->timed_out = true;
+    }
+    mc__xatt_end(te, &a->a);
+    a->live = false;
+}
+
+/* Step 2: the attempts. Each pending item reads its best untried replica; all items'
+ * attempts are in flight together. The loop starts what is due (a first attempt, the
+ * next replica after a failure, a hedge), then waits until the earliest deadline or
+ * hedge time, looking at every attempt in flight; it ends when no item has anything in
+ * flight. An attempt that fails early while another one is waited for is noticed at
+ * that next event at the latest (bounded by the deadlines). */
 static void read_transfer(mc_store *s, ritem *it, const size_t *idx, size_t m, rstate *rs,
                           const mc_master_replica_list *reps)
 {
-    int *errs = mc_xmalloc(m * sizeof *errs);
     mc__xfer x;
     mc__xfer_init(&x, s);
     for (;;) {
-        mc__xfer_reset(&x);
+        uint64_t now = mc_now_ms(), next = UINT64_MAX;
         bool any = false;
         for (size_t k = 0; k < m; k++) {
             rstate *q = &rs[k];
-            if (!q->done && !q->failed && read_next(&x, &it[idx[k]], q, &reps[k], k))
-                any = true;
+            if (q->done || q->failed)
+                continue;
+            if (!q->att[0].live && q->att[1].live) { /* keep the one in flight in slot 0 */
+                q->att[0] = q->att[1];
+                q->att[1].live = false;
+            }
+            if (!q->att[0].live && !read_next(&x, &it[idx[k]], q, &reps[k], k, 0))
+                continue; /* finished */
+            if (q->hedge_at && now >= q->hedge_at && !q->att[1].live) {
+                q->hedge_at = 0;
+                read_next(&x, &it[idx[k]], q, &reps[k], k, 1);
+                if (q->done)
+                    continue;
+            }
+            for (int j = 0; j < 2; j++)
+                if (q->att[j].live && q->att[j].deadline < next)
+                    next = q->att[j].deadline;
+            if (q->hedge_at && q->hedge_at < next)
+                next = q->hedge_at;
+            any = true;
         }
         if (!any)
             break;
-        memset(errs, 0, m * sizeof *errs);
-        mc__xfer_run(&x, errs, NULL, NULL);
-        for (size_t k = 0; k < m; k++) {
-            rstate *q = &rs[k];
-            if (q->chosen < 0)
-                continue;
-            q->chosen = -1;
-            if (errs[k])
-                q->last_err = errs[k];
-            else
-                q->done = true;
-        }
+        for (size_t k = 0; k < m; k++)
+            for (int j = 0; j < 2; j++)
+                if (!rs[k].done && rs[k].att[j].live)
+                    read_check(s->te, &rs[k], j, next);
     }
     mc__xfer_deinit(&x);
-    free(errs);
 }
 
 /* Step 3: the lease check. Bytes read after the lease ran out may have been overwritten
@@ -267,7 +376,6 @@ static void read_chunk(mc_store *s, ritem *it, const size_t *idx, size_t m, cons
         mc_master_client_batch_get_replica_list(s->mc, keys, m, reps, st);
 
     for (size_t k = 0; k < m; k++) {
-        rs[k].chosen = -1;
         rs[k].last_err = MC_TRANSFER_FAIL;
         int64_t rc = read_prepare(s, &it[idx[k]], idx[k], st[k], &reps[k], t0, &rs[k], op);
         if (rc != MC_OK) {

@@ -8,6 +8,7 @@
 
 #include "client/internal.h"
 #include "common/xalloc.h"
+#include "mooncake/mc_time.h"
 #include "mooncake/status.h"
 
 typedef mc__xfer xfer;
@@ -146,6 +147,66 @@ void mc__xfer_run(xfer *x, int *errs, void (*during)(void *), void *ctx)
         mc_te_free_batch(te, pb[i].id);
     }
     free(pb);
+}
+
+/* ---- attempts (read.c): batches of their own, waited for with a deadline ---- */
+
+int mc__xatt_start(xfer *x, mc__xatt *a)
+{
+    mc_te *te = x->s->te;
+    memset(a, 0, sizeof *a);
+    size_t nb = x->n ? (x->n + MC_TE_MAX_BATCH - 1) / MC_TE_MAX_BATCH : 0;
+    a->ids = nb ? mc_xcalloc(nb, sizeof *a->ids) : NULL;
+    for (size_t i = 0; i < nb; i++) {
+        size_t first = i * MC_TE_MAX_BATCH;
+        size_t n = x->n - first < MC_TE_MAX_BATCH ? x->n - first : MC_TE_MAX_BATCH;
+        mc_te_batch_t id;
+        int rc = mc_te_allocate_batch(te, n, &id);
+        if (rc == MC_OK) {
+            rc = mc_te_submit(te, id, x->reqs + first, n);
+            if (rc != MC_OK)
+                mc_te_free_batch(te, id);
+        }
+        if (rc != MC_OK) {
+            /* what was submitted already is cancelled by mc__xatt_end */
+            a->rc = rc == MC_INVALID_PARAMS ? MC_TRANSFER_FAIL : te_code(rc);
+            break;
+        }
+        a->ids[a->nb++] = id;
+    }
+    x->n = 0;
+    return a->rc;
+}
+
+int mc__xatt_wait(mc_te *te, mc__xatt *a, uint64_t until_ms)
+{
+    if (a->rc != MC_OK)
+        return a->rc;
+    for (; a->next < a->nb; a->next++) {
+        int64_t t = -1;
+        if (until_ms != UINT64_MAX) {
+            uint64_t now = mc_now_ms();
+            t = until_ms > now ? (int64_t)(until_ms - now) : 0;
+        }
+        mc_te_status st;
+        int rc = mc_te_wait_batch(te, a->ids[a->next], t, &st);
+        if (rc == MC_RPC_TIMEOUT)
+            return MC__XATT_PENDING;
+        if (rc != MC_OK)
+            return (a->rc = MC_INTERNAL_ERROR);
+        if (st.state != MC_TE_COMPLETED)
+            return (a->rc = te_code(st.error));
+    }
+    return MC_OK;
+}
+
+void mc__xatt_end(mc_te *te, mc__xatt *a)
+{
+    for (size_t i = 0; i < a->nb; i++)
+        if (mc_te_free_batch(te, a->ids[i]) != MC_OK)
+            mc_te_cancel_batch(te, a->ids[i]); /* in flight: give it up */
+    free(a->ids);
+    memset(a, 0, sizeof *a);
 }
 
 bool mc__in_own_segment(const mc_store *s, const char *ep, uint64_t addr, uint64_t len)
