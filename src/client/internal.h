@@ -163,9 +163,13 @@ mc_store_buffer *mc__lbuf_buffer_new(mc__lbuf *a, uint64_t size);
 
 /* ---- the store ---- */
 
-/* One buffer given to mc_store_register_buffer (user_buffers.c). */
+/* One buffer given to mc_store_register_buffer (user_buffers.c): a node of a treap
+ * keyed by base, each node holding the largest end (base + len) of its subtree. */
 typedef struct mc__ubuf {
     uint64_t base, len; /* bytes */
+    uint64_t max_end;   /* max base + len over this subtree */
+    uint64_t prio;      /* treap priority (a heap on it keeps the depth O(log n)) */
+    struct mc__ubuf *l, *r;
 } mc__ubuf;
 
 struct mc_store {
@@ -204,13 +208,14 @@ struct mc_store {
     atomic_uint_fast64_t remounts;  /* NEED_REMOUNT handled */
 
     /* Buffers registered with mc_store_register_buffer: the zero-copy calls' bounds
-     * check (mc__check_ranges). Sorted by base, with the prefix maximum of their ends
-     * (registrations may overlap). Guarded by ubuf_lock (register/unregister run under
-     * life shared, so life does not order them). */
+     * check (mc__check_ranges). A treap by base with subtree maxima of their ends
+     * (registrations may overlap): insert, remove and lookup O(log n). Guarded by
+     * ubuf_lock (register/unregister run under life shared, so life does not order
+     * them). */
     pthread_rwlock_t ubuf_lock;
-    mc__ubuf *ubufs;
-    uint64_t *ubuf_max_end;
-    size_t n_ubufs, cap_ubufs;
+    mc__ubuf *ubuf_root;
+    size_t n_ubufs;
+    uint64_t ubuf_seq; /* feeds the priorities */
 };
 
 /* ---- shared small helpers (setup.c unless inline) ---- */
