@@ -305,26 +305,34 @@ void mc__xfer_add(mc__xfer *x, int op, void *local, mc_te_segment_t h, uint64_t 
  * MC_RPC_TIMEOUT for each failed request. */
 void mc__xfer_run(mc__xfer *x, int *errs, void (*during)(void *), void *ctx);
 
-/* An attempt: requests submitted as engine batches of their own, so that they can be
- * waited for with a deadline and given up alone (mc_te_cancel_batch). The read path's
- * unit of work on one replica (read.c). */
+/* A submitted set: requests submitted together as engine batches that are waited for
+ * with a deadline and given up as a whole (mc_te_cancel_batch); the state of any range
+ * of its requests can be read. The read path submits the attempts of one round (many
+ * items, one replica each) as one set, so a batch get keeps the engine's batching, and
+ * ends the sets when the call ends (read.c). */
 typedef struct mc__xatt {
     mc_te_batch_t *ids; /* nb batches, submitted */
     size_t nb;
-    size_t next;        /* batches [0, next) are known completed */
-    int rc;             /* MC_OK, or the code of a failed allocate / submit */
+    size_t next;        /* batches [0, next) are known terminal */
+    size_t n;           /* requests */
+    int rc;             /* MC_OK, or the code of a failed allocate / submit: requests
+                           of batches [nb, ...) failed with it */
+    bool any_failed;    /* a batch of [0, next) ended with a failed request */
+    bool all_ok;        /* every request completed */
 } mc__xatt;
 
-#define MC__XATT_PENDING 1 /* mc__xatt_wait: still running at the deadline */
+#define MC__XATT_PENDING 1 /* still running */
 
-/* Submits the requests queued on x (then forgets them, as mc__xfer_reset) as attempt a.
- * Returns MC_OK, or the code the attempt fails with (MC_TRANSFER_FAIL, MC_RPC_TIMEOUT);
- * either way a must be ended with mc__xatt_end. */
-int mc__xatt_start(mc__xfer *x, mc__xatt *a);
-/* Waits until a is over or the monotonic time until_ms (UINT64_MAX: no limit besides
- * the engine's transfer timeout). MC_OK (every request completed), MC__XATT_PENDING,
- * or the failure's code (MC_TRANSFER_FAIL, MC_RPC_TIMEOUT for the engine's timeout). */
+/* Submits the requests queued on x (then forgets them, as mc__xfer_reset) as set a;
+ * request i of x is request i of a. a must be ended with mc__xatt_end. */
+void mc__xatt_start(mc__xfer *x, mc__xatt *a);
+/* Waits until every request of a is over or the monotonic time until_ms. MC_OK (all
+ * over: see mc__xatt_state, or a->all_ok) or MC__XATT_PENDING. */
 int mc__xatt_wait(mc_te *te, mc__xatt *a, uint64_t until_ms);
+/* State of requests [first, first+n) of a: MC_OK (all completed), MC__XATT_PENDING
+ * (some still running, none failed), or a failed one's code (MC_TRANSFER_FAIL,
+ * MC_RPC_TIMEOUT for the engine's timeout). No waiting. */
+int mc__xatt_state(mc_te *te, const mc__xatt *a, size_t first, size_t n);
 /* Ends a: frees its batches, cancelling those still in flight; when it returns no byte
  * of a lands in local memory any more (a READ reply arriving later goes to the engine's
  * scratch). */

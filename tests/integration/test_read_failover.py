@@ -95,6 +95,9 @@ def test_get_uses_the_other_replica_when_one_node_is_stopped(cluster):
     cfg.preferred_segments = [n.hostname for n in nodes]
     small, large = K("small"), K("large")
     sizes = {small: 4096, large: 4 << 20}  # hedged / moved on at the deadline
+    many = [K(f"many{i}") for i in range(16)]
+    for k in many:
+        assert reader.put(k, value_for(k, 8192), cfg) == 0
     for k, size in sizes.items():
         assert reader.put(k, value_for(k, size), cfg) == 0
         assert sorted(r.get_memory_descriptor().buffer_descriptor.transport_endpoint
@@ -114,6 +117,10 @@ def test_get_uses_the_other_replica_when_one_node_is_stopped(cluster):
         assert took < 2 * ATTEMPT_S + SLACK, (k, took)
     vs, took = timed(reader.get_batch, [small, large])
     assert vs == [value_for(small, 4096), value_for(large, 4 << 20)]
+    assert took < 2 * ATTEMPT_S + SLACK, took
+    # a batch whose first replicas are on either node (the stopped one among them)
+    vs, took = timed(reader.get_batch, many)
+    assert vs == [value_for(k, 8192) for k in many]
     assert took < 2 * ATTEMPT_S + SLACK, took
     # the node comes back: reads keep working (and may use it again)
     resume(victim, stopped)
