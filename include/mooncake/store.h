@@ -46,8 +46,9 @@
  *     master's --put_start_discard_timeout_sec (the master pre-empts it then).
  *   - Caller memory (put_from / get_into / batch_* pointers) need not be registered:
  *     registered or not, the bytes go straight between it and the peer (TCP or the
- *     same-host memcpy). register_buffer is accepted for compatibility (and publishes
- *     the range so peers could address it). One check: a range (value, buffer or iov
+ *     same-host memcpy). register_buffer is accepted for compatibility; it records the
+ *     range in this client only (peers never address a client's own buffers: objects
+ *     live in global segments), so it is not published. One check: a range (value, buffer or iov
  *     entry, with its declared length or capacity) that starts inside a buffer
  *     registered with mc_store_register_buffer must end inside a registered buffer that
  *     holds its start; otherwise that key gets MC_INVALID_PARAMS before any RPC or
@@ -91,6 +92,7 @@
 #define MC_STORE_MAX_BATCH (1u << 20)           /* keys per batch call                    */
 #define MC_STORE_MAX_PARTS 65536u               /* buffers per object (put_parts, multi)  */
 #define MC_STORE_MAX_PREFERRED 64u              /* preferred segments per config          */
+#define MC_STORE_MAX_USER_BUFFERS (1u << 20)    /* register_buffer ranges held at once    */
 #define MC_STORE_MIN_SEGMENT_SIZE 1024u         /* bytes; a non-zero segment is >= this   */
 #define MC_STORE_MAX_SEGMENT_SIZE (1ull << 50)  /* bytes per global segment               */
 #define MC_STORE_MIN_LOCAL_BUFFER 1024u         /* bytes; a non-zero local buffer >= this */
@@ -532,18 +534,23 @@ MC_API int mc_store_batch_get_replica_desc(mc_store *s, const mc_store_key *keys
 /* Registration                                                                        */
 /* ---------------------------------------------------------------------------------- */
 
-/* mc_store_register_buffer: registers [addr, addr+len) with the engine (upstream
- * register_buffer; not required before put_from/get_into here, see top) and records it
- * for the zero-copy calls' bounds check (a range starting inside it must end inside it;
- * overlapping registrations are allowed, any one that holds the range will do). The
- * memory stays the caller's; the record lasts until unregister_buffer or close.
- * Returns MC_OK; MC_INVALID_PARAMS (NULL, 0, same addr with another length, not set up);
- * engine codes. */
+/* mc_store_register_buffer: records [addr, addr+len) for the zero-copy calls' bounds
+ * check (upstream register_buffer; not required before put_from/get_into here, see top):
+ * a range starting inside it must end inside it; overlapping registrations are allowed,
+ * any one that holds the range will do. The same addr and len again is MC_OK (nothing
+ * changes). The memory stays the caller's; the record lasts until unregister_buffer or
+ * close. It is not registered with the transfer engine nor published (upstream registers
+ * it with its engine for RDMA; this engine moves local memory over TCP and same-host
+ * copies without a registration, and republishing the segment descriptor on every call
+ * made n registrations cost O(n^2)). O(log n) per call in the ranges held.
+ * Returns MC_OK; MC_INVALID_PARAMS (NULL, 0, addr+len past the address space, same addr
+ * with another length, not set up); MC_BUFFER_OVERFLOW when MC_STORE_MAX_USER_BUFFERS
+ * ranges are held already (logged with the limit; nothing changes). */
 MC_API int mc_store_register_buffer(mc_store *s, void *addr, size_t len);
 
 /* mc_store_unregister_buffer: removes the registration that starts at addr (the memory is
- * then plain caller memory for put_from/get_into). Returns MC_OK; MC_INVALID_PARAMS (not
- * registered, not set up); engine codes. */
+ * then plain caller memory for put_from/get_into). O(log n). Returns MC_OK;
+ * MC_INVALID_PARAMS (not registered, not set up). */
 MC_API int mc_store_unregister_buffer(mc_store *s, void *addr);
 
 #endif

@@ -333,6 +333,23 @@ MC_API int mc_te_wait_batch(mc_te *te, mc_te_batch_t batch, int64_t timeout_ms,
  * MC_INVALID_PARAMS (unknown id). */
 MC_API int mc_te_free_batch(mc_te *te, mc_te_batch_t batch);
 
+/* mc_te_cancel_batch: gives batch `batch` up, whatever state it is in, and frees its id
+ * (as mc_te_free_batch; the id is invalid afterwards, its statuses can no longer be
+ * read: read them first). From the return on, the engine never touches the local
+ * memory of the batch's requests again: a READ reply still on its way is received into
+ * scratch memory owned by the engine, and WRITE payload not sent yet is sent from a
+ * copy taken during the call (so the peer gets the bytes the source held then). The
+ * engine keeps the batch's bookkeeping until its last request ends (its reply, its
+ * connection closing, or the transfer timeout) and frees it then. Requests already
+ * handed to a peer are not recalled (a WRITE may still land there). Blocks only while
+ * each I/O thread that carries one of the batch's requests runs one short step
+ * (microseconds; it never waits for a peer). Not concurrently with a submit or a wait
+ * on the same batch. Not in upstream Mooncake (its freeBatchID refuses a batch with
+ * tasks in flight, as mc_te_free_batch does); used by the store's reads to give up a
+ * replica that does not answer within its deadline (docs/consistency.md).
+ * Returns MC_OK; MC_INVALID_PARAMS (te NULL, unknown id). */
+MC_API int mc_te_cancel_batch(mc_te *te, mc_te_batch_t batch);
+
 /* ---------------------------------------------------------------------------------- */
 /* Sync / async helpers (what the Python binding calls)                                */
 /* ---------------------------------------------------------------------------------- */

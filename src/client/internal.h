@@ -163,9 +163,13 @@ mc_store_buffer *mc__lbuf_buffer_new(mc__lbuf *a, uint64_t size);
 
 /* ---- the store ---- */
 
-/* One buffer given to mc_store_register_buffer (user_buffers.c). */
+/* One buffer given to mc_store_register_buffer (user_buffers.c): a node of a treap
+ * keyed by base, each node holding the largest end (base + len) of its subtree. */
 typedef struct mc__ubuf {
     uint64_t base, len; /* bytes */
+    uint64_t max_end;   /* max base + len over this subtree */
+    uint64_t prio;      /* treap priority (a heap on it keeps the depth O(log n)) */
+    struct mc__ubuf *l, *r;
 } mc__ubuf;
 
 struct mc_store {
@@ -204,13 +208,14 @@ struct mc_store {
     atomic_uint_fast64_t remounts;  /* NEED_REMOUNT handled */
 
     /* Buffers registered with mc_store_register_buffer: the zero-copy calls' bounds
-     * check (mc__check_ranges). Sorted by base, with the prefix maximum of their ends
-     * (registrations may overlap). Guarded by ubuf_lock (register/unregister run under
-     * life shared, so life does not order them). */
+     * check (mc__check_ranges). A treap by base with subtree maxima of their ends
+     * (registrations may overlap): insert, remove and lookup O(log n). Guarded by
+     * ubuf_lock (register/unregister run under life shared, so life does not order
+     * them). */
     pthread_rwlock_t ubuf_lock;
-    mc__ubuf *ubufs;
-    uint64_t *ubuf_max_end;
-    size_t n_ubufs, cap_ubufs;
+    mc__ubuf *ubuf_root;
+    size_t n_ubufs;
+    uint64_t ubuf_seq; /* feeds the priorities */
 };
 
 /* ---- shared small helpers (setup.c unless inline) ---- */
@@ -299,6 +304,40 @@ void mc__xfer_add(mc__xfer *x, int op, void *local, mc_te_segment_t h, uint64_t 
  * they fly, waits for all, and sets errs[owner] (when still 0) to MC_TRANSFER_FAIL or
  * MC_RPC_TIMEOUT for each failed request. */
 void mc__xfer_run(mc__xfer *x, int *errs, void (*during)(void *), void *ctx);
+
+/* A submitted set: requests submitted together as engine batches that are waited for
+ * with a deadline and given up as a whole (mc_te_cancel_batch); the state of any range
+ * of its requests can be read. The read path submits the attempts of one round (many
+ * items, one replica each) as one set, so a batch get keeps the engine's batching, and
+ * ends the sets when the call ends (read.c). */
+typedef struct mc__xatt {
+    mc_te_batch_t *ids; /* nb batches, submitted */
+    size_t nb;
+    size_t next;        /* batches [0, next) are known terminal */
+    size_t n;           /* requests */
+    int rc;             /* MC_OK, or the code of a failed allocate / submit: requests
+                           of batches [nb, ...) failed with it */
+    bool any_failed;    /* a batch of [0, next) ended with a failed request */
+    bool all_ok;        /* every request completed */
+} mc__xatt;
+
+#define MC__XATT_PENDING 1 /* still running */
+
+/* Submits the requests queued on x (then forgets them, as mc__xfer_reset) as set a;
+ * request i of x is request i of a. a must be ended with mc__xatt_end. */
+void mc__xatt_start(mc__xfer *x, mc__xatt *a);
+/* Waits until every request of a is over or the monotonic time until_ms. MC_OK (all
+ * over: see mc__xatt_state, or a->all_ok) or MC__XATT_PENDING. */
+int mc__xatt_wait(mc_te *te, mc__xatt *a, uint64_t until_ms);
+/* State of requests [first, first+n) of a: MC_OK (all completed), MC__XATT_PENDING
+ * (some still running, none failed), or a failed one's code (MC_TRANSFER_FAIL,
+ * MC_RPC_TIMEOUT for the engine's timeout). No waiting. */
+int mc__xatt_state(mc_te *te, const mc__xatt *a, size_t first, size_t n);
+/* Ends a: frees its batches, cancelling those still in flight; when it returns no byte
+ * of a lands in local memory any more (a READ reply arriving later goes to the engine's
+ * scratch). */
+void mc__xatt_end(mc_te *te, mc__xatt *a);
+
 /* True when [addr, addr+len) of segment ep lies in this client's own global segment. */
 bool mc__in_own_segment(const mc_store *s, const char *ep, uint64_t addr, uint64_t len);
 /* How close a replica is: 0 own segment, 1 same host, 2 elsewhere. */

@@ -1,9 +1,32 @@
 /* read.c: the store's reads (include/mooncake/store.h): get into caller memory, into an
  * allocator's buffer, or into a local-buffer handle; one key or a batch. Protocol per
  * chunk of keys (upstream client_service.cpp Get: GetReplicaList, replica choice, lease
- * check): the replica-list RPC, read_prepare (destination), rounds of read_next /
- * read_replica (one attempt on one replica), read_lease_check.
- * Owns nothing of mc_store (reads it under life shared); must not write objects. */
+ * check): the replica-list RPC, read_prepare (destination), read_transfer (attempts on
+ * replicas, each with a deadline from the lease time left, plus a hedge for small
+ * values), read_lease_check.
+ * Owns nothing of mc_store (reads it under life shared); must not write objects.
+ *
+ * Reads that route around a stuck node (docs/consistency.md, issue 10): an attempt is
+ * the requests of one item on one replica; the attempts started in one round are
+ * submitted together as one set of engine batches (xfer.c, mc__xatt), each attempt's
+ * state read from its own requests. Its deadline is a share of the lease time left:
+ * with r replicas still untried after it, (lease left) / (r + 1), so the ones after it
+ * still get time inside the lease; the last replica gets all that is left. It is never
+ * longer than the engine's transfer timeout, which ends a batch by itself. An attempt
+ * past its deadline is given up and the next replica is tried; every set still running
+ * when the call ends is cancelled (mc_te_cancel_batch: late replies go to the engine's
+ * scratch, never into the destination after the call returned).
+ * Hedge: a value of at most HEDGE_MAX_BYTES with another replica left also starts the
+ * next replica HEDGE_DELAY_MS after the first (or at half its deadline when that comes
+ * sooner) if the first has not finished; the first one to complete wins, the other is
+ * given up. Both read the same complete object into the same destination, so the bytes
+ * are the same whichever lands. Chosen because for small values the second request
+ * costs little and turns a stuck node into a 50 ms delay instead of half the lease;
+ * large values are not hedged (it would double the traffic of every slow read), they
+ * move on at the deadline. The delay is well above a small read's time on a loaded LAN
+ * (1 MiB at 1 Gb/s is 8 ms), so a healthy cluster hedges rarely.
+ * A miss caused by timeouts says so: LEASE_EXPIRED when the lease ran out, else
+ * TRANSFER_FAIL (never OBJECT_NOT_FOUND, never the engine's RPC_TIMEOUT). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +37,8 @@
 #include "mooncake/status.h"
 
 #define CHUNK_KEYS MC__CHUNK_KEYS
+#define HEDGE_MAX_BYTES (1ull << 20) /* values up to this size are hedged */
+#define HEDGE_DELAY_MS 50u           /* after this long without an answer */
 
 /* Where a read's bytes go: the caller's parts, a buffer from the caller's allocator, or a
  * local-buffer handle (mc_store_buffer). */
@@ -39,13 +64,35 @@ typedef struct read_op {
     void *ctx;
 } read_op;
 
-/* One item's progress through the rounds of read_transfer. */
+/* One attempt of an item on one replica: requests [first, first+n) of set `set` of the
+ * call (read_transfer's sets). */
+typedef struct rattempt {
+    size_t set, first, n;
+    uint64_t deadline; /* ms, monotonic: given up when still running then */
+    bool live;
+} rattempt;
+
+/* The sets one call submitted: one per round that started attempts. A set is ended
+ * (cancelled when still running) only when the call ends: an attempt given up earlier
+ * may still write the same object's bytes into its destination until then (both
+ * replicas are complete copies of the same put, and the lease check refuses bytes
+ * that came too late), never after the call returned. */
+typedef struct rsets {
+    mc__xatt *v;
+    size_t *live; /* attempts of each set still looked at */
+    bool *over;   /* every request of the set ended */
+    size_t n, cap;
+} rsets;
+
+/* One item's progress through read_transfer. */
 typedef struct rstate {
     uint64_t size;     /* the object's, from the replica list */
     uint64_t deadline; /* end of the read lease: ms, monotonic */
     uint32_t tried;    /* replica bit mask */
     int last_err;
-    int chosen;        /* replica in flight this round, -1 none */
+    bool timed_out;    /* an attempt ran past its deadline or the engine's timeout */
+    rattempt att[2];   /* the first attempt in flight and a hedge */
+    uint64_t hedge_at; /* when the hedge may start (ms); 0: none planned */
     bool done;         /* bytes are in place */
     bool failed;
 } rstate;
@@ -141,10 +188,11 @@ static int64_t read_prepare(mc_store *s, ritem *r, size_t index, int st,
 enum { READ_DONE, READ_QUEUED, READ_SKIP };
 
 /* One attempt on one replica: reads replica rp into item k's destination, at once when
- * it is in our own segment (READ_DONE), else by queuing its requests on x (READ_QUEUED).
- * READ_SKIP (q->last_err set) when its segment cannot be opened. */
+ * it is in our own segment (READ_DONE), else by queuing its requests on x for set
+ * `set` (READ_QUEUED, a filled in). READ_SKIP (q->last_err set) when its segment cannot
+ * be opened. */
 static int read_replica(mc__xfer *x, const ritem *r, rstate *q, const mc_master_replica *rp,
-                        size_t k)
+                        size_t k, rattempt *a, rsets *ss)
 {
     if (mc__in_own_segment(x->s, rp->transport_endpoint, rp->address, rp->size)) {
         read_own(r, rp, q->size);
@@ -155,6 +203,8 @@ static int read_replica(mc__xfer *x, const ritem *r, rstate *q, const mc_master_
         q->last_err = MC_TRANSFER_FAIL;
         return READ_SKIP;
     }
+    a->set = ss->n; /* the set this round submits */
+    a->first = x->n;
     /* The object fills the parts in order; the last part used may be larger. */
     uint64_t off = 0;
     for (size_t p = 0; p < r->niov && off < q->size; p++) {
@@ -162,29 +212,64 @@ static int read_replica(mc__xfer *x, const ritem *r, rstate *q, const mc_master_
         mc__xfer_add(x, MC_TE_OP_READ, r->iov[p].base, h, rp->address + off, l, k);
         off += l;
     }
+    a->n = x->n - a->first;
+    a->live = true;
+    ss->live[a->set]++;
     return READ_QUEUED;
 }
 
-/* Starts item k's next attempt, on the best replica not tried yet. Returns true when
- * requests were queued on x (q->chosen set); false when the item is finished: read from
- * our own memory (q->done), or out of replicas (q->failed, result = the last error). */
+/* Stops looking at attempt j of q (it stays in flight until its set ends). */
+static void read_drop(rstate *q, int j, rsets *ss)
+{
+    if (q->att[j].live) {
+        q->att[j].live = false;
+        ss->live[q->att[j].set]--;
+    }
+}
+
+/* The item's result when no replica is left: a timeout says so. */
+static int64_t read_failure(const rstate *q)
+{
+    if (q->timed_out || q->last_err == MC_RPC_TIMEOUT)
+        return mc_now_ms() > q->deadline ? MC_LEASE_EXPIRED : MC_TRANSFER_FAIL;
+    return q->last_err;
+}
+
+/* Starts an attempt of item k on the best replica not tried yet, in slot j (0: the
+ * item has nothing in flight; 1: a hedge next to slot 0). Returns true when one was
+ * queued; false when none was: the item is finished (read from our own memory:
+ * q->done; out of replicas or lease with nothing else in flight: q->failed, result
+ * set), or, for a hedge, no replica is left to hedge on. */
 static bool read_next(mc__xfer *x, ritem *r, rstate *q, const mc_master_replica_list *rl,
-                      size_t k)
+                      size_t k, int j, rsets *ss)
 {
     for (;;) {
+        uint64_t now = mc_now_ms();
         int c = pick_replica(x->s, rl, q);
-        if (c < 0) {
-            q->failed = true;
-            r->result = q->last_err;
+        if (c < 0 || now >= q->deadline) {
+            if (j == 0) {
+                q->failed = true;
+                r->result = c < 0 ? read_failure(q) : MC_LEASE_EXPIRED;
+            }
             return false;
         }
         q->tried |= 1u << c;
-        switch (read_replica(x, r, q, &rl->replicas[c], k)) {
+        unsigned rest = 0; /* replicas left after this one */
+        for (uint32_t i = 0; i < rl->n; i++)
+            rest += !(q->tried & (1u << i));
+        uint64_t share = (q->deadline - now) / (rest + 1);
+        rattempt *a = &q->att[j];
+        a->deadline = now + (share ? share : 1);
+        switch (read_replica(x, r, q, &rl->replicas[c], k, a, ss)) {
         case READ_DONE:
             q->done = true;
+            read_drop(q, 0, ss);
+            read_drop(q, 1, ss);
             return false;
         case READ_QUEUED:
-            q->chosen = c;
+            q->hedge_at = 0;
+            if (j == 0 && rest > 0 && q->size <= HEDGE_MAX_BYTES)
+                q->hedge_at = now + (share / 2 < HEDGE_DELAY_MS ? share / 2 : HEDGE_DELAY_MS);
             return true;
         default:
             break; /* this replica is unreachable: the next one */
@@ -192,42 +277,126 @@ static bool read_next(mc__xfer *x, ritem *r, rstate *q, const mc_master_replica_
     }
 }
 
-/* Step 2: rounds. Each pending item reads its best untried replica, all items' requests
- * in one transfer set; an item whose transfer failed moves on to its next replica in the
- * following round. Ends when no item has anything in flight. A round lasts as long as
- * its slowest transfer (the engine's timeout bounds it): issue 10 gives each attempt a
- * deadline from the lease time left, here and in read_replica. */
+/* Looks at attempt j of item q when there is something to decide: its set is over, its
+ * deadline passed, or (first attempt) the hedge is due. Finishes the item when the
+ * attempt completed; gives the attempt up when it failed or ran past its deadline. */
+static void read_check(mc_te *te, rstate *q, int j, rsets *ss, uint64_t now)
+{
+    rattempt *a = &q->att[j];
+    if (!ss->over[a->set] && now < a->deadline && !(j == 0 && q->hedge_at && now >= q->hedge_at))
+        return;
+    int rc = mc__xatt_state(te, &ss->v[a->set], a->first, a->n);
+    if (rc == MC_OK) {
+        q->done = true;
+        read_drop(q, 0, ss);
+        read_drop(q, 1, ss); /* a hedge still in flight is cancelled with its set */
+        return;
+    }
+    if (rc == MC__XATT_PENDING) {
+        if (now < a->deadline)
+            return;
+        q->timed_out = true; /* give this replica up */
+        q->last_err = MC_TRANSFER_FAIL;
+    } else {
+        q->last_err = rc;
+        if (rc == MC_RPC_TIMEOUT)
+            q->timed_out = true;
+    }
+    read_drop(q, j, ss);
+}
+
+/* Waits until `next` (ms) or until a set with attempts still looked at is over. One
+ * such set: a plain wait on it. Several (a hedge or a failover next to the first
+ * round): a look at each, then a short wait on the newest (the engine has no wait for
+ * any of several batches), so an early answer is seen within a few ms. */
+static void read_wait(mc_te *te, rsets *ss, uint64_t next)
+{
+    size_t nlive = 0, last = 0;
+    for (size_t i = 0; i < ss->n; i++)
+        if (ss->live[i] && !ss->over[i]) {
+            nlive++;
+            last = i;
+        }
+    if (nlive == 0)
+        return;
+    if (nlive == 1) {
+        ss->over[last] = mc__xatt_wait(te, &ss->v[last], next) == MC_OK;
+        return;
+    }
+    bool any = false;
+    for (size_t i = 0; i < ss->n; i++)
+        if (ss->live[i] && !ss->over[i] && mc__xatt_wait(te, &ss->v[i], 0) == MC_OK)
+            any = ss->over[i] = true;
+    if (!any) {
+        uint64_t soon = mc_now_ms() + 2;
+        ss->over[last] = mc__xatt_wait(te, &ss->v[last], soon < next ? soon : next) == MC_OK;
+    }
+}
+
+/* Step 2: the attempts. Each pending item reads its best untried replica; the attempts
+ * started in one round are submitted together as one set (so a batch get keeps the
+ * engine's batching). Each turn looks at what is due (a set over, a deadline, a hedge
+ * time), starts what follows (the next replica after a failure or a timeout, a hedge),
+ * then waits until the earliest deadline or hedge time or until a set is over. Ends
+ * when no item has anything in flight; then every set is ended (cancelled when still
+ * running), so nothing lands after the call returned. */
 static void read_transfer(mc_store *s, ritem *it, const size_t *idx, size_t m, rstate *rs,
                           const mc_master_replica_list *reps)
 {
-    int *errs = mc_xmalloc(m * sizeof *errs);
     mc__xfer x;
     mc__xfer_init(&x, s);
+    rsets ss = {0};
     for (;;) {
-        mc__xfer_reset(&x);
+        uint64_t now = mc_now_ms();
+        for (size_t k = 0; k < m; k++)
+            for (int j = 0; j < 2; j++)
+                if (!rs[k].done && rs[k].att[j].live)
+                    read_check(s->te, &rs[k], j, &ss, now);
+        if (ss.n == ss.cap) {
+            ss.cap = ss.cap ? ss.cap * 2 : 4;
+            ss.v = mc_xrealloc(ss.v, ss.cap * sizeof *ss.v);
+            ss.live = mc_xrealloc(ss.live, ss.cap * sizeof *ss.live);
+            ss.over = mc_xrealloc(ss.over, ss.cap * sizeof *ss.over);
+        }
+        ss.live[ss.n] = 0;
+        ss.over[ss.n] = false;
+        uint64_t next = UINT64_MAX;
         bool any = false;
         for (size_t k = 0; k < m; k++) {
             rstate *q = &rs[k];
-            if (!q->done && !q->failed && read_next(&x, &it[idx[k]], q, &reps[k], k))
-                any = true;
+            if (q->done || q->failed)
+                continue;
+            if (!q->att[0].live && q->att[1].live) { /* keep the one in flight in slot 0 */
+                q->att[0] = q->att[1];
+                q->att[1].live = false;
+            }
+            if (!q->att[0].live && !read_next(&x, &it[idx[k]], q, &reps[k], k, 0, &ss))
+                continue; /* finished */
+            if (q->hedge_at && now >= q->hedge_at && !q->att[1].live) {
+                q->hedge_at = 0;
+                read_next(&x, &it[idx[k]], q, &reps[k], k, 1, &ss);
+            }
+            for (int j = 0; j < 2; j++)
+                if (q->att[j].live && q->att[j].deadline < next)
+                    next = q->att[j].deadline;
+            if (q->hedge_at && q->hedge_at < next)
+                next = q->hedge_at;
+            any = true;
+        }
+        if (x.n) {
+            mc__xatt_start(&x, &ss.v[ss.n]);
+            ss.n++;
         }
         if (!any)
             break;
-        memset(errs, 0, m * sizeof *errs);
-        mc__xfer_run(&x, errs, NULL, NULL);
-        for (size_t k = 0; k < m; k++) {
-            rstate *q = &rs[k];
-            if (q->chosen < 0)
-                continue;
-            q->chosen = -1;
-            if (errs[k])
-                q->last_err = errs[k];
-            else
-                q->done = true;
-        }
+        read_wait(s->te, &ss, next);
     }
+    for (size_t i = 0; i < ss.n; i++)
+        mc__xatt_end(s->te, &ss.v[i]);
+    free(ss.v);
+    free(ss.live);
+    free(ss.over);
     mc__xfer_deinit(&x);
-    free(errs);
 }
 
 /* Step 3: the lease check. Bytes read after the lease ran out may have been overwritten
@@ -267,7 +436,6 @@ static void read_chunk(mc_store *s, ritem *it, const size_t *idx, size_t m, cons
         mc_master_client_batch_get_replica_list(s->mc, keys, m, reps, st);
 
     for (size_t k = 0; k < m; k++) {
-        rs[k].chosen = -1;
         rs[k].last_err = MC_TRANSFER_FAIL;
         int64_t rc = read_prepare(s, &it[idx[k]], idx[k], st[k], &reps[k], t0, &rs[k], op);
         if (rc != MC_OK) {

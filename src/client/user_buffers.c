@@ -1,6 +1,7 @@
-/* user_buffers.c: memory the caller registers with mc_store_register_buffer: the engine
- * registration and our sorted table of ranges, and the bounds check every zero-copy call
- * runs on its ranges before any RPC or transfer (mc__check_ranges).
+/* user_buffers.c: memory the caller registers with mc_store_register_buffer: our table
+ * of ranges (a treap, O(log n) per call; not given to the engine, see store.h), and the
+ * bounds check every zero-copy call runs on its ranges before any RPC or transfer
+ * (mc__check_ranges).
  * Owns ubuf_lock and the ubufs table of mc_store; must not move bytes. */
 #include <pthread.h>
 #include <stdio.h>
@@ -16,76 +17,204 @@
 
 typedef mc__ubuf ubuf;
 
-static void ubuf_rebuild_locked(mc_store *s)
+/* ---- the treap (caller holds ubuf_lock; written only under it exclusively) ---- */
+
+static uint64_t end_of(const ubuf *u)
 {
-    uint64_t m = 0;
-    for (size_t i = 0; i < s->n_ubufs; i++) {
-        if (s->ubufs[i].base + s->ubufs[i].len > m)
-            m = s->ubufs[i].base + s->ubufs[i].len;
-        s->ubuf_max_end[i] = m;
-    }
+    return u->base + u->len; /* register_buffer refused ranges that wrap */
 }
 
-/* Index of the last buffer with base <= addr, or -1. Caller holds ubuf_lock. */
-static long ubuf_find_le(const mc_store *s, uint64_t addr)
+static void pull(ubuf *u)
 {
-    size_t lo = 0, hi = s->n_ubufs;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (s->ubufs[mid].base <= addr)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return (long)lo - 1;
+    uint64_t m = end_of(u);
+    if (u->l && u->l->max_end > m)
+        m = u->l->max_end;
+    if (u->r && u->r->max_end > m)
+        m = u->r->max_end;
+    u->max_end = m;
 }
 
-/* Records [base, base+len) (the engine accepted it; the same base again is a no-op). */
-static void ubuf_add(mc_store *s, uint64_t base, uint64_t len)
+static ubuf *rot_right(ubuf *t)
 {
-    pthread_rwlock_wrlock(&s->ubuf_lock);
-    long i = ubuf_find_le(s, base);
-    if (i < 0 || s->ubufs[i].base != base) {
-        if (s->n_ubufs == s->cap_ubufs) {
-            s->cap_ubufs = s->cap_ubufs ? s->cap_ubufs * 2 : 16;
-            s->ubufs = mc_xrealloc(s->ubufs, s->cap_ubufs * sizeof *s->ubufs);
-            s->ubuf_max_end =
-                mc_xrealloc(s->ubuf_max_end, s->cap_ubufs * sizeof *s->ubuf_max_end);
+    ubuf *l = t->l;
+    t->l = l->r;
+    l->r = t;
+    pull(t);
+    pull(l);
+    return l;
+}
+
+static ubuf *rot_left(ubuf *t)
+{
+    ubuf *r = t->r;
+    t->r = r->l;
+    r->l = t;
+    pull(t);
+    pull(r);
+    return r;
+}
+
+/* Inserts n (its base is not in t). Expected depth O(log n). */
+static ubuf *tr_insert(ubuf *t, ubuf *n)
+{
+    if (!t)
+        return n;
+    if (n->base < t->base) {
+        t->l = tr_insert(t->l, n);
+        if (t->l->prio > t->prio)
+            return rot_right(t);
+    } else {
+        t->r = tr_insert(t->r, n);
+        if (t->r->prio > t->prio)
+            return rot_left(t);
+    }
+    pull(t);
+    return t;
+}
+
+/* Joins a and b, every base of a below every base of b. */
+static ubuf *tr_merge(ubuf *a, ubuf *b)
+{
+    if (!a)
+        return b;
+    if (!b)
+        return a;
+    if (a->prio > b->prio) {
+        a->r = tr_merge(a->r, b);
+        pull(a);
+        return a;
+    }
+    b->l = tr_merge(a, b->l);
+    pull(b);
+    return b;
+}
+
+/* Takes the node with this base out of t into *out (NULL when there is none). */
+static ubuf *tr_remove(ubuf *t, uint64_t base, ubuf **out)
+{
+    if (!t)
+        return NULL;
+    if (base == t->base) {
+        *out = t;
+        return tr_merge(t->l, t->r);
+    }
+    if (base < t->base)
+        t->l = tr_remove(t->l, base, out);
+    else
+        t->r = tr_remove(t->r, base, out);
+    pull(t);
+    return t;
+}
+
+static ubuf *tr_find(ubuf *t, uint64_t base)
+{
+    while (t && t->base != base)
+        t = base < t->base ? t->l : t->r;
+    return t;
+}
+
+/* Some buffer with base <= a whose end is >= target, or NULL: one walk down the tree.
+ * At a node with base <= a, the node and its whole left subtree qualify by base, and
+ * the subtree maximum says at once whether the left subtree holds an end that far. */
+static const ubuf *tr_stab(const ubuf *t, uint64_t a, uint64_t target)
+{
+    while (t) {
+        if (t->base > a) {
+            t = t->l;
+            continue;
         }
-        /* Insert after the last one with a smaller base (keeps the table sorted), then
-         * recompute the prefix maxima (O(n): registration is not on the data path). */
-        size_t at = (size_t)(i + 1);
-        memmove(s->ubufs + at + 1, s->ubufs + at, (s->n_ubufs - at) * sizeof *s->ubufs);
-        s->ubufs[at] = (ubuf){base, len};
-        s->n_ubufs++;
-        ubuf_rebuild_locked(s);
+        if (end_of(t) >= target)
+            return t;
+        if (t->l && t->l->max_end >= target) {
+            /* every base there is <= a: follow the maxima down to one that reaches */
+            t = t->l;
+            for (;;) {
+                if (t->l && t->l->max_end >= target)
+                    t = t->l;
+                else if (end_of(t) >= target)
+                    return t;
+                else
+                    t = t->r;
+            }
+        }
+        t = t->r;
     }
-    pthread_rwlock_unlock(&s->ubuf_lock);
+    return NULL;
 }
 
-/* Forgets the buffer that starts at base (its memory is plain caller memory again). */
-static void ubuf_remove(mc_store *s, uint64_t base)
+static void tr_free(ubuf *t)
 {
-    pthread_rwlock_wrlock(&s->ubuf_lock);
-    long i = ubuf_find_le(s, base);
-    if (i >= 0 && s->ubufs[i].base == base) {
-        memmove(s->ubufs + i, s->ubufs + i + 1,
-                (s->n_ubufs - (size_t)i - 1) * sizeof *s->ubufs);
-        s->n_ubufs--;
-        ubuf_rebuild_locked(s);
+    while (t) {
+        tr_free(t->l);
+        ubuf *r = t->r;
+        free(t);
+        t = r;
     }
-    pthread_rwlock_unlock(&s->ubuf_lock);
 }
 
+/* splitmix64: priorities from a counter, whatever pattern the addresses follow */
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+/* Records [base, base+len). MC_OK (also for the same range again), MC_INVALID_PARAMS
+ * (same base, another length), MC_BUFFER_OVERFLOW (the table is full; logged). */
+static int ubuf_add(mc_store *s, uint64_t base, uint64_t len)
+{
+    int rc = MC_OK;
+    pthread_rwlock_wrlock(&s->ubuf_lock);
+    const ubuf *old = tr_find(s->ubuf_root, base);
+    if (old) {
+        rc = old->len == len ? MC_OK : MC_INVALID_PARAMS;
+        if (rc != MC_OK)
+            mc_log(MC_LOG_ERROR, TAG,
+                   "register_buffer: 0x%llx is registered already with %llu bytes, not %llu "
+                   "(unregister it first)",
+                   (unsigned long long)base, (unsigned long long)old->len,
+                   (unsigned long long)len);
+    } else if (s->n_ubufs >= MC_STORE_MAX_USER_BUFFERS) {
+        rc = MC_BUFFER_OVERFLOW;
+        mc_log(MC_LOG_ERROR, TAG,
+               "register_buffer: %u buffers are registered, the limit "
+               "(MC_STORE_MAX_USER_BUFFERS); refused with BUFFER_OVERFLOW (unregister "
+               "some, or register one larger buffer around them)",
+               MC_STORE_MAX_USER_BUFFERS);
+    } else {
+        ubuf *n = mc_xcalloc(1, sizeof *n);
+        n->base = base;
+        n->len = len;
+        n->max_end = base + len;
+        n->prio = mix(s->ubuf_seq++);
+        s->ubuf_root = tr_insert(s->ubuf_root, n);
+        s->n_ubufs++;
+    }
+    pthread_rwlock_unlock(&s->ubuf_lock);
+    return rc;
+}
+
+/* Forgets the buffer that starts at base. MC_OK, or MC_INVALID_PARAMS when none does. */
+static int ubuf_remove(mc_store *s, uint64_t base)
+{
+    ubuf *gone = NULL;
+    pthread_rwlock_wrlock(&s->ubuf_lock);
+    s->ubuf_root = tr_remove(s->ubuf_root, base, &gone);
+    if (gone)
+        s->n_ubufs--;
+    pthread_rwlock_unlock(&s->ubuf_lock);
+    free(gone);
+    return gone ? MC_OK : MC_INVALID_PARAMS;
+}
 
 void mc__ubuf_clear(mc_store *s)
 {
     pthread_rwlock_wrlock(&s->ubuf_lock);
-    free(s->ubufs);
-    free(s->ubuf_max_end);
-    s->ubufs = NULL;
-    s->ubuf_max_end = NULL;
-    s->n_ubufs = s->cap_ubufs = 0;
+    tr_free(s->ubuf_root);
+    s->ubuf_root = NULL;
+    s->n_ubufs = 0;
     pthread_rwlock_unlock(&s->ubuf_lock);
 }
 
@@ -105,22 +234,14 @@ int mc__check_ranges(mc_store *s, const mc_store_iov *iov, size_t n, const char 
         return MC_OK; /* the call itself reports the NULL store */
     int rc = MC_OK;
     pthread_rwlock_rdlock(&s->ubuf_lock);
-    for (size_t p = 0; p < n && rc == MC_OK && s->n_ubufs; p++) {
+    for (size_t p = 0; p < n && rc == MC_OK && s->ubuf_root; p++) {
         uint64_t a = (uint64_t)(uintptr_t)iov[p].base, l = iov[p].len;
         if (!l)
             continue;
-        const ubuf *hit = NULL;
-        bool fits = false;
-        /* Walk back from the last buffer starting at or before a; once the prefix
-         * maximum of the ends is <= a no earlier buffer can contain a. The range fits
-         * when any buffer that holds its start also holds its end. */
-        for (long i = ubuf_find_le(s, a); i >= 0 && s->ubuf_max_end[i] > a && !fits; i--) {
-            const ubuf *u = &s->ubufs[i];
-            if (a >= u->base + u->len)
-                continue; /* ends before a; an earlier one may still hold it */
-            hit = u;
-            fits = l <= u->base + u->len - a;
-        }
+        /* A buffer that holds the start (end > a), and whether one of those also holds
+         * the end (end >= a + l; a range past the address space fits none). */
+        const ubuf *hit = a == UINT64_MAX ? NULL : tr_stab(s->ubuf_root, a, a + 1);
+        bool fits = hit && l <= UINT64_MAX - a && tr_stab(s->ubuf_root, a, a + l);
         if (hit && !fits) {
             rc = MC_INVALID_PARAMS;
             char which[40] = "";
@@ -145,14 +266,12 @@ int mc__check_ranges(mc_store *s, const mc_store_iov *iov, size_t n, const char 
 
 int mc_store_register_buffer(mc_store *s, void *addr, size_t len)
 {
-    if (!addr || !len)
+    if (!addr || !len || (uint64_t)len > UINT64_MAX - (uint64_t)(uintptr_t)addr)
         return MC_INVALID_PARAMS;
     int rc = mc__store_enter(s);
     if (rc != MC_OK)
         return rc;
-    rc = mc_te_register_memory(s->te, addr, len, NULL);
-    if (rc == MC_OK) /* recorded only once the engine accepted it */
-        ubuf_add(s, (uint64_t)(uintptr_t)addr, len);
+    rc = ubuf_add(s, (uint64_t)(uintptr_t)addr, len);
     mc__store_leave(s);
     return rc;
 }
@@ -164,9 +283,7 @@ int mc_store_unregister_buffer(mc_store *s, void *addr)
     int rc = mc__store_enter(s);
     if (rc != MC_OK)
         return rc;
-    rc = mc_te_unregister_memory(s->te, addr);
-    if (rc == MC_OK)
-        ubuf_remove(s, (uint64_t)(uintptr_t)addr);
+    rc = ubuf_remove(s, (uint64_t)(uintptr_t)addr);
     mc__store_leave(s);
     return rc;
 }

@@ -8,6 +8,7 @@
 
 #include "client/internal.h"
 #include "common/xalloc.h"
+#include "mooncake/mc_time.h"
 #include "mooncake/status.h"
 
 typedef mc__xfer xfer;
@@ -146,6 +147,82 @@ void mc__xfer_run(xfer *x, int *errs, void (*during)(void *), void *ctx)
         mc_te_free_batch(te, pb[i].id);
     }
     free(pb);
+}
+
+/* ---- attempts (read.c): batches of their own, waited for with a deadline ---- */
+
+void mc__xatt_start(xfer *x, mc__xatt *a)
+{
+    mc_te *te = x->s->te;
+    memset(a, 0, sizeof *a);
+    a->n = x->n;
+    size_t nb = x->n ? (x->n + MC_TE_MAX_BATCH - 1) / MC_TE_MAX_BATCH : 0;
+    a->ids = nb ? mc_xcalloc(nb, sizeof *a->ids) : NULL;
+    for (size_t i = 0; i < nb; i++) {
+        size_t first = i * MC_TE_MAX_BATCH;
+        size_t n = x->n - first < MC_TE_MAX_BATCH ? x->n - first : MC_TE_MAX_BATCH;
+        mc_te_batch_t id;
+        int rc = mc_te_allocate_batch(te, n, &id);
+        if (rc == MC_OK) {
+            rc = mc_te_submit(te, id, x->reqs + first, n);
+            if (rc != MC_OK)
+                mc_te_free_batch(te, id);
+        }
+        if (rc != MC_OK) {
+            /* the requests from here on failed; what was submitted is ended by
+             * mc__xatt_end */
+            a->rc = rc == MC_INVALID_PARAMS ? MC_TRANSFER_FAIL : te_code(rc);
+            break;
+        }
+        a->ids[a->nb++] = id;
+    }
+    a->all_ok = a->rc == MC_OK && a->n == 0;
+    x->n = 0;
+}
+
+int mc__xatt_wait(mc_te *te, mc__xatt *a, uint64_t until_ms)
+{
+    for (; a->next < a->nb; a->next++) {
+        uint64_t now = mc_now_ms();
+        int64_t t = until_ms > now ? (int64_t)(until_ms - now) : 0;
+        mc_te_status st;
+        int rc = mc_te_wait_batch(te, a->ids[a->next], t, &st);
+        if (rc == MC_RPC_TIMEOUT)
+            return MC__XATT_PENDING;
+        if (rc != MC_OK || st.state != MC_TE_COMPLETED)
+            a->any_failed = true;
+    }
+    a->all_ok = a->rc == MC_OK && !a->any_failed;
+    return MC_OK;
+}
+
+int mc__xatt_state(mc_te *te, const mc__xatt *a, size_t first, size_t n)
+{
+    if (a->all_ok)
+        return MC_OK;
+    int res = MC_OK;
+    for (size_t i = first; i < first + n; i++) {
+        size_t b = i / MC_TE_MAX_BATCH;
+        if (b >= a->nb)
+            return a->rc; /* never submitted */
+        mc_te_status ts;
+        if (mc_te_get_transfer_status(te, a->ids[b], i % MC_TE_MAX_BATCH, &ts) != MC_OK)
+            return MC_INTERNAL_ERROR;
+        if (ts.state == MC_TE_PENDING || ts.state == MC_TE_WAITING)
+            res = MC__XATT_PENDING;
+        else if (ts.state != MC_TE_COMPLETED)
+            return te_code(ts.error);
+    }
+    return res;
+}
+
+void mc__xatt_end(mc_te *te, mc__xatt *a)
+{
+    for (size_t i = 0; i < a->nb; i++)
+        if (mc_te_free_batch(te, a->ids[i]) != MC_OK)
+            mc_te_cancel_batch(te, a->ids[i]); /* in flight: give it up */
+    free(a->ids);
+    memset(a, 0, sizeof *a);
 }
 
 bool mc__in_own_segment(const mc_store *s, const char *ep, uint64_t addr, uint64_t len)

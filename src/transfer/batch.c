@@ -79,6 +79,11 @@ static void batch_free(te_batch *b)
         free(b->notify->local);
         free(b->notify);
     }
+    while (b->sinks) {
+        te_sink *next = b->sinks->next;
+        free(b->sinks);
+        b->sinks = next;
+    }
     pthread_mutex_destroy(&b->lock);
     pthread_cond_destroy(&b->cond);
     free(b->tasks);
@@ -113,12 +118,43 @@ int mc_te_free_batch(mc_te *te, mc_te_batch_t id)
     return MC_OK;
 }
 
+te_batch *mc__te_batch_detach(mc_te *te, uint64_t id)
+{
+    uint64_t slot = id & 0xffffffffu;
+    pthread_mutex_lock(&te->batch_lock);
+    te_batch *b = NULL;
+    if (slot >= 1 && slot <= te->n_bslots && te->bslots[slot - 1] &&
+        te->bslots[slot - 1]->id == id) {
+        b = te->bslots[slot - 1];
+        te->bslots[slot - 1] = NULL;
+        te->bfree[te->n_bfree++] = (uint32_t)(slot - 1);
+    }
+    pthread_mutex_unlock(&te->batch_lock);
+    return b;
+}
+
+void mc__te_batch_abandon(te_batch *b)
+{
+    pthread_mutex_lock(&b->lock);
+    bool now = b->terminal;
+    if (!now)
+        b->orphan = true;
+    pthread_mutex_unlock(&b->lock);
+    if (now)
+        batch_free(b);
+}
+
+/* Marks b terminal. Always the last thing its caller does with b: an orphan (cancel.c)
+ * is freed here. */
 static void batch_terminal(te_batch *b)
 {
     pthread_mutex_lock(&b->lock);
     b->terminal = true;
+    bool orphan = b->orphan;
     pthread_cond_broadcast(&b->cond);
     pthread_mutex_unlock(&b->lock);
+    if (orphan)
+        batch_free(b);
 }
 
 /* Every task is terminal (and no submit is in progress). */

@@ -124,6 +124,10 @@ struct te_batch {
     pthread_mutex_t lock;
     pthread_cond_t cond;       /* broadcast when the batch becomes terminal */
     bool terminal;             /* guarded by lock */
+    bool orphan;               /* guarded by lock: cancelled (cancel.c), out of the id
+                                  table; freed by whoever makes it terminal */
+    struct te_sink *sinks;     /* guarded by lock: memory cancelled slices point at
+                                  (cancel.c); freed with the batch */
     mc_te *te;
 };
 
@@ -411,6 +415,17 @@ void mc__te_task_finish(mc_te *te, te_task *t, int state, int err);
 void mc__te_batch_submit_end(mc_te *te, te_batch *b);
 void mc__te_batches_fail_all(mc_te *te);
 void mc__te_batches_free_all(mc_te *te);
+/* Takes batch id out of the id table whatever its state (NULL: unknown id). */
+te_batch *mc__te_batch_detach(mc_te *te, uint64_t id);
+/* A detached batch: freed now when terminal, else marked orphan (freed when it turns
+ * terminal, on the thread that finishes its last slice). */
+void mc__te_batch_abandon(te_batch *b);
+
+/* cancel.c: memory handed to a cancelled batch's slices (freed with the batch). */
+typedef struct te_sink {
+    struct te_sink *next;
+    char data[];
+} te_sink;
 
 /* tcp_client.c */
 void mc__te_peer_enqueue(te_peer *p, te_slice *first, te_slice *last);

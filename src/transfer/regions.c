@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "common/xalloc.h"
+#include "mooncake/log.h"
 #include "mooncake/mc_time.h"
 #include "transfer/internal.h"
 
@@ -82,6 +83,11 @@ int mc__te_region_add(mc_te *te, uint64_t base, uint64_t len, int kind, int memf
     }
     if (te->n_regs >= MC_SEGMENT_MAX_BUFFERS) {
         pthread_rwlock_unlock(&te->reg_lock);
+        mc_log(MC_LOG_ERROR, TE_TAG,
+               "registering 0x%llx (%llu bytes): %u regions are registered, the limit "
+               "(MC_SEGMENT_MAX_BUFFERS, the most a segment descriptor lists); refused "
+               "with BUFFER_OVERFLOW (unregister some, or register one larger range)",
+               (unsigned long long)base, (unsigned long long)len, MC_SEGMENT_MAX_BUFFERS);
         return -ENOSPC;
     }
     if (te->n_regs == te->cap_regs) {
