@@ -90,8 +90,8 @@ def proc_state(pid):
 
 
 def wait_stopped(pid, timeout=5.0):
-    """Waits until the kernel shows pid stopped (SIGSTOP is asynchronous)."""
-    return wait_until(lambda: proc_state(pid) in ("T", "t", ""), timeout, 0.01)
+    """Waits until the kernel shows every thread of pid stopped (SIGSTOP is asynchronous)."""
+    return wait_until(lambda: _iconf.all_threads_stopped(pid), timeout, 0.01)
 
 
 class Node:

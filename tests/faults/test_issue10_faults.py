@@ -41,7 +41,6 @@ def md_get(cluster, key):
 STUCK_S = 6.0  # how long the node stays stopped while the get must finish (< client_ttl)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: 3 get waits for a stuck replica")
 def test_get_uses_healthy_replica_when_one_node_is_stopped(cluster):
     c = cluster("--client_ttl=30", nodes=2, segment=16 * MiB)
     a, b = c.nodes
@@ -213,7 +212,6 @@ def test_failed_transfer_sync_read_leaves_destination_untouched(cluster):
 # ---- 8: register_buffer one at a time is quadratic; silent limit ---------------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: 8 register_buffer quadratic, silent limit")
 def test_register_buffer_20000_then_past_any_limit(cluster):
     c = cluster(nodes=0)
     p = c.client("P", {"MC_LOG_TO_PYTHON": "1"})

@@ -72,6 +72,31 @@ def wait_until(pred, timeout, what="the condition", step=0.05):
         time.sleep(step)
 
 
+def all_threads_stopped(pid):
+    """True when every thread of pid is in the kernel's stopped state (T/t), or pid is
+    gone. SIGSTOP is asynchronous: a thread running on another core can still answer a
+    request after kill() returned, so a test that needs a stopped peer waits for this."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue  # the thread exited meanwhile
+        if state not in ("T", "t"):
+            return False
+    return True
+
+
+def sigstop(pid, timeout=10.0):
+    """SIGSTOPs pid and waits (bounded) until all of its threads are stopped."""
+    os.kill(pid, signal.SIGSTOP)
+    wait_until(lambda: all_threads_stopped(pid), timeout, f"process {pid} stopped", 0.005)
+
+
 def read_until(proc, pattern, timeout, what=None):
     """Reads proc.stdout (a pipe) until the text read matches the regex `pattern`;
     returns that text (proc keeps running; read the rest as usual). Fails the test when

@@ -22,7 +22,7 @@ import uuid
 
 import pytest
 
-from conftest import _Spawner
+from conftest import _Spawner, sigstop
 from mooncake.store import MooncakeDistributedStore, ReplicateConfig
 from store_proc import StoreCluster, StoreProc, value_for
 
@@ -68,7 +68,7 @@ def cluster(monkeypatch):
 
 
 def stop(node, stopped):
-    os.kill(node.proc.pid, signal.SIGSTOP)
+    sigstop(node.proc.pid)
     stopped.append(node.proc.pid)
 
 
