@@ -145,7 +145,7 @@ class MooncakeBackendOptions:
         if len(rest) > len(names):
             raise TypeError(f"MooncakeBackendOptions() takes at most {len(names) + 1} "
                             f"positional arguments")
-        if names is names_int and len(rest) == 3:
+        if names is names_int and len(rest) == 2:
             raise TypeError("MooncakeBackendOptions(max_group_size, is_extension, "
                             "auto_deactivate_on_failure, auto_sync_on_failure): give both")
         for name, val in zip(names, rest):
