@@ -279,7 +279,7 @@ def _slot_bytes(G):
     if env:
         v = int(env)
     else:
-        v = max(64 << 10, min(4 << 20, (32 << 20) // max(G, 1)))
+        v = 256 << 10
     return max(4096, (v + 4095) // 4096 * 4096)
 
 
@@ -438,13 +438,15 @@ class _Group:
             rerun = incomplete and (self.opts.auto_deactivate_on_failure or not dead)
             view = {"epoch": e + 1, "seq": seq, "active": sorted(new_active), "rerun": rerun,
                     "incomplete": incomplete, "props": nprops, "failed": failed, "segs": segs}
-            won = self.store.compare_set(f"mc/view/{e + 1}", "", json.dumps(view))
+            mine = json.dumps(view)
+            won = self.store.compare_set(f"mc/view/{e + 1}", "", mine)
+            won = won.decode() if isinstance(won, bytes) else won
             d = json.loads(won)
-            if d["epoch"] == e + 1:
+            if won == mine:  # this rank's decision was kept: it tidies up
                 self.store.set("mc/latest", str(e + 1))
-                for k, v in d["segs"].items():  # consumed readiness
+                for k in d["segs"]:  # readiness consumed by this activation
                     rk = f"mc/ready/{k}"
-                    if self.store.check([rk]) and json.loads(self.store.get(rk)) == v:
+                    if int(k) not in active and self.store.check([rk]):
                         self.store.delete_key(rk)
             return d
 

@@ -60,6 +60,7 @@ struct mc_pg_comm {
     size_t S, ctrl_sz, region_sz;
     char *base;
     int timeout_ms;
+    uint64_t credits; /* slots in use per channel (1..MC_PG_NSLOT, MC_PG_CREDITS) */
     uint64_t epoch, active;
     int nact, mypos;
     int act[MC_PG_MAX_GROUP];
@@ -179,9 +180,9 @@ static int send_try(mc_pg_comm *c, int p2p, int q, const void *src, size_t len)
     uint64_t seq = *sseq + 1;
     uint64_t ackw = load_word(c, ctrl_off(q, p2p ? K_PA : K_CA));
     uint64_t consumed = (ackw >> SEQ_BITS) == c->epoch ? (ackw & SEQ_MASK) : 0;
-    if (seq - consumed > MC_PG_NSLOT)
+    if (seq - consumed > c->credits)
         return 0;
-    int s = (int)(seq % MC_PG_NSLOT);
+    int s = (int)(seq % c->credits);
     if (len &&
         put(c, q, src, p2p ? pdata_off(c, c->rank, s) : cdata_off(c, c->rank, s), len) < 0)
         return -1;
@@ -196,7 +197,7 @@ static int send_try(mc_pg_comm *c, int p2p, int q, const void *src, size_t len)
 static const char *recv_ready(mc_pg_comm *c, int p2p, int p)
 {
     uint64_t seq = (p2p ? c->pr[p] : c->cr[p]) + 1;
-    int s = (int)(seq % MC_PG_NSLOT);
+    int s = (int)(seq % c->credits);
     uint64_t w = load_word(c, ctrl_off(p, p2p ? K_PF(s) : K_CF(s)));
     if (w != mkword(c->epoch, seq))
         return NULL;
@@ -525,6 +526,8 @@ mc_pg_comm *mc__pg_comm_create(mc_te *te, int rank, int max_group, size_t slot_b
     c->G = max_group;
     c->S = slot_bytes;
     c->timeout_ms = timeout_ms > 0 ? timeout_ms : 1;
+    const char *cr = getenv("MC_PG_CREDITS");
+    c->credits = cr && atoi(cr) >= 1 && atoi(cr) <= MC_PG_NSLOT ? (uint64_t)atoi(cr) : MC_PG_NSLOT;
     c->ctrl_sz = ((size_t)max_group * NCTRL * LINE + 4095) & ~(size_t)4095;
     c->region_sz = c->ctrl_sz + 2 * (size_t)max_group * MC_PG_NSLOT * slot_bytes;
     void *base = NULL;

@@ -30,7 +30,7 @@
 #include "mooncake/transfer_engine.h"
 
 #define MC_PG_MAX_GROUP 64
-#define MC_PG_NSLOT 2
+#define MC_PG_NSLOT 4
 
 /* dtype codes (the Python side maps torch dtypes to these) */
 enum {

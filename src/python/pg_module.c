@@ -4,9 +4,9 @@
  * backend working on any torch version.
  *
  * Comm(rank, max_group, slot_bytes, timeout_ms, engine=None, host="127.0.0.1"):
- *   engine: None (a private transfer engine is started, P2PHANDSHAKE on `host`) or a
- *   handle accepted by mooncake.store (TransferEngine or get_engine()); the handle is
- *   kept alive by the Comm. Collectives return (status, complete, suspects) with status
+ *   engine: None (the process's shared engine for `host`, started on first use,
+ *   P2PHANDSHAKE; a private one for a second host) or a handle accepted by
+ *   mooncake.store (TransferEngine or get_engine()), kept alive by the Comm. Collectives return (status, complete, suspects) with status
  *   DONE=0 / FAILED=1 / SYNC=2 (pg_comm.h); pointer lists are indexed by slot (length
  *   max_group, 0 where unused). The GIL is released around everything that may block.
  * Errors: bad arguments raise TypeError / ValueError naming the argument; an engine that
@@ -23,10 +23,53 @@
 typedef struct {
     PyObject_HEAD mc_pg_comm *c;
     mc_te *te;
-    int own_te;
+    int own_te; /* 0: the caller's, 1: private, 2: the shared one */
     PyObject *keep; /* the engine handle when not ours */
     int G;
 } CommObject;
+
+/* One engine per process for every Comm created without `engine` (same host): each
+ * group adds its own mailbox to it. Guarded by the GIL; refcounted by the Comms. */
+static mc_te *g_te;
+static int g_te_refs;
+static char g_te_host[256];
+
+static int shared_engine_get(const char *host, int timeout_ms, mc_te **out)
+{
+    if (g_te && strcmp(g_te_host, host) == 0) {
+        g_te_refs++;
+        *out = g_te;
+        return MC_OK;
+    }
+    if (g_te || strlen(host) >= sizeof g_te_host)
+        return MC_INVALID_PARAMS; /* another host: the caller starts a private engine */
+    mc_te_opts o = {0};
+    o.force_tcp = -1;
+    o.transfer_timeout_ms = (uint64_t)(timeout_ms > 1000 ? timeout_ms : 1000);
+    mc_te *te = NULL;
+    int rc = mc_te_create(&o, &te);
+    if (rc == MC_OK) {
+        /* the GIL stays held: nobody else may race for the shared engine meanwhile */
+        rc = mc_te_initialize(te, host, "P2PHANDSHAKE", "tcp", NULL);
+    }
+    if (rc != MC_OK) {
+        mc_te_destroy(te);
+        return rc;
+    }
+    g_te = te;
+    g_te_refs = 1;
+    snprintf(g_te_host, sizeof g_te_host, "%s", host);
+    *out = te;
+    return MC_OK;
+}
+
+/* The shared engine stays up until the process exits even when no Comm uses it: peers
+ * and later groups keep using its segment name. */
+static void shared_engine_put(mc_te *te)
+{
+    if (te == g_te && g_te_refs > 0)
+        g_te_refs--;
+}
 
 static int comm_ok(CommObject *self)
 {
@@ -41,13 +84,15 @@ static void comm_close_impl(CommObject *self)
 {
     if (self->c) {
         mc_pg_comm *c = self->c;
-        mc_te *te = self->own_te ? self->te : NULL;
+        mc_te *te = self->own_te == 1 ? self->te : NULL;
         self->c = NULL;
         Py_BEGIN_ALLOW_THREADS;
         mc__pg_comm_destroy(c);
         if (te)
             mc_te_destroy(te);
         Py_END_ALLOW_THREADS;
+        if (self->own_te == 2)
+            shared_engine_put(self->te);
     }
     self->te = NULL;
     Py_CLEAR(self->keep);
@@ -97,6 +142,8 @@ static int comm_init(CommObject *self, PyObject *args, PyObject *kw)
         }
         self->keep = keep;
         self->own_te = 0;
+    } else if (shared_engine_get(host, timeout_ms, &te) == MC_OK) {
+        self->own_te = 2;
     } else {
         mc_te_opts o = {0};
         o.force_tcp = -1;
@@ -120,8 +167,10 @@ static int comm_init(CommObject *self, PyObject *args, PyObject *kw)
     c = mc__pg_comm_create(te, rank, max_group, (size_t)slot_bytes, timeout_ms);
     Py_END_ALLOW_THREADS;
     if (!c) {
-        if (self->own_te)
+        if (self->own_te == 1)
             mc_te_destroy(te);
+        else if (self->own_te == 2)
+            shared_engine_put(te);
         Py_CLEAR(self->keep);
         PyErr_SetString(PyExc_RuntimeError, "Comm(): cannot allocate the mailbox");
         return -1;

@@ -7,7 +7,8 @@
 - kill -9 of one rank during an all_reduce loop: survivors finish, their results equal
   the sum over the ranks the backend reports active; a replacement joins
   (is_extension=True) and the next collective includes it;
-- deactivate / activate proposals from a non-coordinator rank.
+- deactivate / activate proposals from a non-coordinator rank (one of the ranks on an
+  engine given with pg.set_transfer_engine).
 """
 import os
 import re
@@ -347,6 +348,12 @@ def test_kill_rank_survivors_finish_and_replacement_joins():
 
 
 def _prop_worker(q, rank, world, port):
+    if rank == 1:  # an engine of the caller's (pg.set_transfer_engine)
+        from mooncake import pg
+        from mooncake.engine import TransferEngine
+        te = TransferEngine()
+        assert te.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+        pg.set_transfer_engine(te)
     pg = _init(rank, world, port)
     backend = dist.group.WORLD
     log = []
