@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/env.h"
 #include "common/xalloc.h"
 #include "mooncake/log.h"
 #include "mooncake/mc_time.h"
@@ -360,13 +361,27 @@ static int deliver(mc_pg_comm *c, plan *pl, rstream *r, const char *msg)
     return recv_consume(c, 0, r->peer, r->mode == R_HOLD);
 }
 
+/* same_host: the peer's segment ("host:port") names this engine's host. */
+static bool same_host(const mc_pg_comm *c, int q)
+{
+    const char *a = mc_te_segment_name(c->te), *b = c->peers[q].seg;
+    if (!b)
+        return false;
+    const char *ca = strrchr(a, ':'), *cb = strrchr(b, ':');
+    size_t la = ca ? (size_t)(ca - a) : strlen(a), lb = cb ? (size_t)(cb - b) : strlen(b);
+    return la == lb && memcmp(a, b, la) == 0;
+}
+
 static mc_pg_result run_plan(mc_pg_comm *c, plan *pl, uint64_t seq)
 {
     mc_pg_result res = {0};
     uint64_t last[MC_PG_MAX_GROUP];
+    uint64_t probed[MC_PG_MAX_GROUP];
     uint64_t now = mc_now_ms();
     for (int i = 0; i < c->G; i++)
-        last[i] = now;
+        last[i] = probed[i] = now;
+    uint64_t probe_after = (uint64_t)c->timeout_ms / 8;
+    probe_after = probe_after < 20 ? 20 : probe_after > 200 ? 200 : probe_after;
     unsigned idle = 0;
     for (;;) {
         bool all = true, progress = false;
@@ -455,6 +470,23 @@ static mc_pg_result run_plan(mc_pg_comm *c, plan *pl, uint64_t seq)
                 res.complete = pl->closing;
                 return res;
             }
+            /* a same-host peer whose process died refuses the probe at once: no need to
+             * wait for the whole timeout */
+            uint64_t gone = 0;
+            for (int q = 0; q < c->G; q++) {
+                if (!(((sblk | rblk) >> q) & 1) || now - last[q] < probe_after ||
+                    now - probed[q] < probe_after || !same_host(c, q))
+                    continue;
+                probed[q] = now;
+                if (mc_te_send_probe(c->te, c->peers[q].seg) == MC_RPC_FAIL)
+                    gone |= 1ull << q;
+            }
+            if (gone) {
+                res.status = MC_PG_FAILED;
+                res.suspects = gone;
+                res.complete = pl->closing;
+                return res;
+            }
             if (c->nops)
                 p2p_progress(c);
         }
@@ -526,8 +558,11 @@ mc_pg_comm *mc__pg_comm_create(mc_te *te, int rank, int max_group, size_t slot_b
     c->G = max_group;
     c->S = slot_bytes;
     c->timeout_ms = timeout_ms > 0 ? timeout_ms : 1;
-    const char *cr = getenv("MC_PG_CREDITS");
-    c->credits = cr && atoi(cr) >= 1 && atoi(cr) <= MC_PG_NSLOT ? (uint64_t)atoi(cr) : MC_PG_NSLOT;
+    if (mc_env_u64("MC_PG_CREDITS", MC_PG_NSLOT, 1, MC_PG_NSLOT, &c->credits) < 0) {
+        pthread_mutex_destroy(&c->lock);
+        free(c);
+        return NULL;
+    }
     c->ctrl_sz = ((size_t)max_group * NCTRL * LINE + 4095) & ~(size_t)4095;
     c->region_sz = c->ctrl_sz + 2 * (size_t)max_group * MC_PG_NSLOT * slot_bytes;
     void *base = NULL;

@@ -18,6 +18,12 @@
  * (epoch << 40 | seq) into p's mailbox; p may reuse a slot once acked (NSLOT credits).
  * Words of another epoch are ignored: a new view (set_view) resets every channel.
  *
+ * Failure detection: a peer we wait on that stays silent for timeout_ms is a suspect;
+ * a same-host peer silent for timeout/8 (20..200 ms) is probed every such interval, and
+ * one whose engine refuses the probe (its process is gone) is a suspect at once.
+ * Environment: MC_PG_CREDITS (slots in use per channel, 1..MC_PG_NSLOT, default
+ * MC_PG_NSLOT), read at create (a bad value fails create, logged by common/env).
+ *
  * Threads: every function takes the comm's mutex; the collectives and waits block the
  * calling thread (the Python binding releases the GIL around them). */
 #ifndef MC_PG_COMM_H
@@ -78,7 +84,8 @@ typedef struct mc_pg_comm mc_pg_comm;
  * (1..MC_PG_MAX_GROUP). te: an initialized engine (borrowed; must outlive the comm).
  * slot_bytes: bytes per collective slot (multiple of 4096, 4 KiB..64 MiB); p2p slots
  * are the same size. timeout_ms: how long a peer may stay silent while we wait on it.
- * Returns NULL (and logs why) when the mailbox cannot be allocated. */
+ * Returns NULL (and logs why) when the mailbox cannot be allocated or MC_PG_CREDITS is
+ * bad. */
 mc_pg_comm *mc__pg_comm_create(mc_te *te, int rank, int max_group, size_t slot_bytes,
                                int timeout_ms);
 void mc__pg_comm_destroy(mc_pg_comm *c);

@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 
@@ -282,7 +283,12 @@ def test_torchrun_quickstart(tmp_path):
 
 
 def _ft_worker(q, rank, world, port, victim, ext):
-    pg = _init(rank, world, port, ext=ext)
+    _env(port)
+    from mooncake import pg
+    mirror = torch.zeros(world, dtype=torch.int32)  # the active_ranks overload's mirror
+    dist.init_process_group("mooncake-cpu", rank=rank, world_size=world,
+                            pg_options=pg.MooncakeBackendOptions(mirror, ext, world,
+                                                                 timeout=FT_TIMEOUT))
     backend = dist.group.WORLD
     if ext:  # the replacement for the killed slot
         pg.join_group(backend)
@@ -293,11 +299,15 @@ def _ft_worker(q, rank, world, port, victim, ext):
         return
     results = []
     for it in range(6):
-        if rank == victim and it == 3:
-            os.kill(os.getpid(), signal.SIGKILL)
-        t = torch.full((50000,), float(rank + 1))  # several messages per stream
+        if rank == victim and it == 3:  # die a few ms into this all_reduce
+            threading.Timer(0.003, os.kill, (os.getpid(), signal.SIGKILL)).start()
+        t = torch.full((1 << 20,), float(rank + 1))  # 4 MiB: many messages per stream
         dist.all_reduce(t)
+        if rank == victim and it == 3:
+            time.sleep(60)  # finished before the timer fired: wait for it
         active = pg.get_active_ranks(backend).tolist()
+        if active != mirror.tolist():
+            raise AssertionError(f"mirror {mirror.tolist()} != active {active}")
         expect = float(sum(r + 1 for r in range(world) if active[r]))
         if not torch.all(t == expect):
             raise AssertionError(f"it {it}: got {t[0]} expected {expect} active {active}")
