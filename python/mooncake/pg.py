@@ -296,6 +296,9 @@ class _Group:
             raise ValueError(f"mooncake-cpu supports at most {_pg.MAX_GROUP} slots")
         self.G = G
         self.timeout_s = timeout_s
+        # how long a rank that is alive (its engine answers probes) but absent from a
+        # reconciliation is waited for before it is deactivated
+        self.grace_s = float(os.environ.get("MC_PG_ALIVE_GRACE", max(10 * timeout_s, 30.0)))
         host = _host_ip or os.environ.get("MC_PG_HOST", "127.0.0.1")
         self.comm = _pg.Comm(rank, G, _slot_bytes(G), int(timeout_s * 1000), _engine, host)
         self.inc = uuid.uuid4().hex
@@ -305,6 +308,7 @@ class _Group:
         self.seq = 0
         self.active = {rank}
         self.props_applied = 0
+        self.jids = {}  # slot -> join request consumed by the current view
         self.joined = False
         self.deactivated = False
         self.pending_failure = None
@@ -315,7 +319,7 @@ class _Group:
             keys = [f"mc/seg/{r}" for r in range(size)]
             store.wait(keys)
             view = {"epoch": 1, "seq": 0, "active": list(range(size)), "rerun": False,
-                    "props": 0, "failed": [],
+                    "props": 0, "failed": [], "jids": {},
                     "segs": {str(r): json.loads(store.get(f"mc/seg/{r}")) for r in range(size)}}
             store.compare_set("mc/view/1", "", json.dumps(view))
             self._adopt(json.loads(store.get("mc/view/1")))
@@ -347,6 +351,7 @@ class _Group:
                                        f"{info['seg']} (status {rc})")
                 self.segs[slot] = info
         self.props_applied = max(self.props_applied, view["props"])
+        self.jids = dict(view.get("jids", {}))
         me_in = self.rank in view["active"] and view["segs"].get(str(self.rank), {}).get(
             "inc") == self.inc
         self._apply_view_local(set(view["active"]) if me_in else {self.rank}, view["epoch"])
@@ -376,6 +381,16 @@ class _Group:
 
     # ---- reconciliation ----
 
+    def _ready(self, r):
+        """Slot r's pending join request ({seg, base, inc, jid}), or None. Keys are never
+        deleted (a reader could block on a vanished key); a request is consumed once a
+        view records its jid."""
+        key = f"mc/ready/{r}"
+        if not self.store.check([key]):
+            return None
+        ready = json.loads(self.store.get(key))
+        return None if self.jids.get(str(r)) == ready.get("jid") else ready
+
     def _proposals(self, upto):
         out = []
         for i in range(self.props_applied + 1, upto + 1):
@@ -399,15 +414,20 @@ class _Group:
             suspects = set()
             for p in posts.values():
                 suspects |= set(p["suspects"])
-            dead = set()
-            for s in sorted(suspects - set(posts)):
-                if s not in probed:
-                    probed[s] = self.comm.probe(s)
-                if not probed[s]:
-                    dead.add(s)
-            missing = set(active) - set(posts) - dead
-            expired = time.monotonic() - t0 > self.timeout_s
-            if missing and not expired:
+            elapsed = time.monotonic() - t0
+            # ranks that have not posted: suspects at once, the others after a timeout;
+            # a rank whose engine refuses the probe is dead; one that answers is alive and
+            # gets until the grace period (it may be busy outside any collective)
+            unposted = set(active) - set(posts)
+            to_probe = unposted if elapsed > self.timeout_s else unposted & suspects
+            for r in sorted(to_probe):
+                last = probed.get(r)
+                if last is None or (last[0] and time.monotonic() - last[1] > self.timeout_s):
+                    probed[r] = (self.comm.probe(r), time.monotonic())
+            dead = {r for r in unposted if r in probed and not probed[r][0]}
+            missing = unposted - dead
+            if missing and elapsed < (self.timeout_s if not any(
+                    r in probed for r in missing) else self.grace_s):
                 time.sleep(0.001)
                 continue
             # a proposer is not inside a collective: its post never forces a rerun
@@ -421,6 +441,7 @@ class _Group:
             if self.opts.auto_deactivate_on_failure:
                 new_active -= dead
             nprops = int(self.store.add("mc/prop/count", 0))
+            jids = dict(self.jids)
             segs = {str(r): self.segs.get(r, self.me if r == self.rank else None)
                     for r in new_active}
             for p in self._proposals(nprops):
@@ -428,26 +449,24 @@ class _Group:
                     if p["kind"] == "deactivate":
                         new_active.discard(r)
                     elif p["kind"] == "activate" and r not in new_active:
-                        key = f"mc/ready/{r}"
-                        if self.store.check([key]):
+                        ready = self._ready(r)
+                        if ready is not None:
                             new_active.add(r)
-                            segs[str(r)] = json.loads(self.store.get(key))
+                            jids[str(r)] = ready.pop("jid")
+                            segs[str(r)] = ready
             segs = {k: v for k, v in segs.items() if int(k) in new_active and v is not None}
             # rerun when nobody closed the collective, unless the failed ranks stay members
             # (auto_deactivate_on_failure=False: the collective fails instead)
             rerun = incomplete and (self.opts.auto_deactivate_on_failure or not dead)
             view = {"epoch": e + 1, "seq": seq, "active": sorted(new_active), "rerun": rerun,
-                    "incomplete": incomplete, "props": nprops, "failed": failed, "segs": segs}
+                    "incomplete": incomplete, "props": nprops, "failed": failed, "segs": segs,
+                    "jids": jids}
             mine = json.dumps(view)
             won = self.store.compare_set(f"mc/view/{e + 1}", "", mine)
             won = won.decode() if isinstance(won, bytes) else won
             d = json.loads(won)
-            if won == mine:  # this rank's decision was kept: it tidies up
+            if won == mine:  # this rank's decision was kept
                 self.store.set("mc/latest", str(e + 1))
-                for k in d["segs"]:  # readiness consumed by this activation
-                    rk = f"mc/ready/{k}"
-                    if int(k) not in active and self.store.check([rk]):
-                        self.store.delete_key(rk)
             return d
 
     def reconcile(self, seq, complete, suspects, proposer=False):
@@ -519,8 +538,7 @@ class _Group:
         if all((r in self.active) == want_active for r in ranks):
             return ProposalResponse(ProposalStatus.Applied, sorted(self.active), self.epoch)
         if want_active:
-            missing = [r for r in ranks if r not in self.active
-                       and not self.store.check([f"mc/ready/{r}"])]
+            missing = [r for r in ranks if r not in self.active and self._ready(r) is None]
             if missing:
                 return ProposalResponse(ProposalStatus.NotReady, sorted(self.active),
                                         self.epoch, f"ranks {missing} have not joined")
@@ -540,12 +558,13 @@ class _Group:
     def join(self, timeout_s):
         if self.joined:
             return
-        self.store.set(f"mc/ready/{self.rank}", json.dumps(self.me))
+        jid = uuid.uuid4().hex
+        self.store.set(f"mc/ready/{self.rank}", json.dumps(dict(self.me, jid=jid)))
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             v = self.latest_view()
-            if v is not None and self.rank in v["active"] and v["segs"].get(
-                    str(self.rank), {}).get("inc") == self.inc:
+            if v is not None and self.rank in v["active"] and v.get("jids", {}).get(
+                    str(self.rank)) == jid:
                 self._adopt(v)
                 self.joined = True
                 self.deactivated = False
@@ -949,11 +968,7 @@ def get_peer_state(backend, ranks):
     """For each rank: True when it is active or has called join_group() and waits for
     activation. A store lookup; no collective."""
     g = _group_of(backend)
-    out = []
-    for r in ranks:
-        r = int(r)
-        out.append(r in g.active or g.store.check([f"mc/ready/{r}"]))
-    return out
+    return [int(r) in g.active or g._ready(int(r)) is not None for r in ranks]
 
 
 def get_num_synced_ranks(backend=None):

@@ -297,6 +297,23 @@ static void plan_stagger(mc_pg_comm *c, plan *pl)
 
 static void p2p_progress(mc_pg_comm *c);
 
+/* backoff: how a waiting rank gives the CPU away. Spin briefly (a same-host peer usually
+ * answers within microseconds), then yield for up to MC_PG_YIELD_US of idleness, then
+ * sleep in short naps so that ranks sharing few cores leave them to the peers that have
+ * work (what gloo gets from blocking in recv). */
+#define MC_PG_YIELD_US 200
+static void backoff(unsigned idle, const uint64_t *idle_since)
+{
+    if (idle < 64) {
+        cpu_relax();
+    } else if (mc_now_us() - *idle_since < MC_PG_YIELD_US) {
+        sched_yield();
+    } else {
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* check_sync: 0 nothing; 1 leave with SYNC; 2 (closing plan only) a later collective is
  * being reconciled, so every peer already had this one's data. */
 static int check_sync(mc_pg_comm *c, uint64_t seq, bool closing)
@@ -383,6 +400,7 @@ static mc_pg_result run_plan(mc_pg_comm *c, plan *pl, uint64_t seq)
     uint64_t probe_after = (uint64_t)c->timeout_ms / 8;
     probe_after = probe_after < 20 ? 20 : probe_after > 200 ? 200 : probe_after;
     unsigned idle = 0;
+    uint64_t idle_since = 0;
     for (;;) {
         bool all = true, progress = false;
         uint64_t sblk = 0, rblk = 0, fail = 0;
@@ -451,6 +469,8 @@ static mc_pg_result run_plan(mc_pg_comm *c, plan *pl, uint64_t seq)
             idle = 0;
             continue;
         }
+        if (idle == 0)
+            idle_since = mc_now_us();
         int sy = check_sync(c, seq, pl->closing);
         if (sy) {
             res.status = sy == 1 ? MC_PG_SYNC : MC_PG_DONE;
@@ -490,14 +510,7 @@ static mc_pg_result run_plan(mc_pg_comm *c, plan *pl, uint64_t seq)
             if (c->nops)
                 p2p_progress(c);
         }
-        if (idle < 64) {
-            cpu_relax();
-        } else if (idle < 20000) {
-            sched_yield();
-        } else {
-            struct timespec ts = {0, 50000};
-            nanosleep(&ts, NULL);
-        }
+        backoff(idle, &idle_since);
     }
 }
 
@@ -1125,6 +1138,7 @@ int mc__pg_p2p_wait(mc_pg_comm *c, int64_t id, int64_t timeout_ms)
 {
     uint64_t start = mc_now_ms();
     unsigned idle = 0;
+    uint64_t idle_since = 0;
     bool probed = false;
     pthread_mutex_lock(&c->lock);
     for (;;) {
@@ -1168,16 +1182,11 @@ int mc__pg_p2p_wait(mc_pg_comm *c, int64_t id, int64_t timeout_ms)
                 o->state = -1;
             continue;
         }
+        if (idle == 0)
+            idle_since = mc_now_us();
         idle++;
         pthread_mutex_unlock(&c->lock);
-        if (idle < 64) {
-            cpu_relax();
-        } else if (idle < 20000) {
-            sched_yield();
-        } else {
-            struct timespec ts = {0, 50000};
-            nanosleep(&ts, NULL);
-        }
+        backoff(idle, &idle_since);
         pthread_mutex_lock(&c->lock);
     }
 }

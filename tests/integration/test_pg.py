@@ -236,8 +236,22 @@ def _match_worker(q, rank, world, port):
         w.wait()
     same(got, _data("float32", 20000, prv, 6), "batch_isend_irecv")
     dist.barrier()
+    # a subgroup of the backend (its own store prefix, mailbox and membership)
+    sub = dist.new_group([0, 2])
+    if rank in (0, 2):
+        t = torch.full((3000,), float(rank + 1))
+        dist.all_reduce(t, group=sub)
+        same(t, torch.full((3000,), 4.0), "subgroup all_reduce")
+        if pg_active(sub) != [1, 1]:
+            raise AssertionError(f"subgroup active {pg_active(sub)}")
+    dist.barrier()
     q.put(("ok", (rank, checked)))
     dist.destroy_process_group()
+
+
+def pg_active(group):
+    from mooncake import pg
+    return pg.get_active_ranks(group).tolist()
 
 
 def test_collectives_match_gloo():
