@@ -9,7 +9,9 @@
 
 #include "pg_comm.h"
 
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")
+#endif
 
 static inline float bf16_to_f(uint16_t h)
 {
@@ -107,6 +109,7 @@ static inline uint16_t f_to_bf16(float f)
         break;                                                                            \
     }
 
+#ifdef __FLT16_MAX__ /* the compiler has _Float16 (gcc >= 12 on x86-64) */
 static inline float h_to_f(uint16_t h)
 {
     _Float16 x;
@@ -121,6 +124,52 @@ static inline uint16_t f_to_h(float f)
     memcpy(&h, &x, 2);
     return h;
 }
+#else /* IEEE binary16 by hand, round to nearest even */
+static inline uint32_t fbits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static inline float bitsf(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline float h_to_f(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1f)
+        return bitsf(sign | 0x7f800000u | (m << 13));
+    if (e == 0) {
+        /* zero or subnormal: m * 2^-24 */
+        float v = (float)m * bitsf(0x33800000u);
+        return sign ? -v : v;
+    }
+    return bitsf(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+static inline uint16_t f_to_h(float f)
+{
+    uint32_t x = fbits(f), sign = x & 0x80000000u;
+    x ^= sign;
+    uint16_t o;
+    if (x >= (143u << 23)) { /* >= 65536 before rounding: inf, or NaN */
+        o = x > 0x7f800000u ? 0x7e00u : 0x7c00u;
+    } else if (x < (113u << 23)) { /* subnormal half: let the FPU round */
+        float magic = bitsf(126u << 23); /* 0.5: aligns the half's last bit */
+        o = (uint16_t)(fbits(bitsf(x) + magic) - fbits(magic));
+    } else {
+        uint32_t odd = (x >> 13) & 1u;
+        x += (uint32_t)(15 - 127) * (1u << 23) + 0xfffu + odd;
+        o = (uint16_t)(x >> 13);
+    }
+    return (uint16_t)(o | (sign >> 16));
+}
+#endif
 
 int mc__pg_reduce2(int dtype, int op, void *dst, const void *a, const void *b, size_t n)
 {
