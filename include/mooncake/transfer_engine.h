@@ -89,6 +89,13 @@ typedef struct mc_te_request {
     mc_te_segment_t target_id; /* from mc_te_open_segment */
     uint64_t target_offset;   /* the peer's virtual address (upstream naming) */
     uint64_t length;          /* bytes; 0 completes at once */
+    uint64_t fence_epoch;     /* WRITE only (ignored for READ): 0 = unfenced, never
+                                 refused; otherwise the writer's fence epoch for the
+                                 target segment (the store's ReplicaDescriptor.fence_epoch).
+                                 Refused (task FAILED, MC_TRANSFER_FAIL) when below this
+                                 engine's target fence for the segment or the owner's
+                                 fence for our writer id (mc_te_fence_target /
+                                 mc_te_fence_writer). Zero-initialise to leave unfenced. */
 } mc_te_request;
 
 /* Status of one task or a whole batch. */
@@ -362,9 +369,72 @@ typedef struct mc_te_stats {
     uint64_t refused_requests;                   /* peer requests refused (bad range...) */
     uint64_t tasks_completed, tasks_failed;
     uint64_t connections_opened, connections_failed;
+    uint64_t stale_writes_refused; /* owner side: peers' WRITEs refused by the fence table
+                                      (mc_te_fence_writer), each drained, answered -ESTALE */
+    uint64_t stale_sends_refused;  /* writer side: our WRITE slices / same-host copies not
+                                      started because of mc_te_fence_target */
 } mc_te_stats;
 
 /* mc_te_get_stats: a snapshot of the counters (relaxed reads). */
 MC_API void mc_te_get_stats(mc_te *te, mc_te_stats *out);
+
+/* ---------------------------------------------------------------------------------- */
+/* Fencing (docs/consistency.md, "The mechanism")                                     */
+/* ---------------------------------------------------------------------------------- */
+/* A store writer W puts, on every WRITE to segment S, the fence epoch e(W,S) the master
+ * handed out with the allocation (mc_te_request.fence_epoch). When the master revokes
+ * space, it raises e(W,S) and asks S's owner to fence W (mc_te_fence_writer) and W to
+ * fence S (mc_te_fence_target); each acknowledges once its call has returned MC_OK:
+ * that return is the acknowledgement, the applied value can also be read back with
+ * mc_te_get_writer_fence / mc_te_get_target_fence. Epoch 0 is never refused, so plain
+ * transfer-engine users are unaffected. The tables only grow (a lower minimum is
+ * ignored); at most 65536 writers and 65536 target segments per engine. Not in upstream
+ * Mooncake (its TCP transport has no fencing). Wire: version 2 (src/transfer/wire.h):
+ * the request header carries fence_epoch and every data connection starts with a HELLO
+ * naming the writer id; a version-1 peer is refused at connect, logged on both sides. */
+
+/* mc_te_set_writer_id: the 128-bit writer id (the store client's uuid: hi = first 8
+ * bytes, lo = last 8, as integers) this engine sends in the HELLO of every data
+ * connection it opens afterwards; connections already open keep the id they were opened
+ * with, so set it before the first transfer. 0,0 (the default) means "no writer id":
+ * owners never fence it. Any time after mc_te_create; thread-safe.
+ * Returns MC_OK or MC_INVALID_PARAMS (te NULL). */
+MC_API int mc_te_set_writer_id(mc_te *te, uint64_t hi, uint64_t lo);
+
+/* mc_te_fence_writer (owner side): from the return on, this engine's data server
+ * refuses every WRITE from writer (hi, lo) whose fence_epoch is non-zero and below
+ * min_epoch: the payload is drained into scratch, nothing touches memory, the reply is
+ * -ESTALE (the writer's task fails with MC_TRANSFER_FAIL) and stale_writes_refused
+ * counts it. Covers WRITEs whose bytes are already queued in the kernel when the call
+ * returns, and a WRITE whose payload is being received at that moment (the rest of it
+ * is drained; bytes that landed before the call remain). Monotonic: a lower min_epoch
+ * than the one applied is ignored (still MC_OK). Blocks until every I/O thread has
+ * applied it (microseconds while they run; never call it from a thread the engine runs,
+ * there is none a user reaches). Any time after mc_te_create, not concurrently with
+ * initialize/destroy; thread-safe otherwise.
+ * Returns MC_OK (applied: acknowledge it); MC_INVALID_PARAMS (te NULL, hi == lo == 0);
+ * MC_BUFFER_OVERFLOW (65536 writers fenced already: logged, nothing changed).
+ * min_epoch 0 is MC_OK and does nothing. */
+MC_API int mc_te_fence_writer(mc_te *te, uint64_t hi, uint64_t lo, uint64_t min_epoch);
+
+/* mc_te_fence_target (writer side): from the return on, this engine refuses to start a
+ * WRITE with a non-zero fence_epoch below min_epoch to segment `segment_name` (the name
+ * given to mc_te_open_segment): a same-host copy is not done and a TCP WRITE whose
+ * header has not been handed to the socket yet is not sent (a PING goes in its place);
+ * the task fails with MC_TRANSFER_FAIL (slice status -ESTALE) and stale_sends_refused
+ * counts it. Returns only after every same-host copy to that segment that started
+ * before the call has finished (it takes the segment's copy lock exclusively once).
+ * TCP bytes already handed to the socket are the owner's to refuse (mc_te_fence_writer).
+ * The minimum is kept by name, so it also applies to a segment opened later. Monotonic
+ * as mc_te_fence_writer. segment_name borrowed (copied). Thread-safe.
+ * Returns MC_OK (applied: acknowledge it); MC_INVALID_PARAMS (te NULL, name NULL, empty
+ * or longer than MC_SEGMENT_MAX_NAME); MC_BUFFER_OVERFLOW (65536 segments fenced). */
+MC_API int mc_te_fence_target(mc_te *te, const char *segment_name, uint64_t min_epoch);
+
+/* mc_te_get_writer_fence / mc_te_get_target_fence: the minimum epoch applied for writer
+ * (hi, lo) / for segment_name (0 when never fenced) into *min_epoch. Thread-safe.
+ * Returns MC_OK or MC_INVALID_PARAMS (NULL argument, bad name). */
+MC_API int mc_te_get_writer_fence(mc_te *te, uint64_t hi, uint64_t lo, uint64_t *min_epoch);
+MC_API int mc_te_get_target_fence(mc_te *te, const char *segment_name, uint64_t *min_epoch);
 
 #endif

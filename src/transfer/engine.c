@@ -103,6 +103,7 @@ int mc_te_create(const mc_te_opts *opts, mc_te **out)
     pthread_mutex_init(&te->notify_lock, NULL);
     mc_segment_desc_init(&te->desc);
     atomic_init(&te->next_req_id, 1);
+    mc__te_fence_init(te);
     *out = te;
     return MC_OK;
 }
@@ -651,7 +652,13 @@ static te_peer *peer_get(mc_te *te, const char *name)
     p->shm_fd = -1;
     pthread_mutex_init(&p->refresh_lock, NULL);
     pthread_mutex_init(&p->lock, NULL);
-    pthread_rwlock_init(&p->shm_rw, NULL);
+    /* writers first: a fence (fence.c) must not starve behind a stream of copies */
+    pthread_rwlockattr_t rwa;
+    pthread_rwlockattr_init(&rwa);
+    pthread_rwlockattr_setkind_np(&rwa, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&p->shm_rw, &rwa);
+    pthread_rwlockattr_destroy(&rwa);
+    atomic_init(&p->fence_min, mc__te_target_min(te, name)); /* fences set before opening */
     mc_segment_desc_init(&p->desc);
     te->peers[te->n_peers++] = p;
     pthread_mutex_unlock(&te->seg_lock);
@@ -930,11 +937,22 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
         if (stale)
             mc__te_peer_refresh(te, p); /* on failure the slices fail and say so */
         bool done = false;
-        if (mc__te_shm_try(te, p, r->opcode, r->source, r->target_offset, r->length, &done) ==
-                1 &&
-            mc_now_ms() - p->last_refresh_ms > 1000 && mc__te_peer_refresh(te, p) == MC_OK)
+        uint64_t epoch = r->opcode == MC_TE_OP_WRITE ? r->fence_epoch : 0;
+        int sr = mc__te_send_fenced(p, epoch) ? -ESTALE : 0;
+        if (sr == 0)
+            sr = mc__te_shm_try(te, p, r->opcode, r->source, r->target_offset, r->length,
+                                epoch, &done);
+        if (sr == 1 && mc_now_ms() - p->last_refresh_ms > 1000 &&
+            mc__te_peer_refresh(te, p) == MC_OK)
             /* maybe memory the peer shared after we cached its descriptor */
-            mc__te_shm_try(te, p, r->opcode, r->source, r->target_offset, r->length, &done);
+            sr = mc__te_shm_try(te, p, r->opcode, r->source, r->target_offset, r->length,
+                                epoch, &done);
+        if (sr == -ESTALE) { /* target fence (fence.c): refused before any byte moved */
+            if (!done)
+                atomic_fetch_add(&te->st.stale_sends, 1);
+            mc__te_task_finish(te, t, MC_TE_FAILED, MC_TRANSFER_FAIL);
+            continue;
+        }
         if (done) {
             atomic_store(&t->done_bytes, r->length);
             mc__te_task_finish(te, t, MC_TE_COMPLETED, 0);
@@ -975,6 +993,7 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
             s->local = (char *)r->source + off;
             s->remote = r->target_offset + off;
             s->len = r->length - off < te->slice_size ? r->length - off : te->slice_size;
+            s->epoch = s->op == MC_TE_WOP_WRITE ? r->fence_epoch : 0;
             s->deadline_ms = deadline;
             s->next = j + 1 < k ? s + 1 : NULL;
         }
@@ -1148,6 +1167,8 @@ void mc_te_get_stats(mc_te *te, mc_te_stats *out)
     out->tasks_failed = atomic_load_explicit(&te->st.failed, memory_order_relaxed);
     out->connections_opened = atomic_load_explicit(&te->st.conn_open, memory_order_relaxed);
     out->connections_failed = atomic_load_explicit(&te->st.conn_fail, memory_order_relaxed);
+    out->stale_writes_refused = atomic_load_explicit(&te->st.stale_writes, memory_order_relaxed);
+    out->stale_sends_refused = atomic_load_explicit(&te->st.stale_sends, memory_order_relaxed);
 }
 
 void mc_te_destroy(mc_te *te)
@@ -1176,6 +1197,7 @@ void mc_te_destroy(mc_te *te)
     mc_te_notifies_free(te->notifies, te->n_notifies);
     mc_segment_desc_deinit(&te->desc);
     free(te->desc_json);
+    mc__te_fence_free(te);
     mc_metadata_destroy(te->md);
     pthread_mutex_destroy(&te->publish_lock);
     pthread_mutex_destroy(&te->desc_lock);

@@ -6,7 +6,9 @@
  * Loop-owned state is marked "loop"; anything else names its guard.
  *
  * Lock order (outer first): te->publish_lock, te->seg_lock, peer->lock, te->reg_lock
- * (rwlock), te->batch_lock, batch->lock, te->notify_lock. Loop threads take only
+ * (rwlock), te->batch_lock, batch->lock, te->notify_lock. te->fence.lock (fence.c) is a
+ * leaf: taken under seg_lock (new peers read the target table) and by loop threads
+ * (per-connection fence cache refresh), never held while taking another lock. Loop threads take only
  * reg_lock (read), peer->lock (inbox), batch->lock and notify_lock, never blocking I/O.
  */
 #ifndef MC_TRANSFER_INTERNAL_H
@@ -74,6 +76,8 @@ struct te_slice {
     uint64_t remote, len;
     uint64_t deadline_ms;
     uint64_t id;
+    uint64_t epoch;    /* WRITE: the request's fence_epoch (0 = unfenced) */
+    bool stale;        /* refused by the target fence: sent as a PING, fails -ESTALE */
     uint8_t hdr[MC_TE_REQ_SIZE];
     uint8_t rhdr[MC_TE_REP_SIZE];
 };
@@ -128,6 +132,7 @@ typedef struct te_cconn {
     uint64_t queued;         /* bytes of slices on the connection (load metric) */
     uint32_t events;         /* current epoll mask */
     bool ever_ready;
+    te_slice hello;          /* the HELLO request, first on the connection (no task) */
 } te_cconn;
 
 enum { TE_CC_CONNECTING = 1, TE_CC_READY = 2 };
@@ -162,6 +167,10 @@ struct te_peer {
     size_t n_maps, cap_maps;
     te_slice *inbox_head, *inbox_tail;
     bool kick_posted;
+    /* Target fence (fence.c): WRITEs with a non-zero epoch below it are refused. Raised
+     * with shm_rw held for writing; read under shm_rw (read) by same-host copies and
+     * atomically by the loop before a TCP WRITE header is sent. Monotonic. */
+    _Atomic uint64_t fence_min;
     /* loop: */
     te_cconn *conns[TE_MAX_CONNS];
     unsigned nconns;
@@ -199,6 +208,9 @@ typedef struct te_sconn {
     uint64_t out_bytes;
     uint32_t events;
     bool closing;
+    uint64_t writer_hi, writer_lo; /* from HELLO (0,0 until then) */
+    uint64_t fence_gen;      /* te->fence.gen when fence_min was looked up; 0 = never */
+    uint64_t fence_min;      /* the writer's minimum epoch at fence_gen */
 } te_sconn;
 
 typedef struct te_hsconn {
@@ -299,7 +311,19 @@ struct mc_te {
     struct {
         atomic_uint_fast64_t tcp_sent, tcp_recv, shm, served, refused, done, failed, conn_open,
             conn_fail;
+        atomic_uint_fast64_t stale_writes, stale_sends; /* fence refusals (fence.c) */
     } st;
+
+    /* fencing (fence.c) */
+    struct te_fence {
+        pthread_mutex_t lock;
+        uint64_t writer_hi, writer_lo;  /* our id, sent in HELLO; guarded by lock */
+        struct te_wfence *writers;      /* owner table, sorted by (hi, lo); lock */
+        size_t n_writers, cap_writers;
+        struct te_tfence *targets;      /* target table by segment name; lock */
+        size_t n_targets, cap_targets;
+        _Atomic uint64_t gen;           /* bumped (under lock) on every owner-table change */
+    } fence;
 };
 
 /* engine.c */
@@ -341,6 +365,38 @@ int mc__te_data_accept_start(mc_te *te);
 void mc__te_sconn_tick(te_io *io);
 void mc__te_sconn_close_all(te_io *io);
 void mc__te_io_abort_region(te_io *io, te_region *r);
+/* Loop thread of io: WRITEs whose payload is being received into memory and whose
+ * writer is now fenced switch to draining into scratch (reply -ESTALE). */
+void mc__te_sconn_fence_io(te_io *io);
+
+/* fence.c */
+void mc__te_fence_init(mc_te *te);
+void mc__te_fence_free(mc_te *te);
+void mc__te_writer_id(mc_te *te, uint64_t *hi, uint64_t *lo);
+/* The target table's minimum for segment `name` (0 when none); takes fence.lock. */
+uint64_t mc__te_target_min(mc_te *te, const char *name);
+/* Looks up c's writer in the owner table: c->fence_min, c->fence_gen. Loop thread. */
+void mc__te_fence_refresh(mc_te *te, te_sconn *c);
+
+/* mc__te_write_fenced: true when a WRITE with `epoch` on server connection c must be
+ * refused by the owner's fence table. Loop thread. Epoch 0: no memory access at all;
+ * otherwise one acquire load of te->fence.gen and two compares, unless the table
+ * changed since c last looked (then one lookup under fence.lock). */
+static inline bool mc__te_write_fenced(mc_te *te, te_sconn *c, uint64_t epoch)
+{
+    if (!epoch)
+        return false;
+    if (atomic_load_explicit(&te->fence.gen, memory_order_acquire) != c->fence_gen)
+        mc__te_fence_refresh(te, c);
+    return epoch < c->fence_min;
+}
+
+/* mc__te_send_fenced: true when a WRITE with `epoch` to peer p must not be started
+ * (target fence). Any thread; one acquire load when epoch != 0. */
+static inline bool mc__te_send_fenced(te_peer *p, uint64_t epoch)
+{
+    return epoch && epoch < atomic_load_explicit(&p->fence_min, memory_order_acquire);
+}
 
 /* handshake.c */
 int mc__te_hs_start(mc_te *te);
@@ -355,8 +411,11 @@ int mc__te_notify_push(mc_te *te, char *name, char *msg, size_t msg_len);
 /* shm.c */
 int mc__te_shm_start(mc_te *te);
 void mc__te_shm_close_all(te_io *io);
+/* Same-host copy. Returns 0 (*handled says whether it was done), 1 (range unknown: a
+ * newer descriptor may have it), or -ESTALE (*handled true: a WRITE refused by the
+ * target fence, checked under shm_rw before the copy). */
 int mc__te_shm_try(mc_te *te, te_peer *p, int op, char *local, uint64_t remote, uint64_t len,
-                   bool *handled);
+                   uint64_t epoch, bool *handled);
 void mc__te_peer_shm_reset(te_peer *p); /* peer->lock held */
 void mc__te_shm_watch(te_peer *p);
 

@@ -326,7 +326,7 @@ static te_map *find_map(te_peer *p, uint64_t base)
 }
 
 int mc__te_shm_try(mc_te *te, te_peer *p, int op, char *local, uint64_t remote, uint64_t len,
-                   bool *handled)
+                   uint64_t epoch, bool *handled)
 {
     *handled = false;
     if (te->force_tcp)
@@ -345,6 +345,13 @@ int mc__te_shm_try(mc_te *te, te_peer *p, int op, char *local, uint64_t remote, 
         }
         te_map *m = atomic_load(&p->shm_dead) ? NULL : find_map(p, b->addr);
         if (m && mc__te_range_inside(m->base, m->len, remote, len)) {
+            if (op == MC_TE_OP_WRITE && mc__te_send_fenced(p, epoch)) {
+                /* target fence: checked under shm_rw, which the fence takes exclusively */
+                pthread_rwlock_unlock(&p->shm_rw);
+                atomic_fetch_add(&te->st.stale_sends, 1);
+                *handled = true;
+                return -ESTALE;
+            }
             char *peer_ptr = m->ptr + (remote - m->base);
             if (op == MC_TE_OP_WRITE)
                 memcpy(peer_ptr, local, len);

@@ -6,7 +6,13 @@
  * buffers (headers and payloads gathered, many slices per call); replies come back in
  * the same order and, since their layout is fixed (wire.h), are scattered with one
  * recvmsg straight into the reply headers and READ destinations. A broken connection
- * hands its slices to another connection once; past their deadline they fail. */
+ * hands its slices to another connection once (a WRITE only if none of it was handed
+ * to the socket: the old connection might still deliver it); past their deadline they
+ * fail. Every connection starts with a HELLO (our writer id; the reply carries the
+ * server's wire version). A READ reply's header is decoded before its payload is
+ * received: only a successful payload lands in the caller's buffer, a refused one is
+ * drained into scratch. A WRITE refused by the target fence (fence.c) before its header
+ * was sent goes out as a PING instead (keeping the wire order) and fails -ESTALE. */
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -23,13 +29,24 @@
 
 #define IOV_BATCH 64
 #define MAX_TRIES 2
+#define SCRATCH 65536 /* io->scratch */
 
 static void cconn_io(mc_loop *loop, int fd, uint32_t events, void *arg);
 static void dispatch(te_peer *p, te_slice *list);
 
 static uint64_t send_len(const te_slice *s)
 {
-    return MC_TE_REQ_SIZE + (s->op == MC_TE_WOP_READ || s->op == MC_TE_WOP_PING ? 0 : s->len);
+    return MC_TE_REQ_SIZE + (s->op == MC_TE_WOP_WRITE || s->op == MC_TE_WOP_NOTIFY ? s->len : 0);
+}
+
+/* A WRITE refused by the target fence: it becomes a PING (no payload). */
+static void make_stale(mc_te *te, te_slice *s)
+{
+    s->stale = true;
+    s->op = MC_TE_WOP_PING;
+    mc__te_req req = {.op = MC_TE_WOP_PING, .id = s->id};
+    mc__te_req_encode(&req, s->hdr);
+    atomic_fetch_add(&te->st.stale_sends, 1);
 }
 
 static uint64_t recv_len(const te_slice *s)
@@ -70,6 +87,11 @@ static void cconn_fail(te_cconn *c, int err, bool retry)
     cconn_unlink(c);
     if (!c->ever_ready)
         atomic_fetch_add(&te->st.conn_fail, 1);
+    else if (c->head == &c->hello && (err == -ECONNRESET || err == -EPIPE))
+        mc_log(MC_LOG_WARN, TE_TAG,
+               "peer %s closed the data connection without answering HELLO (an engine "
+               "speaking transfer wire version 1 does that; this one speaks version %d)",
+               p->name, MC_TE_WIRE_VERSION);
     if (err != -ETIMEDOUT && err != -ECANCELED) {
         pthread_mutex_lock(&p->lock);
         p->stale = true;
@@ -78,10 +100,23 @@ static void cconn_fail(te_cconn *c, int err, bool retry)
     uint64_t now = mc_now_ms();
     te_slice *again = NULL, **tail = &again;
     te_slice *s = c->head;
+    bool past = false; /* at or after send_cur */
     while (s) {
         te_slice *next = s->next;
         s->next = NULL;
-        if (retry && s->tries < MAX_TRIES && now < s->deadline_ms) {
+        bool sent = !past; /* (some of) s was handed to the socket */
+        if (s == c->send_cur) {
+            sent = c->send_off > 0;
+            past = true;
+        }
+        if (s == &c->hello) {
+            s = next;
+            continue;
+        }
+        if (s->stale) {
+            mc__te_task_slice_done(te, s, -ESTALE);
+        } else if (retry && s->tries < MAX_TRIES && now < s->deadline_ms &&
+                   !(sent && s->op == MC_TE_WOP_WRITE)) {
             *tail = s;
             tail = &s->next;
         } else {
@@ -143,6 +178,18 @@ static te_cconn *cconn_new(te_peer *p)
         c->next->prev = c;
     c->io->cconns = c;
     atomic_fetch_add(&te->st.conn_open, 1);
+    /* HELLO first: the server learns which writer this connection's WRITEs come from */
+    uint64_t hi, lo;
+    mc__te_writer_id(te, &hi, &lo);
+    te_slice *h = &c->hello;
+    h->peer = p;
+    h->op = MC_TE_WOP_HELLO;
+    h->tries = 1;
+    h->id = atomic_fetch_add(&te->next_req_id, 1);
+    h->deadline_ms = mc_now_ms() + te->timeout_ms;
+    mc__te_req req = {.op = MC_TE_WOP_HELLO, .id = h->id, .addr = hi, .len = lo};
+    mc__te_req_encode(&req, h->hdr);
+    c->head = c->tail = c->send_cur = h;
     return c;
 }
 
@@ -169,6 +216,8 @@ static int cconn_flush(te_cconn *c)
         int n = 0;
         uint64_t off = c->send_off;
         for (te_slice *s = c->send_cur; s && n < IOV_BATCH - 1; s = s->next, off = 0) {
+            if (off == 0 && s->op == MC_TE_WOP_WRITE && mc__te_send_fenced(s->peer, s->epoch))
+                make_stale(te, s); /* nothing of it sent yet: refuse it now */
             if (off < MC_TE_REQ_SIZE) {
                 iov[n].iov_base = s->hdr + off;
                 iov[n++].iov_len = MC_TE_REQ_SIZE - off;
@@ -227,14 +276,23 @@ static int cconn_recv(te_cconn *c)
                 iov[n].iov_base = s->rhdr + off;
                 iov[n++].iov_len = MC_TE_REP_SIZE - off;
                 want += MC_TE_REP_SIZE - off;
-                off = 0;
-            } else {
-                off -= MC_TE_REP_SIZE;
+                if (s->op == MC_TE_WOP_READ)
+                    break; /* where its payload goes depends on the status */
+                continue;
             }
+            off -= MC_TE_REP_SIZE;
             if (s->op == MC_TE_WOP_READ && s->len > off) {
-                iov[n].iov_base = s->local + off;
-                iov[n++].iov_len = s->len - off;
-                want += s->len - off;
+                uint64_t rest = s->len - off;
+                if (s->status == 0) {
+                    iov[n].iov_base = s->local + off;
+                    iov[n++].iov_len = rest;
+                    want += rest;
+                } else { /* refused: its zeros never touch the caller's buffer */
+                    iov[n].iov_base = c->io->scratch;
+                    iov[n++].iov_len = rest > SCRATCH ? SCRATCH : rest;
+                    want += rest > SCRATCH ? SCRATCH : rest;
+                    break;
+                }
             }
         }
         if (n == 0) {
@@ -279,6 +337,19 @@ static int cconn_recv(te_cconn *c)
                     return -1;
                 }
                 s->status = rep.status;
+                if (s == &c->hello && rep.status != 0) {
+                    if (rep.status == -EPROTONOSUPPORT)
+                        mc_log(MC_LOG_ERROR, TE_TAG,
+                               "peer %s speaks transfer wire version %llu, this engine speaks "
+                               "version %d: refused (upgrade the older side)",
+                               c->peer->name, (unsigned long long)rep.len, MC_TE_WIRE_VERSION);
+                    else
+                        mc_log(MC_LOG_WARN, TE_TAG, "peer %s refused HELLO (%d), closing",
+                               c->peer->name, rep.status);
+                    cconn_fail(c, rep.status == -EPROTONOSUPPORT ? -EPROTONOSUPPORT : -EPROTO,
+                               false);
+                    return -1;
+                }
             }
             if (c->recv_off == total) {
                 c->head = s->next;
@@ -287,9 +358,11 @@ static int cconn_recv(te_cconn *c)
                 c->recv_off = 0;
                 c->queued -= s->len;
                 s->next = NULL;
+                if (s == &c->hello)
+                    continue;
                 if (s->op == MC_TE_WOP_READ && s->status == 0)
                     atomic_fetch_add(&te->st.tcp_recv, s->len);
-                mc__te_task_slice_done(te, s, s->status);
+                mc__te_task_slice_done(te, s, s->stale ? -ESTALE : s->status);
             }
         }
         if ((uint64_t)k < want)
@@ -334,6 +407,11 @@ static void dispatch(te_peer *p, te_slice *list)
         te_slice *s = list;
         list = s->next;
         s->next = NULL;
+        if (s->op == MC_TE_WOP_WRITE && mc__te_send_fenced(p, s->epoch)) {
+            atomic_fetch_add(&te->st.stale_sends, 1);
+            mc__te_task_slice_done(te, s, -ESTALE);
+            continue;
+        }
         te_cconn *c = pick(p);
         if (!c) {
             mc__te_task_slice_done(te, s, -ECONNREFUSED);
@@ -341,7 +419,8 @@ static void dispatch(te_peer *p, te_slice *list)
         }
         s->tries++;
         s->id = atomic_fetch_add(&te->next_req_id, 1);
-        mc__te_req req = {.op = s->op, .id = s->id, .addr = s->remote, .len = s->len};
+        mc__te_req req = {.op = s->op, .id = s->id, .addr = s->remote, .len = s->len,
+                          .epoch = s->op == MC_TE_WOP_WRITE ? s->epoch : 0};
         mc__te_req_encode(&req, s->hdr);
         if (c->tail)
             c->tail->next = s;

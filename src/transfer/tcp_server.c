@@ -6,13 +6,19 @@
  * read in the same recvmsg), or queues a READ reply whose payload is sent straight from
  * it. Refused ranges are answered with -EFAULT (a WRITE payload is read into a scratch
  * buffer and dropped); an unparseable header closes the connection. Replies are
- * gathered into one sendmsg. Reading pauses while too many replies wait to be sent. */
+ * gathered into one sendmsg. Reading pauses while too many replies wait to be sent.
+ * Fencing: HELLO names the connection's writer; a WRITE with a non-zero epoch below that
+ * writer's minimum (fence.c) is drained like a refused range and answered -ESTALE; a
+ * header of another wire version is answered -EPROTONOSUPPORT and the connection closed. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
+
+#include <arpa/inet.h>
+#include <stdio.h>
 
 #include "mooncake/log.h"
 #include "net/sock.h"
@@ -170,6 +176,15 @@ static int process_header(te_sconn *c)
     switch (q->op) {
     case MC_TE_WOP_WRITE:
         c->off = 0;
+        if (mc__te_write_fenced(te, c, q->epoch)) { /* before any byte touches memory */
+            atomic_fetch_add(&te->st.stale_writes, 1);
+            c->pending_status = -ESTALE;
+            if (q->len == 0)
+                out_push(c, -ESTALE, q->id, NULL, 0, NULL);
+            else
+                c->state = TE_S_DISCARD;
+            return 0;
+        }
         r = q->len ? mc__te_region_acquire(te, q->addr, q->len) : NULL;
         if (r) {
             c->cur_reg = r;
@@ -203,7 +218,49 @@ static int process_header(te_sconn *c)
     case MC_TE_WOP_PING:
         out_push(c, 0, q->id, NULL, 0, NULL);
         return 0;
+    case MC_TE_WOP_HELLO: {
+        c->writer_hi = q->addr;
+        c->writer_lo = q->len;
+        c->fence_gen = 0; /* look the new writer up at its first fenced WRITE */
+        out_push(c, 0, q->id, NULL, 0, NULL);
+        mc__te_rep rep = {.status = 0, .id = q->id, .len = MC_TE_WIRE_VERSION};
+        mc__te_rep_encode(&rep, c->out_tail->hdr); /* the length field is our version */
+        return 0;
     }
+    }
+    return -1;
+}
+
+/* The first MC_TE_REQ_PREFIX bytes of a header are in: a header of another wire version
+ * is answered (-EPROTONOSUPPORT, length = our version) and the connection closed.
+ * Returns 0, or -1 when the caller must close. */
+static int check_version(te_sconn *c)
+{
+    unsigned version = 0;
+    uint64_t id = 0;
+    if (mc__te_req_prefix(c->hdr, &version, &id) != -EPROTONOSUPPORT)
+        return 0; /* ours, or garbage that the full decode refuses */
+    char peer[INET6_ADDRSTRLEN + 8] = "?";
+    struct sockaddr_storage sa;
+    socklen_t sl = sizeof sa;
+    if (getpeername(c->fd, (struct sockaddr *)&sa, &sl) == 0) {
+        char h[INET6_ADDRSTRLEN] = "?";
+        const void *a = sa.ss_family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)&sa)->sin6_addr
+                                                 : (const void *)&((struct sockaddr_in *)&sa)->sin_addr;
+        unsigned port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
+                                                       : ((struct sockaddr_in *)&sa)->sin_port);
+        inet_ntop(sa.ss_family, a, h, sizeof h);
+        snprintf(peer, sizeof peer, "%s:%u", h, port);
+    }
+    mc_log(MC_LOG_ERROR, TE_TAG,
+           "data connection from %s: it speaks transfer wire version %u, this engine speaks "
+           "version %d: refused (upgrade the older side)",
+           peer, version, MC_TE_WIRE_VERSION);
+    uint8_t out[MC_TE_REP_SIZE];
+    mc__te_rep rep = {.status = -EPROTONOSUPPORT, .id = id, .len = MC_TE_WIRE_VERSION};
+    mc__te_rep_encode(&rep, out);
+    if (!c->out_head) /* a fresh connection: 24 bytes always fit in the send buffer */
+        (void)send(c->fd, out, sizeof out, MSG_NOSIGNAL | MSG_DONTWAIT);
     return -1;
 }
 
@@ -299,7 +356,13 @@ static int sconn_read(te_sconn *c)
         }
         if (left) {
             /* these bytes landed in c->hdr after the current payload */
+            uint64_t before = c->hdr_off;
             c->hdr_off += left;
+            if (before < MC_TE_REQ_PREFIX && c->hdr_off >= MC_TE_REQ_PREFIX &&
+                check_version(c) < 0) {
+                sconn_close(c);
+                return -1;
+            }
         }
         if (c->hdr_off == MC_TE_REQ_SIZE && process_header(c) < 0) {
             sconn_close(c);
@@ -433,6 +496,21 @@ static void abort_region_task(void *arg)
         c = next;
     }
     free(a);
+}
+
+void mc__te_sconn_fence_io(te_io *io)
+{
+    mc_te *te = io->te;
+    for (te_sconn *c = io->sconns; c; c = c->next) {
+        if (c->state != TE_S_PAYLOAD || !mc__te_write_fenced(te, c, c->cur.epoch))
+            continue;
+        /* the rest of this payload is drained; what arrived before the fence stays */
+        atomic_fetch_add(&te->st.stale_writes, 1);
+        mc__te_region_release(c->cur_reg);
+        c->cur_reg = NULL;
+        c->pending_status = -ESTALE;
+        c->state = TE_S_DISCARD;
+    }
 }
 
 void mc__te_io_abort_region(te_io *io, te_region *r)

@@ -23,6 +23,18 @@ void mc__te_req_encode(const mc__te_req *r, uint8_t out[MC_TE_REQ_SIZE])
     mc_put_le64(out + 8, r->id);
     mc_put_le64(out + 16, r->addr);
     mc_put_le64(out + 24, r->len);
+    mc_put_le64(out + 32, r->epoch);
+}
+
+int mc__te_req_prefix(const uint8_t in[MC_TE_REQ_PREFIX], unsigned *version, uint64_t *id)
+{
+    if (mc_get_le32(in) != MC_TE_REQ_MAGIC)
+        return -EPROTO;
+    if (in[4] == MC_TE_WIRE_VERSION)
+        return 0;
+    *version = in[4];
+    *id = mc_get_le64(in + 8);
+    return -EPROTONOSUPPORT;
 }
 
 int mc__te_req_decode(const uint8_t in[MC_TE_REQ_SIZE], mc__te_req *r)
@@ -35,7 +47,12 @@ int mc__te_req_decode(const uint8_t in[MC_TE_REQ_SIZE], mc__te_req *r)
     r->id = mc_get_le64(in + 8);
     r->addr = mc_get_le64(in + 16);
     r->len = mc_get_le64(in + 24);
+    r->epoch = mc_get_le64(in + 32);
+    if (r->epoch && r->op != MC_TE_WOP_WRITE)
+        return -EBADMSG;
     switch (r->op) {
+    case MC_TE_WOP_HELLO:
+        return 0;
     case MC_TE_WOP_WRITE:
     case MC_TE_WOP_READ:
         return r->len > MC_TE_MAX_WIRE_LEN ? -EMSGSIZE : 0;
@@ -66,7 +83,7 @@ int mc__te_rep_decode(const uint8_t in[MC_TE_REP_SIZE], uint64_t id, uint8_t op,
     r->len = mc_get_le64(in + 16);
     if (r->id != id || r->status > 0)
         return -EPROTO;
-    if (r->len != (op == MC_TE_WOP_READ ? req_len : 0))
+    if (op != MC_TE_WOP_HELLO && r->len != (op == MC_TE_WOP_READ ? req_len : 0))
         return -EPROTO;
     return 0;
 }

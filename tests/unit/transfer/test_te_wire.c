@@ -19,17 +19,65 @@ static void test_req_roundtrip(void **state)
     (void)state;
     uint8_t buf[MC_TE_REQ_SIZE];
     mc__te_req in = {.op = MC_TE_WOP_WRITE, .id = 0x1122334455667788ull,
-                     .addr = 0x7f0000001000ull, .len = 4096};
+                     .addr = 0x7f0000001000ull, .len = 4096, .epoch = 0x0102030405060708ull};
     mc__te_req_encode(&in, buf);
     assert_int_equal(mc_get_le32(buf), MC_TE_REQ_MAGIC);
     mc__te_req out;
     assert_int_equal(mc__te_req_decode(buf, &out), 0);
     assert_int_equal(out.op, in.op);
-    assert_true(out.id == in.id && out.addr == in.addr && out.len == in.len);
-    /* little-endian on the wire regardless of the host */
+    assert_true(out.id == in.id && out.addr == in.addr && out.len == in.len &&
+                out.epoch == in.epoch);
+    /* little-endian on the wire regardless of the host; version 2, 40 bytes */
+    assert_int_equal(MC_TE_REQ_SIZE, 40);
+    assert_int_equal(buf[4], 2);
     assert_int_equal(buf[8], 0x88);
     assert_int_equal(buf[24], 0x00);
     assert_int_equal(buf[25], 0x10);
+    assert_int_equal(buf[32], 0x08);
+    assert_int_equal(buf[39], 0x01);
+}
+
+/* HELLO: the writer id in addr/length, no other limit; its reply carries the server's
+ * version in the length field. Other versions are recognised from the first 16 bytes. */
+static void test_hello_and_versions(void **state)
+{
+    (void)state;
+    uint8_t buf[MC_TE_REQ_SIZE];
+    mc__te_req in = {.op = MC_TE_WOP_HELLO, .id = 9, .addr = UINT64_MAX, .len = UINT64_MAX - 1};
+    mc__te_req_encode(&in, buf);
+    mc__te_req out;
+    assert_int_equal(mc__te_req_decode(buf, &out), 0);
+    assert_true(out.op == MC_TE_WOP_HELLO && out.addr == UINT64_MAX &&
+                out.len == UINT64_MAX - 1 && out.epoch == 0);
+    /* an epoch on anything but WRITE is malformed */
+    const uint8_t ops[] = {MC_TE_WOP_READ, MC_TE_WOP_PING, MC_TE_WOP_HELLO, MC_TE_WOP_NOTIFY};
+    for (size_t i = 0; i < sizeof ops; i++) {
+        mc__te_req q = {.op = ops[i], .id = 1, .addr = 4096, .len = ops[i] == MC_TE_WOP_NOTIFY ? 8 : 0,
+                        .epoch = 1};
+        mc__te_req_encode(&q, buf);
+        assert_int_equal(mc__te_req_decode(buf, &out), -EBADMSG);
+    }
+    mc__te_rep r = {.status = 0, .id = 9, .len = MC_TE_WIRE_VERSION}, ro;
+    uint8_t rb[MC_TE_REP_SIZE];
+    mc__te_rep_encode(&r, rb);
+    assert_int_equal(mc__te_rep_decode(rb, 9, MC_TE_WOP_HELLO, 0, &ro), 0);
+    assert_int_equal(ro.len, MC_TE_WIRE_VERSION);
+    r = (mc__te_rep){.status = -EPROTONOSUPPORT, .id = 9, .len = 3};
+    mc__te_rep_encode(&r, rb);
+    assert_int_equal(mc__te_rep_decode(rb, 9, MC_TE_WOP_HELLO, 0, &ro), 0);
+    assert_int_equal(ro.status, -EPROTONOSUPPORT);
+    assert_int_equal(ro.len, 3);
+    /* prefixes */
+    unsigned v = 0;
+    uint64_t id = 0;
+    mc__te_req_encode(&in, buf);
+    assert_int_equal(mc__te_req_prefix(buf, &v, &id), 0);
+    buf[4] = 1; /* a version-1 header */
+    assert_int_equal(mc__te_req_prefix(buf, &v, &id), -EPROTONOSUPPORT);
+    assert_int_equal(v, 1);
+    assert_int_equal(id, 9);
+    buf[0] ^= 1;
+    assert_int_equal(mc__te_req_prefix(buf, &v, &id), -EPROTO);
 }
 
 static void test_req_rejects(void **state)
@@ -209,7 +257,7 @@ int main(void)
         cmocka_unit_test(test_req_roundtrip), cmocka_unit_test(test_req_rejects),
         cmocka_unit_test(test_rep),           cmocka_unit_test(test_range_inside),
         cmocka_unit_test(test_notify_body),   cmocka_unit_test(test_hs_parse),
-        cmocka_unit_test(test_hs_notify_json),
+        cmocka_unit_test(test_hs_notify_json), cmocka_unit_test(test_hello_and_versions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
