@@ -50,7 +50,7 @@ fuzz: build/fuzz/build.ninja
 	done
 
 pytest:
-	$(PY) -m pytest -q tests/integration
+	MC_FAULTS_MODE=ci $(PY) -m pytest -q tests/integration tests/faults
 
 test: setup
 	$(MAKE) unit

@@ -202,8 +202,15 @@ def _plain(v):
     return v
 
 
-def _serve(conn, setup_args, env):
+def _serve(conn, setup_args, env, funcs_from=None):
     os.environ.update(env)
+    if funcs_from:
+        # another test package's child-side helpers (its fn_* functions), found on the
+        # sys.path the spawned child inherits from the parent
+        import importlib
+
+        mod = importlib.import_module(funcs_from)
+        FUNCS.update({n[3:]: f for n, f in vars(mod).items() if n.startswith("fn_")})
     import mooncake.store as ms
 
     store = ms.MooncakeDistributedStore()
@@ -239,10 +246,13 @@ def _serve(conn, setup_args, env):
 class StoreProc:
     """A store client in its own process (spawned: no fork of the parent's threads)."""
 
-    def __init__(self, setup_args, env=None, timeout=30.0):
+    def __init__(self, setup_args, env=None, timeout=30.0, funcs_from=None):
+        """funcs_from: name of a module whose fn_* functions the child also offers to
+        ``fn()`` (e.g. tests/faults' child-side helpers)."""
         ctx = multiprocessing.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_serve, args=(child, tuple(setup_args), env or {}),
+        self.proc = ctx.Process(target=_serve,
+                                args=(child, tuple(setup_args), env or {}, funcs_from),
                                 daemon=True)
         self.proc.start()
         child.close()
