@@ -188,7 +188,6 @@ def test_upsert_right_after_get_replaces_the_object(cluster):
 # ---- 7: a failed transfer_sync_read zero-fills the destination -----------------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: 7 failed transfer_sync_read clobbers dst")
 def test_failed_transfer_sync_read_leaves_destination_untouched(cluster):
     c = cluster(nodes=2, segment=8 * MiB)
     a, b = c.nodes
