@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """What quarantine costs in usable capacity under churn (docs/consistency.md, "What it
-costs"): a real master + 2 store nodes + a writer that puts 1 MiB values without pause
-(alternating between the nodes, keeping a window of live keys, removing the oldest),
+costs"): a real master + 2 store nodes + writers that put 1 MiB values without pause
+in batches (--writers processes, the preferred node alternating per batch, keeping a
+window of live keys, removing the oldest),
 while node A is SIGSTOPped for --hold seconds every --period seconds. The writer's
 transfer timeout is 1 s (MC_TRANSFER_TIMEOUT=1, TCP), so every put to A while it is
 stopped times out and is revoked: its space goes to quarantine until A (after SIGCONT)
@@ -28,10 +29,10 @@ MiB = 1 << 20
 from faults.procfns import *  # noqa: E402,F401,F403 - the child-side helpers, re-offered
 
 
-def fn_churn(store, seconds, size, window, targets):
-    """Puts fresh keys of `size` bytes for `seconds`, alternating the preferred segment
-    over `targets`, keeping at most `window` live keys (the oldest is removed by force).
-    Returns (acknowledged, failed, codes seen)."""
+def fn_churn(store, seconds, size, window, targets, batch, tag):
+    """Puts batches of `batch` fresh keys of `size` bytes for `seconds`, the preferred
+    segment alternating over `targets` per batch, keeping at most `window` live keys (the
+    oldest are removed by force). Returns (keys acknowledged, keys failed, codes seen)."""
     import mooncake.store as ms
 
     val = bytes(size)
@@ -42,14 +43,20 @@ def fn_churn(store, seconds, size, window, targets):
         cfg = ms.ReplicateConfig()
         cfg.replica_num = 1
         cfg.preferred_segment = targets[i % len(targets)]
-        key = f"churn-{i}"
-        rc = store.put(key, val, cfg)
+        keys = [f"churn-{tag}-{i}-{j}" for j in range(batch)]
+        rc = store.put_batch(keys, [val] * batch, cfg) if batch > 1 else store.put(
+            keys[0], val, cfg)
         codes[rc] = codes.get(rc, 0) + 1
         if rc == 0:
-            ok += 1
-            live.append(key)
-        else:
-            bad += 1
+            ok += batch
+            live += keys
+        else:  # a batch can fail in part: the keys that were stored are live
+            for k in keys:
+                if store.is_exist(k) == 1:
+                    ok += 1
+                    live.append(k)
+                else:
+                    bad += 1
         while len(live) > window:
             store.remove(live.pop(0), True)
         i += 1
@@ -88,7 +95,9 @@ def main():
     ap.add_argument("--period", type=float, default=4.0, help="a SIGSTOP of A every (s)")
     ap.add_argument("--hold", type=float, default=1.5, help="each SIGSTOP lasts (s)")
     ap.add_argument("--segment", type=int, default=64, help="MiB per node")
-    ap.add_argument("--window", type=int, default=16, help="live keys kept by the writer")
+    ap.add_argument("--window", type=int, default=16, help="live keys kept per writer")
+    ap.add_argument("--writers", type=int, default=3, help="writer processes")
+    ap.add_argument("--batch", type=int, default=4, help="keys per put_batch")
     a = ap.parse_args()
     from faults import harness
 
@@ -98,13 +107,18 @@ def main():
                         segment=a.segment * MiB)
     try:
         na, nb = c.nodes
-        w = c.client("W", {"MC_FORCE_TCP": "1", "MC_TRANSFER_TIMEOUT": "1"})
-        assert w.fn("warm_peers", [na.hostname, nb.hostname], "W") == [(0, True), (0, True)]
+        ws = [c.client(f"W{i}", {"MC_FORCE_TCP": "1", "MC_TRANSFER_TIMEOUT": "1"})
+              for i in range(a.writers)]
+        for w in ws:
+            assert w.fn("warm_peers", [na.hostname, nb.hostname], w.name) == [(0, True),
+                                                                              (0, True)]
         targets = [na.hostname, nb.hostname]
         for phase, secs, faults in (("baseline", a.baseline, False), ("faults", a.seconds, True)):
             s = Sampler(c)
             s.start()
-            w.send_fn("churn", secs, MiB, a.window, targets)
+            for i, w in enumerate(ws):
+                w.send_fn("churn", secs, MiB, a.window, targets[i % 2:] + targets[:i % 2],
+                          a.batch, f"{phase}{i}")
             t0, resumes = time.time(), []
             if faults:
                 while time.time() - t0 + a.period <= secs:
@@ -113,7 +127,13 @@ def main():
                     time.sleep(a.hold)
                     na.cont()
                     resumes.append(time.time())
-            ok, bad, codes = w.result(timeout=secs + 60)
+            ok = bad = 0
+            codes = {}
+            for w in ws:
+                o, b, cs = w.result(timeout=secs + 60)
+                ok, bad = ok + o, bad + b
+                for k, v in cs.items():
+                    codes[k] = codes.get(k, 0) + v
             harness.wait_space_free(c, timeout=20)
             time.sleep(0.5)
             s.stop_ = True
@@ -125,8 +145,8 @@ def main():
                 after = [t for t, q, _, _ in s.samples if t >= r and q == 0]
                 if after:
                     lat.append(after[0] - r)
-            print(f"bench_quarantine {phase}: {secs:.0f} s, puts ok={ok} failed={bad} "
-                  f"codes={codes}")
+            print(f"bench_quarantine {phase}: {secs:.0f} s, {a.writers} writers x batches of "
+                  f"{a.batch} x 1 MiB: keys ok={ok} failed={bad}, put codes={codes}")
             print(f"  quarantined bytes: peak {peak / MiB:.1f} MiB ({100 * peak / cap:.1f}% of "
                   f"{cap // MiB} MiB), time-weighted mean {mean / MiB:.2f} MiB "
                   f"({100 * mean / cap:.2f}%)")
