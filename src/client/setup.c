@@ -147,13 +147,14 @@ int mc_store_create(mc_store **out)
     pthread_rwlockattr_init(&ra);
     pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
     pthread_rwlock_init(&s->life, &ra);
+    /* a fence (heartbeat) must not starve behind a stream of own-segment copies */
+    pthread_rwlock_init(&s->own_fence, &ra);
     pthread_rwlockattr_destroy(&ra);
     atomic_init(&s->up, false);
     atomic_init(&s->ping_ok, false);
     atomic_init(&s->remounts, 0);
     s->port_fd = -1;
     pthread_rwlock_init(&s->ubuf_lock, NULL);
-    pthread_rwlock_init(&s->own_fence, NULL);
     atomic_init(&s->fences_applied, 0);
     pthread_mutex_init(&s->hb_lock, NULL);
     pthread_condattr_t ca;
