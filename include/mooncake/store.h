@@ -36,14 +36,17 @@
  *   - A zero-length value is a real object: put returns 0, is_exist 1, get_into 0,
  *     get_size 0 (upstream stores nothing for put_from(size=0)).
  *   - A second put of an existing key returns MC_OK and keeps the old value (upstream:
- *     OBJECT_ALREADY_EXISTS from put_start is swallowed). The same holds when another
- *     writer's put of the key is in flight: exactly one value wins and readers never see
- *     a mix (they see OBJECT_NOT_FOUND / REPLICA_IS_NOT_READY until the winner ends).
+ *     OBJECT_ALREADY_EXISTS from put_start is swallowed). When another writer's put of
+ *     the key is in flight, a put returns MC_OK only once the key is readable (read your
+ *     writes, docs/consistency.md): it waits for the other put's end (the winner's value
+ *     stays), or writes its own value when that put goes away; after the transfer
+ *     timeout (MC_TRANSFER_TIMEOUT) it returns MC_REPLICA_IS_NOT_READY, nothing written.
+ *     Exactly one value wins and readers never see a mix.
  *   - Duplicate keys inside one batch: every position gets a correct, filled result
  *     (puts: the first position writes, the later ones get its status; gets: each
  *     position is read into its own buffer).
- *   - A writer that dies between put_start and put_end blocks the key for at most the
- *     master's --put_start_discard_timeout_sec (the master pre-empts it then).
+ *   - A writer that dies between put_start and put_end blocks the key until its client
+ *     expires (the master's --client_ttl; at most --put_start_discard_timeout_sec).
  *   - Caller memory (put_from / get_into / batch_* pointers) need not be registered:
  *     registered or not, the bytes go straight between it and the peer (TCP or the
  *     same-host memcpy). register_buffer is accepted for compatibility; it records the
@@ -302,6 +305,8 @@ MC_API void mc_store_replicate_config_init(mc_store_replicate_config *cfg);
 /* mc_store_put: stores value (len bytes, borrowed for the call; len may be 0) under key
  * (upstream put / put_from: the bytes are written straight from value, no staging copy).
  * Returns MC_OK (also when the key already exists: the old value is kept);
+ * MC_REPLICA_IS_NOT_READY (another writer's put of the key was still in flight after the
+ * transfer timeout: nothing stored, see top);
  * MC_INVALID_PARAMS (bad key, NULL value with len > 0, bad config, not set up, a range
  * running past the end of a registered buffer it starts in: see top);
  * MC_NO_AVAILABLE_HANDLE (no segment can hold it, even after eviction: nothing is left
@@ -336,10 +341,11 @@ MC_API int mc_store_batch_put_from_multi_buffers(mc_store *s, const mc_store_key
 
 /* Upserts (upstream upsert / upsert_from / upsert_parts / upsert_batch /
  * batch_upsert_from; UpsertStart/End/Revoke): insert, or replace the value of an
- * existing key (same size: in place; other size: new space). Same arguments and codes
- * as the put forms, plus MC_OBJECT_HAS_LEASE (a reader holds a lease on the old value)
- * and MC_OBJECT_ALREADY_EXISTS (another write of the key is in flight). A failed upsert
- * of an existing key erases it (its old bytes may be partly overwritten). */
+ * existing key (same size: in place; other size, or a reader holding a lease on the old
+ * value: new space, the old kept until the lease ends, as upstream). Same arguments and
+ * codes as the put forms (without the wait for another writer), plus
+ * MC_OBJECT_ALREADY_EXISTS (another write of the key is in flight). A failed upsert of
+ * an existing key erases it (its old bytes may be partly overwritten). */
 MC_API int mc_store_upsert(mc_store *s, const void *key, size_t key_len, const void *value,
                            size_t len, const mc_store_replicate_config *cfg);
 MC_API int mc_store_upsert_parts(mc_store *s, const void *key, size_t key_len,

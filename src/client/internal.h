@@ -207,6 +207,23 @@ struct mc_store {
     atomic_bool ping_ok;            /* last ping succeeded */
     atomic_uint_fast64_t remounts;  /* NEED_REMOUNT handled */
 
+    /* Fencing (docs/consistency.md). The heartbeat applies the fences of each ping reply
+     * to the engine and reports them in the next ping (hb_* acks: the heartbeat thread
+     * only, and teardown after joining it). Our own segment is written by memcpy in
+     * write.c (no engine involved): own_min_epoch is its fence, raised under own_fence
+     * exclusive, which write_own holds shared around each copy, so a raise returns only
+     * after the copies with an older epoch have finished. */
+    pthread_rwlock_t own_fence;     /* guards own_min_epoch                          */
+    uint64_t own_min_epoch;         /* own-segment copies below it are refused       */
+    mc_master_ping_result *hb_pr;   /* the heartbeat's reply buffer (heap: large)    */
+    mc_master_writer_fence hb_owner_acks[MC_MASTER_MAX_FENCES];
+    size_t hb_n_owner_acks;
+    mc_master_target_fence hb_writer_acks[MC_MASTER_MAX_FENCES];
+    size_t hb_n_writer_acks;
+    atomic_uint_fast64_t fences_applied; /* fences applied to the engine (both kinds)  */
+    uint64_t race_wait_ms;          /* how long a put waits for another writer's put   */
+                                    /* of its key to end (write.c: settle_contested)   */
+
     /* Buffers registered with mc_store_register_buffer: the zero-copy calls' bounds
      * check (mc__check_ranges). A treap by base with subtree maxima of their ends
      * (registrations may overlap): insert, remove and lookup O(log n). Guarded by
@@ -260,6 +277,16 @@ void mc__store_fill_segment(const mc_store *s, mc_master_segment *seg);
 int mc__hb_start(mc_store *s, uint32_t interval_ms);
 /* Stops and joins it when it runs. Caller holds life exclusive. */
 void mc__hb_stop(mc_store *s);
+/* After mc__hb_stop: reports the fences applied but not acknowledged yet in one last
+ * ping (so the master need not wait for our expiry to free quarantined space), then
+ * forgets the fence state (the next setup is a new client id). Caller holds life
+ * exclusive. */
+void mc__hb_flush(mc_store *s);
+/* The fence of our own segment: MC_OK when a copy at fence epoch `epoch` (0: unfenced)
+ * may go on; the caller then holds own_fence shared and must call mc__own_fence_leave
+ * after the copy. MC_TRANSFER_FAIL (no lock held) when the epoch is fenced. */
+int mc__own_fence_enter(mc_store *s, uint64_t epoch);
+void mc__own_fence_leave(mc_store *s);
 
 /* ---- user buffers (user_buffers.c) ---- */
 
@@ -300,6 +327,9 @@ int mc__xfer_seg(mc__xfer *x, const char *ep, mc_te_segment_t *h);
 /* Queues one request (len 0: nothing) of opcode op for item `owner`. */
 void mc__xfer_add(mc__xfer *x, int op, void *local, mc_te_segment_t h, uint64_t remote,
                   uint64_t len, size_t owner);
+/* Queues one WRITE carrying fence epoch `epoch` (the replica's, from put_start). */
+void mc__xfer_add_write(mc__xfer *x, void *local, mc_te_segment_t h, uint64_t remote,
+                        uint64_t len, size_t owner, uint64_t epoch);
 /* Submits every queued request, runs during(ctx) (own-memory copies; may be NULL) while
  * they fly, waits for all, and sets errs[owner] (when still 0) to MC_TRANSFER_FAIL or
  * MC_RPC_TIMEOUT for each failed request. */

@@ -92,6 +92,18 @@ MC_API const char *mc_master_client_address(const mc_master_client *c);
 MC_API int mc_master_client_ping(mc_master_client *c, mc_master_uuid client_id,
                                  mc_master_ping_result *out);
 
+/* mc_master_client_ping_fences: the same ping, also acknowledging the fences the client
+ * applied (acks, NULL = none; each count <= MC_MASTER_MAX_FENCES, borrowed for the call)
+ * and receiving the fences pending for it in out->writer_fences (apply as segment owner:
+ * mc_te_fence_writer) and out->target_fences (apply as writer: mc_te_fence_target), each
+ * sent again in every reply until acknowledged (docs/consistency.md; not upstream).
+ * mc_master_client_ping = this with acks NULL. Returns MC_OK, MC_INVALID_PARAMS (bad
+ * acks: counts, NULL arrays, unterminated names), MC_RPC_FAIL (a reply past the limits)
+ * or a transport code. */
+MC_API int mc_master_client_ping_fences(mc_master_client *c, mc_master_uuid client_id,
+                                        const mc_master_ping_request *acks,
+                                        mc_master_ping_result *out);
+
 /* mc_master_client_service_ready: readiness probe (upstream ServiceReady). version
  * (may be NULL) receives the master's version string, truncated to len-1 bytes and
  * NUL-terminated. Returns MC_OK or a transport code. */

@@ -59,6 +59,7 @@ int mc__pb_replicas(Mcrpc__ReplicaDescriptor **v, size_t n, uint64_t lease,
         r->address = d->address;
         r->size = d->size;
         r->status = (int)d->status;
+        r->fence_epoch = d->fence_epoch;
         /* Cannot truncate: mc__pb_segtab checked every string of the table. */
         copy_str(r->transport_endpoint, sizeof r->transport_endpoint, sr->transport_endpoint);
         copy_str(r->protocol, sizeof r->protocol, sr->protocol);

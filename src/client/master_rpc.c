@@ -12,32 +12,89 @@
 
 /* ---- service ---- */
 
+/* Decodes a ping reply's fences into out (MC_RPC_FAIL past the limits, or for an entry
+ * without a writer id or with a segment name that does not fit). */
 static int take_ping(void *user, const ProtobufCMessage *m)
 {
     const Mcrpc__PingReply *r = (const Mcrpc__PingReply *)m;
     mc_master_ping_result *out = user;
     out->view_version = r->view_version;
     out->client_status = (int)r->client_status;
+    if (r->n_writer_fences > MC_MASTER_MAX_FENCES || r->n_target_fences > MC_MASTER_MAX_FENCES)
+        return MC_RPC_FAIL;
+    for (size_t i = 0; i < r->n_writer_fences; i++) {
+        const Mcrpc__WriterFence *f = r->writer_fences[i];
+        if (!f->writer)
+            return MC_RPC_FAIL;
+        out->writer_fences[i].writer.first = f->writer->first;
+        out->writer_fences[i].writer.second = f->writer->second;
+        out->writer_fences[i].min_epoch = f->min_epoch;
+    }
+    for (size_t i = 0; i < r->n_target_fences; i++) {
+        const Mcrpc__TargetFence *f = r->target_fences[i];
+        const char *seg = f->segment ? f->segment : "";
+        size_t n = strnlen(seg, MC_MASTER_NAME_MAX);
+        if (n == 0 || n >= MC_MASTER_NAME_MAX)
+            return MC_RPC_FAIL;
+        memcpy(out->target_fences[i].segment, seg, n + 1);
+        out->target_fences[i].min_epoch = f->min_epoch;
+    }
+    out->n_writer_fences = (uint32_t)r->n_writer_fences;
+    out->n_target_fences = (uint32_t)r->n_target_fences;
     return r->status;
 }
 
 int mc_master_client_ping(mc_master_client *c, mc_master_uuid client_id,
                           mc_master_ping_result *out)
 {
+    return mc_master_client_ping_fences(c, client_id, NULL, out);
+}
+
+int mc_master_client_ping_fences(mc_master_client *c, mc_master_uuid client_id,
+                                 const mc_master_ping_request *acks,
+                                 mc_master_ping_result *out)
+{
     if (out) {
         out->view_version = 0;
         out->client_status = MC_MASTER_CLIENT_UNDEFINED;
+        out->n_writer_fences = out->n_target_fences = 0;
     }
     if (!c || !out)
         return MC_INVALID_PARAMS;
+    size_t no = acks ? acks->n_owner_acks : 0, nw = acks ? acks->n_writer_acks : 0;
+    if (no > MC_MASTER_MAX_FENCES || nw > MC_MASTER_MAX_FENCES ||
+        (no && !acks->owner_acks) || (nw && !acks->writer_acks))
+        return MC_INVALID_PARAMS;
+    for (size_t i = 0; i < nw; i++)
+        if (strnlen(acks->writer_acks[i].segment, MC_MASTER_NAME_MAX) >= MC_MASTER_NAME_MAX)
+            return MC_INVALID_PARAMS;
     Mcrpc__Uuid id;
     mc__pb_uuid(&id, client_id);
     Mcrpc__PingRequest req = MCRPC__PING_REQUEST__INIT;
     req.client_id = &id;
-    out->view_version = 0;
-    out->client_status = MC_MASTER_CLIENT_UNDEFINED;
+    /* at most 2 x 64 entries: on the stack */
+    Mcrpc__WriterFence ow[MC_MASTER_MAX_FENCES], *owp[MC_MASTER_MAX_FENCES];
+    Mcrpc__Uuid owid[MC_MASTER_MAX_FENCES];
+    Mcrpc__TargetFence wt[MC_MASTER_MAX_FENCES], *wtp[MC_MASTER_MAX_FENCES];
+    for (size_t i = 0; i < no; i++) {
+        mcrpc__writer_fence__init(&ow[i]);
+        mc__pb_uuid(&owid[i], acks->owner_acks[i].writer);
+        ow[i].writer = &owid[i];
+        ow[i].min_epoch = acks->owner_acks[i].min_epoch;
+        owp[i] = &ow[i];
+    }
+    for (size_t i = 0; i < nw; i++) {
+        mcrpc__target_fence__init(&wt[i]);
+        wt[i].segment = (char *)acks->writer_acks[i].segment;
+        wt[i].min_epoch = acks->writer_acks[i].min_epoch;
+        wtp[i] = &wt[i];
+    }
+    req.n_owner_acks = no;
+    req.owner_acks = no ? owp : NULL;
+    req.n_writer_acks = nw;
+    req.writer_acks = nw ? wtp : NULL;
     return mc__rpc_single(c, MCRPC__OPCODE__OP_PING, &req.base, &mcrpc__ping_reply__descriptor,
-                      take_ping, out);
+                          take_ping, out);
 }
 
 typedef struct buf_out {

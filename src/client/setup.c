@@ -147,12 +147,15 @@ int mc_store_create(mc_store **out)
     pthread_rwlockattr_init(&ra);
     pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
     pthread_rwlock_init(&s->life, &ra);
+    /* a fence (heartbeat) must not starve behind a stream of own-segment copies */
+    pthread_rwlock_init(&s->own_fence, &ra);
     pthread_rwlockattr_destroy(&ra);
     atomic_init(&s->up, false);
     atomic_init(&s->ping_ok, false);
     atomic_init(&s->remounts, 0);
     s->port_fd = -1;
     pthread_rwlock_init(&s->ubuf_lock, NULL);
+    atomic_init(&s->fences_applied, 0);
     pthread_mutex_init(&s->hb_lock, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -171,6 +174,7 @@ static int teardown(mc_store *s)
     /* Reverse order of setup_locked; the heartbeat goes first because it uses the
      * master client, the engine and the segment without holding any lock. */
     mc__hb_stop(s);
+    mc__hb_flush(s); /* fences applied but not yet acknowledged */
     if (s->seg_mounted) {
         /* After failed pings the master is unreachable (and will expire us by
          * client_ttl): do not wait for it. */
@@ -468,9 +472,24 @@ static int setup_locked(mc_store *s, const mc_store_config *c, const setup_args 
                mc_strerror(rc));
         return rc;
     }
+    /* A put that finds its key in flight by another writer waits up to the transfer
+     * timeout for it (write.c: settle_contested); an unusable value was refused by the
+     * engine already, or is the engine's own business: the default then. */
+    uint64_t tt_s;
+    if (mc_env_u64("MC_TRANSFER_TIMEOUT", MC_TE_DEFAULT_TIMEOUT_S, 1, 86400, &tt_s) < 0)
+        tt_s = MC_TE_DEFAULT_TIMEOUT_S;
+    s->race_wait_ms = tt_s * 1000;
     /* A fresh identity per setup: the master ties our segments and leases to it. */
     s->client_id = new_uuid();
     atomic_store(&s->ping_ok, true);
+    /* Owners fence our WRITEs by this id (docs/consistency.md): it goes in the HELLO of
+     * every data connection the engine opens from now on. */
+    rc = mc_te_set_writer_id(s->te, s->client_id.first, s->client_id.second);
+    if (rc != MC_OK) {
+        mc_log(MC_LOG_ERROR, TAG, "setup: setting the engine's writer id failed: %s",
+               mc_strerror(rc));
+        return rc;
+    }
 
     /* 3. global segment */
     if (c->global_segment_size > 0) {
@@ -581,6 +600,8 @@ void mc_store_destroy(mc_store *s)
     mc_store_close(s);
     pthread_rwlock_destroy(&s->life);
     pthread_rwlock_destroy(&s->ubuf_lock);
+    pthread_rwlock_destroy(&s->own_fence);
+    free(s->hb_pr);
     pthread_mutex_destroy(&s->hb_lock);
     pthread_cond_destroy(&s->hb_cond);
     free(s);

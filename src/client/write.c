@@ -1,21 +1,30 @@
 /* write.c: the store's writes (include/mooncake/store.h): put / upsert of one key or a
  * batch, from one buffer or parts. Protocol per chunk of keys (upstream
  * client_service.cpp Put: PutStart, transfer, PutEnd / PutRevoke): write_start (one RPC),
- * write_transfer (one transfer set: write_replica queues one replica's requests),
- * write_finish (write_end for the written, write_revoke for the failed).
+ * write_transfer (one transfer set: write_replica queues one replica's requests, each
+ * WRITE carrying the replica's fence epoch; write_own copies into our own segment under
+ * its fence), write_finish (write_end for the written, write_revoke for the failed: safe
+ * however late a write of ours lands, since the master quarantines a revoked put's
+ * space until we and the owner have fenced it; docs/consistency.md), and for a put that
+ * lost a race with another writer's put in flight, settle_contested (read your writes).
  * Owns nothing of mc_store (reads it under life shared); must not read objects. */
 #include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "client/internal.h"
 #include "common/xalloc.h"
 #include "mooncake/log.h"
+#include "mooncake/mc_time.h"
 #include "mooncake/status.h"
 
 #define TAG MC__STORE_TAG
 #define CHUNK_KEYS MC__CHUNK_KEYS
+/* An item's status while its put lost the race for the key to a put in flight (never a
+ * status code: those are <= 0). */
+#define ST_CONTESTED 1
 
 /* ---- replicate config -> the master's put config ---- */
 
@@ -199,7 +208,9 @@ static size_t write_start(wchunk *c, const mc_master_put_config *cfg)
             w->status = MC_OK;
             started++;
         } else if (c->st[k] == MC_OBJECT_ALREADY_EXISTS && !c->upsert) {
-            w->status = MC_OK; /* the old value stays (API.md §5) */
+            /* the old value stays (API.md §5): 0 once it is readable, which
+             * settle_contested finds out (it may be another writer's put in flight) */
+            w->status = ST_CONTESTED;
             c->skip[k] = true; /* nothing to write or end */
         } else {
             w->status = c->st[k];
@@ -224,6 +235,13 @@ static void write_own(void *arg)
             if (rp->size == 0 || !mc__in_own_segment(c->s, rp->transport_endpoint, rp->address,
                                                      rp->size))
                 continue;
+            /* Our own segment's fence: a copy whose epoch was fenced (the master has
+             * given this space up) must not run, and a fence waits for a copy in
+             * progress (docs/consistency.md). */
+            if (mc__own_fence_enter(c->s, rp->fence_epoch) != MC_OK) {
+                c->werr[k] = MC_TRANSFER_FAIL;
+                break;
+            }
             /* the parts are laid out back to back in the replica */
             uint64_t off = 0;
             for (size_t p = 0; p < w->niov; p++) {
@@ -232,6 +250,7 @@ static void write_own(void *arg)
                            (size_t)w->iov[p].len);
                 off += w->iov[p].len;
             }
+            mc__own_fence_leave(c->s);
         }
     }
 }
@@ -253,7 +272,8 @@ static int write_replica(wchunk *c, mc__xfer *x, size_t k, mc_master_replica *rp
         return MC_TRANSFER_FAIL;
     uint64_t off = 0;
     for (size_t p = 0; p < w->niov; p++) {
-        mc__xfer_add(x, MC_TE_OP_WRITE, w->iov[p].base, h, rp->address + off, w->iov[p].len, k);
+        mc__xfer_add_write(x, w->iov[p].base, h, rp->address + off, w->iov[p].len, k,
+                           rp->fence_epoch);
         off += w->iov[p].len;
     }
     return MC_OK;
@@ -302,8 +322,9 @@ static void write_end(wchunk *c, const mc_master_key *keys, const size_t *pos, s
 
 /* Step 3b: put_revoke / upsert_revoke for the n items keys[0..n) whose write failed or
  * timed out, at once. Their status stays the write's failure; the revoke's own outcome is
- * only logged (the master also discards a put that is never ended). Issue 10 changes
- * what happens here (a late write must not land on space the revoke freed). */
+ * only logged (the master also discards a put that is never ended). A slice of ours may
+ * still land after this (queued at a stalled owner): the master keeps the space in
+ * quarantine until the owner and we have applied the fence it raises (heartbeat.c). */
 static void write_revoke(wchunk *c, const mc_master_key *keys, size_t n)
 {
     mc_store *s = c->s;
@@ -386,6 +407,79 @@ static void write_chunk(mc_store *s, bool upsert, witem *it, const size_t *idx, 
     free(c.reps);
 }
 
+/* ---- a put that lost the race for its key (issue 10 fault 6) ---- */
+
+static void pause_ms(uint64_t ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+/* The puts (not upserts) whose put_start found the key taken (ST_CONTESTED) return 0
+ * only once the key is readable, so that a put returning 0 always means read-your-writes:
+ * a complete object (the old value, kept as upstream does) -> 0 at once; another writer's
+ * put in flight -> wait for its put_end, and when that put goes away instead (revoked,
+ * discarded, its client expired) put ours. Bounded by race_wait_ms (the transfer
+ * timeout: longer than a live writer's transfer may take); then REPLICA_IS_NOT_READY
+ * (-703, "write in progress": the other put is still in flight, nothing of ours was
+ * written). exist_key grants a read lease on the object, as any exist does. */
+static void settle_contested(mc_store *s, witem *it, size_t n, const mc_master_put_config *cfg)
+{
+    size_t *idx = mc_xmalloc(n * sizeof *idx);
+    mc_master_key *keys = mc_xmalloc(n * sizeof *keys);
+    int *res = mc_xmalloc(n * sizeof *res);
+    uint64_t deadline = 0, wait = 1;
+    for (;;) {
+        size_t m = 0;
+        for (size_t i = 0; i < n; i++)
+            if (it[i].active && it[i].status == ST_CONTESTED)
+                idx[m++] = i;
+        if (!m)
+            break;
+        for (size_t j = 0; j < m; j++)
+            keys[j] = (mc_master_key){it[idx[j]].key, it[idx[j]].klen};
+        int rc = m == 1 ? (res[0] = mc_master_client_exist_key(s->mc, keys[0].data,
+                                                                 keys[0].len),
+                           MC_OK)
+                        : mc_master_client_batch_exist_key(s->mc, keys, m, res);
+        size_t left = 0;
+        for (size_t j = 0; j < m; j++) {
+            witem *w = &it[idx[j]];
+            int r = rc != MC_OK ? rc : res[j];
+            if (r == 1)
+                w->status = MC_OK; /* readable: the put's promise holds */
+            else if (r < 0)
+                w->status = r; /* cannot tell: say why */
+            else
+                idx[left++] = idx[j]; /* absent, or a put in flight */
+        }
+        if (!left)
+            break;
+        uint64_t now = mc_now_ms();
+        if (!deadline)
+            deadline = now + s->race_wait_ms;
+        if (now >= deadline) {
+            for (size_t j = 0; j < left; j++)
+                it[idx[j]].status = MC_REPLICA_IS_NOT_READY;
+            mc_log(MC_LOG_WARN, TAG,
+                   "put: %zu key(s) still written by another client after %llu ms; not "
+                   "stored (REPLICA_IS_NOT_READY)",
+                   left, (unsigned long long)s->race_wait_ms);
+            break;
+        }
+        pause_ms(wait);
+        wait = wait * 2 > 50 ? 50 : wait * 2;
+        /* again: the other put may be gone (then ours goes in), or still in flight */
+        for (size_t c = 0; c < left; c += CHUNK_KEYS)
+            write_chunk(s, false, it, idx + c, left - c < CHUNK_KEYS ? left - c : CHUNK_KEYS,
+                        cfg);
+    }
+    free(idx);
+    free(keys);
+    free(res);
+}
+
 /* Runs the write protocol for items[0..n) whose status is MC_OK (the others keep their
  * status). Caller holds life shared. */
 static void do_write(mc_store *s, bool upsert, witem *it, size_t n,
@@ -403,6 +497,8 @@ static void do_write(mc_store *s, bool upsert, witem *it, size_t n,
             idx[m++] = i;
     for (size_t c = 0; c < m; c += CHUNK_KEYS)
         write_chunk(s, upsert, it, idx + c, m - c < CHUNK_KEYS ? m - c : CHUNK_KEYS, cfg);
+    if (!upsert && m)
+        settle_contested(s, it, n, cfg);
     for (size_t i = 0; i < n; i++)
         if (it[i].first != i)
             it[i].status = it[it[i].first].status;

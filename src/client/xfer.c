@@ -52,8 +52,9 @@ int mc__xfer_seg(xfer *x, const char *ep, mc_te_segment_t *h)
     return e->rc;
 }
 
-void mc__xfer_add(xfer *x, int op, void *local, mc_te_segment_t h, uint64_t remote,
-                  uint64_t len, size_t owner)
+/* Queues one request; epoch goes on WRITEs only (0 = unfenced). */
+static void add_req(xfer *x, int op, void *local, mc_te_segment_t h, uint64_t remote,
+                    uint64_t len, size_t owner, uint64_t epoch)
 {
     if (len == 0)
         return;
@@ -62,9 +63,25 @@ void mc__xfer_add(xfer *x, int op, void *local, mc_te_segment_t h, uint64_t remo
         x->reqs = mc_xrealloc(x->reqs, x->cap * sizeof *x->reqs);
         x->owner = mc_xrealloc(x->owner, x->cap * sizeof *x->owner);
     }
-    x->reqs[x->n] = (mc_te_request){
-        .opcode = op, .source = local, .target_id = h, .target_offset = remote, .length = len};
+    x->reqs[x->n] = (mc_te_request){.opcode = op,
+                                    .source = local,
+                                    .target_id = h,
+                                    .target_offset = remote,
+                                    .length = len,
+                                    .fence_epoch = op == MC_TE_OP_WRITE ? epoch : 0};
     x->owner[x->n++] = owner;
+}
+
+void mc__xfer_add(xfer *x, int op, void *local, mc_te_segment_t h, uint64_t remote,
+                  uint64_t len, size_t owner)
+{
+    add_req(x, op, local, h, remote, len, owner, 0);
+}
+
+void mc__xfer_add_write(xfer *x, void *local, mc_te_segment_t h, uint64_t remote, uint64_t len,
+                        size_t owner, uint64_t epoch)
+{
+    add_req(x, MC_TE_OP_WRITE, local, h, remote, len, owner, epoch);
 }
 
 static int te_code(int err)

@@ -101,6 +101,15 @@ char *mc_master_metrics_text(mc_master_service *svc, mc_master_rpc_server *rpc, 
     metric(&b, "master_deferred_free_key_count", "gauge",
            "Force-removed objects whose space waits for their readers' leases to end",
            st.deferred_free_keys);
+    metric(&b, "master_quarantined_bytes", "gauge",
+           "Bytes of writes that never finished, kept until their writer is fenced on both "
+           "sides (part of master_allocated_bytes; docs/consistency.md)",
+           st.quarantined_bytes);
+    metric(&b, "master_quarantined_entries", "gauge",
+           "Quarantined allocations (one per replica of a failed write)",
+           st.quarantined_entries);
+    metric(&b, "master_fences_pending", "gauge",
+           "Fences handed out in ping replies and not yet acknowledged", st.fences_pending);
     /* upstream's histogram: cumulative buckets, then _sum and _count */
     sb_printf(&b, "# HELP master_value_size_bytes Distribution of object value sizes\n"
                   "# TYPE master_value_size_bytes histogram\n");
@@ -153,11 +162,18 @@ char *mc_master_metrics_text(mc_master_service *svc, mc_master_rpc_server *rpc, 
     metric(&b, "master_evicted_key_count", "counter", "Objects evicted", st.evicted_keys);
     metric(&b, "master_evicted_size_bytes", "counter", "Bytes evicted", st.evicted_bytes);
     metric(&b, "master_put_start_discard_cnt", "counter",
-           "Stale in-flight puts pre-empted by a newer put_start", st.put_discarded);
+           "Stale in-flight puts pre-empted by a newer put_start or discarded at their "
+           "client's expiry",
+           st.put_discarded);
     metric(&b, "master_put_start_release_cnt", "counter",
            "In-flight puts released after put_start_release_timeout_sec", st.put_released);
     metric(&b, "master_clients_expired_total", "counter",
            "Clients expired after client_ttl without a ping", st.clients_expired);
+    metric(&b, "master_fences_issued_total", "counter",
+           "Fences issued (one per side of a writer/segment pair whose epoch was raised)",
+           st.fences_issued);
+    metric(&b, "master_fences_acked_total", "counter",
+           "Fences acknowledged by the side they were for", st.fences_acked);
     if (rpc) {
         mc_master_rpc_server_stats rs;
         mc_master_rpc_server_get_stats(rpc, &rs);

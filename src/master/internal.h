@@ -7,6 +7,9 @@
  *                   objects entering/leaving the index
  *   space.c         where replica space is given back: THE reuse point
  *                   (mc__space_release_locked), erase/remove of objects, deferred frees
+ *   fence.c         fence epochs per (writer, segment endpoint) and the quarantine of
+ *                   failed writes' space until both sides acknowledged the fence
+ *                   (docs/consistency.md)
  *   segments.c      segments (mount/remount/unmount) and clients (liveness, expiry)
  *   placement.c     choosing segments and reserving space for a new object's replicas
  *   evict.c         approximate-LRU eviction and the watermark rule
@@ -29,8 +32,8 @@
  *     object: a lookup miss usually costs one cache line of slots and no object. Load
  *     <= 3/4 (doubling); deletion shifts the cluster back (no tombstones). Batch calls
  *     hash a few keys ahead and prefetch their slots.
- *   - An object is ONE malloc: the `obj` header (64 bytes), its replicas (16 bytes each)
- *     and the key bytes.
+ *   - An object is ONE malloc: the `obj` header (64 bytes), its replicas (24 bytes each:
+ *     slot, allocator handle, address, fence epoch) and the key bytes.
  *   - Segments: a slot table under a reader/writer lock (writers: mount/unmount); each
  *     segment has its own mutex around its allocator. A replica names its segment by
  *     slot; a slot is reused only after every replica on it has been dropped.
@@ -44,11 +47,14 @@
  *                  dereference of svc->segs[slot] needs at least the read lock.
  *   seg.mu         that segment's allocator.
  *   client_mu      the client table (clients, nclients, clients_cap).
+ *   fence_lock     (rwlock) the fence table (frecs, fidx, ...), every fence_rec, the
+ *                  quarantine list and its entries. Readers: put_start's epoch lookup;
+ *                  writers: raising an epoch, quarantining, acknowledging, reaping.
  *   evict_mu       serialises eviction passes (one at a time across the service).
  *   Counters (`counter`) are relaxed atomics and need no lock; sweep_pos is tick-only.
  *
  * Lock order (take left before right; never the reverse):
- *   evict_mu -> shard.mu -> defer_mu -> seg_lock (read) -> seg.mu
+ *   evict_mu -> shard.mu -> defer_mu -> seg_lock (read) -> fence_lock -> seg.mu
  * seg_lock for writing is taken with no other lock held (mount, unmount marking, expiry
  * marking). client_mu is never held together with another lock. Nothing takes seg_lock
  * for reading twice in one thread (a waiting writer would deadlock it). Only one shard
@@ -95,6 +101,8 @@ typedef struct rep {
     uint32_t seg;    /* segment slot */
     uint32_t handle; /* allocator handle; MC__ALLOC_NONE for a zero-size replica */
     uint64_t addr;
+    uint64_t epoch;  /* in flight: the writer's fence epoch for this segment when the  */
+                     /* write started (fence.c); stale once the object is complete     */
 } rep;
 
 enum {
@@ -146,7 +154,7 @@ typedef struct seg {
     mc_master_uuid id, client;
     const char *name, *endpoint, *protocol, *host_id; /* in `strings`        */
     char *strings;
-    uint64_t name_hash;
+    uint64_t name_hash, ep_hash;   /* XXH3 of name / of endpoint             */
     uint64_t base, size, capacity; /* capacity: the allocator's usable bytes */
     pthread_mutex_t mu;            /* guards alloc                           */
     mc__alloc *alloc;
@@ -195,6 +203,18 @@ struct mc_master_service {
     counter evicted_keys, evicted_bytes, put_discarded, put_released, clients_expired;
     counter defer_keys, defer_bytes;
     counter vsize[MC_MASTER_VALUE_SIZE_BUCKETS], vsize_sum;
+
+    /* fence.c (docs/consistency.md). fence_base: the epoch of a pair never raised. */
+    uint64_t fence_base;
+    pthread_rwlock_t fence_lock;
+    struct fence_rec **frecs;  /* every record, guarded by fence_lock              */
+    size_t nfrecs, frecs_cap;
+    uint32_t *fidx;            /* open addressing over frecs: index + 1, 0 = empty */
+    size_t fidx_cap;           /* power of two (0: none yet)                        */
+    mc_list quarantine;        /* quarantined allocations, oldest first; fence_lock */
+    counter nfence;            /* nfrecs, readable without the lock (fast paths)    */
+    counter fence_pending;     /* (record, side) pairs not yet acknowledged         */
+    counter quar_bytes, quar_entries, fences_issued, fences_acked;
 };
 
 /* ---- small helpers ---- */
@@ -394,13 +414,17 @@ typedef enum mc__space_why {
     MC__SPACE_REVOKED,     /* put_revoke / upsert_revoke by the object's writer        */
     MC__SPACE_PREEMPTED,   /* put_start took the key from a writer past the discard    */
                            /* timeout                                                  */
-    MC__SPACE_DISCARDED,   /* tick released a write older than the release timeout    */
+    MC__SPACE_DISCARDED,   /* tick released a write older than the release timeout,   */
+                           /* or one whose writer's client expired                    */
 } mc__space_why;
 
-/* mc__space_release_locked: THE point where the space of o's replicas becomes reusable
+/* mc__space_release_locked: THE point where the space of o's replicas is given up
  * (returned to the segments' allocators, where a later put_start may be given it). Every
- * path that gives replica space back comes through here, naming why; nothing else calls
- * mc__alloc_free. (Unmounting drops replicas without coming here: the whole allocator
+ * path that gives replica space back comes through here, naming why; nothing else frees
+ * an object's allocation (fence.c frees quarantined ones). For REVOKED, PREEMPTED and
+ * DISCARDED (a write that never finished, by o->owner) the space is quarantined instead
+ * (fence.c, docs/consistency.md) unless its segment is unmounting; the other reasons
+ * free at once. (Unmounting drops replicas without coming here: the whole allocator
  * goes away with its segment.) On return o's replicas hold no space (handles NONE); the
  * record itself stays the caller's. Caller holds seg_lock for reading (and may hold its
  * shard mutex or defer_mu). */
@@ -500,9 +524,51 @@ static inline void grant_lease(shard *sh, obj *o, uint64_t now)
     obj_list(sh, o);
 }
 
+/* ---- fence.c: fence epochs and the quarantine ---- */
+
+/* The fence epoch writer W gets now for segment s (its endpoint): fence_base when the
+ * pair was never raised. Caller holds seg_lock for reading (and may hold a shard mutex);
+ * takes fence_lock for reading unless no pair was ever raised. */
+uint64_t mc__fence_epoch_locked(mc_master_service *svc, mc_master_uuid writer, const seg *s);
+
+/* Quarantines replica r of a write by `writer` that will never finish (r->handle is
+ * live, s = its segment, not unmounting): raises e(writer, s) past r->epoch when no
+ * raise covers r yet, and keeps the allocation until both sides acknowledged a fence at
+ * r->epoch + 1 (or the segment goes, or the writer expired and the release timeout
+ * passed with the owner fenced). Sets r->handle NONE. Caller holds seg_lock for
+ * reading (and may hold a shard mutex or defer_mu). */
+void mc__quarantine_rep_locked(mc_master_service *svc, mc_master_uuid writer, rep *r, seg *s,
+                               uint64_t now);
+
+/* Frees the quarantined allocations whose conditions hold at now. Cheap when the
+ * quarantine is empty. Caller holds no lock. */
+void mc__quarantine_reap(mc_master_service *svc, uint64_t now);
+
+/* Forgets the quarantined allocations on `slot` (being unmounted: its allocator goes
+ * away, its bytes already left `allocated`). Caller holds no lock. */
+void mc__quarantine_drop_slot(mc_master_service *svc, uint32_t slot);
+
+/* Marks writer id gone (its client expired) or back (mounted / remounted again): the
+ * release-timeout rule applies only to gone writers. Caller holds no lock. */
+void mc__fence_writer_state(mc_master_service *svc, mc_master_uuid id, bool gone);
+
+/* Records the acknowledgements of client id's ping (req may be NULL) and fills out's
+ * fences with those pending for it (as owner and as writer), then frees what became
+ * free. Caller holds no lock. */
+void mc__fence_ping(mc_master_service *svc, mc_master_uuid id,
+                    const mc_master_ping_request *req, mc_master_ping_result *out,
+                    uint64_t now);
+
+/* Frees the fence table and the quarantine records (destroy; no call in flight). */
+void mc__fence_destroy(mc_master_service *svc);
+
 /* ---- writes.c / service.c ---- */
 
 /* Releases in-flight puts older than put_start_release_timeout_sec (tick). */
 void mc__release_stale_puts(mc_master_service *svc);
+
+/* Discards every in-flight put of client id (its client expired): quarantined as
+ * DISCARDED, counted in put_discarded. Caller holds no lock. */
+void mc__discard_client_puts(mc_master_service *svc, mc_master_uuid id);
 
 #endif

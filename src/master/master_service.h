@@ -92,6 +92,9 @@ typedef struct mc_master_config {
     void *clock_ctx;
     mc_master_client_expired_fn on_client_expired; /* NULL = none                         */
     void *on_client_expired_ctx;
+    uint64_t fence_epoch_base; /* the fence epoch of a (writer, segment) pair never raised */
+                               /* (docs/consistency.md); 0 = mc_wall_ms() * 1024, so a    */
+                               /* restarted master passes every epoch handed out before   */
 } mc_master_config;
 
 /* mc_master_config_init: fills *cfg with the defaults above. */
@@ -141,21 +144,41 @@ MC_API int mc_master_service_unmount_segment(mc_master_service *svc,
 
 /* mc_master_service_ping: heartbeat. A known, live client gets CLIENT_OK and its TTL is
  * extended to now + client_ttl; an unknown or expired one gets CLIENT_NEED_REMOUNT (it
- * becomes known again through mount/remount). Returns OK. */
+ * becomes known again through mount/remount). out also receives the fences pending for
+ * the client (see mc_master_service_ping_fences). Returns OK. */
 MC_API int mc_master_service_ping(mc_master_service *svc, mc_master_uuid client_id,
                                   mc_master_ping_result *out);
+
+/* mc_master_service_ping_fences: mc_master_service_ping that also records the fences the
+ * client acknowledges (req, NULL = none; docs/consistency.md): owner_acks[i] = (writer W,
+ * e): this client's engine refuses W's WRITEs below e; writer_acks[i] = (endpoint S, e):
+ * this client starts no WRITE below e to S and its copies below e have drained. An
+ * acknowledgement counts only from the client the fence was for (the owner of S, or W).
+ * Quarantined space whose fences are now both acknowledged is freed before the reply.
+ * out (may be NULL) receives, besides the status, up to MC_MASTER_MAX_FENCES fences of
+ * each kind pending for this client, whatever its status (a writer that returns under
+ * its id gets them with its first ping): writer_fences to apply as owner, target_fences
+ * as writer; each is sent again in every reply until acknowledged.
+ * Returns OK; INVALID_PARAMS (more than MC_MASTER_MAX_FENCES of a kind, a NULL array
+ * with a count, a segment name not NUL-terminated within MC_MASTER_NAME_MAX). Not in
+ * upstream. */
+MC_API int mc_master_service_ping_fences(mc_master_service *svc, mc_master_uuid client_id,
+                                         const mc_master_ping_request *req,
+                                         mc_master_ping_result *out);
 
 /* ---- writes (upstream PutStart/PutEnd/PutRevoke, Upsert*; §4.1, §4.3) ---- */
 
 /* mc_master_service_put_start: reserves space for `size` bytes on up to replica_num
  * distinct segments (distinct names), preferred segments first, then by strategy, and
- * inserts the object as in flight (replicas PROCESSING). out (caller's) receives them.
+ * inserts the object as in flight (replicas PROCESSING). out (caller's) receives them,
+ * each with the fence epoch e(client, its segment) the writer must put on its writes
+ * (docs/consistency.md).
  * Returns OK;
  *   INVALID_PARAMS: bad key, replica_num 0, bad soft-pin combination, size above
  *     MC_MASTER_SEGMENT_MAX_SIZE, too many preferred segments;
  *   OBJECT_ALREADY_EXISTS: the key is complete, or in flight and younger than
  *     put_start_discard_timeout_sec (an older in-flight put is pre-empted: its space is
- *     freed and this put proceeds);
+ *     quarantined (see put_revoke) and this put proceeds);
  *   NO_AVAILABLE_HANDLE: no segment can hold it (none mounted, or full even after
  *     eviction). Eviction is requested for the next tick; with sync_eviction the put
  *     evicts inline and retries once first. */
@@ -171,18 +194,26 @@ MC_API int mc_master_service_put_start(mc_master_service *svc, mc_master_uuid cl
 MC_API int mc_master_service_put_end(mc_master_service *svc, mc_master_uuid client_id,
                                      const void *key, size_t key_len);
 
-/* mc_master_service_put_revoke: abandons an in-flight put: frees its space and erases
- * the object. Returns OK; OBJECT_NOT_FOUND; ILLEGAL_CLIENT; INVALID_WRITE (complete). */
+/* mc_master_service_put_revoke: abandons an in-flight put: erases the object; its space
+ * is quarantined (docs/consistency.md): e(client, segment) is raised past the put's
+ * epoch and the space is reused only once the segment's owner and the client have both
+ * acknowledged the fence in a ping (mc_master_service_ping_fences), or the segment is
+ * unmounted, or the client expired and put_start_release_timeout_sec passed with the
+ * owner's acknowledgement in. The same holds for a put pre-empted by put_start, one
+ * released by tick, and the puts of an expired client (discarded at expiry). Returns
+ * OK; OBJECT_NOT_FOUND; ILLEGAL_CLIENT; INVALID_WRITE (complete). */
 MC_API int mc_master_service_put_revoke(mc_master_service *svc, mc_master_uuid client_id,
                                         const void *key, size_t key_len);
 
 /* mc_master_service_upsert_start: insert or replace. Absent key: as put_start. A complete
- * object: OBJECT_HAS_LEASE while a reader holds a lease (its bytes must not change under
- * it); else, same size -> the same allocations are reused in place, a different size ->
- * new space (the old is freed); either way the object is in flight (not readable) until
- * upsert_end, and pins follow cfg (soft_pin PRESERVE keeps the old soft pin). An object
- * in flight: as put_start (OBJECT_ALREADY_EXISTS unless stale). Other codes as
- * put_start. */
+ * object: while a reader holds a lease, new space is placed and the old object leaves
+ * the index with its space kept until the lease's deadline (the deferred frees of a
+ * forced remove: a reader's bytes never change under it; upstream also lets an upsert
+ * replace a leased object); without a lease, same size -> the same allocations are
+ * reused in place, a different size -> new space (the old is freed); either way the
+ * object is in flight (not readable) until upsert_end, and pins follow cfg (soft_pin
+ * PRESERVE keeps the old soft pin). An object in flight: as put_start
+ * (OBJECT_ALREADY_EXISTS unless stale). Other codes as put_start. */
 MC_API int mc_master_service_upsert_start(mc_master_service *svc, mc_master_uuid client_id,
                                           const void *key, size_t key_len, uint64_t size,
                                           const mc_master_put_config *cfg,
@@ -381,7 +412,8 @@ typedef struct mc_master_stats {
     uint64_t evicted_keys;
     uint64_t evicted_bytes;
     /* discard of stale in-flight puts */
-    uint64_t put_discarded;          /* pre-empted by a newer put_start (older than discard) */
+    uint64_t put_discarded;          /* pre-empted by a newer put_start (older than discard), */
+                                     /* or discarded because its client expired          */
     uint64_t put_released;           /* released by tick (older than release timeout)   */
     /* client liveness */
     uint64_t clients_expired;
@@ -389,6 +421,15 @@ typedef struct mc_master_stats {
      * allocated_bytes; key_count no longer counts them) */
     uint64_t deferred_free_keys;
     uint64_t deferred_free_bytes;
+    /* quarantine (docs/consistency.md): allocations of writes that never finished, kept
+     * until their fences are acknowledged (part of allocated_bytes) */
+    uint64_t quarantined_bytes;      /* gauge: master_quarantined_bytes                   */
+    uint64_t quarantined_entries;    /* gauge: master_quarantined_entries                 */
+    uint64_t fences_pending;         /* gauge: fences handed out, not yet acknowledged    */
+    uint64_t fences_issued;          /* counter: master_fences_issued_total (one per side */
+                                     /* of a (writer, segment) pair that became pending)   */
+    uint64_t fences_acked;           /* counter: master_fences_acked_total (issued -     */
+                                     /* acked == fences_pending)                          */
     /* master_value_size_bytes: sizes of the objects placed by put_start / upsert_start
      * (and their batch forms). value_size_buckets[i] counts sizes <= bound i and above
      * bound i-1 (not cumulative); the last bucket counts sizes above every bound. */

@@ -174,6 +174,7 @@ static Mcrpc__ReplicaDescriptor **replicas_to_pb(mc_master_rpc_handler *h,
         d[i].address = r->address;
         d[i].size = r->size;
         d[i].status = (Mcrpc__ReplicaStatus)r->status;
+        d[i].fence_epoch = r->fence_epoch; /* 0 (omitted on the wire) unless in flight */
         v[i] = &d[i];
     }
     return v;
@@ -275,17 +276,79 @@ static int pack_reply(mc_master_rpc_handler *h, const ProtobufCMessage *msg,
 #define REPLY(msg) pack_reply(h, &(msg).base, reply, reply_len)
 #define OUT const uint8_t **reply, size_t *reply_len
 
-typedef int (*ping_fn)(mc_master_service *, mc_master_uuid, mc_master_ping_result *);
+typedef int (*ping_fn)(mc_master_service *, mc_master_uuid, const mc_master_ping_request *,
+                       mc_master_ping_result *);
+
+/* The acknowledgements of a ping request (arena copies). INVALID_PARAMS past the limits
+ * or for a malformed entry (no writer id, a segment name too long). */
+static int acks_from_pb(mc_master_rpc_handler *h, const Mcrpc__PingRequest *req,
+                        mc_master_ping_request *out)
+{
+    if (req->n_owner_acks > MC_MASTER_MAX_FENCES || req->n_writer_acks > MC_MASTER_MAX_FENCES)
+        return MC_INVALID_PARAMS;
+    mc_master_writer_fence *o = aalloc_n(h, req->n_owner_acks, sizeof *o);
+    for (size_t i = 0; i < req->n_owner_acks; i++) {
+        const Mcrpc__WriterFence *f = req->owner_acks[i];
+        if (!f->writer)
+            return MC_INVALID_PARAMS;
+        o[i].writer = uuid_from_pb(f->writer);
+        o[i].min_epoch = f->min_epoch;
+    }
+    mc_master_target_fence *t = aalloc_n(h, req->n_writer_acks, sizeof *t);
+    for (size_t i = 0; i < req->n_writer_acks; i++) {
+        const Mcrpc__TargetFence *f = req->writer_acks[i];
+        if (!str_ok(f->segment, STR_MAX))
+            return MC_INVALID_PARAMS;
+        memcpy(t[i].segment, f->segment, strlen(f->segment) + 1);
+        t[i].min_epoch = f->min_epoch;
+    }
+    out->owner_acks = o;
+    out->n_owner_acks = req->n_owner_acks;
+    out->writer_acks = t;
+    out->n_writer_acks = req->n_writer_acks;
+    return 0;
+}
 
 static int shape_PING(mc_master_rpc_handler *h, ping_fn fn, const Mcrpc__PingRequest *req,
                       OUT)
 {
     DECODED(req);
-    mc_master_ping_result pr = {0, MC_MASTER_CLIENT_UNDEFINED};
+    mc_master_ping_request acks;
+    if (acks_from_pb(h, req, &acks))
+        return MC_INVALID_PARAMS;
+    mc_master_ping_result *pr = aalloc(h, sizeof *pr); /* large: not on the stack */
+    pr->view_version = 0;
+    pr->client_status = MC_MASTER_CLIENT_UNDEFINED;
+    pr->n_writer_fences = pr->n_target_fences = 0;
     Mcrpc__PingReply r = MCRPC__PING_REPLY__INIT;
-    r.status = fn(h->svc, uuid_from_pb(req->client_id), &pr);
-    r.view_version = pr.view_version;
-    r.client_status = (Mcrpc__ClientStatus)pr.client_status;
+    r.status = fn(h->svc, uuid_from_pb(req->client_id), &acks, pr);
+    r.view_version = pr->view_version;
+    r.client_status = (Mcrpc__ClientStatus)pr->client_status;
+    uint32_t nw = pr->n_writer_fences <= MC_MASTER_MAX_FENCES ? pr->n_writer_fences : 0;
+    uint32_t nt = pr->n_target_fences <= MC_MASTER_MAX_FENCES ? pr->n_target_fences : 0;
+    if (r.status == MC_OK && nw) {
+        r.writer_fences = aalloc_n(h, nw, sizeof *r.writer_fences);
+        Mcrpc__WriterFence *w = aalloc_n(h, nw, sizeof *w);
+        for (uint32_t i = 0; i < nw; i++) {
+            mcrpc__writer_fence__init(&w[i]);
+            w[i].writer = uuid_to_pb(h, pr->writer_fences[i].writer);
+            w[i].min_epoch = pr->writer_fences[i].min_epoch;
+            r.writer_fences[i] = &w[i];
+        }
+        r.n_writer_fences = nw;
+    }
+    if (r.status == MC_OK && nt) {
+        r.target_fences = aalloc_n(h, nt, sizeof *r.target_fences);
+        Mcrpc__TargetFence *t = aalloc_n(h, nt, sizeof *t);
+        for (uint32_t i = 0; i < nt; i++) {
+            mcrpc__target_fence__init(&t[i]);
+            const char *seg = pr->target_fences[i].segment;
+            t[i].segment = astrndup(h, seg, strnlen(seg, MC_MASTER_NAME_MAX - 1));
+            t[i].min_epoch = pr->target_fences[i].min_epoch;
+            r.target_fences[i] = &t[i];
+        }
+        r.n_target_fences = nt;
+    }
     return REPLY(r);
 }
 

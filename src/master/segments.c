@@ -30,6 +30,7 @@ void mc__client_touch(mc_master_service *svc, mc_master_uuid id, uint64_t now)
     svc->clients[i].deadline = now + svc->client_ttl_ms;
     svc->clients[i].graced = false;
     pthread_mutex_unlock(&svc->client_mu);
+    mc__fence_writer_state(svc, id, false); /* back: it will acknowledge its fences */
 }
 
 /* The tick is overdue by more than the stall threshold: the master (or its tick thread)
@@ -66,6 +67,27 @@ void mc__grace_clients(mc_master_service *svc, uint64_t now, uint64_t gap_ms)
 int mc_master_service_ping(mc_master_service *svc, mc_master_uuid client_id,
                            mc_master_ping_result *out)
 {
+    return mc_master_service_ping_fences(svc, client_id, NULL, out);
+}
+
+int mc_master_service_ping_fences(mc_master_service *svc, mc_master_uuid client_id,
+                                  const mc_master_ping_request *req,
+                                  mc_master_ping_result *out)
+{
+    if (req && (req->n_owner_acks > MC_MASTER_MAX_FENCES ||
+                req->n_writer_acks > MC_MASTER_MAX_FENCES ||
+                (req->n_owner_acks && !req->owner_acks) ||
+                (req->n_writer_acks && !req->writer_acks))) {
+        count_op(svc, MC_MASTER_OP_PING, MC_INVALID_PARAMS);
+        return MC_INVALID_PARAMS;
+    }
+    if (req)
+        for (size_t i = 0; i < req->n_writer_acks; i++)
+            if (strnlen(req->writer_acks[i].segment, MC_MASTER_NAME_MAX) >=
+                MC_MASTER_NAME_MAX) {
+                count_op(svc, MC_MASTER_OP_PING, MC_INVALID_PARAMS);
+                return MC_INVALID_PARAMS;
+            }
     uint64_t now = now_ms(svc);
     int status = MC_MASTER_CLIENT_NEED_REMOUNT;
     pthread_mutex_lock(&svc->client_mu);
@@ -85,6 +107,9 @@ int mc_master_service_ping(mc_master_service *svc, mc_master_uuid client_id,
         }
     }
     pthread_mutex_unlock(&svc->client_mu);
+    /* fences go to any caller, NEED_REMOUNT too: a writer that comes back under its id
+     * after expiring gets its pending ones with its first ping */
+    mc__fence_ping(svc, client_id, req, out, now);
     if (out) {
         out->view_version = 0;
         out->client_status = status;
@@ -142,6 +167,7 @@ static int mount_one(mc_master_service *svc, const mc_master_segment *d, mc_mast
     memcpy(p += lp, host, lh);
     s->host_id = p;
     s->name_hash = XXH3_64bits(s->name, ln - 1);
+    s->ep_hash = XXH3_64bits(s->endpoint, le - 1);
     s->id = d->id;
     s->client = client;
     s->base = d->base;
@@ -283,6 +309,7 @@ static void unmount_finish(mc_master_service *svc, uint32_t slot)
     for (uint32_t i = 0; i < svc->nshards; i++)
         drop_slot(svc, &svc->shards[i], slot);
     mc__defer_drop_slot(svc, slot);
+    mc__quarantine_drop_slot(svc, slot); /* its memory is gone with it */
     pthread_rwlock_wrlock(&svc->seg_lock);
     seg *s = svc->segs[slot];
     svc->segs[slot] = NULL;
@@ -388,7 +415,12 @@ void mc__expire_clients(mc_master_service *svc, uint64_t now)
                (unsigned long long)dead[k].first, (unsigned long long)dead[k].second);
         char **names = NULL; /* distinct names of its segments, for on_client_expired */
         size_t nnames = 0;
+        /* gone: its quarantined space may be freed after the release timeout once the
+         * owners fenced it; its unfinished puts are discarded now (quarantined), so the
+         * keys are free for other writers (issue 10 fault 6) */
         unmount_client(svc, dead[k], svc->cfg.on_client_expired != NULL, &names, &nnames);
+        mc__discard_client_puts(svc, dead[k]);
+        mc__fence_writer_state(svc, dead[k], true);
         if (svc->cfg.on_client_expired)
             svc->cfg.on_client_expired(svc->cfg.on_client_expired_ctx, dead[k],
                                        (const char *const *)names, nnames);

@@ -117,6 +117,13 @@ int mc_master_service_create(const mc_master_config *cfg, mc_master_service **ou
     mc_list_init(&svc->deferred);
     svc->defer_min = UINT64_MAX;
     atomic_init(&svc->last_tick, now_ms(svc));
+    /* Epochs of a restarted master must pass every epoch the previous one handed out
+     * (owners keep their fences across a master restart): by default they start at the
+     * wall clock in ms times 1024, which stays ahead as long as fewer than 1024 raises
+     * per pair happened per millisecond of the previous run's life. */
+    svc->fence_base = cfg->fence_epoch_base ? cfg->fence_epoch_base : mc_wall_ms() << 10;
+    pthread_rwlock_init(&svc->fence_lock, NULL);
+    mc_list_init(&svc->quarantine);
     *out = svc;
     return MC_OK;
 }
@@ -146,6 +153,7 @@ void mc_master_service_destroy(mc_master_service *svc)
     pthread_mutex_destroy(&svc->client_mu);
     pthread_mutex_destroy(&svc->evict_mu);
     pthread_mutex_destroy(&svc->defer_mu);
+    mc__fence_destroy(svc);
     free(svc);
 }
 
@@ -194,6 +202,7 @@ void mc_master_service_tick(mc_master_service *svc)
     mc__defer_reap(svc, now_ms(svc));
     mc__expire_clients(svc, now_ms(svc));
     mc__release_stale_puts(svc);
+    mc__quarantine_reap(svc, now_ms(svc)); /* the release-timeout rule; acks reap in ping */
     sweep_soft_pins(svc);
     /* evict when a put failed for space (and eviction is on) or above the watermark */
     uint64_t cap = cget(&svc->capacity);

@@ -7,20 +7,32 @@
  * Deferred frees: an object removed by force while a reader's lease is active leaves the
  * index at once but keeps its space (on the `deferred` list, its reserved bytes in `pin`)
  * until the lease deadline (atime + lease TTL); tick frees it then. An unmount drops its
- * replicas on that segment like any other replica. */
+ * replicas on that segment like any other replica.
+ *
+ * Quarantine: the space of writes that never finished (revoked, pre-empted, discarded)
+ * is not given back here but handed to fence.c, which frees it once the old writer is
+ * fenced on both sides (docs/consistency.md). */
 #include "master/internal.h"
 
 void mc__space_release_locked(mc_master_service *svc, obj *o, mc__space_why why)
 {
-    /* Today every reason gives the space back at once (upstream's behaviour too). This is
-     * the one seam where a later change may hold some of it instead (e.g. writes that
-     * never finished, whose writer may still be sending bytes). */
-    (void)why;
+    /* A write that never finished may still be sending bytes (a paused writer, a TCP
+     * payload queued at a stalled owner): its space goes to quarantine (fence.c) until
+     * both sides have fenced the old writer. A complete object's writes all finished
+     * before put_end (the writer ends only after every slice was acknowledged): its
+     * space is reusable at once. An unmounting segment's memory goes with it anyway. */
+    bool hold = why == MC__SPACE_REVOKED || why == MC__SPACE_PREEMPTED ||
+                why == MC__SPACE_DISCARDED;
+    uint64_t now = hold ? now_ms(svc) : 0;
     for (uint32_t i = 0; i < o->nrep; i++) {
         rep *r = &o->reps[i];
         if (r->handle == MC__ALLOC_NONE)
             continue; /* zero-size replica, or already given back */
         seg *s = svc->segs[r->seg];
+        if (hold && !s->unmounting) {
+            mc__quarantine_rep_locked(svc, o->owner, r, s, now);
+            continue;
+        }
         pthread_mutex_lock(&s->mu);
         uint64_t b = mc__alloc_block_size(s->alloc, r->handle);
         mc__alloc_free(s->alloc, r->handle);
@@ -163,6 +175,8 @@ void mc__fill_list_locked(mc_master_service *svc, obj *o, int status,
         d->address = o->reps[i].addr;
         d->size = o->size;
         d->status = status;
+        /* the epoch matters to the writer of an in-flight object only (gets carry 0) */
+        d->fence_epoch = status == MC_MASTER_REPLICA_PROCESSING ? o->reps[i].epoch : 0;
         /* the strings were checked against the descriptor's field sizes at mount */
         memcpy(d->transport_endpoint, s->endpoint, strlen(s->endpoint) + 1);
         memcpy(d->protocol, s->protocol, strlen(s->protocol) + 1);

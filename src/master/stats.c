@@ -102,6 +102,11 @@ void mc_master_service_get_stats(mc_master_service *svc, mc_master_stats *out)
     out->clients_expired = cget(&svc->clients_expired);
     out->deferred_free_keys = cget(&svc->defer_keys);
     out->deferred_free_bytes = cget(&svc->defer_bytes);
+    out->quarantined_bytes = cget(&svc->quar_bytes);
+    out->quarantined_entries = cget(&svc->quar_entries);
+    out->fences_pending = cget(&svc->fence_pending);
+    out->fences_issued = cget(&svc->fences_issued);
+    out->fences_acked = cget(&svc->fences_acked);
     for (int i = 0; i < MC_MASTER_VALUE_SIZE_BUCKETS; i++) {
         out->value_size_buckets[i] = cget(&svc->vsize[i]);
         out->value_size_count += out->value_size_buckets[i]; /* the count is their sum */

@@ -78,7 +78,11 @@ static void restart_in_place(mc_master_service *svc, shard *sh, obj *o, const pi
     obj_list(sh, o); /* into the proc list */
     cadd(&svc->proc_keys, 1);
     cadd(&svc->proc_bytes, obj_bytes(o));
-    mc__fill_list(svc, o, MC_MASTER_REPLICA_PROCESSING, out);
+    pthread_rwlock_rdlock(&svc->seg_lock);
+    for (uint32_t i = 0; i < o->nrep; i++) /* the new writer's epochs */
+        o->reps[i].epoch = mc__fence_epoch_locked(svc, client, svc->segs[o->reps[i].seg]);
+    mc__fill_list_locked(svc, o, MC_MASTER_REPLICA_PROCESSING, out);
+    pthread_rwlock_unlock(&svc->seg_lock);
 }
 
 /* put_start / upsert_start of one key with hash h. */
@@ -120,10 +124,7 @@ static int do_start(mc_master_service *svc, mc_master_uuid client, const void *k
         } else if (o && !upsert) {
             pthread_mutex_unlock(&sh->mu);
             return MC_OBJECT_ALREADY_EXISTS;
-        } else if (o && leased(svc, o, now)) {
-            pthread_mutex_unlock(&sh->mu);
-            return MC_OBJECT_HAS_LEASE; /* a reader may be reading these bytes */
-        } else if (o && o->size == size) {
+        } else if (o && o->size == size && !leased(svc, o, now)) {
             /* upsert, same size: the same space is rewritten in place */
             restart_in_place(svc, sh, o, &pin, cfg->with_hard_pin, client, now, out);
             pthread_mutex_unlock(&sh->mu);
@@ -132,7 +133,10 @@ static int do_start(mc_master_service *svc, mc_master_uuid client, const void *k
         }
 
         /* Place the replicas (space is reserved as each is placed). o, when not NULL, is
-         * the complete object an upsert replaces with a new size. */
+         * the complete object an upsert replaces: with a new size, or under a reader's
+         * lease (a reader may be reading its bytes: new space, the old is freed when the
+         * lease ends, as a forced removal's; upstream lets an upsert replace a leased
+         * object too). */
         alloc_ctx c;
         c.size = size;
         c.want = want;
@@ -141,6 +145,8 @@ static int do_start(mc_master_service *svc, mc_master_uuid client, const void *k
         obj *n = NULL;
         pthread_rwlock_rdlock(&svc->seg_lock);
         mc__place_locked(svc, &c, cfg, strategy);
+        for (uint32_t i = 0; i < c.n; i++) /* what the writer puts on its writes */
+            c.reps[i].epoch = mc__fence_epoch_locked(svc, client, svc->segs[c.reps[i].seg]);
         if (c.n) {
             n = mc__obj_new(c.n, key, len, h32);
             memcpy(n->reps, c.reps, c.n * sizeof(rep));
@@ -154,7 +160,9 @@ static int do_start(mc_master_service *svc, mc_master_uuid client, const void *k
             n->owner = client;
             n->flags = F_PROC;
             apply_pins(svc, n, o, &pin, cfg->with_hard_pin);
-            if (o) /* upsert with a new size: the old space goes */
+            if (o && leased(svc, o, now)) /* the old space waits for the lease's end */
+                mc__obj_remove(svc, sh, o, now);
+            else if (o) /* upsert with a new size: the old space goes */
                 mc__obj_erase(svc, sh, o, MC__SPACE_REPLACED);
             mc__ht_insert(sh, n);
             obj_list(sh, n);
@@ -379,6 +387,22 @@ void mc__release_stale_puts(mc_master_service *svc)
         while ((it = mc_list_front(&sh->proc)) && now - obj_of(it)->atime >= svc->release_ms) {
             mc__obj_erase(svc, sh, obj_of(it), MC__SPACE_DISCARDED);
             cadd(&svc->put_released, 1);
+        }
+        pthread_mutex_unlock(&sh->mu);
+    }
+}
+
+void mc__discard_client_puts(mc_master_service *svc, mc_master_uuid id)
+{
+    for (uint32_t i = 0; i < svc->nshards; i++) {
+        shard *sh = &svc->shards[i];
+        pthread_mutex_lock(&sh->mu);
+        obj *o;
+        MC_LIST_FOREACH_ENTRY(o, &sh->proc, obj, link) { /* removal-safe walk */
+            if (!uuid_eq(o->owner, id))
+                continue;
+            mc__obj_erase(svc, sh, o, MC__SPACE_DISCARDED);
+            cadd(&svc->put_discarded, 1);
         }
         pthread_mutex_unlock(&sh->mu);
     }

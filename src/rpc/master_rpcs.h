@@ -62,7 +62,7 @@
     X(REMOUNT_SEGMENT, 11, "remount_segment", "remount", remount_segment_request,           \
       status_reply, REMOUNT, mc_master_service_remount_segments, OP)                        \
     X(PING, 1, "ping", "ping", ping_request, ping_reply,                                    \
-      PING, mc_master_service_ping, OP)                                                     \
+      PING, mc_master_service_ping_fences, OP)                                              \
     X(SERVICE_READY, 2, "service_ready", "service_ready", service_ready_request,            \
       service_ready_reply, READY, NULL, NONE)                                               \
     X(BATCH_EXIST_KEY, 51, "batch_exist_key", "batch_exist", batch_keys_request,            \

@@ -20,6 +20,7 @@
 #define MC_MASTER_MAX_PREFERRED 64u   /* preferred_segments entries per put             */
 #define MC_MASTER_REGEX_MAX 4096u     /* bytes per regex pattern                        */
 #define MC_MASTER_SEGMENT_MAX_SIZE (1ull << 50) /* bytes per mounted segment            */
+#define MC_MASTER_MAX_FENCES 64u      /* fences of each kind per ping request / reply   */
 
 /* A client or segment id: upstream's UUID (pair of uint64). */
 typedef struct mc_master_uuid {
@@ -92,6 +93,9 @@ typedef struct mc_master_replica {
     uint64_t address; /* virtual address in the segment owner's process               */
     uint64_t size;    /* bytes (the object's size; 0 for a zero-size object)          */
     int status;       /* mc_master_replica_status                                     */
+    uint64_t fence_epoch; /* PROCESSING replicas of put_start / upsert_start: the writer's */
+                          /* fence epoch for this segment, put on every WRITE to it      */
+                          /* (docs/consistency.md); 0 elsewhere (unfenced)               */
     char transport_endpoint[MC_MASTER_NAME_MAX];
     char protocol[MC_MASTER_PROTOCOL_MAX];
 } mc_master_replica;
@@ -124,10 +128,38 @@ typedef struct mc_master_put_config {
     mc_master_strategy strategy;
 } mc_master_put_config;
 
-/* Ping reply (upstream PingResponse). */
+/* Fences (docs/consistency.md, not in upstream). A writer fence is applied by a segment
+ * owner: refuse WRITEs from `writer` whose non-zero fence epoch is below min_epoch
+ * (mc_te_fence_writer). A target fence is applied by a writer: start no WRITE with a
+ * non-zero epoch below min_epoch to the segment whose transport endpoint is `segment`
+ * (mc_te_fence_target), its own-segment copies included. */
+typedef struct mc_master_writer_fence {
+    mc_master_uuid writer;
+    uint64_t min_epoch;
+} mc_master_writer_fence;
+
+typedef struct mc_master_target_fence {
+    char segment[MC_MASTER_NAME_MAX]; /* NUL-terminated transport endpoint */
+    uint64_t min_epoch;
+} mc_master_target_fence;
+
+/* What a ping acknowledges: the fences the client applied (each from an earlier reply)
+ * since its last acknowledged ping. Arrays borrowed for the call; each n <=
+ * MC_MASTER_MAX_FENCES; NULL with n == 0 is fine. */
+typedef struct mc_master_ping_request {
+    const mc_master_writer_fence *owner_acks; /* applied as owner */
+    size_t n_owner_acks;
+    const mc_master_target_fence *writer_acks; /* applied as writer */
+    size_t n_writer_acks;
+} mc_master_ping_request;
+
+/* Ping reply (upstream PingResponse, plus the fences to apply). */
 typedef struct mc_master_ping_result {
     int64_t view_version;   /* 0 without HA */
     int client_status;      /* mc_master_client_status */
+    uint32_t n_writer_fences, n_target_fences; /* <= MC_MASTER_MAX_FENCES each */
+    mc_master_writer_fence writer_fences[MC_MASTER_MAX_FENCES]; /* apply as owner  */
+    mc_master_target_fence target_fences[MC_MASTER_MAX_FENCES]; /* apply as writer */
 } mc_master_ping_result;
 
 

@@ -135,7 +135,6 @@ def test_client_restarted_under_its_old_name_sets_up(cluster):
 # ---- 6: a put returns 0 but nothing readable exists; upsert after get ----------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: 6 losing writer of a put race misses")
 def test_put_race_loser_reads_its_key(cluster):
     c = cluster(nodes=2, segment=32 * MiB)
     p1, p2 = c.client("P1"), c.client("P2")
@@ -149,7 +148,6 @@ def test_put_race_loser_reads_its_key(cluster):
                      f"not read a value of the key: {bad[:3]}")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: 6 dead writer's half-put holds the key")
 def test_put_after_writer_killed_mid_put_is_readable(cluster):
     ttl = 3
     c = cluster(f"--client_ttl={ttl}", nodes=1, segment=40 * MiB)  # discard timeout: 30 s
@@ -174,7 +172,6 @@ def test_put_after_writer_killed_mid_put_is_readable(cluster):
                              f"{rc} (last) but the key read back {verdict}")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: 6 upsert right after a get gets -706")
 def test_upsert_right_after_get_replaces_the_object(cluster):
     c = cluster(nodes=1, segment=8 * MiB)  # default lease: 10 s
     p = c.client("P")

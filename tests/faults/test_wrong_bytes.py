@@ -8,7 +8,6 @@ conditions (the master's view of a key, the kernel's socket queues), each with a
 import os
 import time
 
-import pytest
 
 from faults import harness
 from faults.harness import MiB
@@ -21,7 +20,6 @@ def _summary(verdicts):
     return {v: sum(1 for x in verdicts if x[0] == v) for v in {x[0] for x in verdicts}}
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: 1 timed-out write lands late")
 def test_timed_out_write_lands_late(cluster):
     # node A alone holds the space, so the second client's puts must reuse what the
     # timed-out puts were given; A's segment fits both sets (a fix that quarantines the
@@ -63,7 +61,6 @@ def test_timed_out_write_lands_late(cluster):
                              f"acknowledged keys: {details}")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: 2 paused writer resumes after discard")
 def test_paused_writer_resumes_after_discard(cluster):
     # small discard and release timeouts (defaults 30 s and 600 s): W2 may replace W1's put
     # after 2 s and W1's space is given back after 3 s; a late write must be harmless anyway

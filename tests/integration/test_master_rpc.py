@@ -128,8 +128,12 @@ def test_upsert(ctl):
     assert ctl("upsert_start", "u", 100)["status"] == OK
     assert ctl("upsert_end", "u")["status"] == OK
     a1 = ctl("get", "u")["replicas"][0]["address"]
-    # leased by that get: the bytes must not change under the reader
-    assert ctl("upsert_start", "u", 100)["status"] == OBJECT_HAS_LEASE
+    # leased by that get: the bytes must not change under the reader, so the new value
+    # gets new space (issue 10 fault 6, as upstream; was OBJECT_HAS_LEASE)
+    r = ctl("upsert_start", "u", 100)
+    assert r["status"] == OK and r["replicas"][0]["address"] != a1
+    assert ctl("upsert_end", "u")["status"] == OK
+    a1 = r["replicas"][0]["address"]
     ctl("sleep", LEASE_MS + 100)
     r = ctl("upsert_start", "u", 100)
     assert r["status"] == OK and r["replicas"][0]["address"] == a1  # same size: in place

@@ -772,8 +772,12 @@ def test_multi_buffers(store, peer):
 def test_upsert_family(store):
     k = K("ups")
     assert store.upsert(k, b"one") == 0
-    assert store.get_buffer(k) is not None
-    assert store.upsert(k, b"two") == OBJECT_HAS_LEASE            # a reader's lease
+    held = store.get_buffer(k)
+    assert held is not None
+    # under a reader's lease: new space, as upstream (issue 10 fault 6; was -706)
+    assert store.upsert(k, b"two") == 0
+    assert store.get(k) == b"two"
+    assert bytes(held) == b"one"                                  # the reader's copy
     k = K("ups2")
     assert store.upsert(k, b"one") == 0
     assert store.upsert(k, b"two") == 0                           # same size: in place

@@ -266,7 +266,7 @@ def test_put_tensor_with_tp_from(store):
 
 
 def test_upsert_tensor_family(store):
-    # reads grant a lease and an upsert under a lease gets -706: read only at the end
+    # reads grant a lease; an upsert under a lease takes new space (issue 10 fault 6)
     a, b = sample(torch.float32, (3, 3)), sample(torch.float32, (3, 3)) + 1
     c = sample(torch.int64, (2,))
     buf, p, n = object_buffer(c)
@@ -291,7 +291,9 @@ def test_upsert_tensor_family(store):
     assert [same(x, c) for x in store.batch_get_tensor(keys2)] == [True] * 2
     assert same(store.get_tensor(k3), c)
     assert [same(x, y) for x, y in zip(store.batch_get_tensor(keys3), [b, c])] == [True] * 2
-    assert store.upsert_tensor(k, a) == -706                     # leased by the read
+    # leased by the read: new space, as upstream (issue 10 fault 6; was -706)
+    assert store.upsert_tensor(k, a) == 0
+    assert same(store.get_tensor(k), a)
 
 
 def test_module_tensor_helpers():

@@ -394,10 +394,59 @@ static void test_metrics_and_summary(void **state)
     assert_int_equal(strlen(tiny), 15);
 }
 
+/* Fences over the wire: the epoch in put_start's reply, the fences in ping replies to the
+ * owner (CLIENT mounted the segment) and to the writer, their acknowledgements. */
+static void test_ping_fences(void **state)
+{
+    fixture *f = *state;
+    const mc_master_uuid W = {7, 7};
+    mc_master_replica_list l;
+    assert_int_equal(mc_master_client_put_start(f->cli, W, "f", 1, 4096, NULL, &l), MC_OK);
+    uint64_t e = l.replicas[0].fence_epoch;
+    assert_true(e > 0);
+    assert_int_equal(mc_master_client_put_revoke(f->cli, W, "f", 1), MC_OK);
+    mc_master_ping_result *po = malloc(sizeof *po), *pw = malloc(sizeof *pw),
+                          *r = malloc(sizeof *r);
+    assert_int_equal(mc_master_client_ping_fences(f->cli, CLIENT, NULL, po), MC_OK);
+    assert_int_equal(po->n_writer_fences, 1);
+    assert_int_equal(po->n_target_fences, 0);
+    assert_int_equal(po->writer_fences[0].writer.first, 7);
+    assert_int_equal(po->writer_fences[0].writer.second, 7);
+    assert_int_equal(po->writer_fences[0].min_epoch, e + 1);
+    assert_int_equal(mc_master_client_ping_fences(f->cli, W, NULL, pw), MC_OK);
+    assert_int_equal(pw->client_status, MC_MASTER_CLIENT_NEED_REMOUNT); /* never mounted */
+    assert_int_equal(pw->n_target_fences, 1);
+    assert_string_equal(pw->target_fences[0].segment, "127.0.0.1:9000");
+    assert_int_equal(pw->target_fences[0].min_epoch, e + 1);
+    /* both acknowledge: nothing pending any more, and the next put gets e + 1 */
+    mc_master_ping_request ao = {po->writer_fences, po->n_writer_fences, NULL, 0};
+    assert_int_equal(mc_master_client_ping_fences(f->cli, CLIENT, &ao, r), MC_OK);
+    mc_master_ping_request aw = {NULL, 0, pw->target_fences, pw->n_target_fences};
+    assert_int_equal(mc_master_client_ping_fences(f->cli, W, &aw, r), MC_OK);
+    assert_int_equal(r->n_target_fences + r->n_writer_fences, 0);
+    assert_int_equal(mc_master_client_ping_fences(f->cli, CLIENT, NULL, r), MC_OK);
+    assert_int_equal(r->n_target_fences + r->n_writer_fences, 0);
+    mc_master_stats st;
+    mc_master_service_get_stats(f->svc, &st);
+    assert_int_equal(st.quarantined_bytes, 0);
+    assert_int_equal(st.fences_acked, 2);
+    assert_int_equal(mc_master_client_put_start(f->cli, W, "f", 1, 4096, NULL, &l), MC_OK);
+    assert_int_equal(l.replicas[0].fence_epoch, e + 1);
+    /* local checks of the acknowledgement lists */
+    mc_master_ping_request bad = {NULL, 1, NULL, 0};
+    assert_int_equal(mc_master_client_ping_fences(f->cli, W, &bad, r), MC_INVALID_PARAMS);
+    bad = (mc_master_ping_request){NULL, 0, NULL, MC_MASTER_MAX_FENCES + 1};
+    assert_int_equal(mc_master_client_ping_fences(f->cli, W, &bad, r), MC_INVALID_PARAMS);
+    free(po);
+    free(pw);
+    free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_single_calls, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ping_fences, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_threads_share_a_client, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reconnect_after_server_restart, setup, teardown),

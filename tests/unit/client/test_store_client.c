@@ -17,6 +17,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1049,19 +1050,205 @@ static void test_remove_and_lease(void **state)
     assert_int_equal(mc_store_remove(s, "l", 1, true), MC_OBJECT_NOT_FOUND);
     assert_int_equal(mc_store_is_exist(s, "l", 1), 0);
 
-    /* Upsert: replace in place and with another size; refused under a reader's lease. */
+    /* Upsert: replace in place and with another size; under a reader's lease too (issue
+     * 10 fault 6, as upstream: new space, the old kept until the lease ends). */
     assert_int_equal(put_s(s, "u", "aaaa", 4), MC_OK);
     assert_int_equal(mc_store_upsert(s, "u", 1, "bbbb", 4, NULL), MC_OK);
     assert_int_equal(mc_store_upsert(s, "u", 1, "cccccc", 6, NULL), MC_OK);
     assert_int_equal(get_s(s, "u", buf, sizeof buf), 6);
     assert_memory_equal(buf, "cccccc", 6);
-    assert_int_equal(mc_store_upsert(s, "u", 1, "dd", 2, NULL), MC_OBJECT_HAS_LEASE);
+    assert_int_equal(mc_store_upsert(s, "u", 1, "dd", 2, NULL), MC_OK);
+    assert_int_equal(get_s(s, "u", buf, sizeof buf), 2);
+    assert_memory_equal(buf, "dd", 2);
+    assert_int_equal(mc_store_upsert(s, "u", 1, "ee", 2, NULL), MC_OK); /* same size */
+    assert_int_equal(get_s(s, "u", buf, sizeof buf), 2);
+    assert_memory_equal(buf, "ee", 2);
     assert_int_equal(mc_store_upsert(s, "u2", 2, "new", 3, NULL), MC_OK); /* insert */
     mc_store_iov parts[2] = {{"x", 1}, {"yz", 2}};
     assert_int_equal(mc_store_upsert_parts(s, "u2", 2, parts, 2, NULL), MC_OK);
     assert_int_equal(get_s(s, "u2", buf, sizeof buf), 3);
     assert_memory_equal(buf, "xyz", 3);
     mc_store_destroy(s);
+}
+
+/* ---- fencing (docs/consistency.md): what the heartbeat does with a ping's fences ---- */
+
+/* Waits until `what` holds (polled every 10 ms), at most ms. */
+#define WAIT_UNTIL(cond, ms)                                                              \
+    do {                                                                                  \
+        uint64_t wu_end_ = mc_now_ms() + (ms);                                            \
+        while (!(cond) && mc_now_ms() < wu_end_)                                          \
+            mc_sleep_ms(10);                                                              \
+    } while (0)
+
+static uint64_t writer_fence(mc_store *owner, mc_store *writer)
+{
+    uint64_t e = 0;
+    mc_te_get_writer_fence(owner->te, writer->client_id.first, writer->client_id.second, &e);
+    return e;
+}
+
+static uint64_t target_fence(mc_store *writer, const char *seg)
+{
+    uint64_t e = 0;
+    mc_te_get_target_fence(writer->te, seg, &e);
+    return e;
+}
+
+/* One WRITE of len bytes from local to remote in segment seg at fence epoch epoch; the
+ * task's final state. */
+static int te_write(mc_te *te, const char *seg, void *local, uint64_t remote, uint64_t len,
+                    uint64_t epoch)
+{
+    mc_te_segment_t h;
+    assert_int_equal(mc_te_open_segment(te, seg, &h), MC_OK);
+    mc_te_batch_t b;
+    assert_int_equal(mc_te_allocate_batch(te, 1, &b), MC_OK);
+    mc_te_request rq = {.opcode = MC_TE_OP_WRITE, .source = local, .target_id = h,
+                        .target_offset = remote, .length = len, .fence_epoch = epoch};
+    assert_int_equal(mc_te_submit(te, b, &rq, 1), MC_OK);
+    mc_te_status st;
+    do {
+        assert_int_equal(mc_te_wait_batch(te, b, 10000, &st), MC_OK);
+    } while (st.state == MC_TE_PENDING || st.state == MC_TE_WAITING);
+    mc_te_free_batch(te, b);
+    return st.state;
+}
+
+/* A revoked put's epoch is fenced by both heartbeats: the owner's engine refuses the
+ * writer's WRITEs at the old epoch (TCP), the writer's engine has the target fence, the
+ * master gives the space back after both acknowledged; the new epoch goes through. The
+ * same for the writer's own segment (its memcpy path). */
+static void test_fences_applied(void **state)
+{
+    fixture *f = *state;
+    NEED_MASTER(f);
+    setenv("MC_FORCE_TCP", "1", 1);
+    mc_store *a = store_up_md(f->m.addr, 8 * MIB, 16 * MIB, "P2PHANDSHAKE", 50);
+    mc_store *w = store_up_md(f->m.addr, 8 * MIB, 16 * MIB, "P2PHANDSHAKE", 50);
+    unsetenv("MC_FORCE_TCP");
+    mc_master_put_config pc = {.replica_num = 1}; /* the master's defaults otherwise */
+    const char *pref[1] = {a->name};
+    pc.preferred_segments = pref;
+    pc.n_preferred = 1;
+    /* nearly all of a's segment, so its reuse below shows the quarantine ended */
+    uint64_t big = 7 * MIB;
+    mc_master_replica_list out;
+    assert_int_equal(mc_master_client_put_start(w->mc, w->client_id, "f", 1, big, &pc, &out),
+                     MC_OK);
+    assert_string_equal(out.replicas[0].transport_endpoint, a->name);
+    uint64_t e = out.replicas[0].fence_epoch, addr = out.replicas[0].address;
+    assert_true(e > 0);
+    /* the epoch is accepted before the revoke */
+    assert_int_equal(te_write(w->te, a->name, w->ar->base, addr, 4096, e), MC_TE_COMPLETED);
+    assert_int_equal(mc_master_client_put_revoke(w->mc, w->client_id, "f", 1), MC_OK);
+    WAIT_UNTIL(writer_fence(a, w) > e && target_fence(w, a->name) > e, 5000);
+    assert_true(writer_fence(a, w) > e);
+    assert_true(target_fence(w, a->name) > e);
+    /* the old epoch is refused (the writer's own engine refuses first: its target fence;
+     * the owner's fence covers bytes that were on the wire) */
+    assert_int_equal(te_write(w->te, a->name, w->ar->base, addr, 4096, e), MC_TE_FAILED);
+    /* the master freed the space once both had acknowledged: a's segment takes it again */
+    mc_store_replicate_config rc;
+    mc_store_replicate_config_init(&rc);
+    rc.preferred_segment = a->name;
+    unsigned char *v = malloc(big);
+    fill(v, big, 3);
+    int put_rc = MC_NO_AVAILABLE_HANDLE;
+    for (uint64_t t0 = mc_now_ms(); put_rc != MC_OK && mc_now_ms() - t0 < 5000;) {
+        put_rc = mc_store_put(w, "g", 1, v, big, &rc);
+        if (put_rc != MC_OK)
+            mc_sleep_ms(20);
+    }
+    assert_int_equal(put_rc, MC_OK);
+    mc_store_replica_list rl;
+    assert_int_equal(mc_store_get_replica_desc(w, "g", 1, &rl), MC_OK);
+    assert_string_equal(rl.replicas[0].transport_endpoint, a->name);
+    /* the new epoch works: that put went through (TCP, carrying it) */
+    unsigned char *got = malloc(big);
+    assert_int_equal(mc_store_get_into(a, "g", 1, got, big), (int64_t)big);
+    assert_memory_equal(got, v, big);
+
+    /* w's own segment: a revoked put there fences w's memcpy path */
+    pref[0] = w->name;
+    assert_int_equal(mc_master_client_put_start(w->mc, w->client_id, "o", 1, 4096, &pc, &out),
+                     MC_OK);
+    assert_string_equal(out.replicas[0].transport_endpoint, w->name);
+    uint64_t eo = out.replicas[0].fence_epoch;
+    assert_int_equal(mc__own_fence_enter(w, eo), MC_OK);
+    mc__own_fence_leave(w);
+    assert_int_equal(mc_master_client_put_revoke(w->mc, w->client_id, "o", 1), MC_OK);
+    int own = MC_OK;
+    for (uint64_t t0 = mc_now_ms(); own == MC_OK && mc_now_ms() - t0 < 5000;) {
+        own = mc__own_fence_enter(w, eo);
+        if (own == MC_OK) {
+            mc__own_fence_leave(w);
+            mc_sleep_ms(10);
+        }
+    }
+    assert_int_equal(own, MC_TRANSFER_FAIL);
+    assert_int_equal(mc__own_fence_enter(w, 0), MC_OK); /* unfenced copies still run */
+    mc__own_fence_leave(w);
+    /* and a put to its own segment at the new epoch still works */
+    rc.preferred_segment = w->name;
+    assert_int_equal(mc_store_put(w, "o2", 2, v, 4096, &rc), MC_OK);
+    assert_int_equal(mc_store_get_into(a, "o2", 2, got, 4096), 4096);
+    assert_memory_equal(got, v, 4096);
+    assert_true(atomic_load(&w->fences_applied) >= 2);
+    free(v);
+    free(got);
+    mc_store_destroy(w);
+    mc_store_destroy(a);
+}
+
+/* Read your writes (issue 10 fault 6): a put that finds its key in flight by another
+ * writer returns 0 only once the key is readable; when that put goes away, ours goes in. */
+static atomic_int race_started;
+
+static void put_started_pause(const char *point, const void *key, size_t key_len)
+{
+    if (!strcmp(point, MC__STORE_HOOK_PUT_STARTED) && key_len == 4 &&
+        !memcmp(key, "race", 4) && atomic_fetch_add(&race_started, 1) == 0)
+        mc_sleep_ms(300); /* the winner holds the key in flight for a while */
+}
+
+typedef struct race_arg {
+    mc_store *s;
+    int rc;
+} race_arg;
+
+static void *race_winner(void *p)
+{
+    race_arg *r = p;
+    r->rc = put_s(r->s, "race", "winner", 6);
+    return NULL;
+}
+
+static void test_put_race_read_your_writes(void **state)
+{
+    fixture *f = *state;
+    NEED_MASTER(f);
+    mc_store *s1 = store_up(&f->m, 8 * MIB), *s2 = store_up(&f->m, 8 * MIB);
+    char buf[16];
+    /* the winner's put is in flight (held at the hook) when the loser's put starts */
+    atomic_store(&race_started, 0);
+    mc__store_test_hook = put_started_pause;
+    race_arg ra = {s1, -1};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, race_winner, &ra), 0);
+    WAIT_UNTIL(atomic_load(&race_started) > 0, 5000);
+    assert_int_equal(atomic_load(&race_started), 1);
+    int rc2 = put_s(s2, "race", "loser!", 6);
+    pthread_join(th, NULL);
+    mc__store_test_hook = NULL;
+    assert_int_equal(ra.rc, MC_OK);
+    assert_int_equal(rc2, MC_OK);
+    /* 0 means readable by the loser right after: the winner's value (the old value stays,
+     * as upstream) */
+    assert_int_equal(get_s(s2, "race", buf, sizeof buf), 6);
+    assert_memory_equal(buf, "winner", 6);
+    mc_store_destroy(s1);
+    mc_store_destroy(s2);
 }
 
 static void sleep_hook(const char *point, const void *key, size_t key_len)
@@ -1436,6 +1623,9 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_remove_and_lease, setup_default, teardown_master),
         cmocka_unit_test_setup_teardown(test_lease_expired, setup_short_lease, teardown_master),
         cmocka_unit_test_setup_teardown(test_killed_writer, setup_fast_discard, teardown_master),
+        cmocka_unit_test_setup_teardown(test_fences_applied, setup_default, teardown_master),
+        cmocka_unit_test_setup_teardown(test_put_race_read_your_writes, setup_default,
+                                        teardown_master),
         cmocka_unit_test_setup_teardown(test_concurrent_processes, setup_default,
                                         teardown_master),
         cmocka_unit_test_setup_teardown(test_threads, setup_default, teardown_master),
