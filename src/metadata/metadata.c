@@ -70,8 +70,12 @@ typedef int (*open_fn)(mc_metadata *md);
 static const open_fn factories[] = {
     [MC_METADATA_P2P] = mc__metadata_p2p_open,
     [MC_METADATA_HTTP] = mc__metadata_http_open,
-    [MC_METADATA_ETCD] = NULL,
+    [MC_METADATA_ETCD] = mc__metadata_etcd_open,
+#ifdef MC_HAVE_HIREDIS
+    [MC_METADATA_REDIS] = mc__metadata_redis_open,
+#else
     [MC_METADATA_REDIS] = NULL,
+#endif
 };
 
 int mc_metadata_create(const char *conn, mc_metadata **out)
@@ -96,7 +100,8 @@ int mc_metadata_create_opts(const char *conn, const mc_metadata_opts *opts, mc_m
     if (!open) {
         mc_log(MC_LOG_ERROR, TAG,
                "metadata server '%s': the %s backend is not supported in this build "
-               "(use P2PHANDSHAKE or http://host:port/metadata)",
+               "(built without hiredis; use P2PHANDSHAKE, etcd:// or "
+               "http://host:port/metadata)",
                conn, mc_metadata_kind_name(md->conn.kind));
         free(md);
         return MC_NOT_SUPPORTED;
