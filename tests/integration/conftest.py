@@ -14,7 +14,8 @@
   free loopback ports (tests/integration/kv_servers.py), started on first use and
   stopped at the end of the session; ``kv_metadata(request, kind)`` returns the one of
   ``kind`` ("etcd" or "redis") with its keys cleared, for a test or module that takes
-  its metadata from it. ``METADATA_BACKENDS``: every metadata backend a test may be
+  its metadata from it; ``store_metadata(request, kind)`` the string a store test passes
+  to StoreCluster. ``METADATA_BACKENDS``: every metadata backend a test may be
   parametrised over (``http``, ``etcd``, ``redis``, ``p2p``).
 """
 import os
@@ -193,3 +194,18 @@ def kv_metadata(request, kind):
     s = request.getfixturevalue("etcd_server" if kind == "etcd" else "redis_metadata_server")
     s.clear()
     return s
+
+
+def store_metadata(request, kind):
+    """The `metadata_server` string store tests give to setup for backend `kind`, or None
+    for "http" (the master's embedded HTTP metadata server, StoreCluster's default).
+    etcd: a list whose first endpoint is down, so every client fails over to the live
+    one; Redis: the session's server with its password and db 1."""
+    if kind == "http":
+        return None
+    if kind == "p2p":
+        return "P2PHANDSHAKE"
+    s = kv_metadata(request, kind)
+    if kind == "etcd":
+        return f"etcd://127.0.0.1:{free_port()},{s.bare}"
+    return s.conn(db=1)
