@@ -8,10 +8,11 @@ session, on first use, and clear their keys for each user).
   package may have started on 2379. Ready when ``/health`` answers ``"health":"true"``.
   ``conn`` is ``etcd://127.0.0.1:<port>``, ``bare`` upstream's canonical
   ``127.0.0.1:<port>``; ``get(key)`` reads a key over the v3 JSON gateway; ``clear()``
-  deletes every key.
+  deletes every key; ``ops()`` counts the key-value operations served (/metrics).
 - ``RedisServer(workdir, password=None)``: ``redis-server --save '' --appendonly no``
   (``--requirepass`` when a password is given); ``conn(db)`` its ``redis://`` URL;
-  ``get(key, db)``, ``clear()`` (FLUSHALL) over a raw RESP socket.
+  ``get(key, db)``, ``clear()`` (FLUSHALL), ``ops()`` (GET/SET/DEL served, INFO
+  commandstats) over a raw RESP socket.
 
 ``stop()`` kills the process group and removes the data. Waits are bounded by deadlines.
 """
@@ -143,6 +144,14 @@ class EtcdServer(_Proc):
                                         "keys_only": True})
         return sorted(base64.b64decode(kv["key"]).decode() for kv in r.get("kvs") or [])
 
+    def ops(self):
+        """Key-value operations served so far (range + put + txn + delete, from /metrics)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        return sum(int(float(line.split()[-1])) for line in text.splitlines()
+                   if line.split(" ")[0] in ("etcd_mvcc_range_total", "etcd_mvcc_put_total",
+                                             "etcd_mvcc_txn_total", "etcd_mvcc_delete_total"))
+
     def clear(self):
         self._call("/v3/kv/deleterange", {"key": base64.b64encode(b"\0").decode(),
                                           "range_end": base64.b64encode(b"\0").decode()})
@@ -221,6 +230,15 @@ class RedisServer(_Proc):
 
     def keys(self, prefix="", db=None):
         return sorted(k.decode() for k in self.command("KEYS", prefix + "*", db=db))
+
+    def ops(self):
+        """GET + SET + DEL commands served so far (INFO commandstats)."""
+        n = 0
+        for line in self.command("INFO", "commandstats").decode().splitlines():
+            name, _, rest = line.partition(":")
+            if name in ("cmdstat_get", "cmdstat_set", "cmdstat_del"):
+                n += int(rest.split(",")[0].split("=")[1])
+        return n
 
     def clear(self):
         self.command("FLUSHALL")
