@@ -174,9 +174,10 @@ MC_API int mc_metadata_put(mc_metadata *md, const char *key, const void *value, 
 MC_API int mc_metadata_delete(mc_metadata *md, const char *key);
 
 /* The same codes from etcd and Redis (failures are logged naming the endpoint):
- *   etcd: every call is one POST of JSON to an endpoint's v3 gateway (/v3/kv/range,
- *   /v3/kv/put, /v3/kv/deleterange, /v3/kv/txn; keys and values base64), within
- *   timeout_ms (connect: connect_timeout_ms). It starts at the endpoint that answered
+ *   etcd (>= 3.4, plain HTTP: no TLS, no etcd auth; upstream's USE_ETCD builds speak
+ *   gRPC to the same keys): every call is one POST of JSON to an endpoint's v3 gateway
+ *   (/v3/kv/range, /v3/kv/put, /v3/kv/deleterange, /v3/kv/txn; keys and values
+ *   base64), within timeout_ms (connect: connect_timeout_ms). It starts at the endpoint that answered
  *   last and moves to the next one on a connection error, a timeout or an HTTP status
  *   other than 200 and 4xx (5xx: no leader, stopping...), so a call with every endpoint
  *   silent takes up to n_endpoints x timeout_ms. A range without kvs, or deleterange
@@ -185,8 +186,9 @@ MC_API int mc_metadata_delete(mc_metadata *md, const char *key);
  *   MC_INVALID_PARAMS; no endpoint answering: MC_RPC_TIMEOUT when the last attempt timed
  *   out, else MC_RPC_FAIL (the message lists every endpoint and its error).
  *   Redis: GET / SET / DEL over one connection per client (calls serialise on it), with
- *   timeout_ms per command; after a connection error it reconnects (AUTH, SELECT) and
- *   repeats the command once. Nil: MC_OBJECT_NOT_FOUND; DEL of 0 keys:
+ *   timeout_ms per command; a connection error drops the connection, and when that
+ *   connection was opened before this call (a restarted server) the command is
+ *   repeated once on a new one (AUTH, SELECT again); never after a timeout. Nil: MC_OBJECT_NOT_FOUND; DEL of 0 keys:
  *   MC_OBJECT_NOT_FOUND; an error reply NOAUTH/WRONGPASS/NOPERM, or AUTH/SELECT refused:
  *   MC_INVALID_PARAMS; another error reply or a lost connection: MC_RPC_FAIL; timed
  *   out: MC_RPC_TIMEOUT.
