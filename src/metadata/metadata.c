@@ -83,6 +83,16 @@ int mc_metadata_create(const char *conn, mc_metadata **out)
     return mc_metadata_create_opts(conn, NULL, out);
 }
 
+/* conn for a message: a Redis URL's userinfo (its password) written as "***". */
+static const char *redacted(const char *conn, char *buf, size_t len)
+{
+    const char *at = conn ? strchr(conn, '@') : NULL;
+    if (!at || strncmp(conn, "redis://", 8) != 0)
+        return conn ? conn : "(null)";
+    snprintf(buf, len, "redis://***%s", at);
+    return buf;
+}
+
 int mc_metadata_create_opts(const char *conn, const mc_metadata_opts *opts, mc_metadata **out)
 {
     if (!out)
@@ -92,7 +102,9 @@ int mc_metadata_create_opts(const char *conn, const mc_metadata_opts *opts, mc_m
     char err[256] = "";
     int rc = mc_metadata_parse_conn(conn, &md->conn, err, sizeof err);
     if (rc != MC_OK) {
-        mc_log(MC_LOG_ERROR, TAG, "bad metadata server '%s': %s", conn ? conn : "(null)", err);
+        char shown[MC_METADATA_MAX_URL];
+        mc_log(MC_LOG_ERROR, TAG, "bad metadata server '%s': %s",
+               redacted(conn, shown, sizeof shown), err);
         free(md);
         return rc;
     }
@@ -102,7 +114,7 @@ int mc_metadata_create_opts(const char *conn, const mc_metadata_opts *opts, mc_m
                "metadata server '%s': the %s backend is not supported in this build "
                "(built without hiredis; use P2PHANDSHAKE, etcd:// or "
                "http://host:port/metadata)",
-               conn, mc_metadata_kind_name(md->conn.kind));
+               md->conn.url, mc_metadata_kind_name(md->conn.kind));
         free(md);
         return MC_NOT_SUPPORTED;
     }
