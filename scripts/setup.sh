@@ -2,9 +2,12 @@
 # scripts/setup.sh: what `make demo` (--demo) or `make test` (default) needs; idempotent,
 # and a no-op in about a second when nothing changed.
 #   1. Debian packages, installed with apt-get when missing (as root, or through sudo):
-#      the demo's build deps; with test deps also cmocka (C unit tests), clang and its
-#      libFuzzer runtime libclang-rt-14-dev (fuzz targets) and redis-server (the
-#      replay's Redis-backend tests);
+#      the demo's build deps (libhiredis-dev: the Redis metadata backend); with test
+#      deps also cmocka (C unit tests), clang and its libFuzzer runtime
+#      libclang-rt-14-dev (fuzz targets), redis-server (the replay's Redis-backend tests
+#      and the Redis metadata backend's) and etcd-server (/usr/bin/etcd: the etcd
+#      metadata backend's tests start their own on free ports; the service the package
+#      may enable on 2379 is neither needed nor touched);
 #   2. a virtual environment in $VENV (default .venv; it sees the system site-packages
 #      so preinstalled wheels are reused) with the Python packages of that set;
 #   3. the mooncake package itself, built by meson-python into $VENV (`pip install .`,
@@ -27,8 +30,8 @@ esac
 # extension modules; python3-venv: the venv below.
 DEMO_APT="build-essential pkg-config python3-dev python3-venv libmicrohttpd-dev
   libcurl4-openssl-dev libjansson-dev libprotobuf-c-dev protobuf-c-compiler libpcre2-dev
-  libxxhash-dev"
-TEST_APT="libcmocka-dev clang libclang-rt-14-dev redis-server"
+  libxxhash-dev libhiredis-dev"
+TEST_APT="libcmocka-dev clang libclang-rt-14-dev redis-server etcd-server"
 # Python: the build backend; the replay's progress bar and PNG (numpy comes with the
 # package). Tests add pytest, the Redis client, torch for the tensor API (torch==2.13.0:
 # the CPU build that lies on disk in /opt/wheels; a bare `torch` would pull a multi-GB

@@ -8,7 +8,10 @@
  *      typed helpers for the two kinds of keys the engine publishes. Backends: HTTP
  *      (libcurl; `GET|PUT|DELETE <url>?key=<urlencoded key>`), P2PHANDSHAKE (no central
  *      store: puts are no-ops, gets find nothing; the engine asks peers over its handshake
- *      port). etcd and Redis parse but are not built yet (MC_NOT_SUPPORTED).
+ *      port), etcd v3 (its HTTP/JSON gateway over libcurl, several endpoints with
+ *      failover; backend_etcd.c) and Redis (hiredis, optional AUTH and SELECT, reconnect;
+ *      backend_redis.c, built when hiredis is found: otherwise MC_NOT_SUPPORTED). Every
+ *      backend stores the same keys and values and returns the same codes.
  *   3. Keys and JSON (upstream §6.2): `mooncake/[<cluster>/]ram/<segment>` holds a segment
  *      descriptor, `mooncake/[<cluster>/]rpc_meta/<server>` holds
  *      `{"ip_or_host_name": "...", "rpc_port": N}`. The descriptor codec adds mooncake-c
@@ -42,12 +45,13 @@
 #define MC_METADATA_MAX_ENDPOINTS 16  /* endpoints in one etcd connection string */
 #define MC_METADATA_MAX_HOST 256      /* bytes of one host name, with the NUL */
 #define MC_METADATA_MAX_URL 2048      /* bytes of an HTTP URL, with the NUL */
+#define MC_METADATA_MAX_SECRET 256    /* bytes of a Redis user name or password, with NUL */
 
 typedef enum mc_metadata_kind {
     MC_METADATA_P2P = 0,   /* "P2PHANDSHAKE" (exact, case-sensitive, as upstream) */
     MC_METADATA_HTTP = 1,  /* "http://host[:port][/path]" or "https://..." */
     MC_METADATA_ETCD = 2,  /* "etcd://h:p[,h:p...]" or a bare "h:p[,h:p...]" */
-    MC_METADATA_REDIS = 3, /* "redis://h[:p]" */
+    MC_METADATA_REDIS = 3, /* "redis://[[user]:password@]h[:p][/db]" */
 } mc_metadata_kind;
 
 typedef struct mc_metadata_endpoint {
@@ -59,20 +63,31 @@ typedef struct mc_metadata_endpoint {
 typedef struct mc_metadata_conn {
     mc_metadata_kind kind;
     char url[MC_METADATA_MAX_URL]; /* HTTP: the URL as given (requests append ?key=);
-                                      other kinds: "" */
+                                      etcd, Redis: a canonical form for messages
+                                      ("etcd://h:p,h:p", "redis://h:p[/db]", never the
+                                      password; cut at MAX_URL-1 bytes); P2P: "" */
     size_t n_endpoints;            /* P2P: 0; HTTP, Redis: 1; etcd: 1..MAX_ENDPOINTS */
     mc_metadata_endpoint endpoints[MC_METADATA_MAX_ENDPOINTS];
+    char username[MC_METADATA_MAX_SECRET]; /* Redis: ACL user for AUTH; "" = none */
+    char password[MC_METADATA_MAX_SECRET]; /* Redis: AUTH password; "" = none given */
+    int db;                                /* Redis: SELECT index 0..INT32_MAX; -1 = none
+                                              given; other kinds: -1 */
 } mc_metadata_conn;
 
 /* mc_metadata_parse_conn: classifies and splits a `metadata_server` string.
  *   conn: NUL-terminated, borrowed. Rules (upstream `extractProtocolFromConnString`):
  *     "P2PHANDSHAKE" -> P2P; "http://" / "https://" -> HTTP (host required, port
  *     defaults to 80 / 443, any path and query kept in url); "etcd://" or no "://" at
- *     all -> etcd, a comma-separated list of host[:port] (port defaults to 2379);
- *     "redis://host[:port]" -> Redis (port defaults to 6379). IPv6 hosts are written
- *     "[::1]:2379". Any other scheme, an empty string or list item, a bad or zero port,
- *     whitespace or a control character, more than MC_METADATA_MAX_ENDPOINTS endpoints,
- *     or a host/URL too long for the fields is an error.
+ *     all -> etcd, a list of host[:port] separated by ',' (or ';', the separator of
+ *     upstream's etcd locators), port defaulting to 2379 (so upstream's canonical
+ *     `metadata_server="192.168.0.1:2379"` is etcd; an HTTP metadata server needs its
+ *     http:// URL); "redis://[[user]:password@]host[:port][/db]" -> Redis (port defaults
+ *     to 6379; user and password percent-decoded; db decimal; a bare "/" = no db). IPv6
+ *     hosts are written "[::1]:2379". Any other scheme, an empty string or list item, a
+ *     bad or zero port, whitespace or a control character, more than
+ *     MC_METADATA_MAX_ENDPOINTS endpoints, a path, query or credentials where the form
+ *     has none, several Redis hosts, a userinfo without ':', a db that is not a decimal
+ *     0..INT32_MAX, or a host/URL/secret too long for the fields is an error.
  *   out: filled on success (caller's storage); untouched fields are zeroed.
  *   err/errlen: optional (may be NULL/0); receives a one-line reason on error.
  * Returns MC_OK or MC_INVALID_PARAMS. */
@@ -105,9 +120,14 @@ typedef struct mc_metadata_opts {
  *   conn: borrowed. out: receives a new client; free it with mc_metadata_destroy.
  *   The key prefix ("mooncake/" + cluster id + "/") is fixed here from the environment
  *   variable MC_METADATA_CLUSTER_ID (unset or empty: none), as upstream's TransferMetadata
- *   constructor. No network traffic happens here (HTTP connects per request).
- * Returns MC_OK; MC_INVALID_PARAMS for a malformed string (the reason is logged);
- * MC_NOT_SUPPORTED for etcd and Redis (not built yet). */
+ *   constructor. No network traffic happens here: HTTP and etcd connect per request,
+ *   Redis at its first call (and again after a connection error).
+ *   Redis: AUTH uses the URL's password, else env MC_REDIS_PASSWORD (upstream's name);
+ *   SELECT the URL's db, else env MC_REDIS_DB_INDEX (0..INT32_MAX) when set. A process
+ *   using Redis should ignore SIGPIPE (Python and our tools do): hiredis writes with
+ *   write(2).
+ * Returns MC_OK; MC_INVALID_PARAMS for a malformed string or a bad MC_REDIS_DB_INDEX
+ * (the reason is logged); MC_NOT_SUPPORTED for Redis in a build without hiredis. */
 MC_API int mc_metadata_create(const char *conn, mc_metadata **out);
 
 /* mc_metadata_create_opts: mc_metadata_create with explicit options (opts may be NULL
@@ -152,6 +172,31 @@ MC_API int mc_metadata_put(mc_metadata *md, const char *key, const void *value, 
  * Returns MC_OK (P2P: nothing is sent); MC_OBJECT_NOT_FOUND (absent; HTTP 404);
  * MC_INVALID_PARAMS; MC_RPC_TIMEOUT; MC_RPC_FAIL. */
 MC_API int mc_metadata_delete(mc_metadata *md, const char *key);
+
+/* The same codes from etcd and Redis (failures are logged naming the endpoint):
+ *   etcd (>= 3.4, plain HTTP: no TLS, no etcd auth; upstream's USE_ETCD builds speak
+ *   gRPC to the same keys): every call is one POST of JSON to an endpoint's v3 gateway
+ *   (/v3/kv/range, /v3/kv/put, /v3/kv/deleterange, /v3/kv/txn; keys and values
+ *   base64), within timeout_ms (connect: connect_timeout_ms). It starts at the endpoint that answered
+ *   last and moves to the next one on a connection error, a timeout or an HTTP status
+ *   other than 200 and 4xx (5xx: no leader, stopping...), so a call with every endpoint
+ *   silent takes up to n_endpoints x timeout_ms. A range without kvs, or deleterange
+ *   with deleted 0: MC_OBJECT_NOT_FOUND; "request is too large" (etcd's
+ *   --max-request-bytes, 1.5 MiB by default): MC_BUFFER_OVERFLOW; another 4xx:
+ *   MC_INVALID_PARAMS; no endpoint answering: MC_RPC_TIMEOUT when the last attempt timed
+ *   out, else MC_RPC_FAIL (the message lists every endpoint and its error).
+ *   Redis: GET / SET / DEL over one connection per client (calls serialise on it), with
+ *   timeout_ms per command; a connection error drops the connection, and when that
+ *   connection was opened before this call (a restarted server) the command is
+ *   repeated once on a new one (AUTH, SELECT again); never after a timeout. Nil: MC_OBJECT_NOT_FOUND; DEL of 0 keys:
+ *   MC_OBJECT_NOT_FOUND; an error reply NOAUTH/WRONGPASS/NOPERM, or AUTH/SELECT refused:
+ *   MC_INVALID_PARAMS; another error reply or a lost connection: MC_RPC_FAIL; timed
+ *   out: MC_RPC_TIMEOUT.
+ *   Both keep the HTTP server's write-once rule for keys containing "rpc_meta": the put
+ *   succeeds when the key is absent (etcd: txn comparing version == 0; Redis: SET NX)
+ *   or holds the same bytes ("unchanged"), and returns MC_OBJECT_ALREADY_EXISTS when it
+ *   holds other bytes. A retried put whose first attempt did land is thus still MC_OK;
+ *   a retried delete whose first attempt landed returns MC_OBJECT_NOT_FOUND. */
 
 /* ---------------------------------------------------------------------------------- */
 /* 3. Keys, segment descriptors, rpc_meta                                              */

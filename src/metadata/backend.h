@@ -9,6 +9,9 @@
 #ifndef MC_METADATA_BACKEND_H
 #define MC_METADATA_BACKEND_H
 
+#include <stdbool.h>
+#include <string.h>
+
 #include "mooncake/metadata.h"
 
 typedef struct mc_metadata_ops {
@@ -31,8 +34,22 @@ struct mc_metadata {
 
 /* Backend constructors, one per kind (the factories[] table in metadata.c): fill
  * md->ops and md->impl from md->conn/md->opts. Return MC_OK, or INTERNAL_ERROR when
- * the backend's state cannot be set up (md->impl then left NULL). */
+ * the backend's state cannot be set up (md->impl then left NULL), or INVALID_PARAMS for
+ * a bad option of its own (logged). */
 int mc__metadata_http_open(mc_metadata *md);
 int mc__metadata_p2p_open(mc_metadata *md);
+int mc__metadata_etcd_open(mc_metadata *md);
+#ifdef MC_HAVE_HIREDIS
+int mc__metadata_redis_open(mc_metadata *md);
+#endif
+
+/* mc__metadata_write_once: true for the keys the HTTP metadata server keeps write-once
+ * (a key containing "rpc_meta", http_server.c do_put): backends without that server
+ * rule (etcd, Redis) emulate it: absent -> stored, same bytes -> MC_OK, other bytes ->
+ * MC_OBJECT_ALREADY_EXISTS. */
+static inline bool mc__metadata_write_once(const char *key)
+{
+    return strstr(key, "rpc_meta") != NULL;
+}
 
 #endif

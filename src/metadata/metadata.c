@@ -70,13 +70,27 @@ typedef int (*open_fn)(mc_metadata *md);
 static const open_fn factories[] = {
     [MC_METADATA_P2P] = mc__metadata_p2p_open,
     [MC_METADATA_HTTP] = mc__metadata_http_open,
-    [MC_METADATA_ETCD] = NULL,
+    [MC_METADATA_ETCD] = mc__metadata_etcd_open,
+#ifdef MC_HAVE_HIREDIS
+    [MC_METADATA_REDIS] = mc__metadata_redis_open,
+#else
     [MC_METADATA_REDIS] = NULL,
+#endif
 };
 
 int mc_metadata_create(const char *conn, mc_metadata **out)
 {
     return mc_metadata_create_opts(conn, NULL, out);
+}
+
+/* conn for a message: a Redis URL's userinfo (its password) written as "***". */
+static const char *redacted(const char *conn, char *buf, size_t len)
+{
+    const char *at = conn ? strchr(conn, '@') : NULL;
+    if (!at || strncmp(conn, "redis://", 8) != 0)
+        return conn ? conn : "(null)";
+    snprintf(buf, len, "redis://***%s", at);
+    return buf;
 }
 
 int mc_metadata_create_opts(const char *conn, const mc_metadata_opts *opts, mc_metadata **out)
@@ -88,7 +102,9 @@ int mc_metadata_create_opts(const char *conn, const mc_metadata_opts *opts, mc_m
     char err[256] = "";
     int rc = mc_metadata_parse_conn(conn, &md->conn, err, sizeof err);
     if (rc != MC_OK) {
-        mc_log(MC_LOG_ERROR, TAG, "bad metadata server '%s': %s", conn ? conn : "(null)", err);
+        char shown[MC_METADATA_MAX_URL];
+        mc_log(MC_LOG_ERROR, TAG, "bad metadata server '%s': %s",
+               redacted(conn, shown, sizeof shown), err);
         free(md);
         return rc;
     }
@@ -96,8 +112,9 @@ int mc_metadata_create_opts(const char *conn, const mc_metadata_opts *opts, mc_m
     if (!open) {
         mc_log(MC_LOG_ERROR, TAG,
                "metadata server '%s': the %s backend is not supported in this build "
-               "(use P2PHANDSHAKE or http://host:port/metadata)",
-               conn, mc_metadata_kind_name(md->conn.kind));
+               "(built without hiredis; use P2PHANDSHAKE, etcd:// or "
+               "http://host:port/metadata)",
+               md->conn.url, mc_metadata_kind_name(md->conn.kind));
         free(md);
         return MC_NOT_SUPPORTED;
     }

@@ -435,8 +435,9 @@ PyMethodDef mcpy_write_methods[] = {
       "list[list[int]], config=ReplicateConfig()) -> list[int]: object i is the "
       "concatenation of its buffers. 0 / negative per key (-200 out of space)."),
     MCPY_M("upsert", store_upsert,
-      "upsert(key, value, config=ReplicateConfig()) -> int: insert or replace. 0, -706 "
-      "while a reader holds a lease on the old value, else as put."),
+      "upsert(key, value, config=ReplicateConfig()) -> int: insert or replace. 0, else "
+      "as put; a replaced value a reader holds a lease on stays readable by that reader "
+      "until its lease ends (the new value takes new space)."),
     MCPY_M("upsert_parts", store_upsert_parts, "upsert_parts(key, *parts, config=...) -> int."),
     MCPY_M("upsert_batch", store_upsert_batch,
       "upsert_batch(keys, values, config=...) -> int: 0 or the first error."),

@@ -10,6 +10,13 @@
   place of a condition, and never assert how long something took (speed is bench/'s).
 - ``read_until(proc, pattern, timeout)``: a running process's output up to a match.
 - ``unsent_tcp_bytes(pid)``: bytes a process has queued, unsent, on its TCP sockets.
+- ``etcd_server`` / ``redis_metadata_server`` (session): a real etcd / redis-server on
+  free loopback ports (tests/integration/kv_servers.py), started on first use and
+  stopped at the end of the session; ``kv_metadata(request, kind)`` returns the one of
+  ``kind`` ("etcd" or "redis") with its keys cleared, for a test or module that takes
+  its metadata from it; ``store_metadata(request, kind)`` the string a store test passes
+  to StoreCluster. ``METADATA_BACKENDS``: every metadata backend a test may be
+  parametrised over (``http``, ``etcd``, ``redis``, ``p2p``).
 """
 import os
 import shutil
@@ -180,3 +187,50 @@ def spawn():
     s = _Spawner()
     yield s
     s.cleanup()
+
+
+# ---- metadata servers: etcd and Redis ----------------------------------------------------
+
+METADATA_BACKENDS = ["http", "etcd", "redis", "p2p"]
+
+
+@pytest.fixture(scope="session")
+def etcd_server(tmp_path_factory):
+    from kv_servers import EtcdServer, binary
+    if not binary("etcd"):
+        pytest.fail("etcd is not installed (Debian etcd-server; run `make setup`)")
+    s = EtcdServer(str(tmp_path_factory.mktemp("etcd")))
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_metadata_server(tmp_path_factory):
+    from kv_servers import RedisServer, binary
+    if not binary("redis-server"):
+        pytest.fail("redis-server is not installed (run `make setup`)")
+    s = RedisServer(str(tmp_path_factory.mktemp("redis")), password="mc-test-pw")
+    yield s
+    s.stop()
+
+
+def kv_metadata(request, kind):
+    """The session's etcd or Redis server (kind "etcd" / "redis"), emptied of keys."""
+    s = request.getfixturevalue("etcd_server" if kind == "etcd" else "redis_metadata_server")
+    s.clear()
+    return s
+
+
+def store_metadata(request, kind):
+    """The `metadata_server` string store tests give to setup for backend `kind`, or None
+    for "http" (the master's embedded HTTP metadata server, StoreCluster's default).
+    etcd: a list whose first endpoint is down, so every client fails over to the live
+    one; Redis: the session's server with its password and db 1."""
+    if kind == "http":
+        return None
+    if kind == "p2p":
+        return "P2PHANDSHAKE"
+    s = kv_metadata(request, kind)
+    if kind == "etcd":
+        return f"etcd://127.0.0.1:{free_port()},{s.bare}"
+    return s.conn(db=1)

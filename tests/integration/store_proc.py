@@ -1,9 +1,11 @@
 """Helpers for the ``mooncake.store`` tests: a ``mooncake_master`` with its embedded HTTP
 metadata server, and store clients running in their own processes.
 
-- ``StoreCluster(spawn, *master_flags)``: a master (``mc_master.Master``) started with
-  ``--enable_http_metadata_server=1`` on free loopback ports; ``metadata`` is the
-  ``http://127.0.0.1:<port>/metadata`` URL clients pass to ``setup``.
+- ``StoreCluster(spawn, *master_flags, metadata=None)``: a master (``mc_master.Master``)
+  started with ``--enable_http_metadata_server=1`` on free loopback ports; ``metadata``
+  is the ``http://127.0.0.1:<port>/metadata`` URL clients pass to ``setup``. Given a
+  ``metadata`` connection string (etcd, Redis, P2PHANDSHAKE), the master runs without
+  its HTTP metadata server and clients use that string.
 - ``StoreProc(master_addr, metadata, ...)``: a ``MooncakeDistributedStore`` set up in a
   separate (spawned) process. ``call(method, *args, **kw)`` runs a store method there and
   returns its result (handles and descriptors are turned into plain values);
@@ -36,9 +38,14 @@ def value_for(key, size, salt=b""):
 class StoreCluster:
     """A master with the HTTP metadata server; ``stop()``/``restart()`` keep the ports."""
 
-    def __init__(self, spawn, *flags):
+    def __init__(self, spawn, *flags, metadata=None):
         from conftest import free_port
 
+        self._metadata = metadata
+        if metadata is not None:
+            self.http_port = None
+            self.master = mc_master.Master(spawn, *flags)
+            return
         self.http_port = free_port()
         self.master = mc_master.Master(
             spawn, "--enable_http_metadata_server=1",
@@ -54,6 +61,8 @@ class StoreCluster:
 
     @property
     def metadata(self):
+        if self._metadata is not None:
+            return self._metadata
         return f"http://127.0.0.1:{self.http_port}/metadata"
 
     def setup_args(self, segment=SEGMENT, local_buffer=LOCAL_BUFFER, hostname="127.0.0.1",
@@ -70,7 +79,8 @@ class StoreCluster:
         from conftest import wait_port
 
         self.master.start()
-        wait_port(self.http_port, timeout=10)
+        if self.http_port:
+            wait_port(self.http_port, timeout=10)
 
 
 # --------------------------------------------------------------------------------------

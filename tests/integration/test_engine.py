@@ -1,9 +1,11 @@
 """mooncake.engine.TransferEngine between two real processes on 127.0.0.1.
 
 The test process runs one engine (the initiator); tests/integration/engine_peer.py runs
-the other (driven over stdin/stdout). Both metadata modes are covered: the HTTP metadata
-server (the `mooncake_http_metadata_server` tool) and P2PHANDSHAKE. Contract: API.md §1
-and §3; upstream behaviour: upstream-mooncake.md §2 (transfer_engine_py.cpp).
+the other (driven over stdin/stdout). Every metadata backend is covered (the `meta`
+fixture): the HTTP metadata server (the `mooncake_http_metadata_server` tool), etcd
+(a real etcd, given as upstream's bare `host:port`), Redis (a real redis-server with a
+password and a db) and P2PHANDSHAKE. Contract: API.md §1 and §3; upstream behaviour:
+upstream-mooncake.md §2 (transfer_engine_py.cpp) and §6.1-6.2 (backends, keys).
 
 Content is always checked: every transfer moves a seeded random pattern and the other
 side compares SHA-256 digests (or the bytes themselves).
@@ -21,7 +23,8 @@ import time
 import numpy as np
 import pytest
 
-from conftest import free_port, tool, unsent_tcp_bytes, wait_port, wait_until
+from conftest import (METADATA_BACKENDS, free_port, kv_metadata, tool, unsent_tcp_bytes,
+                      wait_port, wait_until)
 
 import mooncake.engine as me
 from mooncake.engine import (ErrorCode, InnerTransferEngine, TransferEngine, TransferNotify,
@@ -150,11 +153,16 @@ def host_for(mode):
     return "127.0.0.1" if mode == "p2p" else f"127.0.0.1:{free_port()}"
 
 
-@pytest.fixture(params=["http", "p2p"])
+@pytest.fixture(params=METADATA_BACKENDS)
 def meta(request, spawn):
-    """(mode, metadata connection string)."""
+    """(mode, metadata connection string), one per metadata backend. etcd and Redis are
+    the session's servers (conftest.kv_metadata), emptied for each test."""
     if request.param == "p2p":
         yield "p2p", "P2PHANDSHAKE"
+    elif request.param == "etcd":
+        yield "etcd", kv_metadata(request, "etcd").bare
+    elif request.param == "redis":
+        yield "redis", kv_metadata(request, "redis").conn(db=2)
     else:
         port = free_port()
         p = spawn([tool("mooncake_http_metadata_server"), f"--port={port}", "--host=127.0.0.1"],
@@ -624,6 +632,43 @@ def test_unknown_peer(meta, env):
     local.close()
 
 
+@pytest.mark.parametrize("meta", ["http", "etcd", "redis"], indirect=True)
+def test_metadata_keys_as_upstream(meta, request, env):
+    """Each backend stores upstream's keys and JSON (§6.2): rpc_meta and the segment
+    descriptor under mooncake/, read here straight from the server; the engine removes
+    both when it is destroyed."""
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+    mode, conn = meta
+    if mode == "http":
+        def read(key):
+            try:
+                with urllib.request.urlopen(f"{conn}?key={urllib.parse.quote(key)}",
+                                            timeout=5) as r:
+                    return r.read()
+            except urllib.error.HTTPError as e:
+                assert e.code == 404
+                return None
+    elif mode == "etcd":
+        read = request.getfixturevalue("etcd_server").get
+    else:
+        server = request.getfixturevalue("redis_metadata_server")
+        read = lambda key: server.get(key, db=2)  # noqa: E731
+    local = Local(conn, host_for(mode), size=1 * MiB)
+    name = local.te.segment_name
+    rpc = json.loads(read(f"mooncake/rpc_meta/{name}"))
+    assert rpc == {"ip_or_host_name": rpc["ip_or_host_name"], "rpc_port": local.te.get_rpc_port()}
+    desc = json.loads(read(f"mooncake/ram/{name}"))
+    assert desc["name"] == name and desc["protocol"] == "tcp"
+    assert any(b["addr"] == local.user and b["length"] == 1 * MiB for b in desc["buffers"])
+    local.close()
+    import gc
+    gc.collect()
+    assert read(f"mooncake/rpc_meta/{name}") is None
+    assert read(f"mooncake/ram/{name}") is None
+
+
 def test_initialize_errors(spawn, env):
     te = TransferEngine()
     # metadata server down: a negative code, and nothing left half-started
@@ -651,6 +696,25 @@ def test_initialize_errors(spawn, env):
     env.setenv("MC_FORCE_TCP", "1")
     te3 = TransferEngine()
     assert te3.initialize("127.0.0.1", "P2PHANDSHAKE", "rdma", "") == 0
+
+
+def test_initialize_on_etcd_and_redis_errors_and_failover(request, env):
+    """A metadata server that is down or refuses the password fails initialize with a
+    negative code (no half-started engine); an etcd list whose first endpoints are down
+    fails over to the live one."""
+    etcd = kv_metadata(request, "etcd")
+    redis = kv_metadata(request, "redis")
+    dead = free_port()
+    for conn in (f"127.0.0.1:{dead}", f"etcd://127.0.0.1:{dead}", f"redis://127.0.0.1:{dead}",
+                 f"redis://:wrong@127.0.0.1:{redis.port}", f"redis://127.0.0.1:{redis.port}"):
+        te = TransferEngine()
+        assert te.initialize(f"127.0.0.1:{free_port()}", conn, "tcp", "") < 0, conn
+        assert te.get_rpc_port() == -1
+    te = TransferEngine()
+    conn = f"etcd://127.0.0.1:{dead},127.0.0.1:{free_port()};{etcd.bare}"
+    name = f"127.0.0.1:{free_port()}"
+    assert te.initialize(name, conn, "tcp", "") == 0
+    assert json.loads(etcd.get(f"mooncake/rpc_meta/{name}"))["rpc_port"] == te.get_rpc_port()
 
 
 # ---- failures of the peer ---------------------------------------------------------------

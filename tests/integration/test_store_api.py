@@ -1,5 +1,7 @@
-"""mooncake.store.MooncakeDistributedStore against a real mooncake_master (with its HTTP
-metadata server) and a second client in its own process, all on 127.0.0.1.
+"""mooncake.store.MooncakeDistributedStore against a real mooncake_master and a second
+client in its own process, all on 127.0.0.1. The module runs once per metadata backend
+(the `cluster` fixture): the master's embedded HTTP metadata server, a real etcd (an
+endpoint list that fails over), a real Redis (password, db), and P2PHANDSHAKE.
 
 Contract: shared/API.md §1, §2, §5 and upstream-mooncake.md §1 (return conventions
 are tested literally: 0 / negative codes, byte counts, 1/0 existence, b"" / None on a
@@ -18,7 +20,7 @@ import numpy as np
 import pytest
 
 import mooncake.store as ms
-from conftest import _Spawner, free_port
+from conftest import METADATA_BACKENDS, _Spawner, free_port, store_metadata
 from mooncake.store import MooncakeDistributedStore, ReplicateConfig
 from store_proc import StoreCluster, StoreProc, value_for
 
@@ -44,11 +46,11 @@ def buf(data_or_size):
     return b, ctypes.addressof(b)
 
 
-@pytest.fixture(scope="module")
-def cluster():
+@pytest.fixture(scope="module", params=METADATA_BACKENDS)
+def cluster(request):
     sp = _Spawner()
     try:
-        yield StoreCluster(sp)
+        yield StoreCluster(sp, metadata=store_metadata(request, request.param))
     finally:
         sp.cleanup()
 

@@ -1,15 +1,22 @@
 """mooncake.store with several client processes around one real mooncake_master: replicas
 across segments, eviction under pressure, a killed client, a master restart. Each test
 has a master of its own (so its flags can be small: short TTLs, small segments) and is
-bounded in time by explicit deadlines."""
+bounded in time by explicit deadlines. Each runs on every metadata backend (`md`: the
+master's HTTP metadata server, etcd, Redis, P2PHANDSHAKE)."""
 import time
 import uuid
 
 import pytest
 
-from conftest import _Spawner, wait_until
+from conftest import METADATA_BACKENDS, _Spawner, store_metadata, wait_until
 from mooncake.store import MooncakeDistributedStore, ReplicateConfig
 from store_proc import StoreCluster, StoreProc, value_for
+
+
+@pytest.fixture(params=METADATA_BACKENDS)
+def md(request):
+    """The metadata string for StoreCluster (None: the master's HTTP metadata server)."""
+    return store_metadata(request, request.param)
 
 
 @pytest.fixture
@@ -28,8 +35,8 @@ def endpoints(store, key):
                   for r in store.get_replica_desc(key))
 
 
-def test_replication_across_segments(spawner):
-    c = StoreCluster(spawner)
+def test_replication_across_segments(spawner, md):
+    c = StoreCluster(spawner, metadata=md)
     s = MooncakeDistributedStore()
     assert s.setup(*c.setup_args(segment=0)) == 0                 # a pure client
     p1, p2, p3 = (StoreProc(c.setup_args(segment=8 << 20)) for _ in range(3))
@@ -62,10 +69,10 @@ def test_replication_across_segments(spawner):
         s.close()
 
 
-def test_eviction_under_pressure_never_returns_wrong_bytes(spawner):
+def test_eviction_under_pressure_never_returns_wrong_bytes(spawner, md):
     # 2 x 8 MiB of segments, 40 MiB written in 512 KiB objects; short leases so that
     # the reads in between do not pin everything
-    c = StoreCluster(spawner, "--default_kv_lease_ttl=200", "--eviction_ratio=0.1")
+    c = StoreCluster(spawner, "--default_kv_lease_ttl=200", "--eviction_ratio=0.1", metadata=md)
     s = MooncakeDistributedStore()
     assert s.setup(*c.setup_args(segment=0)) == 0
     p1, p2 = (StoreProc(c.setup_args(segment=8 << 20)) for _ in range(2))
@@ -97,8 +104,8 @@ def test_eviction_under_pressure_never_returns_wrong_bytes(spawner):
         s.close()
 
 
-def test_killed_client_objects_disappear_after_client_ttl(spawner):
-    c = StoreCluster(spawner, "--client_ttl=2")
+def test_killed_client_objects_disappear_after_client_ttl(spawner, md):
+    c = StoreCluster(spawner, "--client_ttl=2", metadata=md)
     s = MooncakeDistributedStore()
     assert s.setup(*c.setup_args(segment=0)) == 0
     a = StoreProc(c.setup_args(segment=8 << 20))
@@ -127,8 +134,8 @@ def test_killed_client_objects_disappear_after_client_ttl(spawner):
         s.close()
 
 
-def test_master_restart_clients_remount_and_keep_working(spawner):
-    c = StoreCluster(spawner)
+def test_master_restart_clients_remount_and_keep_working(spawner, md):
+    c = StoreCluster(spawner, metadata=md)
     env = {"MC_STORE_HEARTBEAT_MS": "100"}
     a = StoreProc(c.setup_args(segment=8 << 20), env=env)
     b = StoreProc(c.setup_args(segment=8 << 20), env=env)

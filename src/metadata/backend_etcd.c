@@ -1,0 +1,457 @@
+/* backend_etcd.c: the etcd v3 metadata backend, over etcd's HTTP/JSON gateway (served
+ * by every etcd >= 3.4 on its client port) with libcurl. Upstream's EtcdStoragePlugin
+ * (transfer_metadata_plugin.cpp, USE_ETCD builds) stores the same keys as plain etcd
+ * keys with the JSON as the value; so do we, so upstream engines and ours read each
+ * other's entries.
+ *
+ * Each call is one POST of JSON to <endpoint>/v3/kv/{range,put,deleterange,txn}, keys
+ * and values base64-encoded (the gateway's encoding of protobuf bytes). One curl easy
+ * handle per call (no shared handle, no lock), as backend_http.c. Failover: a call
+ * starts at the endpoint that answered last (impl->cur) and moves on to the next on a
+ * connection error, a timeout, or a status that another member may not give (404, 408,
+ * 5xx). Codes and the write-once rule: include/mooncake/metadata.h after
+ * mc_metadata_delete. */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
+
+#include "backend.h"
+#include "common/xalloc.h"
+#include "mooncake/log.h"
+#include "mooncake/status.h"
+
+#define TAG "metadata"
+#define BASE_MAX (MC_METADATA_MAX_HOST + 32)
+#define ERRS_MAX 1024 /* bytes of the per-endpoint error list in a failure message */
+
+typedef struct etcd_impl {
+    size_t n;                                    /* endpoints; immutable */
+    char base[MC_METADATA_MAX_ENDPOINTS][BASE_MAX]; /* "http://h:p"; immutable */
+    char where[MC_METADATA_MAX_ENDPOINTS][BASE_MAX]; /* "h:p" for messages; immutable */
+    uint64_t max_resp;                           /* bytes of one answer; immutable */
+    atomic_uint cur;                             /* endpoint that answered last */
+} etcd_impl;
+
+/* curl_global_init is thread-safe from libcurl 7.84 on (Debian 12: 7.88); the once
+ * keeps us from depending on that for our own first call. */
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc;
+
+static void curl_init_once(void)
+{
+    curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+/* ---- base64 (RFC 4648, with padding: what the gateway reads and writes) ---------------- */
+
+static const char b64_alphabet[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static char *b64_encode(const void *data, size_t len)
+{
+    const unsigned char *in = data;
+    char *out = mc_xmalloc((len + 2) / 3 * 4 + 1);
+    size_t o = 0, i = 0;
+    for (; i + 2 < len; i += 3) {
+        uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
+        out[o++] = b64_alphabet[v >> 18];
+        out[o++] = b64_alphabet[(v >> 12) & 63];
+        out[o++] = b64_alphabet[(v >> 6) & 63];
+        out[o++] = b64_alphabet[v & 63];
+    }
+    if (i < len) {
+        uint32_t v = (uint32_t)in[i] << 16 | (i + 1 < len ? (uint32_t)in[i + 1] << 8 : 0);
+        out[o++] = b64_alphabet[v >> 18];
+        out[o++] = b64_alphabet[(v >> 12) & 63];
+        out[o++] = i + 1 < len ? b64_alphabet[(v >> 6) & 63] : '=';
+        out[o++] = '=';
+    }
+    out[o] = '\0';
+    return out;
+}
+
+static int b64_value(char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    if (c == '+' || c == '-')
+        return 62;
+    if (c == '/' || c == '_')
+        return 63;
+    return -1;
+}
+
+/* Decodes s[0..len) into a new NUL-terminated buffer. -1 when s is not base64. */
+static int b64_decode(const char *s, size_t len, char **out, size_t *outlen)
+{
+    while (len && s[len - 1] == '=')
+        len--;
+    if (len % 4 == 1)
+        return -1;
+    char *o = mc_xmalloc(len / 4 * 3 + 3);
+    size_t n = 0;
+    uint32_t acc = 0;
+    int bits = 0;
+    for (size_t i = 0; i < len; i++) {
+        int v = b64_value(s[i]);
+        if (v < 0) {
+            free(o);
+            return -1;
+        }
+        acc = acc << 6 | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            o[n++] = (char)((acc >> bits) & 0xff);
+        }
+    }
+    o[n] = '\0';
+    *out = o;
+    *outlen = n;
+    return 0;
+}
+
+/* ---- one request ----------------------------------------------------------------------- */
+
+typedef struct body {
+    char *data;
+    size_t len, cap;
+    uint64_t max;
+    bool overflow;
+} body;
+
+static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud)
+{
+    body *b = ud;
+    size_t n = size * nmemb;
+    if ((uint64_t)b->len + n > b->max) {
+        b->overflow = true;
+        return 0; /* aborts the transfer: CURLE_WRITE_ERROR */
+    }
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        b->data = mc_xrealloc(b->data, cap);
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, ptr, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+    return n;
+}
+
+/* POSTs payload to base + path. *status: the HTTP status (0 when none came back). */
+static CURLcode post(mc_metadata *md, const char *base, const char *path, const char *payload,
+                     size_t plen, body *resp, long *status)
+{
+    *status = 0;
+    CURL *h = curl_easy_init();
+    if (!h)
+        return CURLE_OUT_OF_MEMORY;
+    char url[BASE_MAX + 32];
+    snprintf(url, sizeof url, "%s%s", base, path);
+    struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
+    hdrs = curl_slist_append(hdrs, "Expect:"); /* no 100-continue wait on large values */
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)md->opts.timeout_ms);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)md->opts.connect_timeout_ms);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, resp);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+#if LIBCURL_VERSION_NUM >= 0x075500
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http");
+#else
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS, (long)CURLPROTO_HTTP);
+#endif
+    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)plen);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, payload);
+    CURLcode rc = curl_easy_perform(h);
+    if (rc == CURLE_OK)
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
+    curl_slist_free_all(hdrs);
+    curl_easy_cleanup(h);
+    return rc;
+}
+
+/* The gateway's error text: {"error": "...", "message": "...", "code": N}. Borrowed
+ * from j (or a static ""). */
+static const char *gw_error(json_t *j)
+{
+    const char *m = json_string_value(json_object_get(j, "message"));
+    if (!m || !*m)
+        m = json_string_value(json_object_get(j, "error"));
+    return m ? m : "";
+}
+
+static void errs_add(char *errs, const char *where, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void errs_add(char *errs, const char *where, const char *fmt, ...)
+{
+    size_t used = strlen(errs);
+    if (used + 8 >= ERRS_MAX)
+        return;
+    used += (size_t)snprintf(errs + used, ERRS_MAX - used, "%s%s: ", used ? "; " : "", where);
+    if (used >= ERRS_MAX)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(errs + used, ERRS_MAX - used, fmt, ap);
+    va_end(ap);
+}
+
+/* One call: POST req to path on the endpoints in turn (see the file comment).
+ *   op/key: for messages. On MC_OK *out is the answer's JSON object (caller decrefs).
+ * Returns MC_OK, MC_BUFFER_OVERFLOW (answer larger than allowed, or etcd's "too large"),
+ * MC_INVALID_PARAMS (another 4xx: the request would fail on every member),
+ * MC_RPC_TIMEOUT / MC_RPC_FAIL (no endpoint answered; logged with each one's error). */
+static int etcd_call(mc_metadata *md, const char *path, json_t *req, const char *op,
+                     const char *key, json_t **out)
+{
+    etcd_impl *e = md->impl;
+    char *payload = json_dumps(req, JSON_COMPACT);
+    if (!payload)
+        mc_oom(0);
+    size_t plen = strlen(payload);
+    char errs[ERRS_MAX] = "";
+    int last = MC_RPC_FAIL;
+    unsigned start = atomic_load(&e->cur);
+    for (size_t i = 0; i < e->n; i++) {
+        unsigned ep = (unsigned)((start + i) % e->n);
+        const char *where = e->where[ep];
+        body resp = {.max = e->max_resp};
+        long st;
+        CURLcode cc = post(md, e->base[ep], path, payload, plen, &resp, &st);
+        json_t *j = NULL;
+        if (cc == CURLE_OK && resp.len)
+            j = json_loadb(resp.data, resp.len, 0, NULL);
+        if (cc == CURLE_OK && st == 200 && json_is_object(j)) {
+            free(resp.data);
+            free(payload);
+            if (ep != start)
+                atomic_store(&e->cur, ep);
+            *out = j;
+            return MC_OK;
+        }
+        if (cc == CURLE_WRITE_ERROR && resp.overflow) {
+            mc_log(MC_LOG_WARN, TAG, "etcd %s %s on %s: answer larger than %llu bytes", op,
+                   key, where, (unsigned long long)e->max_resp);
+            free(resp.data);
+            free(payload);
+            return MC_BUFFER_OVERFLOW;
+        }
+        const char *msg = j ? gw_error(j) : "";
+        if (cc == CURLE_OK && st >= 400 && st < 500 && st != 404 && st != 408) {
+            /* the request itself is refused: every member would refuse it */
+            int rc = strstr(msg, "too large") || strstr(msg, "larger than max")
+                         ? MC_BUFFER_OVERFLOW
+                         : MC_INVALID_PARAMS;
+            mc_log(MC_LOG_WARN, TAG, "etcd %s %s on %s: HTTP %ld: %s", op, key, where, st,
+                   *msg ? msg : (resp.data ? resp.data : ""));
+            json_decref(j);
+            free(resp.data);
+            free(payload);
+            return rc;
+        }
+        if (cc == CURLE_OPERATION_TIMEDOUT) {
+            errs_add(errs, where, "timed out after %u ms", md->opts.timeout_ms);
+            last = MC_RPC_TIMEOUT;
+        } else if (cc != CURLE_OK) {
+            errs_add(errs, where, "%s", curl_easy_strerror(cc));
+            last = MC_RPC_FAIL;
+        } else if (st == 404) {
+            errs_add(errs, where, "HTTP 404 on %s: not an etcd v3 gateway (etcd >= 3.4)",
+                     path);
+            last = MC_RPC_FAIL;
+        } else if (st == 200) {
+            errs_add(errs, where, "the answer is not a JSON object");
+            last = MC_RPC_FAIL;
+        } else {
+            errs_add(errs, where, "HTTP %ld%s%s", st, *msg ? ": " : "", msg);
+            last = st == 408 || st == 504 ? MC_RPC_TIMEOUT : MC_RPC_FAIL;
+        }
+        json_decref(j);
+        free(resp.data);
+    }
+    free(payload);
+    mc_log(MC_LOG_WARN, TAG, "etcd %s %s: no endpoint of %s answered: %s", op, key,
+           md->conn.url, errs);
+    return last;
+}
+
+/* An int64 field, which the gateway writes as a string ("1") and may read as either. */
+static long long json_i64(json_t *v)
+{
+    if (json_is_integer(v))
+        return (long long)json_integer_value(v);
+    const char *s = json_string_value(v);
+    return s ? strtoll(s, NULL, 10) : 0;
+}
+
+/* A field under its proto name or its JSON (camelCase) name. */
+static json_t *field(json_t *o, const char *proto_name, const char *json_name)
+{
+    json_t *v = json_object_get(o, proto_name);
+    return v ? v : json_object_get(o, json_name);
+}
+
+/* The value of the first kv of a range answer (r: the range response object).
+ * Returns MC_OK with *value and *len (new buffer), MC_OBJECT_NOT_FOUND (no kvs),
+ * MC_BUFFER_OVERFLOW (larger than max_value_bytes), MC_RPC_FAIL (not base64). */
+static int first_value(mc_metadata *md, json_t *r, const char *key, char **value, size_t *len)
+{
+    json_t *kv = json_array_get(json_object_get(r, "kvs"), 0);
+    if (!json_is_object(kv))
+        return MC_OBJECT_NOT_FOUND;
+    json_t *v = json_object_get(kv, "value"); /* absent: an empty value */
+    const char *s = v ? json_string_value(v) : "";
+    if (!s || b64_decode(s, strlen(s), value, len) != 0) {
+        mc_log(MC_LOG_WARN, TAG, "etcd get %s on %s: the value is not base64", key,
+               md->conn.url);
+        return MC_RPC_FAIL;
+    }
+    if (*len > md->opts.max_value_bytes) {
+        mc_log(MC_LOG_WARN, TAG, "etcd get %s: value larger than %llu bytes", key,
+               (unsigned long long)md->opts.max_value_bytes);
+        free(*value);
+        *value = NULL;
+        return MC_BUFFER_OVERFLOW;
+    }
+    return MC_OK;
+}
+
+static json_t *key_req(const char *key)
+{
+    char *k = b64_encode(key, strlen(key));
+    json_t *req = json_pack("{s:s}", "key", k);
+    free(k);
+    if (!req)
+        mc_oom(0);
+    return req;
+}
+
+static int etcd_get(mc_metadata *md, const char *key, char **value, size_t *len)
+{
+    json_t *req = key_req(key), *r = NULL;
+    int rc = etcd_call(md, "/v3/kv/range", req, "get", key, &r);
+    json_decref(req);
+    if (rc == MC_OK)
+        rc = first_value(md, r, key, value, len);
+    json_decref(r);
+    return rc;
+}
+
+/* Write-once put (mc__metadata_write_once keys): a txn that puts when the key's version
+ * is 0 (absent) and otherwise reads it, so "absent" and "the same bytes" both succeed
+ * in one round trip, atomically. */
+static int put_once(mc_metadata *md, const char *key, const char *k64, const char *v64,
+                    const void *value, size_t len)
+{
+    json_t *req = json_pack("{s:[{s:s, s:s, s:s, s:s}], s:[{s:{s:s, s:s}}], s:[{s:{s:s}}]}",
+                            "compare", "key", k64, "target", "VERSION", "result", "EQUAL",
+                            "version", "0", "success", "request_put", "key", k64, "value",
+                            v64, "failure", "request_range", "key", k64);
+    if (!req)
+        mc_oom(0);
+    json_t *r = NULL;
+    int rc = etcd_call(md, "/v3/kv/txn", req, "put", key, &r);
+    json_decref(req);
+    if (rc != MC_OK)
+        return rc;
+    if (json_is_true(json_object_get(r, "succeeded"))) {
+        json_decref(r);
+        return MC_OK;
+    }
+    json_t *resp0 = json_array_get(json_object_get(r, "responses"), 0);
+    json_t *range = field(resp0, "response_range", "responseRange");
+    char *old = NULL;
+    size_t olen = 0;
+    rc = first_value(md, range, key, &old, &olen);
+    if (rc == MC_OK)
+        rc = olen == len && memcmp(old, value, len) == 0 ? MC_OK : MC_OBJECT_ALREADY_EXISTS;
+    else if (rc == MC_OBJECT_NOT_FOUND || rc == MC_BUFFER_OVERFLOW)
+        rc = MC_OBJECT_ALREADY_EXISTS; /* it existed at the txn's revision */
+    free(old);
+    json_decref(r);
+    return rc;
+}
+
+static int etcd_put(mc_metadata *md, const char *key, const void *value, size_t len)
+{
+    char *k64 = b64_encode(key, strlen(key));
+    char *v64 = b64_encode(value ? value : "", len);
+    int rc;
+    if (mc__metadata_write_once(key)) {
+        rc = put_once(md, key, k64, v64, value ? value : "", len);
+    } else {
+        json_t *req = json_pack("{s:s, s:s}", "key", k64, "value", v64), *r = NULL;
+        if (!req)
+            mc_oom(len);
+        rc = etcd_call(md, "/v3/kv/put", req, "put", key, &r);
+        json_decref(req);
+        json_decref(r);
+    }
+    free(k64);
+    free(v64);
+    return rc;
+}
+
+static int etcd_del(mc_metadata *md, const char *key)
+{
+    json_t *req = key_req(key), *r = NULL;
+    int rc = etcd_call(md, "/v3/kv/deleterange", req, "delete", key, &r);
+    json_decref(req);
+    if (rc == MC_OK && json_i64(json_object_get(r, "deleted")) < 1)
+        rc = MC_OBJECT_NOT_FOUND;
+    json_decref(r);
+    return rc;
+}
+
+static void etcd_destroy(mc_metadata *md)
+{
+    free(md->impl);
+    md->impl = NULL;
+}
+
+static const mc_metadata_ops etcd_ops = {
+    .name = "etcd", .get = etcd_get, .put = etcd_put, .del = etcd_del, .destroy = etcd_destroy,
+};
+
+int mc__metadata_etcd_open(mc_metadata *md)
+{
+    pthread_once(&curl_once, curl_init_once);
+    if (curl_init_rc != CURLE_OK) {
+        mc_log(MC_LOG_ERROR, TAG, "curl_global_init failed: %s", curl_easy_strerror(curl_init_rc));
+        return MC_INTERNAL_ERROR;
+    }
+    etcd_impl *e = mc_xcalloc(1, sizeof *e);
+    e->n = md->conn.n_endpoints;
+    for (size_t i = 0; i < e->n; i++) {
+        const mc_metadata_endpoint *ep = &md->conn.endpoints[i];
+        bool v6 = strchr(ep->host, ':') != NULL;
+        snprintf(e->where[i], BASE_MAX, "%s%s%s:%u", v6 ? "[" : "", ep->host, v6 ? "]" : "",
+                 (unsigned)ep->port);
+        snprintf(e->base[i], BASE_MAX, "http://%s", e->where[i]);
+    }
+    /* base64 grows values by 4/3; the rest of an answer (header, key) stays far below
+     * 64 KiB with keys of at most MC_METADATA_MAX_KEY bytes */
+    e->max_resp = md->opts.max_value_bytes / 3 * 4 + 4 + (64u << 10);
+    atomic_init(&e->cur, 0);
+    md->ops = &etcd_ops;
+    md->impl = e;
+    return MC_OK;
+}
