@@ -10,7 +10,6 @@ import pytest
 from faults import harness
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: 1-3 wrong bytes and stalls under faults")
 def test_nemesis_no_wrong_bytes_only_allowed_losses_no_stalls(capsys):
     rep = harness.run_nemesis(seed=1, log=lambda m: None)
     with capsys.disabled():
