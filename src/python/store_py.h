@@ -16,6 +16,8 @@
  *   store_tensor.c     tensor core: codec access, TP keys, the tensor write batch
  *   store_tensor_put.c tensor writers;  store_tensor_get.c tensor readers
  *   store_ranges.c     get_into_ranges, *_multi_buffer_ranges, put/get sessions
+ *   store_pyext.c      methods written in Python (mooncake/_store_extras.py: parallel
+ *                      tensor IO, safetensors, CUDA-only readers), allocator hooks
  *
  * Module state (PEP 489): every type is a heap type made with PyType_FromModuleAndSpec;
  * code reaches the state through the object's type (mcpy_state_of, PyType_GetModuleByDef)
@@ -87,6 +89,7 @@ extern PyMethodDef mcpy_write_methods[];      /* store_write.c */
 extern PyMethodDef mcpy_read_methods[];       /* store_read.c */
 extern PyMethodDef mcpy_query_methods[];      /* store_query.c */
 extern PyMethodDef mcpy_range_methods[];      /* store_ranges.c */
+extern PyMethodDef mcpy_pyext_methods[];      /* store_pyext.c (Python-written methods) */
 extern PyMethodDef mcpy_tensor_put_methods[]; /* store_tensor_put.c, then ... */
 extern PyMethodDef mcpy_tensor_get_methods[]; /* ... store_tensor_get.c */
 extern PyMethodDef mcpy_tensor_module_funcs[]; /* module-level _serialize_tensor, ... */
@@ -94,6 +97,10 @@ extern PyMethodDef mcpy_tensor_module_funcs[]; /* module-level _serialize_tensor
 /* Every method table entry takes (self, args, kwargs). */
 #define MCPY_KW (METH_VARARGS | METH_KEYWORDS)
 #define MCPY_M(name, fn, doc) {name, (PyCFunction)(void (*)(void))fn, MCPY_KW, doc}
+
+/* Adds store_pyext.c's module functions and mooncake._store_extras' classes to the
+ * module. 0 or -1. */
+int mcpy_pyext_init(PyObject *module);
 
 /* Revokes every put session still open and drops the get sessions of self (close and
  * dealloc; store_ranges.c). GIL held; releases it for the revoke RPC. */
