@@ -287,8 +287,12 @@ def render(modname):
             lines += _method_lines(namer, n, "__init__", v.__doc__, "    ")
         elif "%s.__init__" % n in OVERRIDES:
             lines += _method_lines(namer, n, "__init__", None, "    ")
+        # Python classes re-exported by the module (mooncake/_store_extras.py): their
+        # annotated attributes (string annotations: `from __future__ import annotations`)
+        for m, t in vars(v).get("__annotations__", {}).items():
+            lines.append("    %s: %s" % (m, namer.ann(str(t), "%s.%s" % (n, m))))
         for m, a in vars(v).items():
-            if m.startswith("__"):
+            if m.startswith("__") or (m.startswith("_") and inspect.isfunction(a)):
                 continue
             if isinstance(a, type) and m in classes:  # TransferEngine.TransferOpcode
                 lines.append("    %s: ClassVar[type[_%s]]" % (m, m))

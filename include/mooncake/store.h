@@ -559,4 +559,111 @@ MC_API int mc_store_register_buffer(mc_store *s, void *addr, size_t len);
  * MC_INVALID_PARAMS (not registered, not set up). */
 MC_API int mc_store_unregister_buffer(mc_store *s, void *addr);
 
+/* ---------------------------------------------------------------------------------- */
+/* Ranged I/O and sessions (ranges.c)                                                  */
+/* ---------------------------------------------------------------------------------- */
+/* Upstream: store_py.cpp / real_client.cpp get_into_ranges, batch_get_session_start /
+ * batch_get_into_multi_buffer_ranges / batch_get_session_end, batch_put_session_start /
+ * batch_put_from_multi_buffer_ranges / batch_put_session_end / _revoke (HEAD; the Python
+ * layer holds the sessions, see docs/sessions.md). The C side is stateless: a lease or a
+ * reservation is a plain value the caller keeps and passes back.
+ * Transfers: one engine batch per replica round for all items of a call (own segment:
+ * memcpy; same host: the engine's shared memory; else TCP). A failed replica of a read
+ * is followed by the next one (best first: own, same host, elsewhere); no hedging and no
+ * per-attempt deadline (the engine's transfer timeout ends an attempt), unlike read.c. */
+
+/* One fragment: len bytes between caller memory buf and the object's bytes
+ * [offset, offset+len). result is written by the call: len on success, else a negative
+ * code for this fragment (MC_INVALID_PARAMS: len 0 is fine and moves nothing; NULL buf
+ * with len > 0, offset+len past the object, or a buffer range that runs past the end of
+ * a registered buffer it starts in; the item's code when the item failed as a whole). */
+typedef struct mc_store_range {
+    void *buf;
+    uint64_t offset; /* bytes from the object's start */
+    uint64_t len;    /* bytes */
+    int64_t result;  /* out */
+} mc_store_range;
+
+/* A read lease on one object: its complete replicas as the lookup returned them, its
+ * size, and when the lease ends. Plain value (copy it freely); the addresses in it are
+ * only trusted by these calls, which check them against the lease's own replicas. */
+typedef struct mc_store_lease {
+    mc_store_replica_list replicas; /* COMPLETE replicas; replicas.lease_ttl_ms granted */
+    uint64_t size;                  /* bytes */
+    uint64_t deadline_ms;           /* end of the lease on the mc_now_ms() clock, measured
+                                       from just before the lookup was sent */
+} mc_store_lease;
+
+/* mc_store_batch_get_lease: one batch_get_replica_list for keys[0..n): outs[i] the lease
+ * of key i when results[i] == MC_OK, else results[i] as mc_store_get_size (OBJECT_NOT_FOUND,
+ * REPLICA_IS_NOT_READY, ...). No bytes move. Returns MC_OK or a whole-call code. */
+MC_API int mc_store_batch_get_lease(mc_store *s, const mc_store_key *keys, size_t n,
+                                    mc_store_lease *outs, int *results);
+
+/* mc_store_batch_read_ranges: item i reads ranges[i][0..nranges[i]) of the object leased
+ * in *leases[i] (no master RPC). results[i] = the sum of the fragments' lengths when every
+ * fragment was read, else the first failing fragment's code (fragments read before it keep
+ * their bytes and result). MC_LEASE_EXPIRED for every fragment of an item whose lease had
+ * ended before the read started or ended before the read finished (the bytes may have been
+ * overwritten); MC_INVALID_PARAMS for a NULL lease or nranges[i] > MC_STORE_MAX_PARTS;
+ * MC_TRANSFER_FAIL / MC_RPC_TIMEOUT when every replica failed. Returns MC_OK or a
+ * whole-call code (not set up, NULL arrays, n > MC_STORE_MAX_BATCH). */
+MC_API int mc_store_batch_read_ranges(mc_store *s, const mc_store_lease *const *leases, size_t n,
+                                      mc_store_range *const *ranges, const size_t *nranges,
+                                      int64_t *results);
+
+/* mc_store_batch_get_ranges: lease (one RPC) then read, as the two calls above; results[i]
+ * as mc_store_batch_read_ranges, or the lookup's code for every fragment of a key that
+ * could not be leased. Returns MC_OK or a whole-call code. */
+MC_API int mc_store_batch_get_ranges(mc_store *s, const mc_store_key *keys, size_t n,
+                                     mc_store_range *const *ranges, const size_t *nranges,
+                                     int64_t *results);
+
+/* mc_store_buffer_holds: true when one buffer registered with mc_store_register_buffer
+ * holds all of [addr, addr+len) (len >= 1); false otherwise or when not set up. For the
+ * ranged gather (Python get_into_ranges), whose destination check is against the
+ * registered size of the destination buffer, as upstream's. */
+MC_API bool mc_store_buffer_holds(mc_store *s, const void *addr, uint64_t len);
+
+/* Space reserved for an object that is written range by range: the PROCESSING replicas
+ * put_start returned and the object's size. Plain value. */
+typedef struct mc_store_reservation {
+    mc_store_replica_list replicas;
+    uint64_t size; /* bytes */
+} mc_store_reservation;
+
+/* mc_store_batch_put_reserve: one batch_put_start for keys[i] of sizes[i] bytes (cfg as
+ * mc_store_batch_put_from, prefer_alloc_in_same_node accepted): outs[i] on results[i] ==
+ * MC_OK. Nothing is written and the object is not readable until
+ * mc_store_batch_put_commit; a reservation never committed nor aborted is released by the
+ * master after --put_start_discard_timeout_sec. results[i]: MC_OK,
+ * MC_OBJECT_ALREADY_EXISTS (the key exists or another write of it is in flight: nothing
+ * reserved), MC_NO_AVAILABLE_HANDLE, MC_INVALID_PARAMS (bad key or config), transport
+ * codes. Returns MC_OK or a whole-call code. */
+MC_API int mc_store_batch_put_reserve(mc_store *s, const mc_store_key *keys,
+                                      const uint64_t *sizes, size_t n,
+                                      const mc_store_replicate_config *cfg,
+                                      mc_store_reservation *outs, int *results);
+
+/* mc_store_batch_write_ranges: item i writes ranges[i][0..nranges[i]) (buf -> object
+ * bytes [offset, offset+len)) into every replica of *res[i]. results[i] = the sum of the
+ * fragments' lengths, or the first failing fragment's code (MC_INVALID_PARAMS as
+ * mc_store_range; MC_TRANSFER_FAIL / MC_RPC_TIMEOUT when a replica could not be written:
+ * the object then holds undefined bytes there, and the caller should abort it). A failed
+ * write is not revoked here: the session owner decides. Returns MC_OK or a whole-call
+ * code. */
+MC_API int mc_store_batch_write_ranges(mc_store *s, const mc_store_reservation *const *res,
+                                       size_t n, mc_store_range *const *ranges,
+                                       const size_t *nranges, int64_t *results);
+
+/* mc_store_batch_put_commit / _abort: put_end (the object becomes readable) / put_revoke
+ * (its space is freed) of reserved keys. results[i]: MC_OK; MC_OBJECT_NOT_FOUND (nothing
+ * reserved, or the reservation was discarded after the master's timeout);
+ * MC_ILLEGAL_CLIENT (reserved by another client); transport codes. Returns MC_OK or a
+ * whole-call code. */
+MC_API int mc_store_batch_put_commit(mc_store *s, const mc_store_key *keys, size_t n,
+                                     int *results);
+MC_API int mc_store_batch_put_abort(mc_store *s, const mc_store_key *keys, size_t n,
+                                    int *results);
+
 #endif

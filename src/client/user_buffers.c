@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "client/internal.h"
+#include "client/ranges_internal.h"
 #include "common/xalloc.h"
 #include "mooncake/log.h"
 #include "mooncake/status.h"
@@ -286,4 +287,18 @@ int mc_store_unregister_buffer(mc_store *s, void *addr)
     rc = ubuf_remove(s, (uint64_t)(uintptr_t)addr);
     mc__store_leave(s);
     return rc;
+}
+
+/* Whether one registration holds all of [addr, addr+len) (len >= 1): the ranged reads'
+ * destination check (ranges.c; declared in client/ranges_internal.h). Takes ubuf_lock
+ * shared; the caller holds life shared. */
+bool mc__ubuf_holds(mc_store *s, const void *addr, uint64_t len)
+{
+    uint64_t a = (uint64_t)(uintptr_t)addr;
+    if (!s || len == 0 || len > UINT64_MAX - a)
+        return false;
+    pthread_rwlock_rdlock(&s->ubuf_lock);
+    bool ok = s->ubuf_root && tr_stab(s->ubuf_root, a, a + len) != NULL;
+    pthread_rwlock_unlock(&s->ubuf_lock);
+    return ok;
 }

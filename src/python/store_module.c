@@ -67,6 +67,7 @@ static void store_dealloc(PyObject *o)
     PyTypeObject *tp = Py_TYPE(o);
     if (self->weakreflist)
         PyObject_ClearWeakRefs(o);
+    mcpy_sessions_drop(self); /* a dropped put session is revoked */
     mc_store *s = self->store;
     self->store = NULL;
     if (s) {
@@ -89,7 +90,8 @@ static PyMethodDef *all_store_methods(void)
         return all;
     PyMethodDef *const families[] = {mcpy_setup_methods,      mcpy_write_methods,
                                      mcpy_read_methods,       mcpy_query_methods,
-                                     mcpy_tensor_put_methods, mcpy_tensor_get_methods};
+                                     mcpy_range_methods,      mcpy_tensor_put_methods,
+                                     mcpy_tensor_get_methods, mcpy_pyext_methods};
     size_t n = 0;
     for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
         for (PyMethodDef *m = families[f]; m->ml_name; m++)
@@ -256,7 +258,7 @@ static int store_exec(PyObject *m)
     st->store_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &store_spec, NULL);
     if (!st->store_type || PyModule_AddType(m, st->store_type) < 0)
         return -1;
-    if (PyModule_AddFunctions(m, mcpy_tensor_module_funcs) < 0)
+    if (PyModule_AddFunctions(m, mcpy_tensor_module_funcs) < 0 || mcpy_pyext_init(m) < 0)
         return -1;
     return 0;
 }

@@ -15,6 +15,9 @@
  *   store_types.c      enums, BufferHandle, replica descriptors, MooncakeHostMemAllocator
  *   store_tensor.c     tensor core: codec access, TP keys, the tensor write batch
  *   store_tensor_put.c tensor writers;  store_tensor_get.c tensor readers
+ *   store_ranges.c     get_into_ranges, *_multi_buffer_ranges, put/get sessions
+ *   store_pyext.c      methods written in Python (mooncake/_store_extras.py: parallel
+ *                      tensor IO, safetensors, CUDA-only readers), allocator hooks
  *
  * Module state (PEP 489): every type is a heap type made with PyType_FromModuleAndSpec;
  * code reaches the state through the object's type (mcpy_state_of, PyType_GetModuleByDef)
@@ -74,6 +77,8 @@ typedef struct {
     mc_store *store;       /* created with the object; destroyed in tp_dealloc          */
     PyObject *engine_keep; /* setup(engine=...): keeps that engine alive until close    */
     bool busy_setup;       /* a setup() is running (GIL released); guarded by the GIL   */
+    PyObject *get_sessions; /* dict key bytes -> lease bytes (store_ranges.c); GIL      */
+    PyObject *put_sessions; /* dict key bytes -> reservation bytes (store_ranges.c); GIL */
     PyObject *weakreflist;
 } mcpy_store;
 
@@ -83,6 +88,8 @@ extern PyMethodDef mcpy_setup_methods[];      /* store_setup.c */
 extern PyMethodDef mcpy_write_methods[];      /* store_write.c */
 extern PyMethodDef mcpy_read_methods[];       /* store_read.c */
 extern PyMethodDef mcpy_query_methods[];      /* store_query.c */
+extern PyMethodDef mcpy_range_methods[];      /* store_ranges.c */
+extern PyMethodDef mcpy_pyext_methods[];      /* store_pyext.c (Python-written methods) */
 extern PyMethodDef mcpy_tensor_put_methods[]; /* store_tensor_put.c, then ... */
 extern PyMethodDef mcpy_tensor_get_methods[]; /* ... store_tensor_get.c */
 extern PyMethodDef mcpy_tensor_module_funcs[]; /* module-level _serialize_tensor, ... */
@@ -90,6 +97,14 @@ extern PyMethodDef mcpy_tensor_module_funcs[]; /* module-level _serialize_tensor
 /* Every method table entry takes (self, args, kwargs). */
 #define MCPY_KW (METH_VARARGS | METH_KEYWORDS)
 #define MCPY_M(name, fn, doc) {name, (PyCFunction)(void (*)(void))fn, MCPY_KW, doc}
+
+/* Adds store_pyext.c's module functions and mooncake._store_extras' classes to the
+ * module. 0 or -1. */
+int mcpy_pyext_init(PyObject *module);
+
+/* Revokes every put session still open and drops the get sessions of self (close and
+ * dealloc; store_ranges.c). GIL held; releases it for the revoke RPC. */
+void mcpy_sessions_drop(mcpy_store *self);
 
 /* ---- converters (store_convert.c) ---- */
 

@@ -230,6 +230,7 @@ static PyObject *store_close(PyObject *o, PyObject *unused)
     (void)unused;
     mcpy_store *self = (mcpy_store *)o;
     int rc;
+    mcpy_sessions_drop(self); /* open put sessions are revoked, get sessions dropped */
     Py_BEGIN_ALLOW_THREADS
     rc = mc_store_close(self->store);
     Py_END_ALLOW_THREADS
