@@ -630,6 +630,10 @@ MC_API bool mc_store_buffer_holds(mc_store *s, const void *addr, uint64_t len);
 typedef struct mc_store_reservation {
     mc_store_replica_list replicas;
     uint64_t size; /* bytes */
+    /* the fence epoch of each replica (put_start's, docs/consistency.md): every write
+     * into replicas[j] carries fence_epochs[j], so a write of an aborted or discarded
+     * reservation that lands late is refused by the owner */
+    uint64_t fence_epochs[MC_STORE_MAX_REPLICAS];
 } mc_store_reservation;
 
 /* mc_store_batch_put_reserve: one batch_put_start for keys[i] of sizes[i] bytes (cfg as

@@ -492,6 +492,8 @@ int mc_store_batch_put_reserve(mc_store *s, const mc_store_key *keys, const uint
         }
         conv_list(&reps[k], &outs[i].replicas);
         outs[i].size = msz[k];
+        for (uint32_t j = 0; j < outs[i].replicas.n; j++)
+            outs[i].fence_epochs[j] = reps[k].replicas[j].fence_epoch;
     }
     mc__store_leave(s);
     free(mk);
@@ -528,10 +530,19 @@ static void write_own(void *arg)
             const mc_store_replica_desc *d = &rl->replicas[j];
             if (!mc__in_own_segment(c->s, d->transport_endpoint, d->buffer_address, d->size))
                 continue;
+            /* our own segment's fence, as write.c's write_own: a copy into space the
+             * master has given up must not run */
+            if (mc__own_fence_enter(c->s, w->res->fence_epochs[j]) != MC_OK) {
+                for (size_t k = 0; k < w->nr; k++)
+                    if (w->r[k].result == MC_OK)
+                        w->r[k].result = MC_TRANSFER_FAIL;
+                break;
+            }
             for (size_t k = 0; k < w->nr; k++)
                 if (w->r[k].result == MC_OK && w->r[k].len)
                     memcpy((char *)(uintptr_t)d->buffer_address + w->r[k].offset, w->r[k].buf,
                            (size_t)w->r[k].len);
+            mc__own_fence_leave(c->s);
         }
     }
 }
@@ -589,8 +600,8 @@ int mc_store_batch_write_ranges(mc_store *s, const mc_store_reservation *const *
             }
             for (size_t k = 0; k < w->nr; k++)
                 if (w->r[k].result == MC_OK)
-                    mc__xfer_add(&x, MC_TE_OP_WRITE, w->r[k].buf, h,
-                                 d->buffer_address + w->r[k].offset, w->r[k].len, i);
+                    mc__xfer_add_write(&x, w->r[k].buf, h, d->buffer_address + w->r[k].offset,
+                                       w->r[k].len, i, w->res->fence_epochs[j]);
         }
         w->active = errs[i] == 0;
     }
