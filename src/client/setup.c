@@ -232,7 +232,24 @@ typedef struct setup_args {
     int min_port, max_port, retries;
     uint32_t hb_ms;
     uint32_t rpc_timeout_ms; /* resolved: the config's, else MC_RPC_TIMEOUT_MS or default */
+    char md_shown[512];      /* metadata_server as messages show it: no password */
 } setup_args;
+
+/* metadata_server for log messages: a password in "scheme://user:password@host" is
+ * replaced by "***" (redis:// and etcd:// strings may carry one). */
+static void redact_conn(const char *in, char *out, size_t cap)
+{
+    const char *scheme = strstr(in, "://");
+    const char *at = scheme ? strchr(scheme + 3, '@') : NULL;
+    const char *slash = scheme ? strchr(scheme + 3, '/') : NULL;
+    if (!at || (slash && slash < at)) {
+        snprintf(out, cap, "%s", in);
+        return;
+    }
+    const char *colon = memchr(scheme + 3, ':', (size_t)(at - (scheme + 3)));
+    size_t keep = (size_t)((colon ? colon + 1 : scheme + 3) - in);
+    snprintf(out, cap, "%.*s***%s", (int)keep, in, at);
+}
 
 static int validate(const mc_store_config *c, setup_args *a)
 {
@@ -248,11 +265,12 @@ static int validate(const mc_store_config *c, setup_args *a)
             "\"etcd://host:port\" or \"redis://host:port\")");
     mc_metadata_conn *conn = mc_xmalloc(sizeof *conn); /* large; only kind is needed */
     char err[256] = "";
+    redact_conn(c->metadata_server, a->md_shown, sizeof a->md_shown);
     int rc = mc_metadata_parse_conn(c->metadata_server, conn, err, sizeof err);
     a->p2p = rc == MC_OK && conn->kind == MC_METADATA_P2P;
     free(conn);
     if (rc != MC_OK)
-        BAD("metadata_server '%s': %s", c->metadata_server, err);
+        BAD("metadata_server '%s': %s", a->md_shown, err);
     if (c->global_segment_size != 0 && (c->global_segment_size < MC_STORE_MIN_SEGMENT_SIZE ||
                                         c->global_segment_size > MC_STORE_MAX_SEGMENT_SIZE))
         BAD("global_segment_size %llu: must be 0 or %u..%llu bytes",
@@ -388,7 +406,7 @@ static int start_engine(mc_store *s, const mc_store_config *c, const setup_args 
                "and a --http_metadata_server_port that matches this URL (the master at "
                "master_server_addr %s %s); for a standalone one, that "
                "mooncake_http_metadata_server listens there",
-               c->metadata_server, mc_strerror(rc), a->port >= 0 ? c->local_hostname : a->host,
+               a->md_shown, mc_strerror(rc), a->port >= 0 ? c->local_hostname : a->host,
                a->master, master_answers(a->master) ? "accepts connections" :
                                                        "does not answer either");
     else if (rc == MC_OBJECT_ALREADY_EXISTS)
@@ -396,12 +414,12 @@ static int start_engine(mc_store *s, const mc_store_config *c, const setup_args 
                "setup: the segment name %s is registered in the metadata server %s by "
                "another engine that is alive or not provably dead (the reason is logged "
                "above): give another local_hostname port, or none to pick a free one",
-               c->local_hostname, c->metadata_server);
+               c->local_hostname, a->md_shown);
     else if (rc == MC_INVALID_PARAMS)
         mc_log(MC_LOG_ERROR, TAG,
                "setup: the transfer engine refused its configuration (local_hostname %s, "
                "metadata_server %s; the reason is logged above)",
-               c->local_hostname, c->metadata_server);
+               c->local_hostname, a->md_shown);
     else if (rc == MC_NOT_SUPPORTED && strcmp(proto, "tcp") != 0)
         mc_log(MC_LOG_ERROR, TAG,
                "setup: protocol \"%s\" is not available in this build or on this machine "

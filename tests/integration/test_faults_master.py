@@ -241,6 +241,17 @@ def test_setup_without_a_master_names_the_metadata_server_and_the_master():
     assert "free port of" not in err, err            # not the port range's fault
 
 
+def test_setup_messages_never_show_a_metadata_password():
+    # A Redis metadata server that is not there, with a password in the URL: the
+    # failure is reported, the password is not.
+    md = f"redis://:s3cret-pw@127.0.0.1:{free_port()}/1"
+    master = f"127.0.0.1:{free_port()}"
+    rc, err = run_setup(("127.0.0.1", md, 16 << 20, 16 << 20, "tcp", "", master))
+    assert rc != 0, err
+    assert "s3cret-pw" not in err, err
+    assert f"127.0.0.1" in err, err
+
+
 def test_metadata_url_without_the_metadata_path_is_named(spawner):
     c = StoreCluster(spawner)
     bare = c.metadata[:-len("/metadata")]
