@@ -3,7 +3,7 @@ kill -9s, SIGSTOPs and SIGCONTs nodes and writers, restarts the master and (wher
 machine allows network namespaces) cuts a node's links; a reader checks values during the
 run and a fresh client reads every acknowledged key at the end (faults/harness.py).
 
-CI mode (default, `make test`): MC_FAULTS_SECONDS (default 30) of faults. The bench mode
+CI mode (default, `make test`): MC_FAULTS_SECONDS (default 120) of faults. The bench mode
 is bench/bench_faults.py (at least 10 minutes, the same report)."""
 import pytest
 
