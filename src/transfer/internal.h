@@ -216,13 +216,26 @@ typedef struct te_out {
 
 enum { TE_S_HDR = 0, TE_S_PAYLOAD, TE_S_DISCARD, TE_S_NOTIFY };
 
+/* A connection's receive buffer (tcp_server.c, tcp_client.c; loop-owned): bytes read
+ * from the socket ahead of the parser. buf[pos..len) is not parsed yet. */
+#define TE_RBUF_SIZE (256u << 10)
+/* Payloads up to this size are copied out of the receive buffer; after a larger one the
+ * next read asks for one header only, so large payloads keep going straight from the
+ * socket into their destination (no extra copy). */
+#define TE_RBUF_COPY_MAX (16u << 10)
+
+typedef struct te_rbuf {
+    char *buf;               /* TE_RBUF_SIZE bytes */
+    size_t pos, len;
+    bool big;                /* the last request (reply) parsed carried > TE_RBUF_COPY_MAX */
+} te_rbuf;
+
 typedef struct te_sconn {
     mc_list link;            /* in io->sconns; loop */
     te_io *io;
     int fd;
     int state;               /* TE_S_* */
-    uint8_t hdr[MC_TE_REQ_SIZE];
-    uint64_t hdr_off;
+    te_rbuf in;              /* request bytes read ahead (headers, small payloads) */
     mc__te_req cur;
     te_region *cur_reg;      /* ref held in TE_S_PAYLOAD */
     char *dst;               /* TE_S_PAYLOAD: destination; TE_S_NOTIFY: body buffer */
