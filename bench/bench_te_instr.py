@@ -7,6 +7,9 @@ number of batches) under `valgrind --tool=callgrind` and reports, for the measur
 batches only (the counters are zeroed before them and dumped after them):
   Ir/req      user-space instructions per request, initiator and target together (every
               thread of both engines; kernel work is not counted by callgrind)
+  Ir/req excl. copy   the same without memcpy/memmove's own instructions (the data
+              copies: moving a copy between kernel and user space changes Ir/req but
+              not the engine's own work)
   recv/req    calls of our socket receive wrappers (mc_sock_recvv_nb, mc_sock_recv_nb:
               one recvmsg each) per request, both sides
   send/req    the same for mc_sock_sendv_nb / mc_sock_send_nb (sendmsg)
@@ -38,12 +41,19 @@ SEND = ("mc_sock_sendv_nb", "mc_sock_send_nb")
 EPOLL = ("epoll_wait", "epoll_pwait")
 
 
+COPY = re.compile(r"mem(cpy|move)")
+
+
 def parse_callgrind(path):
-    """Total Ir and call counts by callee name, from one callgrind dump."""
+    """Total Ir, call counts by callee name, and the self cost of the memcpy/memmove
+    functions, from one callgrind dump."""
     names = {}
     calls = {}
     total = None
     callee = None
+    fn = None
+    skip_next = False  # the cost line after calls= is the call's inclusive cost
+    copy_ir = 0
     with open(path, errors="replace") as f:
         for line in f:
             if line.startswith(("fn=", "cfn=")):
@@ -55,14 +65,25 @@ def parse_callgrind(path):
                     name = names.get(m.group(1), "?")
                 else:
                     name = rest
-                callee = name if key == "cfn" else None
+                if key == "cfn":
+                    callee = name
+                else:
+                    fn, callee = name, None
             elif line.startswith("calls=") and callee is not None:
                 n = int(line[6:].split()[0])
                 calls[callee] = calls.get(callee, 0) + n
                 callee = None
+                skip_next = True
+            elif line[:1].isdigit() or line[:1] in "+-*":
+                if skip_next:
+                    skip_next = False
+                    continue
+                parts = line.split()
+                if len(parts) >= 2 and fn and COPY.search(fn):
+                    copy_ir += int(parts[1])
             elif line.startswith(("summary:", "totals:")):
                 total = int(line.split()[1])
-    return total, calls
+    return total, calls, copy_ir
 
 
 def run_one(build, path, op, args, env):
@@ -88,11 +109,12 @@ def run_one(build, path, op, args, env):
                 dump = f
         if not dump:
             sys.exit(f"no 'measured' dump among {glob.glob(out + '*')}")
-        total, calls = parse_callgrind(dump)
+        total, calls, copy_ir = parse_callgrind(dump)
         req = info["requests"]
         return {"path": path, "op": op, "block": args.block, "batch": args.batch,
                 "iters": args.iters, "requests": req,
                 "Ir_per_req": total / req,
+                "Ir_nocopy_per_req": (total - copy_ir) / req,
                 "recv_per_req": sum(calls.get(n, 0) for n in RECV) / req,
                 "send_per_req": sum(calls.get(n, 0) for n in SEND) / req,
                 "epoll_per_req": sum(calls.get(n, 0) for n in EPOLL) / req,
@@ -134,7 +156,8 @@ def main():
         for op in args.ops.split(","):
             res = [run_one(b, path, op, args, env) for b in builds]
             for x in res:
-                print(f"  {path:>3} {op:<5} {x['build']}: {x['Ir_per_req']:.0f} Ir/req, "
+                print(f"  {path:>3} {op:<5} {x['build']}: {x['Ir_per_req']:.0f} Ir/req "
+                      f"({x['Ir_nocopy_per_req']:.0f} excl. copies), "
                       f"recv {x['recv_per_req']:.3f}, send {x['send_per_req']:.3f}, "
                       f"epoll {x['epoll_per_req']:.3f} per req", flush=True)
             rows.append(res)
@@ -143,19 +166,22 @@ def main():
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump({"args": vars(args), "rows": rows}, f, indent=1)
     if args.base:
-        lines = ["| path | op | Ir/req before | Ir/req after | after/before | recv/req before "
-                 "| recv/req after | send/req before | send/req after |",
-                 "|---|---|---|---|---|---|---|---|---|"]
+        lines = ["| path | op | Ir/req before | after | after/before | Ir/req excl. copies "
+                 "before | after | after/before | recvmsg/req before | after | sendmsg/req "
+                 "before | after |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for b, a in rows:
             lines.append(f"| {a['path']} | {a['op']} | {b['Ir_per_req']:.0f} | "
                          f"{a['Ir_per_req']:.0f} | {a['Ir_per_req'] / b['Ir_per_req']:.2f} | "
+                         f"{b['Ir_nocopy_per_req']:.0f} | {a['Ir_nocopy_per_req']:.0f} | "
+                         f"{a['Ir_nocopy_per_req'] / b['Ir_nocopy_per_req']:.2f} | "
                          f"{b['recv_per_req']:.3f} | {a['recv_per_req']:.3f} | "
                          f"{b['send_per_req']:.3f} | {a['send_per_req']:.3f} |")
     else:
-        lines = ["| path | op | Ir/req | recv/req | send/req | epoll/req |",
-                 "|---|---|---|---|---|---|"]
+        lines = ["| path | op | Ir/req | Ir/req excl. copies | recvmsg/req | sendmsg/req "
+                 "| epoll/req |", "|---|---|---|---|---|---|---|"]
         for (a,) in rows:
             lines.append(f"| {a['path']} | {a['op']} | {a['Ir_per_req']:.0f} | "
+                         f"{a['Ir_nocopy_per_req']:.0f} | "
                          f"{a['recv_per_req']:.3f} | {a['send_per_req']:.3f} | "
                          f"{a['epoll_per_req']:.3f} |")
     with open(os.path.join(out, "table.md"), "w") as f:

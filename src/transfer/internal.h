@@ -143,6 +143,20 @@ typedef struct te_range {
     bool shm;
 } te_range;
 
+/* A connection's receive buffer (tcp_server.c, tcp_client.c; loop-owned): bytes read
+ * from the socket ahead of the parser. buf[pos..len) is not parsed yet. */
+#define TE_RBUF_SIZE (256u << 10)
+/* Payloads up to this size are copied out of the receive buffer; after a larger one the
+ * next read asks for one header only, so large payloads keep going straight from the
+ * socket into their destination (no extra copy). */
+#define TE_RBUF_COPY_MAX (16u << 10)
+
+typedef struct te_rbuf {
+    char *buf;               /* TE_RBUF_SIZE bytes */
+    size_t pos, len;
+    bool big;                /* the last request (reply) parsed carried > TE_RBUF_COPY_MAX */
+} te_rbuf;
+
 /* A client connection to a peer's data port (loop-owned). */
 typedef struct te_cconn {
     mc_list link;            /* in io->cconns; loop */
@@ -155,6 +169,7 @@ typedef struct te_cconn {
     te_slice *send_cur;      /* first slice not fully sent (NULL: all sent) */
     uint64_t send_off;       /* bytes of send_cur already sent (header + payload) */
     uint64_t recv_off;       /* bytes of head's reply already received */
+    te_rbuf in;              /* reply bytes read ahead (headers, small READ payloads) */
     uint64_t queued;         /* bytes of slices on the connection (load metric) */
     uint32_t events;         /* current epoll mask */
     bool ever_ready;
@@ -215,20 +230,6 @@ typedef struct te_out {
 } te_out;
 
 enum { TE_S_HDR = 0, TE_S_PAYLOAD, TE_S_DISCARD, TE_S_NOTIFY };
-
-/* A connection's receive buffer (tcp_server.c, tcp_client.c; loop-owned): bytes read
- * from the socket ahead of the parser. buf[pos..len) is not parsed yet. */
-#define TE_RBUF_SIZE (256u << 10)
-/* Payloads up to this size are copied out of the receive buffer; after a larger one the
- * next read asks for one header only, so large payloads keep going straight from the
- * socket into their destination (no extra copy). */
-#define TE_RBUF_COPY_MAX (16u << 10)
-
-typedef struct te_rbuf {
-    char *buf;               /* TE_RBUF_SIZE bytes */
-    size_t pos, len;
-    bool big;                /* the last request (reply) parsed carried > TE_RBUF_COPY_MAX */
-} te_rbuf;
 
 typedef struct te_sconn {
     mc_list link;            /* in io->sconns; loop */

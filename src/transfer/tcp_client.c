@@ -120,6 +120,7 @@ static void cconn_fail(te_cconn *c, int err, bool retry)
         }
         s = next;
     }
+    free(c->in.buf);
     free(c);
     if (again)
         dispatch(p, again);
@@ -154,6 +155,7 @@ static te_cconn *cconn_new(te_peer *p)
         state = TE_CC_CONNECTING;
     }
     te_cconn *c = mc_xcalloc(1, sizeof *c);
+    c->in.buf = mc_xmalloc(TE_RBUF_SIZE);
     c->peer = p;
     c->io = p->io;
     c->fd = fd;
@@ -162,6 +164,7 @@ static te_cconn *cconn_new(te_peer *p)
     c->events = EPOLLIN | (state == TE_CC_CONNECTING ? EPOLLOUT : 0);
     if (mc_loop_add(c->io->loop, fd, c->events, cconn_io, c) < 0) {
         close(fd);
+        free(c->in.buf);
         free(c);
         return NULL;
     }
@@ -244,48 +247,117 @@ static int cconn_flush(te_cconn *c)
     return 0;
 }
 
+/* s's reply header is complete in s->rhdr: decodes it. Returns 0, or -1 when c was
+ * closed (a malformed reply, or a refused HELLO). */
+static int reply_header(te_cconn *c, te_slice *s)
+{
+    mc__te_rep rep;
+    if (mc__te_rep_decode(s->rhdr, s->id, s->op, s->len, &rep) < 0) {
+        mc_log(MC_LOG_WARN, TE_TAG, "peer %s: malformed reply, closing", c->peer->name);
+        cconn_fail(c, -EPROTO, false);
+        return -1;
+    }
+    s->status = rep.status;
+    c->in.big = s->op == MC_TE_WOP_READ && s->len > TE_RBUF_COPY_MAX;
+    if (s == &c->hello && rep.status != 0) {
+        if (rep.status == -EPROTONOSUPPORT)
+            mc_log(MC_LOG_ERROR, TE_TAG,
+                   "peer %s speaks transfer wire version %llu, this engine speaks "
+                   "version %d: refused (upgrade the older side)",
+                   c->peer->name, (unsigned long long)rep.len, MC_TE_WIRE_VERSION);
+        else
+            mc_log(MC_LOG_WARN, TE_TAG, "peer %s refused HELLO (%d), closing", c->peer->name,
+                   rep.status);
+        cconn_fail(c, rep.status == -EPROTONOSUPPORT ? -EPROTONOSUPPORT : -EPROTO, false);
+        return -1;
+    }
+    return 0;
+}
+
+/* head's reply is complete: takes it off the connection and finishes it. */
+static void reply_done(te_cconn *c, te_slice *s)
+{
+    mc_te *te = c->peer->te;
+    c->head = s->next;
+    if (!c->head)
+        c->tail = NULL;
+    c->recv_off = 0;
+    c->queued -= s->len;
+    s->next = NULL;
+    if (s == &c->hello)
+        return;
+    if (s->op == MC_TE_WOP_READ && s->status == 0)
+        atomic_fetch_add(&te->st.tcp_recv, s->len);
+    mc__te_task_slice_done(te, s, s->stale ? -ESTALE : s->status);
+}
+
+/* Consumes what c->in holds, reply by reply in wire order: header bytes into the head
+ * slice's rhdr (decoded once complete), then a READ's payload, copied into the caller's
+ * buffer only when its status is 0 (else dropped). Bytes that no request sent so far
+ * can be answered by are a protocol error. Returns 0, or -1 when c was closed. */
+static int cconn_parse(te_cconn *c)
+{
+    te_rbuf *in = &c->in;
+    while (in->pos < in->len) {
+        te_slice *s = c->head;
+        if (!s || s == c->send_cur) {
+            cconn_fail(c, -EPROTO, true); /* nothing is expected: garbage */
+            return -1;
+        }
+        size_t avail = in->len - in->pos;
+        const char *p = in->buf + in->pos;
+        if (c->recv_off < MC_TE_REP_SIZE) {
+            size_t take = MC_TE_REP_SIZE - (size_t)c->recv_off;
+            if (take > avail)
+                take = avail;
+            memcpy(s->rhdr + c->recv_off, p, take);
+            c->recv_off += take;
+            in->pos += take;
+            if (c->recv_off < MC_TE_REP_SIZE)
+                return 0;
+            if (reply_header(c, s) < 0)
+                return -1;
+        } else {
+            uint64_t off = c->recv_off - MC_TE_REP_SIZE;
+            size_t take = s->len - off < avail ? (size_t)(s->len - off) : avail;
+            if (s->status == 0) /* only a successful payload reaches the caller's buffer */
+                memcpy(s->local + off, p, take);
+            c->recv_off += take;
+            in->pos += take;
+        }
+        if (c->recv_off == recv_len(s))
+            reply_done(c, s);
+    }
+    return 0;
+}
+
 /* Reads replies. Returns 0, or -1 when c was closed. */
 static int cconn_recv(te_cconn *c)
 {
-    mc_te *te = c->peer->te;
+    te_rbuf *in = &c->in;
     for (int round = 0; round < 16; round++) {
-        struct iovec iov[IOV_BATCH];
+        /* what is left unparsed is a partial header, or nothing: move it to the front */
+        size_t rest = in->len - in->pos;
+        if (in->pos) {
+            memmove(in->buf, in->buf + in->pos, rest);
+            in->pos = 0;
+            in->len = rest;
+        }
+        struct iovec iov[2];
         int n = 0;
-        uint64_t want = 0, off = c->recv_off;
-        for (te_slice *s = c->head; s && s != c->send_cur && n < IOV_BATCH - 1;
-             s = s->next, off = 0) {
-            if (off < MC_TE_REP_SIZE) {
-                iov[n].iov_base = s->rhdr + off;
-                iov[n++].iov_len = MC_TE_REP_SIZE - off;
-                want += MC_TE_REP_SIZE - off;
-                if (s->op == MC_TE_WOP_READ)
-                    break; /* where its payload goes depends on the status */
-                continue;
-            }
-            off -= MC_TE_REP_SIZE;
-            if (s->op == MC_TE_WOP_READ && s->len > off) {
-                uint64_t rest = s->len - off;
-                if (s->status == 0) {
-                    iov[n].iov_base = s->local + off;
-                    iov[n++].iov_len = rest;
-                    want += rest;
-                } else { /* refused: its zeros never touch the caller's buffer */
-                    iov[n].iov_base = c->io->scratch;
-                    iov[n++].iov_len = rest > SCRATCH ? SCRATCH : rest;
-                    want += rest > SCRATCH ? SCRATCH : rest;
-                    break;
-                }
-            }
+        uint64_t direct = 0; /* bytes asked for straight into the head READ's buffer */
+        te_slice *s = c->head;
+        if (s && s != c->send_cur && s->op == MC_TE_WOP_READ &&
+            c->recv_off >= MC_TE_REP_SIZE && s->status == 0) {
+            direct = recv_len(s) - c->recv_off; /* its header is decoded: status 0 */
+            iov[n].iov_base = s->local + (c->recv_off - MC_TE_REP_SIZE);
+            iov[n++].iov_len = direct;
         }
-        if (n == 0) {
-            /* Nothing is expected: only EOF or garbage can arrive. */
-            char b;
-            ssize_t k = mc_sock_recv_nb(c->fd, &b, 1);
-            if (k == 0)
-                return 0;
-            cconn_fail(c, k > 0 ? -EPROTO : (int)k, true); /* EOF: -ECONNRESET */
-            return -1;
-        }
+        size_t room = TE_RBUF_SIZE - in->len;
+        if (in->big && room > MC_TE_REP_SIZE - rest)
+            room = MC_TE_REP_SIZE - rest; /* after a large READ: the next header only */
+        iov[n].iov_base = in->buf + in->len;
+        iov[n++].iov_len = room;
         ssize_t k = mc_sock_recvv_nb(c->fd, iov, n);
         if (k == 0)
             return 0; /* nothing more now */
@@ -294,53 +366,17 @@ static int cconn_recv(te_cconn *c)
             return -1;
         }
         uint64_t left = (uint64_t)k;
-        while (left) {
-            te_slice *s = c->head;
-            uint64_t total = recv_len(s);
-            uint64_t take = total - c->recv_off;
-            if (take > left)
-                take = left;
-            uint64_t prev = c->recv_off;
+        if (direct) {
+            uint64_t take = left < direct ? left : direct;
             c->recv_off += take;
             left -= take;
-            if (prev < MC_TE_REP_SIZE && c->recv_off >= MC_TE_REP_SIZE) {
-                mc__te_rep rep;
-                if (mc__te_rep_decode(s->rhdr, s->id, s->op, s->len, &rep) < 0) {
-                    mc_log(MC_LOG_WARN, TE_TAG, "peer %s: malformed reply, closing",
-                           c->peer->name);
-                    cconn_fail(c, -EPROTO, false);
-                    return -1;
-                }
-                s->status = rep.status;
-                if (s == &c->hello && rep.status != 0) {
-                    if (rep.status == -EPROTONOSUPPORT)
-                        mc_log(MC_LOG_ERROR, TE_TAG,
-                               "peer %s speaks transfer wire version %llu, this engine speaks "
-                               "version %d: refused (upgrade the older side)",
-                               c->peer->name, (unsigned long long)rep.len, MC_TE_WIRE_VERSION);
-                    else
-                        mc_log(MC_LOG_WARN, TE_TAG, "peer %s refused HELLO (%d), closing",
-                               c->peer->name, rep.status);
-                    cconn_fail(c, rep.status == -EPROTONOSUPPORT ? -EPROTONOSUPPORT : -EPROTO,
-                               false);
-                    return -1;
-                }
-            }
-            if (c->recv_off == total) {
-                c->head = s->next;
-                if (!c->head)
-                    c->tail = NULL;
-                c->recv_off = 0;
-                c->queued -= s->len;
-                s->next = NULL;
-                if (s == &c->hello)
-                    continue;
-                if (s->op == MC_TE_WOP_READ && s->status == 0)
-                    atomic_fetch_add(&te->st.tcp_recv, s->len);
-                mc__te_task_slice_done(te, s, s->stale ? -ESTALE : s->status);
-            }
+            if (c->recv_off == recv_len(s))
+                reply_done(c, s);
         }
-        if ((uint64_t)k < want)
+        in->len += left;
+        if (cconn_parse(c) < 0)
+            return -1;
+        if ((uint64_t)k < direct + room)
             return 0; /* drained */
     }
     return 0;
