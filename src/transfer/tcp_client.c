@@ -1,7 +1,10 @@
 /* tcp_client.c: the initiator side of the TCP data path (loop thread).
  *
- * Slices reach a peer's home loop through the peer's inbox (any thread) and are spread
- * over up to conns_per_peer connections, least-loaded first. Each connection keeps its
+ * A peer's connections are spread over its lanes (te_lane: one per I/O loop, up to
+ * min(io threads, conns_per_peer), each owning its share of conns_per_peer). Slices
+ * reach a lane's loop through the lane's inbox (any thread; mc__te_peer_enqueue spreads
+ * a submission over the lanes) and are spread over that lane's connections,
+ * least-loaded first. Each connection keeps its
  * slices in wire order: requests are written with sendmsg straight from the source
  * buffers (headers and payloads gathered, many slices per call); replies come back in
  * the same order and, since their layout is fixed (wire.h), are scattered with one
@@ -33,7 +36,7 @@
 #define SCRATCH 65536 /* io->scratch */
 
 static void cconn_io(mc_loop *loop, int fd, uint32_t events, void *arg);
-static void dispatch(te_peer *p, te_slice *list);
+static void dispatch(te_lane *l, te_slice *list);
 
 static uint64_t send_len(const te_slice *s)
 {
@@ -63,12 +66,12 @@ static void set_events(te_cconn *c, uint32_t ev)
 
 static void cconn_unlink(te_cconn *c)
 {
-    te_peer *p = c->peer;
-    unsigned last = p->nconns - 1;
-    p->conns[c->idx] = p->conns[last];
-    p->conns[c->idx]->idx = c->idx;
-    p->conns[last] = NULL;
-    p->nconns--;
+    te_lane *l = c->lane;
+    unsigned last = l->nconns - 1;
+    l->conns[c->idx] = l->conns[last];
+    l->conns[c->idx]->idx = c->idx;
+    l->conns[last] = NULL;
+    l->nconns--;
     mc_list_remove(&c->link);
 }
 
@@ -120,14 +123,16 @@ static void cconn_fail(te_cconn *c, int err, bool retry)
         }
         s = next;
     }
+    te_lane *l = c->lane;
     free(c->in.buf);
     free(c);
     if (again)
-        dispatch(p, again);
+        dispatch(l, again); /* a slice stays on its lane */
 }
 
-static te_cconn *cconn_new(te_peer *p)
+static te_cconn *cconn_new(te_lane *l)
 {
+    te_peer *p = l->peer;
     mc_te *te = p->te;
     struct sockaddr_storage sa;
     socklen_t salen;
@@ -157,7 +162,8 @@ static te_cconn *cconn_new(te_peer *p)
     te_cconn *c = mc_xcalloc(1, sizeof *c);
     c->in.buf = mc_xmalloc(TE_RBUF_SIZE);
     c->peer = p;
-    c->io = p->io;
+    c->lane = l;
+    c->io = l->io;
     c->fd = fd;
     c->state = state;
     c->ever_ready = state == TE_CC_READY;
@@ -168,8 +174,8 @@ static te_cconn *cconn_new(te_peer *p)
         free(c);
         return NULL;
     }
-    c->idx = p->nconns;
-    p->conns[p->nconns++] = c;
+    c->idx = l->nconns;
+    l->conns[l->nconns++] = c;
     mc_list_push_front(&c->io->cconns, &c->link);
     atomic_fetch_add(&te->st.conn_open, 1);
     /* HELLO first: the server learns which writer this connection's WRITEs come from */
@@ -177,6 +183,7 @@ static te_cconn *cconn_new(te_peer *p)
     mc__te_writer_id(te, &hi, &lo);
     te_slice *h = &c->hello;
     h->peer = p;
+    h->lane = l;
     h->op = MC_TE_WOP_HELLO;
     h->tries = 1;
     h->id = atomic_fetch_add(&te->next_req_id, 1);
@@ -187,14 +194,14 @@ static te_cconn *cconn_new(te_peer *p)
     return c;
 }
 
-static te_cconn *pick(te_peer *p)
+static te_cconn *pick(te_lane *l)
 {
     te_cconn *best = NULL;
-    for (unsigned i = 0; i < p->nconns; i++)
-        if (!best || p->conns[i]->queued < best->queued)
-            best = p->conns[i];
-    if (!best || (best->queued > 0 && p->nconns < p->te->conns_per_peer)) {
-        te_cconn *c = cconn_new(p);
+    for (unsigned i = 0; i < l->nconns; i++)
+        if (!best || l->conns[i]->queued < best->queued)
+            best = l->conns[i];
+    if (!best || (best->queued > 0 && l->nconns < l->max_conns)) {
+        te_cconn *c = cconn_new(l);
         if (c)
             best = c;
     }
@@ -410,9 +417,11 @@ static void cconn_io(mc_loop *loop, int fd, uint32_t events, void *arg)
         cconn_flush(c);
 }
 
-/* Assigns slices (a NULL-terminated list) to connections and starts sending. */
-static void dispatch(te_peer *p, te_slice *list)
+/* Assigns slices (a NULL-terminated list) to l's connections and starts sending.
+ * Loop thread of l. */
+static void dispatch(te_lane *l, te_slice *list)
 {
+    te_peer *p = l->peer;
     mc_te *te = p->te;
     while (list) {
         te_slice *s = list;
@@ -423,7 +432,7 @@ static void dispatch(te_peer *p, te_slice *list)
             mc__te_task_slice_done(te, s, -ESTALE);
             continue;
         }
-        te_cconn *c = pick(p);
+        te_cconn *c = pick(l);
         if (!c) {
             mc__te_task_slice_done(te, s, -ECONNREFUSED);
             continue;
@@ -444,38 +453,40 @@ static void dispatch(te_peer *p, te_slice *list)
         }
         c->queued += s->len;
     }
-    for (unsigned i = 0; i < p->nconns;) {
-        te_cconn *c = p->conns[i];
+    for (unsigned i = 0; i < l->nconns;) {
+        te_cconn *c = l->conns[i];
         if (c->state == TE_CC_READY && c->send_cur && !(c->events & EPOLLOUT)) {
-            unsigned before = p->nconns;
+            unsigned before = l->nconns;
             cconn_flush(c);
-            if (p->nconns < before)
+            if (l->nconns < before)
                 continue; /* c closed: slot i now holds another connection */
         }
         i++;
     }
 }
 
-static void peer_kick(void *arg)
+static void lane_kick(void *arg)
 {
-    te_peer *p = arg;
+    te_lane *l = arg;
+    te_peer *p = l->peer;
     pthread_mutex_lock(&p->lock);
-    te_slice *list = p->inbox_head;
-    p->inbox_head = p->inbox_tail = NULL;
-    p->kick_posted = false;
+    te_slice *list = l->inbox_head;
+    l->inbox_head = l->inbox_tail = NULL;
+    l->kick_posted = false;
     pthread_mutex_unlock(&p->lock);
-    dispatch(p, list);
+    dispatch(l, list);
 }
 
-/* Takes p's inbox under its lock (clearing kick_posted when clear_kick) and fails every
- * slice in it with -ECANCELED. */
-static void cancel_inbox(te_peer *p, bool clear_kick)
+/* Takes l's inbox under its peer's lock (clearing kick_posted when clear_kick) and fails
+ * every slice in it with -ECANCELED. */
+static void cancel_inbox(te_lane *l, bool clear_kick)
 {
+    te_peer *p = l->peer;
     pthread_mutex_lock(&p->lock);
-    te_slice *list = p->inbox_head;
-    p->inbox_head = p->inbox_tail = NULL;
+    te_slice *list = l->inbox_head;
+    l->inbox_head = l->inbox_tail = NULL;
     if (clear_kick)
-        p->kick_posted = false;
+        l->kick_posted = false;
     pthread_mutex_unlock(&p->lock);
     while (list) {
         te_slice *s = list;
@@ -485,20 +496,71 @@ static void cancel_inbox(te_peer *p, bool clear_kick)
     }
 }
 
-void mc__te_peer_enqueue(te_peer *p, te_slice *first, te_slice *last)
+void mc__te_peer_lanes_init(te_peer *p)
 {
+    mc_te *te = p->te;
+    unsigned n = te->nio < te->conns_per_peer ? te->nio : te->conns_per_peer;
+    if (n < 1)
+        n = 1;
+    unsigned home = (unsigned)(p->io - te->io);
+    for (unsigned i = 0; i < n; i++) {
+        te_lane *l = &p->lanes[i];
+        l->peer = p;
+        l->io = &te->io[(home + i) % te->nio];
+        l->max_conns = te->conns_per_peer / n + (i < te->conns_per_peer % n);
+    }
+    p->nlanes = n;
+    atomic_init(&p->next_lane, 0);
+}
+
+static void lane_enqueue(te_lane *l, te_slice *first, te_slice *last)
+{
+    te_peer *p = l->peer;
+    for (te_slice *s = first;; s = s->next) {
+        s->lane = l;
+        if (s == last)
+            break;
+    }
     last->next = NULL;
     pthread_mutex_lock(&p->lock);
-    if (p->inbox_tail)
-        p->inbox_tail->next = first;
+    if (l->inbox_tail)
+        l->inbox_tail->next = first;
     else
-        p->inbox_head = first;
-    p->inbox_tail = last;
-    bool post = !p->kick_posted;
-    p->kick_posted = true;
+        l->inbox_head = first;
+    l->inbox_tail = last;
+    bool post = !l->kick_posted;
+    l->kick_posted = true;
     pthread_mutex_unlock(&p->lock);
-    if (post && mc_loop_post(p->io->loop, peer_kick, p) < 0) {
-        cancel_inbox(p, true); /* the loop is shutting down: fail what the inbox holds */
+    if (post && mc_loop_post(l->io->loop, lane_kick, l) < 0)
+        cancel_inbox(l, true); /* the loop is shutting down: fail what the inbox holds */
+}
+
+/* One lane: everything there. Several: a single slice goes to the next lane in turn
+ * (so a stream of one-slice requests alternates), a longer list is cut into one
+ * contiguous run per lane, starting at the next lane in turn. */
+void mc__te_peer_enqueue(te_peer *p, te_slice *first, te_slice *last)
+{
+    unsigned nl = p->nlanes;
+    if (nl == 1) {
+        lane_enqueue(&p->lanes[0], first, last);
+        return;
+    }
+    unsigned start = atomic_fetch_add_explicit(&p->next_lane, 1, memory_order_relaxed);
+    if (first == last) {
+        lane_enqueue(&p->lanes[start % nl], first, last);
+        return;
+    }
+    size_t n = 1;
+    for (te_slice *s = first; s != last; s = s->next)
+        n++;
+    size_t per = (n + nl - 1) / nl;
+    te_slice *s = first;
+    for (unsigned i = 0; s; i++) {
+        te_slice *run = s, *end = s;
+        for (size_t k = 1; k < per && end != last; k++)
+            end = end->next;
+        s = end == last ? NULL : end->next;
+        lane_enqueue(&p->lanes[(start + i) % nl], run, end);
     }
 }
 
@@ -518,11 +580,14 @@ again:
     }
 }
 
-/* Shutdown (loop stopped or on the loop thread): closes every client connection of io
- * and fails their slices, plus what peers' inboxes hold. */
+/* Shutdown (loops stopped): closes every client connection of p and fails their
+ * slices, plus what its lanes' inboxes hold. */
 void mc__te_peer_close_conns(te_peer *p)
 {
-    while (p->nconns)
-        cconn_fail(p->conns[0], -ECANCELED, false);
-    cancel_inbox(p, false);
+    for (unsigned i = 0; i < p->nlanes; i++) {
+        te_lane *l = &p->lanes[i];
+        while (l->nconns)
+            cconn_fail(l->conns[0], -ECANCELED, false);
+        cancel_inbox(l, false);
+    }
 }
