@@ -1,11 +1,13 @@
 /* bench_raw: the physical baselines the transfer-engine benchmark compares against,
  * measured on this box in the same run (driven by bench/bench_transfer.py).
- *   bench_raw tcp BLOCK SECONDS [SPAN]
- *       one loopback TCP stream between two processes: the sender send()s BLOCK bytes at
- *       a time, the receiver recv()s BLOCK bytes at a time (MSG_WAITALL); both walk
- *       through SPAN bytes of memory (default BLOCK: one cache-hot buffer), so the memory
+ *   bench_raw tcp BLOCK SECONDS [SPAN] [STREAMS]
+ *       STREAMS (default 1) loopback TCP streams between two processes, one thread per
+ *       stream on each side: each sender send()s BLOCK bytes at a time, each receiver
+ *       recv()s BLOCK bytes at a time (MSG_WAITALL); together they walk through SPAN
+ *       bytes of memory on each side (default BLOCK: one cache-hot buffer), so the memory
  *       footprint can match the engine run it is compared with. Throughput is measured
- *       at the receiver.
+ *       at the receivers (all bytes over the longest receiver's time); "threads" in the
+ *       output is STREAMS.
  *   bench_raw memcpy BLOCK SECONDS [SPAN] [THREADS]
  *       THREADS threads (default 1) each memcpy BLOCK-byte pieces walking through SPAN
  *       bytes (default 256 MiB) of their own source and destination.
@@ -39,37 +41,100 @@ static void report(const char *kind, size_t block, size_t span, int threads, dou
            (double)bytes / secs / 1e9);
 }
 
-static int run_tcp(size_t block, double seconds, size_t span)
+typedef struct tstream {
+    pthread_t th;
+    int fd;
+    size_t block, span;
+    double seconds, el;
+    uint64_t got;
+    int failed;
+} tstream;
+
+/* Receiver of one stream: recv(MSG_WAITALL) one block at a time until EOF. */
+static void *tcp_recv_thread(void *arg)
+{
+    tstream *t = arg;
+    char *buf = malloc(t->span);
+    memset(buf, 0, t->span);
+    size_t nblk = t->span / t->block, i = 0;
+    double t0 = 0;
+    for (;;) {
+        ssize_t k = recv(t->fd, buf + (i++ % nblk) * t->block, t->block, MSG_WAITALL);
+        if (k <= 0)
+            break;
+        if (!t0)
+            t0 = now_s();
+        t->got += (uint64_t)k;
+    }
+    t->el = t0 ? now_s() - t0 : 0;
+    free(buf);
+    return NULL;
+}
+
+/* Sender of one stream: send() one block at a time for t->seconds, then close. */
+static void *tcp_send_thread(void *arg)
+{
+    tstream *t = arg;
+    char *buf = malloc(t->span);
+    memset(buf, 1, t->span);
+    size_t nblk = t->span / t->block, j = 0;
+    double end = now_s() + t->seconds;
+    while (!t->failed && now_s() < end) {
+        for (int i = 0; i < 16 && !t->failed; i++) {
+            size_t off = 0;
+            char *p = buf + (j++ % nblk) * t->block;
+            while (off < t->block) {
+                ssize_t k = send(t->fd, p + off, t->block - off, MSG_NOSIGNAL);
+                if (k <= 0) {
+                    t->failed = 1;
+                    break;
+                }
+                off += (size_t)k;
+            }
+        }
+    }
+    close(t->fd);
+    free(buf);
+    return NULL;
+}
+
+/* STREAMS loopback TCP streams between two processes, one thread per stream on each
+ * side; each stream walks span/STREAMS bytes. Throughput: all bytes received over the
+ * longest receiver's time. */
+static int run_tcp(size_t block, double seconds, size_t span, int streams)
 {
     int lfd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t sl = sizeof sa;
-    if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(lfd, 1) < 0 ||
-        getsockname(lfd, (struct sockaddr *)&sa, &sl) < 0)
+    if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof sa) < 0 ||
+        listen(lfd, streams) < 0 || getsockname(lfd, (struct sockaddr *)&sa, &sl) < 0)
         return 1;
+    size_t per = span / (size_t)streams;
+    if (per < block)
+        per = block;
     int res[2];
     if (pipe(res) < 0)
         return 1;
     pid_t pid = fork();
-    if (pid == 0) { /* receiver */
+    if (pid == 0) { /* receivers */
         close(res[0]);
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0)
-            _exit(1);
-        char *buf = malloc(span);
-        memset(buf, 0, span);
-        size_t nblk = span / block, i = 0;
-        uint64_t got = 0;
-        double t0 = 0;
-        for (;;) {
-            ssize_t k = recv(fd, buf + (i++ % nblk) * block, block, MSG_WAITALL);
-            if (k <= 0)
-                break;
-            if (!t0)
-                t0 = now_s();
-            got += (uint64_t)k;
+        tstream *ts = calloc((size_t)streams, sizeof *ts);
+        for (int i = 0; i < streams; i++) {
+            ts[i] = (tstream){.fd = socket(AF_INET, SOCK_STREAM, 0), .block = block,
+                              .span = per};
+            if (connect(ts[i].fd, (struct sockaddr *)&sa, sizeof sa) < 0)
+                _exit(1);
         }
-        double el = now_s() - t0;
+        for (int i = 0; i < streams; i++)
+            pthread_create(&ts[i].th, NULL, tcp_recv_thread, &ts[i]);
+        uint64_t got = 0;
+        double el = 0;
+        for (int i = 0; i < streams; i++) {
+            pthread_join(ts[i].th, NULL);
+            got += ts[i].got;
+            if (ts[i].el > el)
+                el = ts[i].el;
+        }
         char line[128];
         int n = snprintf(line, sizeof line, "%llu %.9f", (unsigned long long)got, el);
         if (write(res[1], line, (size_t)n) < 0)
@@ -77,35 +142,32 @@ static int run_tcp(size_t block, double seconds, size_t span)
         _exit(0);
     }
     close(res[1]);
-    int fd = accept(lfd, NULL, NULL);
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    char *buf = malloc(span);
-    memset(buf, 1, span);
-    size_t nblk = span / block, j = 0;
-    double end = now_s() + seconds;
-    while (now_s() < end) {
-        for (int i = 0; i < 16; i++) {
-            size_t off = 0;
-            char *p = buf + (j++ % nblk) * block;
-            while (off < block) {
-                ssize_t k = send(fd, p + off, block - off, MSG_NOSIGNAL);
-                if (k <= 0)
-                    return 1;
-                off += (size_t)k;
-            }
-        }
+    tstream *ts = calloc((size_t)streams, sizeof *ts);
+    for (int i = 0; i < streams; i++) {
+        int fd = accept(lfd, NULL, NULL);
+        if (fd < 0)
+            return 1;
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        ts[i] = (tstream){.fd = fd, .block = block, .span = per, .seconds = seconds};
     }
-    close(fd);
+    for (int i = 0; i < streams; i++)
+        pthread_create(&ts[i].th, NULL, tcp_send_thread, &ts[i]);
+    int failed = 0;
+    for (int i = 0; i < streams; i++) {
+        pthread_join(ts[i].th, NULL);
+        failed |= ts[i].failed;
+    }
+    free(ts);
     char line[128] = {0};
-    if (read(res[0], line, sizeof line - 1) <= 0)
+    if (failed || read(res[0], line, sizeof line - 1) <= 0)
         return 1;
     waitpid(pid, NULL, 0);
     unsigned long long got;
     double el;
     if (sscanf(line, "%llu %lf", &got, &el) != 2)
         return 1;
-    report("raw_tcp", block, span, 1, el, got);
+    report("raw_tcp", block, span, streams, el, got);
     return 0;
 }
 
@@ -174,7 +236,7 @@ int main(int argc, char **argv)
     if (span < block)
         span = block;
     if (tcp)
-        return run_tcp(block, secs, span);
+        return run_tcp(block, secs, span, threads);
     if (strcmp(argv[1], "memcpy") == 0)
         return run_memcpy(block, secs, span, threads);
     return 2;

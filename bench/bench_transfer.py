@@ -3,8 +3,9 @@
 
 For each block size (4 KiB ... 16 MiB), measured back to back so that the box's load is
 the same for every figure of a row:
-  raw_tcp     one loopback TCP stream between two processes, send()/recv() of one block
-              at a time (bench_raw tcp)
+  raw_tcp     N loopback TCP streams between two processes (N = the engine's connections
+              per peer, --conns, default 2 like MC_TE_TCP_CONNECTIONS), one thread per
+              stream on each side, send()/recv() of one block at a time (bench_raw tcp)
   memcpy      memcpy of one block at a time through 256 MiB buffers (bench_raw memcpy)
   ours_tcp    our engine, two processes, forced TCP (MC_FORCE_TCP=1), transfer_engine_bench
               initiator -> target, for each batch size (1, 16, 128)
@@ -19,7 +20,8 @@ Baselines walk the same memory as the engine run they are compared with: an engi
 moves block * batch * threads bytes per round through its buffers (the "span", at most
 512 MiB), so raw_tcp sends/receives through a span-sized buffer and memcpy runs `threads`
 threads over span/threads bytes each. raw_tcp_hot (one block-sized buffer, always in
-cache) is printed too: it is the kernel's best case, not what moving real data costs.
+cache) is printed too: it is the kernel's best case, not what moving real data costs. Both
+raw figures use as many streams as the engine has connections (--conns).
 
 Usage:
   python3 bench/bench_transfer.py [--build build/debug] [--duration 2] [--threads 4]
@@ -123,7 +125,10 @@ class Runner:
             self.upstream = up
         elif args.upstream == "on":
             sys.exit(f"{up} is missing (scripts/setup-upstream-peer.sh)")
-        self.env = dict(os.environ, MC_LOG_LEVEL="WARNING")
+        self.env = dict(os.environ, MC_LOG_LEVEL="WARNING",
+                        MC_TE_TCP_CONNECTIONS=str(args.conns))
+        if args.io_threads:
+            self.env["MC_TE_IO_THREADS"] = str(args.io_threads)
 
     def raw_figure(self, kind, block, span=None, threads=1):
         cmd = [self.raw, kind, str(block), str(self.args.duration)]
@@ -207,11 +212,13 @@ class Runner:
                 up_procs, u_env, u_flags, u_buf = self.start_upstream(block, batches)
                 procs += up_procs
                 up = (u_env, u_flags, u_buf)
-            res = {"hot": self.raw_figure("tcp", block), "raw": {}, "mem": {}, "tcp": {},
-                   "shm": {}, "up": {}}
+            c = self.args.conns
+            res = {"hot": self.raw_figure("tcp", block, block * c, c), "raw": {}, "mem": {},
+                   "tcp": {}, "shm": {}, "up": {}, "load": {}}
             for n in batches:
                 span = self.span(block, n)
-                res["raw"][n] = self.raw_figure("tcp", block, span, 1)
+                res["load"][n] = os.getloadavg()[0]
+                res["raw"][n] = self.raw_figure("tcp", block, span, c)
                 res["tcp"][n] = self.initiator(self.bench, t_env, t_flags, block, n)
                 res["mem"][n] = self.raw_figure("memcpy", block,
                                                 max(block, span // self.args.threads),
@@ -285,6 +292,10 @@ def main():
     ap.add_argument("--duration", type=int, default=2, help="seconds per figure")
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--op", choices=["write", "read"], default="write")
+    ap.add_argument("--conns", type=int, default=2,
+                    help="MC_TE_TCP_CONNECTIONS for our engines = raw TCP streams")
+    ap.add_argument("--io-threads", type=int, default=0,
+                    help="MC_TE_IO_THREADS for our engines (0: the engine's default)")
     ap.add_argument("--blocks", default="4K,16K,64K,256K,1M,4M,16M")
     ap.add_argument("--batches", default="1,16,128")
     ap.add_argument("--repeat", type=int, default=1,
@@ -305,6 +316,7 @@ def main():
         return
     r = Runner(args)
     print(f"# transfer engine bench: op={args.op} threads={args.threads} "
+          f"conns={args.conns} (= raw TCP streams) io_threads={args.io_threads or 'default'} "
           f"duration={args.duration}s per figure; repeat={args.repeat} (medians); "
           f"GB = 1e9 bytes; "
           f"upstream={'yes' if r.upstream else 'no'}; cpus={os.cpu_count()} "
@@ -313,8 +325,9 @@ def main():
     for block in blocks:
         reps = [r.row(block, batches) for _ in range(args.repeat)]
         hot = median([x["hot"] for x in reps])
-        raw, mem, tcp, shm, up = ({n: median([x[k].get(n) for x in reps]) for n in batches}
-                                  for k in ("raw", "mem", "tcp", "shm", "up"))
+        raw, mem, tcp, shm, up, load = (
+            {n: median([x[k].get(n) for x in reps]) for n in batches}
+            for k in ("raw", "mem", "tcp", "shm", "up", "load"))
         # ratios: the median of the ratios of each repetition (pairs taken back to back)
         rt = {n: median([div(x["tcp"][n], x["raw"][n]) for x in reps]) for n in batches}
         rs = {n: median([div(x["shm"][n], x["mem"][n]) for x in reps]) for n in batches}
@@ -325,7 +338,8 @@ def main():
                    "span": r.span(block, n), "raw_tcp_hot": hot, "raw_tcp": raw[n],
                    "memcpy": mem[n], "ours_tcp": tcp.get(n), "ours_shm": shm.get(n),
                    "upstream_tcp": up.get(n), "tcp_vs_raw": rt[n], "shm_vs_memcpy": rs[n],
-                   "tcp_vs_upstream": ru[n]}
+                   "tcp_vs_upstream": ru[n], "conns": args.conns,
+                   "io_threads": args.io_threads or None, "load": load[n]}
             rows.append(row)
             print(f"  block {human(block):>8} batch {n:>3} threads {args.threads} span "
                   f"{human(row['span'])}: raw_tcp {fmt(raw[n])}, ours_tcp {fmt(row['ours_tcp'])} "
@@ -342,15 +356,15 @@ def main():
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump(meta, f, indent=1)
     lines = ["| block | batch | span | raw TCP hot | raw TCP | ours TCP | ours/raw | memcpy "
-             "| ours shm | shm/memcpy | upstream TCP | ours/upstream |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| ours shm | shm/memcpy | upstream TCP | ours/upstream | load |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for x in rows:
         lines.append(f"| {human(x['block'])} | {x['batch']} | {human(x['span'])} | "
                      f"{fmt(x['raw_tcp_hot'])} | {fmt(x['raw_tcp'])} | "
                      f"{fmt(x['ours_tcp'])} | {fmt(x['tcp_vs_raw'])} | "
                      f"{fmt(x['memcpy'])} | {fmt(x['ours_shm'])} | "
                      f"{fmt(x['shm_vs_memcpy'])} | {fmt(x['upstream_tcp'])} | "
-                     f"{fmt(x['tcp_vs_upstream'])} |")
+                     f"{fmt(x['tcp_vs_upstream'])} | {fmt(x['load'])} |")
     with open(os.path.join(out, "table.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

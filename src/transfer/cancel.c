@@ -1,7 +1,8 @@
 /* cancel.c: mc_te_cancel_batch: giving a batch up while its requests are in flight.
  *
- * A slice's local memory (READ destination, WRITE source) is used only by the home loop
- * of its peer: replies are received into `s->local + offset` and payloads sent from it,
+ * A slice's local memory (READ destination, WRITE source) is used only by the loop of
+ * its lane (mc__te_slice_io; a slice never moves to another lane): replies are
+ * received into `s->local + offset` and payloads sent from it,
  * the iovecs rebuilt on every call (tcp_client.c). So the cancel runs one step on each
  * loop that carries slices of the batch, and that step points every slice of a task
  * still in flight at engine-owned memory: READs at one scratch area per loop (the bytes
@@ -61,8 +62,8 @@ static void cancel_step_run(void *arg)
     for (te_chunk *c = chunks; c; c = c->next)
         for (size_t i = 0; i < c->n; i++) {
             te_slice *s = &c->s[i];
-            if (s->task && s->peer->io == st->io && task_live(s) && s->op == MC_TE_WOP_READ &&
-                s->len > max_read)
+            if (s->task && mc__te_slice_io(s) == st->io && task_live(s) &&
+                s->op == MC_TE_WOP_READ && s->len > max_read)
                 max_read = s->len;
         }
     char *scratch = NULL;
@@ -74,7 +75,7 @@ static void cancel_step_run(void *arg)
     for (te_chunk *c = chunks; c; c = c->next)
         for (size_t i = 0; i < c->n; i++) {
             te_slice *s = &c->s[i];
-            if (!s->task || s->peer->io != st->io || !task_live(s))
+            if (!s->task || mc__te_slice_io(s) != st->io || !task_live(s))
                 continue;
             if (s->op == MC_TE_WOP_READ) {
                 s->local = scratch;
@@ -104,12 +105,12 @@ int mc_te_cancel_batch(mc_te *te, mc_te_batch_t id)
     te_chunk *chunks = b->chunks;
     pthread_mutex_unlock(&b->lock);
     if (!terminal) {
-        /* The loops that carry its slices (peers and their home loops are immutable). */
+        /* The loops that carry its slices (a queued slice's lane is immutable). */
         te_io *ios[TE_MAX_IO];
         unsigned nio = 0;
         for (te_chunk *c = chunks; c; c = c->next)
             for (size_t i = 0; i < c->n; i++) {
-                te_io *io = c->s[i].peer ? c->s[i].peer->io : NULL;
+                te_io *io = c->s[i].peer ? mc__te_slice_io(&c->s[i]) : NULL;
                 bool seen = !io;
                 for (unsigned j = 0; j < nio && !seen; j++)
                     seen = ios[j] == io;

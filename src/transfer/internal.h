@@ -11,7 +11,8 @@
  *
  * Threads: user threads call the public API; each engine runs `nio` I/O loops (net/loop.h).
  * Loop 0 owns the listeners (handshake, data, shm); accepted data connections are
- * spread over the loops; a peer's client connections all live on its home loop.
+ * spread over the loops; a peer's client connections are spread over its lanes, one
+ * lane per loop (te_lane), starting at its home loop.
  * Loop-owned state is marked "loop"; anything else names its guard.
  *
  * Lock order (outer first; a thread holding one takes only locks after it in its chain):
@@ -85,12 +86,15 @@ typedef struct te_task {
 
 typedef struct te_slice te_slice;
 typedef struct te_peer te_peer;
+typedef struct te_lane te_lane;
 
 struct te_slice {
     te_slice *next;
     te_task *task;     /* NULL for a notify slice */
     te_batch *batch;   /* the batch (notify slices use it to finish) */
     te_peer *peer;
+    te_lane *lane;     /* the lane (and so the loop) carrying it: set when it is queued
+                          (tcp_client.c), never changed afterwards (retries stay on it) */
     uint8_t op;        /* MC_TE_WOP_* */
     uint8_t tries;     /* connection attempts used */
     int status;        /* 0 or -errno from the reply */
@@ -143,18 +147,34 @@ typedef struct te_range {
     bool shm;
 } te_range;
 
+/* A connection's receive buffer (tcp_server.c, tcp_client.c; loop-owned): bytes read
+ * from the socket ahead of the parser. buf[pos..len) is not parsed yet. */
+#define TE_RBUF_SIZE (256u << 10)
+/* Payloads up to this size are copied out of the receive buffer; after a larger one the
+ * next read asks for one header only, so large payloads keep going straight from the
+ * socket into their destination (no extra copy). */
+#define TE_RBUF_COPY_MAX (16u << 10)
+
+typedef struct te_rbuf {
+    char *buf;               /* TE_RBUF_SIZE bytes */
+    size_t pos, len;
+    bool big;                /* the last request (reply) parsed carried > TE_RBUF_COPY_MAX */
+} te_rbuf;
+
 /* A client connection to a peer's data port (loop-owned). */
 typedef struct te_cconn {
     mc_list link;            /* in io->cconns; loop */
     te_peer *peer;
-    te_io *io;
+    te_lane *lane;
+    te_io *io;               /* lane->io */
     int fd;
     int state;               /* TE_CC_* */
-    unsigned idx;            /* slot in peer->conns */
+    unsigned idx;            /* slot in lane->conns */
     te_slice *head, *tail;   /* every slice on this connection, in wire order */
     te_slice *send_cur;      /* first slice not fully sent (NULL: all sent) */
     uint64_t send_off;       /* bytes of send_cur already sent (header + payload) */
     uint64_t recv_off;       /* bytes of head's reply already received */
+    te_rbuf in;              /* reply bytes read ahead (headers, small READ payloads) */
     uint64_t queued;         /* bytes of slices on the connection (load metric) */
     uint32_t events;         /* current epoll mask */
     bool ever_ready;
@@ -162,6 +182,22 @@ typedef struct te_cconn {
 } te_cconn;
 
 enum { TE_CC_CONNECTING = 1, TE_CC_READY = 2 };
+
+/* A lane: the share of a peer's TCP connections one I/O loop owns (tcp_client.c). A
+ * peer has min(io threads, conns_per_peer) lanes on consecutive loops starting at its
+ * home loop, so its connections are spread over the engine's I/O threads; submitted
+ * slices are spread over the lanes; a slice stays on its lane (and its loop) for good. */
+struct te_lane {
+    te_peer *peer;             /* immutable */
+    te_io *io;                 /* immutable */
+    unsigned max_conns;        /* immutable: this lane's share of conns_per_peer */
+    /* guarded by peer->lock: */
+    te_slice *inbox_head, *inbox_tail;
+    bool kick_posted;
+    /* loop (io): */
+    te_cconn *conns[TE_MAX_CONNS];
+    unsigned nconns;
+};
 
 struct te_peer {
     mc_te *te;
@@ -191,15 +227,14 @@ struct te_peer {
     size_t n_shm_bufs;
     te_map **maps;
     size_t n_maps, cap_maps;
-    te_slice *inbox_head, *inbox_tail;
-    bool kick_posted;
     /* Target fence (fence.c): WRITEs with a non-zero epoch below it are refused. Raised
      * with shm_rw held for writing; read under shm_rw (read) by same-host copies and
      * atomically by the loop before a TCP WRITE header is sent. Monotonic. */
     _Atomic uint64_t fence_min;
-    /* loop: */
-    te_cconn *conns[TE_MAX_CONNS];
-    unsigned nconns;
+    te_lane lanes[TE_MAX_IO];  /* nlanes used; see te_lane */
+    unsigned nlanes;           /* immutable */
+    atomic_uint next_lane;     /* where the next submitted slices start */
+    /* loop (home loop, io): */
     bool shm_watched;          /* shm_fd registered on the loop; loop */
     int shm_watch_fd;          /* fd registered (loop) */
 };
@@ -221,8 +256,7 @@ typedef struct te_sconn {
     te_io *io;
     int fd;
     int state;               /* TE_S_* */
-    uint8_t hdr[MC_TE_REQ_SIZE];
-    uint64_t hdr_off;
+    te_rbuf in;              /* request bytes read ahead (headers, small payloads) */
     mc__te_req cur;
     te_region *cur_reg;      /* ref held in TE_S_PAYLOAD */
     char *dst;               /* TE_S_PAYLOAD: destination; TE_S_NOTIFY: body buffer */
@@ -428,7 +462,15 @@ typedef struct te_sink {
 } te_sink;
 
 /* tcp_client.c */
+/* Sets up p's lanes (p->io, p->te set). peers.c, when the peer is created. */
+void mc__te_peer_lanes_init(te_peer *p);
+/* Queues slices first..last (linked by next) for p, spread over its lanes. Any thread. */
 void mc__te_peer_enqueue(te_peer *p, te_slice *first, te_slice *last);
+/* The loop that carries s: its lane's (its peer's home loop before it is queued). */
+static inline te_io *mc__te_slice_io(const te_slice *s)
+{
+    return s->lane ? s->lane->io : s->peer->io;
+}
 void mc__te_cconn_tick(te_io *io);
 void mc__te_peer_close_conns(te_peer *p); /* loop thread */
 

@@ -46,6 +46,7 @@ static te_peer *peer_get(mc_te *te, const char *name)
     p->name = mc_xstrdup(name);
     p->handle = (int64_t)te->n_peers;
     p->io = &te->io[te->n_peers % te->nio];
+    mc__te_peer_lanes_init(p);
     p->shm_fd = -1;
     pthread_mutex_init(&p->refresh_lock, NULL);
     pthread_mutex_init(&p->lock, NULL);

@@ -1,7 +1,10 @@
 /* tcp_client.c: the initiator side of the TCP data path (loop thread).
  *
- * Slices reach a peer's home loop through the peer's inbox (any thread) and are spread
- * over up to conns_per_peer connections, least-loaded first. Each connection keeps its
+ * A peer's connections are spread over its lanes (te_lane: one per I/O loop, up to
+ * min(io threads, conns_per_peer), each owning its share of conns_per_peer). Slices
+ * reach a lane's loop through the lane's inbox (any thread; mc__te_peer_enqueue spreads
+ * a submission over the lanes) and are spread over that lane's connections,
+ * least-loaded first. Each connection keeps its
  * slices in wire order: requests are written with sendmsg straight from the source
  * buffers (headers and payloads gathered, many slices per call); replies come back in
  * the same order and, since their layout is fixed (wire.h), are scattered with one
@@ -33,7 +36,7 @@
 #define SCRATCH 65536 /* io->scratch */
 
 static void cconn_io(mc_loop *loop, int fd, uint32_t events, void *arg);
-static void dispatch(te_peer *p, te_slice *list);
+static void dispatch(te_lane *l, te_slice *list);
 
 static uint64_t send_len(const te_slice *s)
 {
@@ -63,12 +66,12 @@ static void set_events(te_cconn *c, uint32_t ev)
 
 static void cconn_unlink(te_cconn *c)
 {
-    te_peer *p = c->peer;
-    unsigned last = p->nconns - 1;
-    p->conns[c->idx] = p->conns[last];
-    p->conns[c->idx]->idx = c->idx;
-    p->conns[last] = NULL;
-    p->nconns--;
+    te_lane *l = c->lane;
+    unsigned last = l->nconns - 1;
+    l->conns[c->idx] = l->conns[last];
+    l->conns[c->idx]->idx = c->idx;
+    l->conns[last] = NULL;
+    l->nconns--;
     mc_list_remove(&c->link);
 }
 
@@ -120,13 +123,16 @@ static void cconn_fail(te_cconn *c, int err, bool retry)
         }
         s = next;
     }
+    te_lane *l = c->lane;
+    free(c->in.buf);
     free(c);
     if (again)
-        dispatch(p, again);
+        dispatch(l, again); /* a slice stays on its lane */
 }
 
-static te_cconn *cconn_new(te_peer *p)
+static te_cconn *cconn_new(te_lane *l)
 {
+    te_peer *p = l->peer;
     mc_te *te = p->te;
     struct sockaddr_storage sa;
     socklen_t salen;
@@ -154,19 +160,22 @@ static te_cconn *cconn_new(te_peer *p)
         state = TE_CC_CONNECTING;
     }
     te_cconn *c = mc_xcalloc(1, sizeof *c);
+    c->in.buf = mc_xmalloc(TE_RBUF_SIZE);
     c->peer = p;
-    c->io = p->io;
+    c->lane = l;
+    c->io = l->io;
     c->fd = fd;
     c->state = state;
     c->ever_ready = state == TE_CC_READY;
     c->events = EPOLLIN | (state == TE_CC_CONNECTING ? EPOLLOUT : 0);
     if (mc_loop_add(c->io->loop, fd, c->events, cconn_io, c) < 0) {
         close(fd);
+        free(c->in.buf);
         free(c);
         return NULL;
     }
-    c->idx = p->nconns;
-    p->conns[p->nconns++] = c;
+    c->idx = l->nconns;
+    l->conns[l->nconns++] = c;
     mc_list_push_front(&c->io->cconns, &c->link);
     atomic_fetch_add(&te->st.conn_open, 1);
     /* HELLO first: the server learns which writer this connection's WRITEs come from */
@@ -174,6 +183,7 @@ static te_cconn *cconn_new(te_peer *p)
     mc__te_writer_id(te, &hi, &lo);
     te_slice *h = &c->hello;
     h->peer = p;
+    h->lane = l;
     h->op = MC_TE_WOP_HELLO;
     h->tries = 1;
     h->id = atomic_fetch_add(&te->next_req_id, 1);
@@ -184,14 +194,14 @@ static te_cconn *cconn_new(te_peer *p)
     return c;
 }
 
-static te_cconn *pick(te_peer *p)
+static te_cconn *pick(te_lane *l)
 {
     te_cconn *best = NULL;
-    for (unsigned i = 0; i < p->nconns; i++)
-        if (!best || p->conns[i]->queued < best->queued)
-            best = p->conns[i];
-    if (!best || (best->queued > 0 && p->nconns < p->te->conns_per_peer)) {
-        te_cconn *c = cconn_new(p);
+    for (unsigned i = 0; i < l->nconns; i++)
+        if (!best || l->conns[i]->queued < best->queued)
+            best = l->conns[i];
+    if (!best || (best->queued > 0 && l->nconns < l->max_conns)) {
+        te_cconn *c = cconn_new(l);
         if (c)
             best = c;
     }
@@ -244,48 +254,117 @@ static int cconn_flush(te_cconn *c)
     return 0;
 }
 
+/* s's reply header is complete in s->rhdr: decodes it. Returns 0, or -1 when c was
+ * closed (a malformed reply, or a refused HELLO). */
+static int reply_header(te_cconn *c, te_slice *s)
+{
+    mc__te_rep rep;
+    if (mc__te_rep_decode(s->rhdr, s->id, s->op, s->len, &rep) < 0) {
+        mc_log(MC_LOG_WARN, TE_TAG, "peer %s: malformed reply, closing", c->peer->name);
+        cconn_fail(c, -EPROTO, false);
+        return -1;
+    }
+    s->status = rep.status;
+    c->in.big = s->op == MC_TE_WOP_READ && s->len > TE_RBUF_COPY_MAX;
+    if (s == &c->hello && rep.status != 0) {
+        if (rep.status == -EPROTONOSUPPORT)
+            mc_log(MC_LOG_ERROR, TE_TAG,
+                   "peer %s speaks transfer wire version %llu, this engine speaks "
+                   "version %d: refused (upgrade the older side)",
+                   c->peer->name, (unsigned long long)rep.len, MC_TE_WIRE_VERSION);
+        else
+            mc_log(MC_LOG_WARN, TE_TAG, "peer %s refused HELLO (%d), closing", c->peer->name,
+                   rep.status);
+        cconn_fail(c, rep.status == -EPROTONOSUPPORT ? -EPROTONOSUPPORT : -EPROTO, false);
+        return -1;
+    }
+    return 0;
+}
+
+/* head's reply is complete: takes it off the connection and finishes it. */
+static void reply_done(te_cconn *c, te_slice *s)
+{
+    mc_te *te = c->peer->te;
+    c->head = s->next;
+    if (!c->head)
+        c->tail = NULL;
+    c->recv_off = 0;
+    c->queued -= s->len;
+    s->next = NULL;
+    if (s == &c->hello)
+        return;
+    if (s->op == MC_TE_WOP_READ && s->status == 0)
+        atomic_fetch_add(&te->st.tcp_recv, s->len);
+    mc__te_task_slice_done(te, s, s->stale ? -ESTALE : s->status);
+}
+
+/* Consumes what c->in holds, reply by reply in wire order: header bytes into the head
+ * slice's rhdr (decoded once complete), then a READ's payload, copied into the caller's
+ * buffer only when its status is 0 (else dropped). Bytes that no request sent so far
+ * can be answered by are a protocol error. Returns 0, or -1 when c was closed. */
+static int cconn_parse(te_cconn *c)
+{
+    te_rbuf *in = &c->in;
+    while (in->pos < in->len) {
+        te_slice *s = c->head;
+        if (!s || s == c->send_cur) {
+            cconn_fail(c, -EPROTO, true); /* nothing is expected: garbage */
+            return -1;
+        }
+        size_t avail = in->len - in->pos;
+        const char *p = in->buf + in->pos;
+        if (c->recv_off < MC_TE_REP_SIZE) {
+            size_t take = MC_TE_REP_SIZE - (size_t)c->recv_off;
+            if (take > avail)
+                take = avail;
+            memcpy(s->rhdr + c->recv_off, p, take);
+            c->recv_off += take;
+            in->pos += take;
+            if (c->recv_off < MC_TE_REP_SIZE)
+                return 0;
+            if (reply_header(c, s) < 0)
+                return -1;
+        } else {
+            uint64_t off = c->recv_off - MC_TE_REP_SIZE;
+            size_t take = s->len - off < avail ? (size_t)(s->len - off) : avail;
+            if (s->status == 0) /* only a successful payload reaches the caller's buffer */
+                memcpy(s->local + off, p, take);
+            c->recv_off += take;
+            in->pos += take;
+        }
+        if (c->recv_off == recv_len(s))
+            reply_done(c, s);
+    }
+    return 0;
+}
+
 /* Reads replies. Returns 0, or -1 when c was closed. */
 static int cconn_recv(te_cconn *c)
 {
-    mc_te *te = c->peer->te;
+    te_rbuf *in = &c->in;
     for (int round = 0; round < 16; round++) {
-        struct iovec iov[IOV_BATCH];
+        /* what is left unparsed is a partial header, or nothing: move it to the front */
+        size_t rest = in->len - in->pos;
+        if (in->pos) {
+            memmove(in->buf, in->buf + in->pos, rest);
+            in->pos = 0;
+            in->len = rest;
+        }
+        struct iovec iov[2];
         int n = 0;
-        uint64_t want = 0, off = c->recv_off;
-        for (te_slice *s = c->head; s && s != c->send_cur && n < IOV_BATCH - 1;
-             s = s->next, off = 0) {
-            if (off < MC_TE_REP_SIZE) {
-                iov[n].iov_base = s->rhdr + off;
-                iov[n++].iov_len = MC_TE_REP_SIZE - off;
-                want += MC_TE_REP_SIZE - off;
-                if (s->op == MC_TE_WOP_READ)
-                    break; /* where its payload goes depends on the status */
-                continue;
-            }
-            off -= MC_TE_REP_SIZE;
-            if (s->op == MC_TE_WOP_READ && s->len > off) {
-                uint64_t rest = s->len - off;
-                if (s->status == 0) {
-                    iov[n].iov_base = s->local + off;
-                    iov[n++].iov_len = rest;
-                    want += rest;
-                } else { /* refused: its zeros never touch the caller's buffer */
-                    iov[n].iov_base = c->io->scratch;
-                    iov[n++].iov_len = rest > SCRATCH ? SCRATCH : rest;
-                    want += rest > SCRATCH ? SCRATCH : rest;
-                    break;
-                }
-            }
+        uint64_t direct = 0; /* bytes asked for straight into the head READ's buffer */
+        te_slice *s = c->head;
+        if (s && s != c->send_cur && s->op == MC_TE_WOP_READ &&
+            c->recv_off >= MC_TE_REP_SIZE && s->status == 0) {
+            direct = recv_len(s) - c->recv_off; /* its header is decoded: status 0 */
+            iov[n].iov_base = s->local + (c->recv_off - MC_TE_REP_SIZE);
+            iov[n++].iov_len = direct;
         }
-        if (n == 0) {
-            /* Nothing is expected: only EOF or garbage can arrive. */
-            char b;
-            ssize_t k = mc_sock_recv_nb(c->fd, &b, 1);
-            if (k == 0)
-                return 0;
-            cconn_fail(c, k > 0 ? -EPROTO : (int)k, true); /* EOF: -ECONNRESET */
-            return -1;
-        }
+        size_t room = TE_RBUF_SIZE - in->len;
+        if (in->big && room > MC_TE_REP_SIZE - rest)
+            room = MC_TE_REP_SIZE - rest; /* after a large READ: the next header only */
+        iov[n].iov_base = in->buf + in->len;
+        iov[n++].iov_len = room;
         ssize_t k = mc_sock_recvv_nb(c->fd, iov, n);
         if (k == 0)
             return 0; /* nothing more now */
@@ -294,53 +373,17 @@ static int cconn_recv(te_cconn *c)
             return -1;
         }
         uint64_t left = (uint64_t)k;
-        while (left) {
-            te_slice *s = c->head;
-            uint64_t total = recv_len(s);
-            uint64_t take = total - c->recv_off;
-            if (take > left)
-                take = left;
-            uint64_t prev = c->recv_off;
+        if (direct) {
+            uint64_t take = left < direct ? left : direct;
             c->recv_off += take;
             left -= take;
-            if (prev < MC_TE_REP_SIZE && c->recv_off >= MC_TE_REP_SIZE) {
-                mc__te_rep rep;
-                if (mc__te_rep_decode(s->rhdr, s->id, s->op, s->len, &rep) < 0) {
-                    mc_log(MC_LOG_WARN, TE_TAG, "peer %s: malformed reply, closing",
-                           c->peer->name);
-                    cconn_fail(c, -EPROTO, false);
-                    return -1;
-                }
-                s->status = rep.status;
-                if (s == &c->hello && rep.status != 0) {
-                    if (rep.status == -EPROTONOSUPPORT)
-                        mc_log(MC_LOG_ERROR, TE_TAG,
-                               "peer %s speaks transfer wire version %llu, this engine speaks "
-                               "version %d: refused (upgrade the older side)",
-                               c->peer->name, (unsigned long long)rep.len, MC_TE_WIRE_VERSION);
-                    else
-                        mc_log(MC_LOG_WARN, TE_TAG, "peer %s refused HELLO (%d), closing",
-                               c->peer->name, rep.status);
-                    cconn_fail(c, rep.status == -EPROTONOSUPPORT ? -EPROTONOSUPPORT : -EPROTO,
-                               false);
-                    return -1;
-                }
-            }
-            if (c->recv_off == total) {
-                c->head = s->next;
-                if (!c->head)
-                    c->tail = NULL;
-                c->recv_off = 0;
-                c->queued -= s->len;
-                s->next = NULL;
-                if (s == &c->hello)
-                    continue;
-                if (s->op == MC_TE_WOP_READ && s->status == 0)
-                    atomic_fetch_add(&te->st.tcp_recv, s->len);
-                mc__te_task_slice_done(te, s, s->stale ? -ESTALE : s->status);
-            }
+            if (c->recv_off == recv_len(s))
+                reply_done(c, s);
         }
-        if ((uint64_t)k < want)
+        in->len += left;
+        if (cconn_parse(c) < 0)
+            return -1;
+        if ((uint64_t)k < direct + room)
             return 0; /* drained */
     }
     return 0;
@@ -374,9 +417,11 @@ static void cconn_io(mc_loop *loop, int fd, uint32_t events, void *arg)
         cconn_flush(c);
 }
 
-/* Assigns slices (a NULL-terminated list) to connections and starts sending. */
-static void dispatch(te_peer *p, te_slice *list)
+/* Assigns slices (a NULL-terminated list) to l's connections and starts sending.
+ * Loop thread of l. */
+static void dispatch(te_lane *l, te_slice *list)
 {
+    te_peer *p = l->peer;
     mc_te *te = p->te;
     while (list) {
         te_slice *s = list;
@@ -387,7 +432,7 @@ static void dispatch(te_peer *p, te_slice *list)
             mc__te_task_slice_done(te, s, -ESTALE);
             continue;
         }
-        te_cconn *c = pick(p);
+        te_cconn *c = pick(l);
         if (!c) {
             mc__te_task_slice_done(te, s, -ECONNREFUSED);
             continue;
@@ -408,38 +453,40 @@ static void dispatch(te_peer *p, te_slice *list)
         }
         c->queued += s->len;
     }
-    for (unsigned i = 0; i < p->nconns;) {
-        te_cconn *c = p->conns[i];
+    for (unsigned i = 0; i < l->nconns;) {
+        te_cconn *c = l->conns[i];
         if (c->state == TE_CC_READY && c->send_cur && !(c->events & EPOLLOUT)) {
-            unsigned before = p->nconns;
+            unsigned before = l->nconns;
             cconn_flush(c);
-            if (p->nconns < before)
+            if (l->nconns < before)
                 continue; /* c closed: slot i now holds another connection */
         }
         i++;
     }
 }
 
-static void peer_kick(void *arg)
+static void lane_kick(void *arg)
 {
-    te_peer *p = arg;
+    te_lane *l = arg;
+    te_peer *p = l->peer;
     pthread_mutex_lock(&p->lock);
-    te_slice *list = p->inbox_head;
-    p->inbox_head = p->inbox_tail = NULL;
-    p->kick_posted = false;
+    te_slice *list = l->inbox_head;
+    l->inbox_head = l->inbox_tail = NULL;
+    l->kick_posted = false;
     pthread_mutex_unlock(&p->lock);
-    dispatch(p, list);
+    dispatch(l, list);
 }
 
-/* Takes p's inbox under its lock (clearing kick_posted when clear_kick) and fails every
- * slice in it with -ECANCELED. */
-static void cancel_inbox(te_peer *p, bool clear_kick)
+/* Takes l's inbox under its peer's lock (clearing kick_posted when clear_kick) and fails
+ * every slice in it with -ECANCELED. */
+static void cancel_inbox(te_lane *l, bool clear_kick)
 {
+    te_peer *p = l->peer;
     pthread_mutex_lock(&p->lock);
-    te_slice *list = p->inbox_head;
-    p->inbox_head = p->inbox_tail = NULL;
+    te_slice *list = l->inbox_head;
+    l->inbox_head = l->inbox_tail = NULL;
     if (clear_kick)
-        p->kick_posted = false;
+        l->kick_posted = false;
     pthread_mutex_unlock(&p->lock);
     while (list) {
         te_slice *s = list;
@@ -449,20 +496,71 @@ static void cancel_inbox(te_peer *p, bool clear_kick)
     }
 }
 
-void mc__te_peer_enqueue(te_peer *p, te_slice *first, te_slice *last)
+void mc__te_peer_lanes_init(te_peer *p)
 {
+    mc_te *te = p->te;
+    unsigned n = te->nio < te->conns_per_peer ? te->nio : te->conns_per_peer;
+    if (n < 1)
+        n = 1;
+    unsigned home = (unsigned)(p->io - te->io);
+    for (unsigned i = 0; i < n; i++) {
+        te_lane *l = &p->lanes[i];
+        l->peer = p;
+        l->io = &te->io[(home + i) % te->nio];
+        l->max_conns = te->conns_per_peer / n + (i < te->conns_per_peer % n);
+    }
+    p->nlanes = n;
+    atomic_init(&p->next_lane, 0);
+}
+
+static void lane_enqueue(te_lane *l, te_slice *first, te_slice *last)
+{
+    te_peer *p = l->peer;
+    for (te_slice *s = first;; s = s->next) {
+        s->lane = l;
+        if (s == last)
+            break;
+    }
     last->next = NULL;
     pthread_mutex_lock(&p->lock);
-    if (p->inbox_tail)
-        p->inbox_tail->next = first;
+    if (l->inbox_tail)
+        l->inbox_tail->next = first;
     else
-        p->inbox_head = first;
-    p->inbox_tail = last;
-    bool post = !p->kick_posted;
-    p->kick_posted = true;
+        l->inbox_head = first;
+    l->inbox_tail = last;
+    bool post = !l->kick_posted;
+    l->kick_posted = true;
     pthread_mutex_unlock(&p->lock);
-    if (post && mc_loop_post(p->io->loop, peer_kick, p) < 0) {
-        cancel_inbox(p, true); /* the loop is shutting down: fail what the inbox holds */
+    if (post && mc_loop_post(l->io->loop, lane_kick, l) < 0)
+        cancel_inbox(l, true); /* the loop is shutting down: fail what the inbox holds */
+}
+
+/* One lane: everything there. Several: a single slice goes to the next lane in turn
+ * (so a stream of one-slice requests alternates), a longer list is cut into one
+ * contiguous run per lane, starting at the next lane in turn. */
+void mc__te_peer_enqueue(te_peer *p, te_slice *first, te_slice *last)
+{
+    unsigned nl = p->nlanes;
+    if (nl == 1) {
+        lane_enqueue(&p->lanes[0], first, last);
+        return;
+    }
+    unsigned start = atomic_fetch_add_explicit(&p->next_lane, 1, memory_order_relaxed);
+    if (first == last) {
+        lane_enqueue(&p->lanes[start % nl], first, last);
+        return;
+    }
+    size_t n = 1;
+    for (te_slice *s = first; s != last; s = s->next)
+        n++;
+    size_t per = (n + nl - 1) / nl;
+    te_slice *s = first;
+    for (unsigned i = 0; s; i++) {
+        te_slice *run = s, *end = s;
+        for (size_t k = 1; k < per && end != last; k++)
+            end = end->next;
+        s = end == last ? NULL : end->next;
+        lane_enqueue(&p->lanes[(start + i) % nl], run, end);
     }
 }
 
@@ -482,11 +580,14 @@ again:
     }
 }
 
-/* Shutdown (loop stopped or on the loop thread): closes every client connection of io
- * and fails their slices, plus what peers' inboxes hold. */
+/* Shutdown (loops stopped): closes every client connection of p and fails their
+ * slices, plus what its lanes' inboxes hold. */
 void mc__te_peer_close_conns(te_peer *p)
 {
-    while (p->nconns)
-        cconn_fail(p->conns[0], -ECANCELED, false);
-    cancel_inbox(p, false);
+    for (unsigned i = 0; i < p->nlanes; i++) {
+        te_lane *l = &p->lanes[i];
+        while (l->nconns)
+            cconn_fail(l->conns[0], -ECANCELED, false);
+        cancel_inbox(l, false);
+    }
 }

@@ -1,15 +1,21 @@
 /* tcp_server.c: the serving side of the TCP data path (loop threads).
  *
- * Per connection, a state machine reads one request header, checks it (wire.h) and the
- * range against registered memory (regions.c) before anything is touched, then
- * receives a WRITE payload straight into the registered memory (the next header is
- * read in the same recvmsg), or queues a READ reply whose payload is sent straight from
- * it. Refused ranges are answered with -EFAULT (a WRITE payload is read into a scratch
- * buffer and dropped); an unparseable header closes the connection. Replies are
- * gathered into one sendmsg. Reading pauses while too many replies wait to be sent.
- * Fencing: HELLO names the connection's writer; a WRITE with a non-zero epoch below that
- * writer's minimum (fence.c) is drained like a refused range and answered -ESTALE; a
- * header of another wire version is answered -EPROTONOSUPPORT and the connection closed. */
+ * Per connection, bytes are read into a receive buffer (te_rbuf, TE_RBUF_SIZE) and
+ * every complete request header in it is parsed in turn: each is checked (wire.h), and
+ * so is its range against registered memory (regions.c) and, for a WRITE, the writer's
+ * fence (fence.c), before anything is touched. A WRITE payload then goes into the
+ * registered memory: the part already in the buffer is copied out of it, the rest is
+ * received straight into the memory (with the next header read behind it in the same
+ * recvmsg); after a payload larger than TE_RBUF_COPY_MAX the next read asks for one
+ * header only, so large payloads are never copied twice. A READ queues a reply whose
+ * payload is sent straight from the registered memory. So a stream of small requests
+ * costs one recvmsg per buffer-full, not one per request. Refused ranges are answered
+ * with -EFAULT and a fenced WRITE with -ESTALE; either payload is drained (consumed and
+ * dropped, memory untouched). An unparseable header closes the connection; a header of
+ * another wire version is answered -EPROTONOSUPPORT and the connection closed. Replies
+ * are queued and gathered into one sendmsg after the read; parsing pauses while too
+ * many replies wait to be sent. HELLO (the connection's writer id) is handled in one
+ * place, sconn_hello. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +31,7 @@
 #include "net/sock.h"
 #include "transfer/internal.h"
 
-#define IOV_BATCH 64
+#define IOV_BATCH 256 /* iovecs per reply sendmsg (headers and READ payloads) */
 #define SCRATCH 65536
 #define OUT_MAX_COUNT 4096
 #define OUT_MAX_BYTES (64ull << 20)
@@ -50,6 +56,7 @@ static void sconn_close(te_sconn *c)
         mc__te_region_release(c->cur_reg);
     if (c->state == TE_S_NOTIFY)
         free(c->dst);
+    free(c->in.buf);
     te_out *o = c->out_head;
     while (o) {
         te_out *next = o->next;
@@ -148,21 +155,37 @@ static int sconn_flush(te_sconn *c)
     return 0;
 }
 
-/* A whole header is in c->hdr. Returns 0, or -1 when the connection must close. */
-static int process_header(te_sconn *c)
+/* HELLO: the initiator names the writer whose WRITEs this connection carries (the
+ * fence table's key). The one place the HELLO is handled. Returns 0. */
+static int sconn_hello(te_sconn *c, const mc__te_req *q)
+{
+    c->writer_hi = q->addr;
+    c->writer_lo = q->len;
+    c->fence_gen = 0; /* look the new writer up at its first fenced WRITE */
+    out_push(c, 0, q->id, NULL, 0, NULL);
+    mc__te_rep rep = {.status = 0, .id = q->id, .len = MC_TE_WIRE_VERSION};
+    mc__te_rep_encode(&rep, c->out_tail->hdr); /* the length field is our version */
+    return 0;
+}
+
+/* A whole header is at h. Returns 0, or -1 when the connection must close. Nothing is
+ * written to memory here: the checks come first, the payload (if any) is consumed by
+ * the caller in the state this leaves. */
+static int process_header(te_sconn *c, const uint8_t *h)
 {
     mc_te *te = c->io->te;
-    int rc = mc__te_req_decode(c->hdr, &c->cur);
-    c->hdr_off = 0;
+    int rc = mc__te_req_decode(h, &c->cur);
     if (rc < 0) {
         mc_log(MC_LOG_DEBUG, TE_TAG, "data port: bad request header (%d), closing", rc);
         return -1;
     }
     mc__te_req *q = &c->cur;
     te_region *r;
+    c->in.big = false;
     switch (q->op) {
     case MC_TE_WOP_WRITE:
         c->off = 0;
+        c->in.big = q->len > TE_RBUF_COPY_MAX;
         if (mc__te_write_fenced(te, c, q->epoch)) { /* before any byte touches memory */
             atomic_fetch_add(&te->st.stale_writes, 1);
             c->pending_status = -ESTALE;
@@ -199,43 +222,37 @@ static int process_header(te_sconn *c)
         c->dst = mc_xmalloc(q->len); /* bounded by mc__te_req_decode */
         c->off = 0;
         c->state = TE_S_NOTIFY;
+        c->in.big = q->len > TE_RBUF_COPY_MAX;
         return 0;
     case MC_TE_WOP_PING:
         out_push(c, 0, q->id, NULL, 0, NULL);
         return 0;
-    case MC_TE_WOP_HELLO: {
-        c->writer_hi = q->addr;
-        c->writer_lo = q->len;
-        c->fence_gen = 0; /* look the new writer up at its first fenced WRITE */
-        out_push(c, 0, q->id, NULL, 0, NULL);
-        mc__te_rep rep = {.status = 0, .id = q->id, .len = MC_TE_WIRE_VERSION};
-        mc__te_rep_encode(&rep, c->out_tail->hdr); /* the length field is our version */
-        return 0;
-    }
+    case MC_TE_WOP_HELLO:
+        return sconn_hello(c, q);
     }
     return -1;
 }
 
-/* The first MC_TE_REQ_PREFIX bytes of a header are in: a header of another wire version
- * is answered (-EPROTONOSUPPORT, length = our version) and the connection closed.
- * Returns 0, or -1 when the caller must close. */
-static int check_version(te_sconn *c)
+/* The first MC_TE_REQ_PREFIX bytes of a header are at h: a header of another wire
+ * version is answered (-EPROTONOSUPPORT, length = our version) and the connection
+ * closed. Returns 0, or -1 when the caller must close. */
+static int check_version(te_sconn *c, const uint8_t *h)
 {
     unsigned version = 0;
     uint64_t id = 0;
-    if (mc__te_req_prefix(c->hdr, &version, &id) != -EPROTONOSUPPORT)
+    if (mc__te_req_prefix(h, &version, &id) != -EPROTONOSUPPORT)
         return 0; /* ours, or garbage that the full decode refuses */
     char peer[INET6_ADDRSTRLEN + 8] = "?";
     struct sockaddr_storage sa;
     socklen_t sl = sizeof sa;
     if (getpeername(c->fd, (struct sockaddr *)&sa, &sl) == 0) {
-        char h[INET6_ADDRSTRLEN] = "?";
+        char hs[INET6_ADDRSTRLEN] = "?";
         const void *a = sa.ss_family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)&sa)->sin6_addr
                                                  : (const void *)&((struct sockaddr_in *)&sa)->sin_addr;
         unsigned port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
                                                        : ((struct sockaddr_in *)&sa)->sin_port);
-        inet_ntop(sa.ss_family, a, h, sizeof h);
-        snprintf(peer, sizeof peer, "%s:%u", h, port);
+        inet_ntop(sa.ss_family, a, hs, sizeof hs);
+        snprintf(peer, sizeof peer, "%s:%u", hs, port);
     }
     mc_log(MC_LOG_ERROR, TE_TAG,
            "data connection from %s: it speaks transfer wire version %u, this engine speaks "
@@ -289,32 +306,79 @@ static void finish_current(te_sconn *c)
     c->state = TE_S_HDR;
 }
 
+static bool backpressured(const te_sconn *c)
+{
+    return c->out_count >= OUT_MAX_COUNT || c->out_bytes >= OUT_MAX_BYTES;
+}
+
+/* Consumes what c->in holds: payload bytes of the current request (copied into its
+ * destination, or dropped when draining), then every complete header after them. Stops
+ * at a partial header, or before a header while too many replies are queued.
+ * Returns 0, or -1 when the connection must close. */
+static int sconn_parse(te_sconn *c)
+{
+    te_rbuf *in = &c->in;
+    for (;;) {
+        size_t avail = in->len - in->pos;
+        const uint8_t *p = (const uint8_t *)in->buf + in->pos;
+        if (c->state != TE_S_HDR) {
+            if (!avail)
+                return 0;
+            uint64_t need = c->cur.len - c->off;
+            size_t take = avail < need ? avail : (size_t)need;
+            if (c->state != TE_S_DISCARD) /* PAYLOAD (checked, in range) or NOTIFY */
+                memcpy(c->dst + c->off, p, take);
+            c->off += take;
+            in->pos += take;
+            if (c->off == c->cur.len)
+                finish_current(c);
+            continue;
+        }
+        if (avail < MC_TE_REQ_PREFIX || backpressured(c))
+            return 0;
+        if (p[4] != MC_TE_WIRE_VERSION && check_version(c, p) < 0)
+            return -1;
+        if (avail < MC_TE_REQ_SIZE)
+            return 0;
+        in->pos += MC_TE_REQ_SIZE;
+        if (process_header(c, p) < 0)
+            return -1;
+    }
+}
+
 /* Reads and handles requests. Returns 0, or -1 when c was closed. */
 static int sconn_read(te_sconn *c)
 {
+    te_rbuf *in = &c->in;
     for (int round = 0; round < 64; round++) {
-        if (c->out_count >= OUT_MAX_COUNT || c->out_bytes >= OUT_MAX_BYTES) {
-            set_events(c, EPOLLOUT); /* backpressure: stop reading until replies drain */
+        if (sconn_parse(c) < 0) {
+            sconn_close(c);
+            return -1;
+        }
+        if (backpressured(c)) {
+            set_events(c, EPOLLOUT); /* stop reading until replies drain */
             return 0;
+        }
+        /* what is left unparsed is a partial header, or nothing: move it to the front */
+        size_t rest = in->len - in->pos;
+        if (in->pos) {
+            memmove(in->buf, in->buf + in->pos, rest);
+            in->pos = 0;
+            in->len = rest;
         }
         struct iovec iov[2];
         int n = 0;
-        uint64_t cur_need = 0;
-        if (c->state != TE_S_HDR) {
-            cur_need = c->cur.len - c->off;
-            if (c->state == TE_S_DISCARD) {
-                iov[n].iov_base = c->io->scratch;
-                iov[n++].iov_len = cur_need > SCRATCH ? SCRATCH : cur_need;
-            } else {
-                iov[n].iov_base = c->dst + c->off;
-                iov[n++].iov_len = cur_need;
-            }
+        uint64_t direct = 0; /* bytes asked for straight into the current destination */
+        if (c->state == TE_S_PAYLOAD || c->state == TE_S_NOTIFY) {
+            direct = c->cur.len - c->off; /* the buffer is empty here */
+            iov[n].iov_base = c->dst + c->off;
+            iov[n++].iov_len = direct;
         }
-        iov[n].iov_base = c->hdr + c->hdr_off;
-        iov[n++].iov_len = MC_TE_REQ_SIZE - c->hdr_off;
-        size_t want = 0;
-        for (int i = 0; i < n; i++)
-            want += iov[i].iov_len;
+        size_t room = TE_RBUF_SIZE - in->len;
+        if (in->big && c->state != TE_S_DISCARD && room > MC_TE_REQ_SIZE - rest)
+            room = MC_TE_REQ_SIZE - rest; /* after a large payload: the next header only */
+        iov[n].iov_base = in->buf + in->len;
+        iov[n++].iov_len = room;
         ssize_t k = mc_sock_recvv_nb(c->fd, iov, n);
         if (k == 0)
             return 0; /* nothing more now */
@@ -323,29 +387,21 @@ static int sconn_read(te_sconn *c)
             return -1;
         }
         uint64_t left = (uint64_t)k;
-        if (c->state != TE_S_HDR) {
-            uint64_t take = left < cur_need ? left : cur_need;
+        if (direct) {
+            uint64_t take = left < direct ? left : direct;
             c->off += take;
             left -= take;
             if (c->off == c->cur.len)
                 finish_current(c);
         }
-        if (left) {
-            /* these bytes landed in c->hdr after the current payload */
-            uint64_t before = c->hdr_off;
-            c->hdr_off += left;
-            if (before < MC_TE_REQ_PREFIX && c->hdr_off >= MC_TE_REQ_PREFIX &&
-                check_version(c) < 0) {
+        in->len += left;
+        if ((uint64_t)k < direct + room) { /* drained the socket: parse and stop */
+            if (sconn_parse(c) < 0) {
                 sconn_close(c);
                 return -1;
             }
-        }
-        if (c->hdr_off == MC_TE_REQ_SIZE && process_header(c) < 0) {
-            sconn_close(c);
-            return -1;
-        }
-        if ((size_t)k < want)
             return 0;
+        }
     }
     return 0;
 }
@@ -390,9 +446,11 @@ static void sconn_adopt(void *arg)
     c->io = a->io;
     c->fd = a->fd;
     c->events = EPOLLIN;
+    c->in.buf = mc_xmalloc(TE_RBUF_SIZE);
     if (mc_loop_add(c->io->loop, c->fd, c->events, sconn_io, c) < 0) {
         atomic_fetch_sub(&c->io->te->n_sconns, 1);
         close(c->fd);
+        free(c->in.buf);
         free(c);
         free(a);
         return;
