@@ -122,7 +122,7 @@ static const mc_option options[] = {
      .max = 1099511627776.0, .unit = "bytes",
      .help = "PUT bodies the embedded HTTP metadata server holds at once; beyond: 503"},
     {.name = "metrics_max_connections", .type = MC_OPT_INT, .target = &admin_max_conns,
-     .def = "256", .bounded = true, .min = 1, .max = 65536,
+     .def = "1024", .bounded = true, .min = 1, .max = 65536,
      .help = "concurrent connections to the metrics/admin HTTP server"},
     {.name = "metrics_max_connections_per_ip", .type = MC_OPT_INT, .target = &admin_max_conns_ip,
      .def = "32", .bounded = true, .min = 1, .max = 65536,

@@ -59,7 +59,7 @@ MC_API void mc_master_format_bytes(uint64_t bytes, char *buf, size_t len);
 typedef struct mc_master_admin mc_master_admin;
 struct mc_auth_secret;
 
-#define MC_MASTER_ADMIN_DEFAULT_MAX_CONNECTIONS 256u
+#define MC_MASTER_ADMIN_DEFAULT_MAX_CONNECTIONS 1024u
 #define MC_MASTER_ADMIN_DEFAULT_MAX_PER_IP 32u
 #define MC_MASTER_ADMIN_DEFAULT_HEADER_TIMEOUT_MS 10000u
 #define MC_MASTER_ADMIN_DEFAULT_REQUEST_TIMEOUT_MS 60000u
