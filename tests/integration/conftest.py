@@ -76,6 +76,24 @@ class MCAuth(requests.auth.AuthBase):
         return r
 
 
+def auth_line(method, target, body=b""):
+    """The Authorization header line (with CRLF) of a raw request signed with the suite's
+    secret, b"" when there is none: for tests that speak HTTP over a socket."""
+    secret = auth_secret()
+    if not secret:
+        return b""
+    return b"Authorization: " + _auth.sign(secret, method, target, body).encode() + b"\r\n"
+
+
+def sign_urllib(req):
+    """Signs a urllib.request.Request with the suite's secret (when there is one)."""
+    secret = auth_secret()
+    if secret:
+        req.add_header("Authorization",
+                       _auth.sign(secret, req.get_method(), req.selector, req.data or b""))
+    return req
+
+
 if AUTH_MODE:
     _plain_request = requests.Session.request
 
