@@ -182,10 +182,20 @@ const char *mc_httpd_header(mc_httpd_req *rq, const char *name)
 }
 
 /* Queues a refusal: status, the auth headers when it is an auth refusal, one line. */
+static int refuse_counted(mc_httpd *s, mc_httpd_req *rq, int reason, unsigned status,
+                          const char *code, const char *text);
+
 static int refuse(mc_httpd *s, mc_httpd_req *rq, int reason, unsigned status,
                   const char *code, const char *text)
 {
     count(s, reason);
+    return refuse_counted(s, rq, reason, status, code, text);
+}
+
+/* The same, for a refusal counted when it happened (a body that could not be held). */
+static int refuse_counted(mc_httpd *s, mc_httpd_req *rq, int reason, unsigned status,
+                          const char *code, const char *text)
+{
     if (log_due(s, reason)) {
         char peer[64];
         peer_text(rq->conn_, peer, sizeof peer);
@@ -332,6 +342,7 @@ static mhd_result take_body(mc_httpd *s, mc_httpd_req *rq, const char *data, siz
             /* every connection's kept bodies together are bounded: this one waits */
             atomic_fetch_sub(&s->pending_body, grow);
             rq->body_busy_ = true;
+            count(s, MC_HTTPD_R_BODY_MEMORY);
             rq->discarded_ += n;
             return MHD_YES;
         }
@@ -438,7 +449,7 @@ static mhd_result on_request(void *cls, struct MHD_Connection *c, const char *ur
     if (!auth_complete(s, rq, &rc))
         return to_mhd(rc);
     if (rq->body_busy_)
-        return to_mhd(refuse(s, rq, MC_HTTPD_R_BODY_MEMORY, 503, NULL,
+        return to_mhd(refuse_counted(s, rq, MC_HTTPD_R_BODY_MEMORY, 503, NULL,
                              "the server holds too many request bodies now: retry"));
     return to_mhd(s->o.handle(s->o.ctx, rq));
 }
