@@ -32,7 +32,7 @@ import tempfile
 # headers of any lower module, and the public headers include/mooncake/*.h of its own
 # layer or below; nothing upward, nothing sideways (same layer, other module).
 LAYERS = [
-    ("common", "log, status codes, options, time, env, xalloc, list, sync"),
+    ("common", "log, status codes, options, time, env, xalloc, list, sync, auth"),
     ("net", "sockets, event loop, frames, connections"),
     ("alloc", "the offset allocator"),
     ("rpc", "master wire types, arena, limits"),

@@ -10,6 +10,11 @@
  *     also loses its `mooncake/[<cluster>/]ram/<segment>` and `.../rpc_meta/<segment>`
  *     keys there (upstream ClientMonitorFunc, upstream-mooncake.md §4.7; the cluster part
  *     comes from MC_METADATA_CLUSTER_ID, as the clients' keys do).
+ * Trust (issue 11, docs/security.md): --auth_token_file (or MC_AUTH_TOKEN_FILE) names the
+ * cluster secret; with it the admin port's key-listing routes and the embedded metadata
+ * server's /metadata need signed requests. Without it every server warns once that it is
+ * open. The --http_* / --metrics_max_* / --http_metadata_server_max_* flags bound what a
+ * peer can hold on the HTTP ports.
  * Prints one line per listener on stdout when ready, then logs the upstream-style summary
  * ("Master Admin Metrics: ...") every --metric_report_interval_sec when
  * --enable_metric_reporting. Stops cleanly on SIGINT/SIGTERM (exit 0).
@@ -25,6 +30,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/auth.h"
 #include "master/admin.h"
 #include "master/master_service.h"
 #include "master/rpc_server.h"
@@ -46,6 +52,12 @@ static char *ha_backend_type, *ha_backend_connstring, *etcd_endpoints, *cluster_
 static bool enable_http_md, allow_evict_soft, enable_ha, enable_metric_reporting;
 static bool enable_md_cleanup;
 static double eviction_ratio, eviction_hwm;
+/* trust and bounded resources (issue 11) */
+static char *auth_token_file;
+static int64_t md_max_keys, md_max_conns, md_max_conns_ip, admin_max_conns, admin_max_conns_ip;
+static int64_t http_header_timeout_ms, http_request_timeout_ms;
+static uint64_t md_max_total, md_max_pending;
+static mc_auth_secret secret; /* outlives every server */
 
 /* ---- upstream flags accepted for compatibility, without effect here ---- */
 static bool ign_b[24];
@@ -90,6 +102,41 @@ static const mc_option options[] = {
      .help = "port of the embedded HTTP metadata server"},
     {.name = "http_metadata_server_host", .type = MC_OPT_STRING, .target = &http_md_host,
      .def = "0.0.0.0", .help = "address of the embedded HTTP metadata server"},
+    {.name = "auth_token_file", .type = MC_OPT_STRING, .target = &auth_token_file, .def = "",
+     .help = "file holding the cluster secret (mode 0600, owned by this user); with it the "
+             "HTTP ports check signed requests (docs/security.md). Default: "
+             "MC_AUTH_TOKEN_FILE; neither: open, with a warning"},
+    {.name = "http_metadata_server_max_total_size", .type = MC_OPT_SIZE, .target = &md_max_total,
+     .def = "256mb", .bounded = true, .min = 1, .max = 1099511627776.0, .unit = "bytes",
+     .help = "keys + values the embedded HTTP metadata server keeps; beyond it PUT gets 507"},
+    {.name = "http_metadata_server_max_keys", .type = MC_OPT_INT, .target = &md_max_keys,
+     .def = "100000", .bounded = true, .min = 1, .max = 1000000000,
+     .help = "keys the embedded HTTP metadata server keeps; beyond it PUT gets 507"},
+    {.name = "http_metadata_server_max_connections", .type = MC_OPT_INT,
+     .target = &md_max_conns, .def = "1024", .bounded = true, .min = 1, .max = 65536,
+     .help = "concurrent connections to the embedded HTTP metadata server"},
+    {.name = "http_metadata_server_max_connections_per_ip", .type = MC_OPT_INT,
+     .target = &md_max_conns_ip, .def = "128", .bounded = true, .min = 1, .max = 65536,
+     .help = "concurrent connections to the embedded HTTP metadata server from one address"},
+    {.name = "http_metadata_server_max_pending_body_size", .type = MC_OPT_SIZE,
+     .target = &md_max_pending, .def = "256mb", .bounded = true, .min = 1,
+     .max = 1099511627776.0, .unit = "bytes",
+     .help = "PUT bodies the embedded HTTP metadata server holds at once; beyond: 503"},
+    {.name = "metrics_max_connections", .type = MC_OPT_INT, .target = &admin_max_conns,
+     .def = "1024", .bounded = true, .min = 1, .max = 65536,
+     .help = "concurrent connections to the metrics/admin HTTP server"},
+    {.name = "metrics_max_connections_per_ip", .type = MC_OPT_INT, .target = &admin_max_conns_ip,
+     .def = "32", .bounded = true, .min = 1, .max = 65536,
+     .help = "concurrent connections to the metrics/admin HTTP server from one address"},
+    {.name = "http_header_timeout_ms", .type = MC_OPT_INT, .target = &http_header_timeout_ms,
+     .def = "10000", .bounded = true, .min = 100, .max = 3600000, .unit = "ms",
+     .help = "HTTP ports: a request line and headers must be in within this of the "
+             "connection's accept or its previous request (slowloris; idle keep-alive "
+             "connections close then too)"},
+    {.name = "http_request_timeout_ms", .type = MC_OPT_INT, .target = &http_request_timeout_ms,
+     .def = "60000", .bounded = true, .min = 100, .max = 3600000, .unit = "ms",
+     .help = "HTTP ports: a whole request, body and response, must be done within this of "
+             "the same moment"},
     {.name = "enable_metadata_cleanup_on_timeout", .type = MC_OPT_BOOL,
      .target = &enable_md_cleanup, .def = "false",
      .help = "when a client expires (client_ttl), delete its segments' ram/ and rpc_meta/ "
@@ -280,6 +327,11 @@ static void on_client_expired(void *ctx, mc_master_uuid client, const char *cons
     }
 }
 
+static char *md_metrics(void *ctx, size_t *len)
+{
+    return mc_http_metadata_server_metrics_text(ctx, len);
+}
+
 static void print_summary(mc_master_service *svc, mc_master_stats *prev, uint64_t *prev_ms)
 {
     mc_master_stats cur;
@@ -325,6 +377,14 @@ int main(int argc, char **argv)
         goto out;
     }
     warn_unsupported();
+    {
+        char err[512];
+        if (mc_auth_load(auth_token_file, &secret, err, sizeof err) != 0) {
+            fprintf(stderr, "%s: %s\n", prog, err);
+            exit_code = 2;
+            goto out;
+        }
+    }
 
     mc_master_config cfg;
     mc_master_config_init(&cfg);
@@ -396,14 +456,17 @@ int main(int argc, char **argv)
                                   (long long)rpc_port, rc);
         goto out;
     }
-    rc = mc_master_admin_start(svc, rpc, metrics_host, (uint16_t)metrics_port, &admin);
-    if (rc != 0) {
-        exit_code = mc_tool_listen_failed(prog, "metrics_host", metrics_host, "metrics_port",
-                                  (long long)metrics_port, rc);
-        goto out;
-    }
     if (enable_http_md) {
-        rc = mc_http_metadata_server_start(http_md_host, (uint16_t)http_md_port, NULL, &md);
+        mc_http_metadata_server_opts mo = {
+            .max_total_bytes = md_max_total,
+            .max_keys = (uint64_t)md_max_keys,
+            .max_connections = (unsigned)md_max_conns,
+            .max_connections_per_ip = (unsigned)md_max_conns_ip,
+            .header_timeout_ms = (unsigned)http_header_timeout_ms,
+            .request_timeout_ms = (unsigned)http_request_timeout_ms,
+            .max_pending_body_bytes = md_max_pending,
+            .auth = &secret};
+        rc = mc_http_metadata_server_start(http_md_host, (uint16_t)http_md_port, &mo, &md);
         if (rc != 0) {
             exit_code = mc_tool_listen_failed(prog, "http_metadata_server_host", http_md_host,
                                       "http_metadata_server_port", (long long)http_md_port, rc);
@@ -411,6 +474,20 @@ int main(int argc, char **argv)
         }
         if (enable_md_cleanup)
             atomic_store(&cleanup_md, md);
+    }
+    mc_master_admin_opts ao = {.auth = &secret,
+                               .extra_metrics = md ? md_metrics : NULL,
+                               .extra_ctx = md,
+                               .max_connections = (unsigned)admin_max_conns,
+                               .max_connections_per_ip = (unsigned)admin_max_conns_ip,
+                               .header_timeout_ms = (unsigned)http_header_timeout_ms,
+                               .request_timeout_ms = (unsigned)http_request_timeout_ms};
+    rc = mc_master_admin_start_opts(svc, rpc, metrics_host, (uint16_t)metrics_port, &ao,
+                                    &admin);
+    if (rc != 0) {
+        exit_code = mc_tool_listen_failed(prog, "metrics_host", metrics_host, "metrics_port",
+                                  (long long)metrics_port, rc);
+        goto out;
     }
     printf("mooncake_master: RPC listening on %s:%u (%u threads)\n", rpc_address,
            (unsigned)mc_master_rpc_server_port(rpc), mc_master_rpc_server_threads(rpc));
@@ -461,5 +538,6 @@ out:
     mc_http_metadata_server_destroy(md);
     mc_master_service_destroy(svc);
     mc_options_free(options, N_OPTIONS);
+    mc_auth_secret_wipe(&secret);
     return exit_code;
 }

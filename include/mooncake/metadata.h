@@ -102,6 +102,7 @@ MC_API const char *mc_metadata_kind_name(mc_metadata_kind kind);
 /* ---------------------------------------------------------------------------------- */
 
 typedef struct mc_metadata mc_metadata; /* opaque; one per engine */
+struct mc_auth_secret;                  /* src/common/auth.h */
 
 #define MC_METADATA_DEFAULT_TIMEOUT_MS 10000u
 #define MC_METADATA_DEFAULT_CONNECT_TIMEOUT_MS 3000u
@@ -114,6 +115,10 @@ typedef struct mc_metadata_opts {
     uint64_t max_value_bytes;    /* largest value got or put; 0 = DEFAULT_MAX_VALUE */
     const char *cluster_id;      /* key namespace; NULL = env MC_METADATA_CLUSTER_ID;
                                     "" = none. Copied at create. */
+    const struct mc_auth_secret *auth_secret; /* HTTP: the cluster secret every request is
+                                    signed with (src/common/auth.h; copied at create);
+                                    NULL = the token file MC_AUTH_TOKEN_FILE names (unset:
+                                    none, requests go unsigned) */
 } mc_metadata_opts;
 
 /* mc_metadata_create: a client for the backend `conn` names (see mc_metadata_parse_conn).
@@ -126,8 +131,13 @@ typedef struct mc_metadata_opts {
  *   SELECT the URL's db, else env MC_REDIS_DB_INDEX (0..INT32_MAX) when set. A process
  *   using Redis should ignore SIGPIPE (Python and our tools do): hiredis writes with
  *   write(2).
- * Returns MC_OK; MC_INVALID_PARAMS for a malformed string or a bad MC_REDIS_DB_INDEX
- * (the reason is logged); MC_NOT_SUPPORTED for Redis in a build without hiredis. */
+ *   HTTP: with a cluster secret (opts.auth_secret, else the token file
+ *   MC_AUTH_TOKEN_FILE names) every request carries an MC-HMAC Authorization
+ *   (src/net/httpd.h); a server that refuses it (HTTP 401) fails the call with
+ *   MC_ILLEGAL_CLIENT, logged saying which side lacks the secret or that they differ.
+ * Returns MC_OK; MC_INVALID_PARAMS for a malformed string, a bad MC_REDIS_DB_INDEX or an
+ * unusable token file (the reason is logged); MC_NOT_SUPPORTED for Redis in a build
+ * without hiredis. */
 MC_API int mc_metadata_create(const char *conn, mc_metadata **out);
 
 /* mc_metadata_create_opts: mc_metadata_create with explicit options (opts may be NULL
@@ -340,14 +350,33 @@ MC_API int mc_metadata_remove_rpc_meta(mc_metadata *md, const char *server);
 typedef struct mc_http_metadata_server mc_http_metadata_server; /* opaque */
 
 #define MC_HTTP_METADATA_DEFAULT_MAX_BODY (16u << 20)   /* bytes */
-#define MC_HTTP_METADATA_DEFAULT_MAX_TOTAL (1ull << 30) /* bytes of keys + values */
+#define MC_HTTP_METADATA_DEFAULT_MAX_TOTAL (256ull << 20) /* bytes of keys + values */
+#define MC_HTTP_METADATA_DEFAULT_MAX_KEYS 100000u       /* keys stored */
+#define MC_HTTP_METADATA_DEFAULT_MAX_CONNECTIONS 1024u
+#define MC_HTTP_METADATA_DEFAULT_MAX_PER_IP 128u        /* connections from one address */
+#define MC_HTTP_METADATA_DEFAULT_HEADER_TIMEOUT_MS 10000u
+#define MC_HTTP_METADATA_DEFAULT_REQUEST_TIMEOUT_MS 60000u
+#define MC_HTTP_METADATA_DEFAULT_MAX_PENDING_BODY (256ull << 20) /* bytes, all connections */
 
+/* Every limit: 0 = its default. docs/security.md explains each. */
 typedef struct mc_http_metadata_server_opts {
     uint64_t max_body_bytes;  /* larger PUT bodies get 413; 0 = DEFAULT_MAX_BODY */
     uint64_t max_total_bytes; /* keys + values stored; beyond: 507; 0 = DEFAULT_MAX_TOTAL */
     unsigned threads;         /* worker threads; 0 = 2 */
     unsigned max_connections; /* concurrent connections; 0 = 1024 */
     unsigned idle_timeout_s;  /* an idle connection is closed after this; 0 = 30 */
+    /* issue 11 (docs/security.md): */
+    uint64_t max_keys;                /* keys stored; beyond: 507; 0 = DEFAULT_MAX_KEYS */
+    unsigned max_connections_per_ip;  /* 0 = DEFAULT_MAX_PER_IP */
+    unsigned header_timeout_ms;       /* request line + headers in, from accept or the end
+                                         of the previous request; 0 = DEFAULT */
+    unsigned request_timeout_ms;      /* whole request + response; 0 = DEFAULT */
+    uint64_t max_pending_body_bytes;  /* PUT bodies held at once, all connections; beyond:
+                                         503; 0 = DEFAULT_MAX_PENDING_BODY */
+    const struct mc_auth_secret *auth; /* the cluster secret (borrowed; must outlive the
+                                         server); NULL or empty: open (a warning at start).
+                                         With one, /metadata needs a signed request
+                                         (src/net/httpd.h); /health and /metrics do not */
 } mc_http_metadata_server_opts;
 
 /* mc_http_metadata_server_start: binds host:port and serves in background threads.
@@ -363,8 +392,12 @@ typedef struct mc_http_metadata_server_opts {
  *         -> 200 "metadata unchanged", other body -> 400 "Duplicate rpc_meta key not
  *         allowed"; body over max_body_bytes -> 413 (nothing stored); store full -> 507;
  *       DELETE -> 200 "metadata deleted" | 404 "metadata not found";
- *       other methods -> 405 "Method not allowed".
- *     GET /health -> 200 "OK". Any other path -> 404 "not found".
+ *       other methods -> 405 "Method not allowed". A PUT of a new key beyond max_keys ->
+ *       507 "metadata store full" too. With a secret, an unsigned, badly signed, stale or
+ *       replayed request -> 401 before anything is read or stored (src/net/httpd.h).
+ *     GET /health -> 200 "OK". GET /metrics -> Prometheus text: http_metadata_keys,
+ *     http_metadata_bytes, their limits, and the HTTP server's connection and refusal
+ *     counters (http_metadata_refused_total{reason=...}). Any other path -> 404.
  *   out: receives the running server; stop and free it with _destroy.
  * Returns 0; -EINVAL (empty host, bad opts); -ENOENT (host is not an address and does
  * not resolve); -EADDRINUSE (port taken); -EACCES (port
@@ -381,6 +414,10 @@ MC_API uint16_t mc_http_metadata_server_port(const mc_http_metadata_server *srv)
 
 /* mc_http_metadata_server_count: number of keys stored now. */
 MC_API size_t mc_http_metadata_server_count(mc_http_metadata_server *srv);
+
+/* mc_http_metadata_server_metrics_text: the /metrics body (see above). Returns a new
+ * malloc'd NUL-terminated string; *len (may be NULL) gets its length. Thread-safe. */
+MC_API char *mc_http_metadata_server_metrics_text(mc_http_metadata_server *srv, size_t *len);
 
 /* mc_http_metadata_server_remove: deletes a key locally (for the master's cleanup of
  * dead clients). Returns MC_OK or MC_OBJECT_NOT_FOUND. */

@@ -21,6 +21,13 @@ Protocol (upstream-mooncake.md §7, API.md §4), one route ``/metadata``:
 
 Every ``/metadata`` response has ``Content-Type: application/json`` (also for the plain
 text messages), as upstream. ``GET /health`` -> 200 ``OK``.
+
+Trust (mooncake-c, ``docs/security.md``): with a cluster secret (``auth_token_file=``, else
+``$MC_AUTH_TOKEN_FILE``; ``--auth-token-file`` on the command line) every ``/metadata``
+request must carry an ``Authorization: MC-HMAC ...`` signature (``mooncake._auth``, the
+same format as the C server's); an unsigned, badly signed, stale or replayed one gets 401
+before anything is read or stored. ``/health`` stays open. Without a secret the server is
+open (one warning at start) and refuses signed requests (a mixed cluster).
 """
 
 import argparse
@@ -32,6 +39,8 @@ import threading
 from enum import Enum
 
 from aiohttp import web
+
+from mooncake import _auth
 
 __all__ = ["KVPoll", "KVBootstrapServer", "main"]
 
@@ -65,12 +74,15 @@ class KVBootstrapServer:
             bound port once ``run()`` returns).
         host: address to bind (default ``"0.0.0.0"``, as upstream).
         max_body_bytes: largest accepted PUT body in bytes (default 16 MiB; larger -> 413).
+        auth_token_file: the cluster secret's token file (None: ``$MC_AUTH_TOKEN_FILE``;
+            neither: open). ``mooncake._auth.AuthError`` when the file cannot be used.
 
     The store is a dict of ``key -> bytes`` touched only from the server's event loop
     thread, so no lock is needed. Contents are lost when the server stops.
     """
 
-    def __init__(self, port: int, host: str = "0.0.0.0", max_body_bytes: int = DEFAULT_MAX_BODY_BYTES):
+    def __init__(self, port: int, host: str = "0.0.0.0", max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                 auth_token_file: str = None):
         self.port = int(port)
         self.host = host
         self.max_body_bytes = int(max_body_bytes)
@@ -80,7 +92,9 @@ class KVBootstrapServer:
         self._loop = None
         self._runner = None
         self._started = threading.Event()
-        self.app = web.Application(client_max_size=self.max_body_bytes)
+        self.verifier = _auth.Verifier(_auth.secret_from_env(auth_token_file))
+        self.app = web.Application(client_max_size=self.max_body_bytes,
+                                   middlewares=[_auth.aiohttp_middleware(self.verifier)])
         self.app.router.add_route("*", "/metadata", self._handle_metadata)
         self.app.router.add_route("GET", "/health", self._handle_health)
 
@@ -130,6 +144,11 @@ class KVBootstrapServer:
                 self.port = addresses[0][1]
             self._loop = loop
             logger.info("HTTP metadata server listening on %s:%d", self.host, self.port)
+            if not self.verifier.enabled:
+                logger.warning("HTTP metadata server on %s:%d is open: no cluster secret is "
+                               "configured (--auth-token-file or MC_AUTH_TOKEN_FILE), so anyone "
+                               "who can reach it can read, overwrite and delete the transfer "
+                               "engine's metadata", self.host, self.port)
             self._started.set()
             loop.run_forever()
         except Exception as e:  # bind errors and the like: reported through poll()
@@ -189,6 +208,9 @@ def _parse_args(argv=None):
     )
     p.add_argument("--port", type=int, default=8080, help="port to listen on (0: any free one)")
     p.add_argument("--host", type=str, default="0.0.0.0", help="address to bind")
+    p.add_argument("--auth-token-file", "--auth_token_file", dest="auth_token_file", type=str,
+                   default=None, help="the cluster secret's token file (default: "
+                                      "$MC_AUTH_TOKEN_FILE; neither: open)")
     p.add_argument(
         "--log-level",
         type=str.upper,
@@ -208,7 +230,12 @@ def main(argv=None):
     args = _parse_args(argv)
     logging.basicConfig(level=getattr(logging, args.log_level),
                         format="%(asctime)s - %(name)s - %(levelname)s - %(message)s")
-    server = KVBootstrapServer(port=args.port, host=args.host)
+    try:
+        server = KVBootstrapServer(port=args.port, host=args.host,
+                                   auth_token_file=args.auth_token_file)
+    except _auth.AuthError as e:
+        print(f"mooncake_http_metadata_server: {e}", file=sys.stderr)
+        return 2
     stop = threading.Event()
 
     def on_signal(signum, frame):

@@ -27,6 +27,8 @@ Environment variables read by :meth:`MooncakeConfig.load_from_env` (when
     MOONCAKE_TENANT_ID                   tenant_id              "default"
     MOONCAKE_ENABLE_CLIENT_HTTP_SERVER   enable_client_http_server false
     MOONCAKE_CLIENT_HTTP_PORT            client_http_port       9300
+    MC_AUTH_TOKEN_FILE                   auth_token_file        "" (mooncake-c: the cluster
+                                                                secret's file, docs/security.md)
 
 Sizes are ints (bytes) or strings such as ``"4gb"``, ``"512MB"``, ``"1.5g"``, ``"4096b"``
 (case-insensitive, powers of 1024). Booleans accept true/false, 1/0, yes/no, on/off,
@@ -180,6 +182,11 @@ class MooncakeConfig:
         tenant_id: tenant name (``"default"``).
         enable_client_http_server, client_http_port: the client's ``/health`` and
             ``/metrics`` HTTP endpoint (off; port 9300).
+        auth_token_file: mooncake-c: the file holding the cluster secret (mode 0600,
+            owned by this user; ``docs/security.md``); ``""`` = none. ``load_from_env``
+            reads ``MC_AUTH_TOKEN_FILE``; ``to_setup_dict`` passes it as
+            ``auth_token_file`` when set. The service's REST API and the Python metadata
+            server check signed requests with it.
 
     Construction validates (upstream ``__post_init__``): ``protocol`` must be a non-empty
     string (``ValueError("Invalid protocol: ...")``); an unknown protocol only logs a
@@ -200,6 +207,7 @@ class MooncakeConfig:
     tenant_id: str = "default"
     enable_client_http_server: bool = False
     client_http_port: int = DEFAULT_CLIENT_HTTP_PORT
+    auth_token_file: str = ""
 
     def __post_init__(self):
         if not isinstance(self.protocol, str) or not self.protocol.strip():
@@ -228,6 +236,11 @@ class MooncakeConfig:
                     f"Config field {name!r} must be a non-empty string, got {value!r}.")
         if self.device_name is None:
             self.device_name = ""
+        if self.auth_token_file is None:
+            self.auth_token_file = ""
+        if not isinstance(self.auth_token_file, str):
+            raise ValueError(f"Invalid auth_token_file: {self.auth_token_file!r} (expected a "
+                             "path)")
 
     # ----------------------------------------------------------------------------------
     @staticmethod
@@ -262,6 +275,7 @@ class MooncakeConfig:
                 config.get("enable_client_http_server", False)),
             client_http_port=_parse_port(
                 config.get("client_http_port", DEFAULT_CLIENT_HTTP_PORT)),
+            auth_token_file=_str_or_default(config.get("auth_token_file"), ""),
         )
 
     @staticmethod
@@ -318,6 +332,7 @@ class MooncakeConfig:
                 os.getenv("MOONCAKE_ENABLE_CLIENT_HTTP_SERVER", "false")),
             client_http_port=_parse_port(
                 os.getenv("MOONCAKE_CLIENT_HTTP_PORT", str(DEFAULT_CLIENT_HTTP_PORT))),
+            auth_token_file=os.getenv("MC_AUTH_TOKEN_FILE", ""),
         )
 
     # ----------------------------------------------------------------------------------
@@ -356,7 +371,7 @@ class MooncakeConfig:
         """The ``MooncakeDistributedStore.setup(config: dict)`` argument for this config
         (upstream key names: ``rdma_devices`` = device_name, ``master_server_addr`` =
         master_server_address), as ``mooncake_store_service`` builds it."""
-        return {
+        d = {
             "local_hostname": self.local_hostname,
             "metadata_server": self.metadata_server,
             "global_segment_size": self.global_segment_size,
@@ -370,3 +385,6 @@ class MooncakeConfig:
             "enable_client_http_server": self.enable_client_http_server,
             "client_http_port": self.client_http_port,
         }
+        if self.auth_token_file:
+            d["auth_token_file"] = self.auth_token_file
+        return d

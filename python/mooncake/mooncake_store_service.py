@@ -49,6 +49,13 @@ Routes (JSON bodies; errors are ``{"error": "..."}``)::
                                    then retires the previous decode segments;
                                    {"mode": "prefill"} unmounts them
 
+Trust (mooncake-c, ``docs/security.md``): with a cluster secret (``auth_token_file`` in the
+config, ``-D auth_token_file=PATH``, else ``$MC_AUTH_TOKEN_FILE``) every route needs a
+request signed with it (``Authorization: MC-HMAC ...``, ``mooncake._auth``): unsigned, badly
+signed, stale or replayed requests get 401 before the store is touched. Without a secret the
+API is open (one warning at start) and refuses signed requests (a mixed cluster). A token
+file that cannot be used is a configuration error (exit 2).
+
 Keys in paths are percent-decoded and may contain ``/``. Request bodies are limited to
 100 MB. A malformed JSON body gets 400 (upstream: 500). Store calls run in a worker
 thread so one slow call never stalls the event loop. Segment-management routes answer
@@ -66,6 +73,7 @@ from typing import Any, Dict, List, Optional
 
 from aiohttp import web
 
+from mooncake import _auth
 from mooncake.mooncake_config import MooncakeConfig
 
 __all__ = ["MooncakeStoreService", "parse_arguments", "main", "sync_main"]
@@ -222,6 +230,10 @@ class MooncakeStoreService:
             self.config = MooncakeConfig.load_from_env()
         for key, value in (cli_config or {}).items():
             self.config.override(key, value)
+        try:
+            self.verifier = _auth.Verifier(_auth.secret_from_env(self.config.auth_token_file))
+        except _auth.AuthError as e:
+            raise ValueError(str(e)) from None
 
     # -- lifecycle ----------------------------------------------------------------------
     async def start_store_service(self, max_wait_time: float = 60,
@@ -279,7 +291,8 @@ class MooncakeStoreService:
 
     def make_app(self) -> web.Application:
         """The aiohttp application with every route."""
-        app = web.Application(client_max_size=CLIENT_MAX_SIZE)
+        app = web.Application(client_max_size=CLIENT_MAX_SIZE,
+                              middlewares=[_auth.aiohttp_middleware(self.verifier, ())])
         app.add_routes([
             web.post("/api/reconfigure", _route("RECONFIGURE", self.handle_reconfigure)),
             web.post("/api/mount_shm", _route("MOUNT_SHM", self.handle_mount_shm)),
@@ -303,6 +316,10 @@ class MooncakeStoreService:
         site = web.TCPSite(self._runner, host, port)
         await site.start()
         log.info("REST API listening on %s:%d", host, port)
+        if not self.verifier.enabled:
+            log.warning("REST API on %s:%d is open: no cluster secret is configured "
+                        "(auth_token_file or MC_AUTH_TOKEN_FILE), so anyone who can reach it "
+                        "can read, write and remove every object and mount segments", host, port)
         return True
 
     async def stop(self) -> None:

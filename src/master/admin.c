@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/auth.h"
 #include "common/xalloc.h"
 #include "mooncake/log.h"
 #include "mooncake/mc_time.h"
@@ -308,9 +309,14 @@ size_t mc_master_format_summary(const mc_master_stats *prev, const mc_master_sta
 
 /* ---- HTTP ---- */
 
+/* Routes answered without the cluster secret (counts, never names). */
+static const char *const open_paths[] = {"/metrics", "/metrics/summary", "/health", NULL};
+
 struct mc_master_admin {
     mc_master_service *svc;
     mc_master_rpc_server *rpc;
+    char *(*extra_metrics)(void *ctx, size_t *len); /* immutable; NULL */
+    void *extra_ctx;
     mc_httpd *httpd;
     pthread_mutex_t lock;         /* guards last/last_ms (/metrics/summary) */
     mc_master_stats last;
@@ -414,8 +420,18 @@ static int handler(void *ctx, mc_httpd_req *c)
     if (!mc_httpd_method_is(c, "GET") && !mc_httpd_method_is(c, "HEAD"))
         return mc_httpd_reply_text(c, 405, "text/plain", "Method not allowed\n");
     if (strcmp(url, "/metrics") == 0) {
-        size_t len;
+        size_t len, hlen, mlen = 0;
         char *body = mc_master_metrics_text(a->svc, a->rpc, &len);
+        char *h = mc_httpd_metrics_text(a->httpd, "master_admin_http", &hlen);
+        char *m = a->extra_metrics ? a->extra_metrics(a->extra_ctx, &mlen) : NULL;
+        body = mc_xrealloc(body, len + hlen + mlen + 1);
+        memcpy(body + len, h, hlen);
+        if (m)
+            memcpy(body + len + hlen, m, mlen);
+        len += hlen + mlen;
+        body[len] = '\0';
+        free(h);
+        free(m);
         return mc_httpd_reply_take(c, 200, "text/plain; version=0.0.4", body, len);
     }
     if (strcmp(url, "/metrics/summary") == 0) {
@@ -461,12 +477,29 @@ static int handler(void *ctx, mc_httpd_req *c)
 int mc_master_admin_start(mc_master_service *svc, mc_master_rpc_server *rpc, const char *host,
                           uint16_t port, mc_master_admin **out)
 {
+    return mc_master_admin_start_opts(svc, rpc, host, port, NULL, out);
+}
+
+static unsigned or_default(unsigned v, unsigned def)
+{
+    return v ? v : def;
+}
+
+int mc_master_admin_start_opts(mc_master_service *svc, mc_master_rpc_server *rpc,
+                               const char *host, uint16_t port,
+                               const mc_master_admin_opts *opts, mc_master_admin **out)
+{
     if (!svc || !out)
         return -EINVAL;
+    mc_master_admin_opts o = {0};
+    if (opts)
+        o = *opts;
     const char *h = host && *host ? host : "0.0.0.0";
     mc_master_admin *a = mc_xcalloc(1, sizeof *a);
     a->svc = svc;
     a->rpc = rpc;
+    a->extra_metrics = o.extra_metrics;
+    a->extra_ctx = o.extra_ctx;
     pthread_mutex_init(&a->lock, NULL);
     a->last_ms = mc_now_ms();
     mc_master_service_get_stats(svc, &a->last);
@@ -474,8 +507,19 @@ int mc_master_admin_start(mc_master_service *svc, mc_master_rpc_server *rpc, con
                         .tag = TAG,
                         .handle = handler,
                         .ctx = a,
-                        .max_connections = 256,
-                        .idle_timeout_s = 30};
+                        .max_connections = or_default(
+                            o.max_connections, MC_MASTER_ADMIN_DEFAULT_MAX_CONNECTIONS),
+                        .idle_timeout_s = 30,
+                        .auth = o.auth,
+                        .open_paths = open_paths,
+                        .open_can = "list every key and segment name (/get_all_keys, "
+                                    "/get_all_segments, /query_key)",
+                        .max_connections_per_ip = or_default(
+                            o.max_connections_per_ip, MC_MASTER_ADMIN_DEFAULT_MAX_PER_IP),
+                        .header_timeout_ms = or_default(
+                            o.header_timeout_ms, MC_MASTER_ADMIN_DEFAULT_HEADER_TIMEOUT_MS),
+                        .request_timeout_ms = or_default(
+                            o.request_timeout_ms, MC_MASTER_ADMIN_DEFAULT_REQUEST_TIMEOUT_MS)};
     int rc = mc_httpd_start(&ho, h, port, &a->httpd);
     if (rc != 0) {
         pthread_mutex_destroy(&a->lock);

@@ -19,6 +19,14 @@
  *                     "lease_left_ms","soft_pin_left_ms","replicas":[{"segment_id",
  *                     "transport_endpoint","address","size","status","protocol"}]};
  *                     404 {"error":"OBJECT_NOT_FOUND"}; 400 for a missing or bad key.
+ *
+ * Trust (issue 11, docs/security.md): with a cluster secret (opts.auth) the routes that
+ * list or reveal keys and segments (/get_all_keys, /get_all_segments, /query_key) need a
+ * signed request (src/net/httpd.h: MC-HMAC, 401 otherwise); /metrics, /metrics/summary
+ * and /health stay open for scrapers and probes (they give counts, never names).
+ * /metrics also carries the admin server's own connection and refusal counters
+ * (master_admin_http_*) and what opts.extra_metrics adds (the master: the embedded HTTP
+ * metadata server's http_metadata_*). Connections are bounded as opts says.
  */
 #ifndef MOONCAKE_MASTER_ADMIN_H
 #define MOONCAKE_MASTER_ADMIN_H
@@ -49,6 +57,31 @@ MC_API size_t mc_master_format_summary(const mc_master_stats *prev, const mc_mas
 MC_API void mc_master_format_bytes(uint64_t bytes, char *buf, size_t len);
 
 typedef struct mc_master_admin mc_master_admin;
+struct mc_auth_secret;
+
+#define MC_MASTER_ADMIN_DEFAULT_MAX_CONNECTIONS 1024u
+#define MC_MASTER_ADMIN_DEFAULT_MAX_PER_IP 32u
+#define MC_MASTER_ADMIN_DEFAULT_HEADER_TIMEOUT_MS 10000u
+#define MC_MASTER_ADMIN_DEFAULT_REQUEST_TIMEOUT_MS 60000u
+
+/* Options of the admin server; zero fields take the defaults above. */
+typedef struct mc_master_admin_opts {
+    const struct mc_auth_secret *auth;  /* borrowed, outlives the server; NULL: open */
+    /* more /metrics text (the embedded HTTP metadata server's counters): returns a new
+     * malloc'd string and its length; runs on the admin server's thread; NULL: none */
+    char *(*extra_metrics)(void *ctx, size_t *len);
+    void *extra_ctx; /* borrowed, outlives the server */
+    unsigned max_connections;
+    unsigned max_connections_per_ip;
+    unsigned header_timeout_ms;
+    unsigned request_timeout_ms;
+} mc_master_admin_opts;
+
+/* mc_master_admin_start_opts: mc_master_admin_start with options (NULL: defaults, open).
+ * Same returns. */
+MC_API int mc_master_admin_start_opts(mc_master_service *svc, mc_master_rpc_server *rpc,
+                                      const char *host, uint16_t port,
+                                      const mc_master_admin_opts *opts, mc_master_admin **out);
 
 /* mc_master_admin_start: serves the routes above on host:port in background threads.
  *   svc (borrowed) must outlive the server; rpc (borrowed, may be NULL) adds its counters.

@@ -2,15 +2,21 @@
  * Requests as upstream's HTTPStoragePlugin (transfer_metadata_plugin.cpp):
  * `GET|PUT|DELETE <url>?key=<curl-escaped key>` (or `&key=` when the URL already has a
  * query), PUT bodies sent as application/json. One easy handle per call, so calls from
- * any number of threads are independent (no shared handle, no lock). */
+ * any number of threads are independent (no shared handle, no lock).
+ * With a cluster secret every request carries `Authorization: MC-HMAC ...` over its
+ * method, target and body (src/common/auth.h part 3); a 401 is logged from this side's
+ * point of view (which side lacks the secret, or that they differ). */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <curl/curl.h>
 
 #include "backend.h"
+#include "common/auth.h"
 #include "common/xalloc.h"
+#include "mooncake/mc_time.h"
 #include "mooncake/log.h"
 #include "mooncake/status.h"
 
@@ -53,10 +59,39 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud)
     return n;
 }
 
+/* The backend's state: the secret, when there is one (md->impl; immutable). */
+typedef struct http_impl {
+    mc_auth_secret secret;
+} http_impl;
+
+/* Keeps the X-MC-Auth-Error header of a response (what a 401 says went wrong). */
+typedef struct auth_hdr {
+    char code[32];
+} auth_hdr;
+
+static size_t on_header(char *ptr, size_t size, size_t nmemb, void *ud)
+{
+    auth_hdr *a = ud;
+    size_t n = size * nmemb;
+    static const char name[] = "x-mc-auth-error:";
+    if (n > sizeof name - 1 && strncasecmp(ptr, name, sizeof name - 1) == 0) {
+        const char *v = ptr + sizeof name - 1;
+        const char *end = ptr + n;
+        while (v < end && (*v == ' ' || *v == '\t'))
+            v++;
+        size_t k = 0;
+        while (v + k < end && v[k] != '\r' && v[k] != '\n' && k + 1 < sizeof a->code)
+            k++;
+        memcpy(a->code, v, k);
+        a->code[k] = '\0';
+    }
+    return n;
+}
+
 /* Performs one request. On return *status is the HTTP status (0 when none came back).
  * The response body is left in resp (caller frees resp->data). */
 static int do_request(mc_metadata *md, const char *method, const char *key, const void *in,
-                      size_t in_len, body *resp, long *status)
+                      size_t in_len, body *resp, long *status, auth_hdr *ah)
 {
     *status = 0;
     pthread_once(&curl_once, curl_init_once);
@@ -83,6 +118,23 @@ static int do_request(mc_metadata *md, const char *method, const char *key, cons
     struct curl_slist *hdrs = NULL;
     if (in)
         hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
+    http_impl *impl = md->impl;
+    if (impl) {
+        /* the request-target as curl sends it (PATH_AS_IS: no dot-segment squashing) */
+        char *target = mc_auth_http_target(full);
+        char value[MC_AUTH_HTTP_MAX_HEADER], line[MC_AUTH_HTTP_MAX_HEADER + 32];
+        int src = mc_auth_http_sign(&impl->secret, method, target, in_len ? in : NULL, in_len,
+                                    mc_wall_ms(), value, sizeof value);
+        free(target);
+        if (src != 0) {
+            curl_slist_free_all(hdrs);
+            curl_easy_cleanup(h);
+            free(full);
+            return MC_INTERNAL_ERROR;
+        }
+        snprintf(line, sizeof line, "Authorization: %s", value);
+        hdrs = curl_slist_append(hdrs, line);
+    }
 
     curl_easy_setopt(h, CURLOPT_URL, full);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
@@ -97,6 +149,9 @@ static int do_request(mc_metadata *md, const char *method, const char *key, cons
     curl_easy_setopt(h, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
 #endif
     curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, ah);
     if (strcmp(method, "GET") != 0)
         curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
     if (in) {
@@ -130,9 +185,31 @@ static int do_request(mc_metadata *md, const char *method, const char *key, cons
  * endpoint, typically http://host:port without /metadata. That is a configuration error
  * (INVALID_PARAMS), logged naming the URL. */
 static int map_status(mc_metadata *md, long st, const body *resp, const char *method,
-                      const char *key)
+                      const char *key, const auth_hdr *ah)
 {
     switch (st) {
+    case 401:
+        if (!md->impl)
+            mc_log(MC_LOG_ERROR, TAG,
+                   "metadata server %s refused %s %s: it requires the cluster secret and "
+                   "this client has none (set MC_AUTH_TOKEN_FILE to the cluster's token file)",
+                   md->conn.url, method, key);
+        else if (strcmp(ah->code, "server-has-no-secret") == 0)
+            mc_log(MC_LOG_ERROR, TAG,
+                   "metadata server %s refused %s %s: it has no cluster secret configured "
+                   "but this client has one (configure the same --auth_token_file on the "
+                   "server, or unset MC_AUTH_TOKEN_FILE here)",
+                   md->conn.url, method, key);
+        else
+            mc_log(MC_LOG_ERROR, TAG,
+                   "metadata server %s refused %s %s (%s): %s", md->conn.url, method, key,
+                   ah->code[0] ? ah->code : "401",
+                   strcmp(ah->code, "bad-mac") == 0
+                       ? "it holds another cluster secret than this client"
+                   : strcmp(ah->code, "stale") == 0
+                       ? "the clocks of this host and the server differ by more than 30 s"
+                       : (resp->data ? resp->data : "authentication failed"));
+        return MC_ILLEGAL_CLIENT;
     case 404:
         if (strcmp(method, "PUT") == 0) {
             mc_log(MC_LOG_ERROR, TAG,
@@ -161,9 +238,10 @@ static int http_get(mc_metadata *md, const char *key, char **value, size_t *len)
 {
     body resp = {.max = md->opts.max_value_bytes};
     long st;
-    int rc = do_request(md, "GET", key, NULL, 0, &resp, &st);
+    auth_hdr ah = {{0}};
+    int rc = do_request(md, "GET", key, NULL, 0, &resp, &st, &ah);
     if (rc == MC_OK && st != 200)
-        rc = map_status(md, st, &resp, "GET", key);
+        rc = map_status(md, st, &resp, "GET", key, &ah);
     if (rc != MC_OK) {
         free(resp.data);
         return rc;
@@ -181,9 +259,10 @@ static int http_put(mc_metadata *md, const char *key, const void *value, size_t 
 {
     body resp = {.max = 65536};
     long st;
-    int rc = do_request(md, "PUT", key, value ? value : "", len, &resp, &st);
+    auth_hdr ah = {{0}};
+    int rc = do_request(md, "PUT", key, value ? value : "", len, &resp, &st, &ah);
     if (rc == MC_OK && st != 200)
-        rc = map_status(md, st, &resp, "PUT", key);
+        rc = map_status(md, st, &resp, "PUT", key, &ah);
     free(resp.data);
     return rc;
 }
@@ -192,16 +271,22 @@ static int http_del(mc_metadata *md, const char *key)
 {
     body resp = {.max = 65536};
     long st;
-    int rc = do_request(md, "DELETE", key, NULL, 0, &resp, &st);
+    auth_hdr ah = {{0}};
+    int rc = do_request(md, "DELETE", key, NULL, 0, &resp, &st, &ah);
     if (rc == MC_OK && st != 200)
-        rc = map_status(md, st, &resp, "DELETE", key);
+        rc = map_status(md, st, &resp, "DELETE", key, &ah);
     free(resp.data);
     return rc;
 }
 
 static void http_destroy(mc_metadata *md)
 {
-    (void)md;
+    http_impl *impl = md->impl;
+    if (impl) {
+        mc_auth_secret_wipe(&impl->secret);
+        free(impl);
+        md->impl = NULL;
+    }
 }
 
 static const mc_metadata_ops http_ops = {
@@ -215,5 +300,18 @@ int mc__metadata_http_open(mc_metadata *md)
         return MC_INTERNAL_ERROR;
     md->ops = &http_ops;
     md->impl = NULL;
+    mc_auth_secret secret;
+    if (md->opts.auth_secret) {
+        secret = *md->opts.auth_secret;
+    } else if (mc_auth_load(NULL, &secret, NULL, 0) != 0) {
+        return MC_INVALID_PARAMS; /* the reason is logged, naming the file and variable */
+    }
+    md->opts.auth_secret = NULL; /* borrowed only for the create */
+    if (mc_auth_enabled(&secret)) {
+        http_impl *impl = mc_xcalloc(1, sizeof *impl);
+        impl->secret = secret;
+        md->impl = impl;
+    }
+    mc_auth_secret_wipe(&secret);
     return MC_OK;
 }

@@ -14,12 +14,38 @@
  *   - accumulates a request body the head callback asked for, up to max_body bytes
  *     (a larger Content-Length or body is flagged body_too_big; a peer that keeps sending
  *     as much again is cut off), and discards every other body;
- *   - response helpers for bytes, text and JSON.
+ *   - response helpers for bytes, text and JSON;
+ *   - authentication (issue 11, docs/security.md): with opts.auth holding the cluster
+ *     secret, every request to a path not in opts.open_paths must carry
+ *       Authorization: MC-HMAC ts=<unix ms>,nonce=<32 hex>,mac=<64 hex>
+ *     (common/auth.h part 3: the mac covers the method, the request-target as sent, ts,
+ *     nonce and the SHA-256 of the body), within MC_AUTH_HTTP_WINDOW_MS of this host's
+ *     clock, with a nonce not seen before (a replay cache of MC_AUTH_REPLAY_DEFAULT
+ *     nonces). The header is checked when the headers are in (missing, malformed, stale:
+ *     refused before the head callback and before any body is read), the mac and the
+ *     nonce once the body is in, before the handle callback: a refused request never
+ *     reaches handle. Refusals are answered 401 (503 when the replay cache is full) with
+ *     `WWW-Authenticate: MC-HMAC` and `X-MC-Auth-Error: <code>` (missing, malformed,
+ *     stale, bad-mac, replay, server-has-no-secret, replay-cache-full) and a one-line
+ *     text that says which side lacks what. Without a secret the server is open, as
+ *     upstream, warns once at start, and refuses a signed request to a protected path
+ *     (server-has-no-secret: the mixed-cluster case, told to the client);
+ *   - bounded resources: at most max_connections connections and max_connections_per_ip
+ *     from one source address (refused at accept); an absolute deadline per request that
+ *     a trickle of bytes does not extend (slowloris): its request line and headers must
+ *     be in within header_timeout_ms of the connection's accept or the end of its
+ *     previous request (so an idle keep-alive connection is closed then too), the whole
+ *     request, body and response included, within request_timeout_ms of the same moment
+ *     (a reaper thread shuts such connections down); at most max_pending_body bytes of
+ *     kept bodies over all connections (beyond: 503). Every refusal is counted by reason
+ *     (mc_httpd_get_stats), and libmicrohttpd's own refusals too.
  *
  * Request flow: head (optional) runs once when the headers are in, before any body: it
  * may answer at once (the connection then closes without reading the body) or return
  * MC_HTTPD_ACCEPT, setting keep_body when it wants the body. handle runs once when the
- * request is complete and must queue a response.
+ * request is complete and must queue a response. When a declared Content-Length exceeds
+ * max_body, handle runs at once with body_too_big set (before the mac could be checked):
+ * it must then answer without changing any state.
  *
  * Threads: head and handle run on libmicrohttpd's threads, concurrently for different
  * requests (pool mode); a request's callbacks run one at a time. */
@@ -32,6 +58,9 @@
 
 struct MHD_Connection;
 struct json_t;
+struct mc_auth_secret;
+struct mc_auth_http_cred;
+struct mc_auth_sha256;
 
 typedef struct mc_httpd mc_httpd;
 
@@ -50,6 +79,11 @@ typedef struct mc_httpd_req {
     size_t cap_;
     uint64_t discarded_;
     bool answered_;
+    bool started_;                   /* the headers were in: the first call is over */
+    bool body_busy_;                 /* max_pending_body reached: answered 503 */
+    char *target_;                   /* the request-target as received (malloc'd) */
+    struct mc_auth_http_cred *cred_; /* the parsed Authorization (needs a mac check) */
+    struct mc_auth_sha256 *sha_;     /* the body's digest in progress */
 } mc_httpd_req;
 
 /* Callbacks: return MC_HTTPD_ACCEPT (head only: go on reading the request), the value of
@@ -71,7 +105,62 @@ typedef struct mc_httpd_opts {
                                   without limit */
     bool caller_reports;       /* a failed listen is logged at DEBUG only: the caller
                                   reports it once, naming its own flags */
+    /* authentication (see the top of this file) */
+    const struct mc_auth_secret *auth; /* borrowed, must outlive the server; NULL or no
+                                          secret: open */
+    const char *const *open_paths;     /* NULL-terminated exact paths answered without
+                                          the secret (e.g. "/health"); borrowed */
+    const char *open_can;              /* the warning's "anyone who can reach it can ..."
+                                          (NULL: no warning when open) */
+    /* bounded resources (0: no limit) */
+    unsigned max_connections_per_ip;   /* connections from one source address */
+    unsigned header_timeout_ms;        /* request line + headers, from accept / the end
+                                          of the previous request */
+    unsigned request_timeout_ms;       /* the whole request and its response, same start */
+    uint64_t max_pending_body;         /* bytes of kept bodies over all connections */
 } mc_httpd_opts;
+
+/* Why a connection or a request was refused (mc_httpd_stats.refused). */
+typedef enum mc_httpd_refusal {
+    MC_HTTPD_R_CONN_LIMIT = 0,    /* max_connections reached at accept */
+    MC_HTTPD_R_PER_IP_LIMIT,      /* max_connections_per_ip reached at accept */
+    MC_HTTPD_R_LIBRARY_LIMIT,     /* libmicrohttpd's own limit refused an accept */
+    MC_HTTPD_R_HEADER_TIMEOUT,    /* headers not in within header_timeout_ms */
+    MC_HTTPD_R_REQUEST_TIMEOUT,   /* request not done within request_timeout_ms */
+    MC_HTTPD_R_BODY_MEMORY,       /* max_pending_body reached: 503 */
+    MC_HTTPD_R_AUTH_MISSING,      /* no MC-HMAC Authorization: 401 */
+    MC_HTTPD_R_AUTH_MALFORMED,    /* an MC-HMAC header that does not parse: 401 */
+    MC_HTTPD_R_AUTH_STALE,        /* ts outside the window: 401 */
+    MC_HTTPD_R_AUTH_BAD_MAC,      /* another secret or a changed request: 401 */
+    MC_HTTPD_R_AUTH_REPLAY,       /* a nonce seen before: 401 */
+    MC_HTTPD_R_AUTH_CACHE_FULL,   /* the replay cache has no room: 503 */
+    MC_HTTPD_R_AUTH_UNEXPECTED,   /* a signed request to a server without a secret: 401 */
+    MC_HTTPD_R_COUNT
+} mc_httpd_refusal;
+
+/* mc_httpd_refusal_name: "conn_limit", "per_ip_limit", ... (static; metric labels). */
+const char *mc_httpd_refusal_name(int reason);
+
+typedef struct mc_httpd_stats {
+    uint64_t connections;                 /* open now */
+    uint64_t connections_total;           /* accepted since start */
+    uint64_t idle_closed;                 /* keep-alive connections closed when idle */
+    uint64_t pending_body_bytes;          /* kept bodies now */
+    uint64_t refused[MC_HTTPD_R_COUNT];   /* since start */
+} mc_httpd_stats;
+
+/* mc_httpd_get_stats: a snapshot of the counters. Thread-safe. */
+void mc_httpd_get_stats(mc_httpd *srv, mc_httpd_stats *out);
+
+/* mc_httpd_metrics_text: the counters in Prometheus text, one family per name under
+ * `prefix` (e.g. "http_metadata"): <prefix>_connections (gauge), _connections_total,
+ * _idle_closed_total, _pending_body_bytes (gauge), _refused_total{reason="..."} (one
+ * sample per mc_httpd_refusal, by mc_httpd_refusal_name). Returns a new malloc'd
+ * NUL-terminated string (caller frees); *len (may be NULL) its length. */
+char *mc_httpd_metrics_text(mc_httpd *srv, const char *prefix, size_t *len);
+
+/* mc_httpd_auth_enabled: true when the server checks the secret. */
+bool mc_httpd_auth_enabled(const mc_httpd *srv);
 
 /* mc_httpd_start: listens on host:port (host NULL = "0.0.0.0"; port 0 = a free port,
  * see mc_httpd_port) and serves. opts is copied (its strings and ctx are borrowed).

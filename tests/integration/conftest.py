@@ -17,19 +17,99 @@
   its metadata from it; ``store_metadata(request, kind)`` the string a store test passes
   to StoreCluster. ``METADATA_BACKENDS``: every metadata backend a test may be
   parametrised over (``http``, ``etcd``, ``redis``, ``p2p``).
+- ``MC_TEST_AUTH=1`` (environment): the whole suite runs with a cluster secret. A token
+  file (mode 0600) is made once and named in ``MC_AUTH_TOKEN_FILE``, which every process
+  the tests start inherits (masters, metadata servers, store clients, the REST service);
+  every ``requests`` call signs its request with it (``MCAuth``, installed as the default
+  auth of ``requests.Session``), and so does ``mc_master.Master.http``. Tests about the
+  secret itself (test_auth_http.py) pass their own environment to what they start.
+- ``auth_secret()``: the suite's secret (bytes) or None; ``MCAuth(secret)``: a
+  ``requests`` auth that signs with it (``docs/security.md``).
 """
+import atexit
 import os
+import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
+import requests
+import requests.auth
+
+from mooncake import _auth
 
 BIN_DIR = os.path.dirname(sys.executable)
 SHARED = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared"))
+
+
+# ---- MC_TEST_AUTH=1: every process of the suite holds the cluster secret ----
+
+AUTH_MODE = os.environ.get("MC_TEST_AUTH", "") not in ("", "0")
+if AUTH_MODE and not os.environ.get(_auth.ENV):
+    _auth_dir = tempfile.mkdtemp(prefix="mc-test-auth-")
+    _token = os.path.join(_auth_dir, "cluster.token")
+    fd = os.open(_token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, (secrets.token_hex(32) + "\n").encode())
+    os.close(fd)
+    os.environ[_auth.ENV] = _token
+    atexit.register(shutil.rmtree, _auth_dir, True)
+
+
+def auth_secret():
+    """The suite's cluster secret (MC_TEST_AUTH=1), or None."""
+    return _auth.secret_from_env() if os.environ.get(_auth.ENV) else None
+
+
+class MCAuth(requests.auth.AuthBase):
+    """Signs a ``requests`` request with the cluster secret (``Authorization: MC-HMAC``
+    over the method, the path and query as sent, and the body); secret None: the suite's,
+    and nothing is signed when there is none."""
+
+    def __init__(self, secret=None):
+        self.secret = secret
+
+    def __call__(self, r):
+        secret = self.secret if self.secret is not None else auth_secret()
+        if secret:
+            body = r.body or b""
+            if isinstance(body, str):
+                body = body.encode()
+            r.headers["Authorization"] = _auth.sign(secret, r.method, r.path_url, body)
+        return r
+
+
+def auth_line(method, target, body=b""):
+    """The Authorization header line (with CRLF) of a raw request signed with the suite's
+    secret, b"" when there is none: for tests that speak HTTP over a socket."""
+    secret = auth_secret()
+    if not secret:
+        return b""
+    return b"Authorization: " + _auth.sign(secret, method, target, body).encode() + b"\r\n"
+
+
+def sign_urllib(req):
+    """Signs a urllib.request.Request with the suite's secret (when there is one)."""
+    secret = auth_secret()
+    if secret:
+        req.add_header("Authorization",
+                       _auth.sign(secret, req.get_method(), req.selector, req.data or b""))
+    return req
+
+
+if AUTH_MODE:
+    _plain_request = requests.Session.request
+
+    def _signed_request(self, method, url, **kw):
+        if kw.get("auth") is None and self.auth is None:
+            kw["auth"] = MCAuth()
+        return _plain_request(self, method, url, **kw)
+
+    requests.Session.request = _signed_request
 
 
 def tool(name):

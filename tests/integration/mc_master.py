@@ -14,7 +14,8 @@ import time
 import urllib.error
 import urllib.request
 
-from conftest import free_port, tool, wait_port
+from conftest import auth_secret, free_port, tool, wait_port
+from mooncake import _auth
 
 FRAME_MAGIC = 0x5052434D
 FRAME_HEADER = struct.Struct("<IBBHiIQ")  # magic, version, flags, opcode, status, len, id
@@ -82,6 +83,9 @@ class Master:
         """(status, body bytes) of an admin HTTP request."""
         req = urllib.request.Request(f"http://127.0.0.1:{self.metrics_port}{path}",
                                      method=method)
+        secret = auth_secret()   # MC_TEST_AUTH=1: the suite's secret
+        if secret:
+            req.add_header("Authorization", _auth.sign(secret, method, path))
         try:
             with urllib.request.urlopen(req, timeout=10) as r:
                 return r.status, r.read()

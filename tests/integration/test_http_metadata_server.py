@@ -14,7 +14,7 @@ import time
 import pytest
 import requests
 
-from conftest import free_port, tool, wait_port
+from conftest import auth_line, free_port, tool, wait_port
 
 from mooncake.http_metadata_server import KVBootstrapServer, KVPoll
 
@@ -143,11 +143,13 @@ def test_keep_alive(server):
     base, _ = server
     assert call("PUT", base, "ka", data=b"1").status_code == 200
     port = int(base.rsplit(":", 1)[1])
-    req = b"GET /metadata?key=ka HTTP/1.1\r\nHost: x\r\n\r\n"
-    miss = b"GET /metadata?key=nope HTTP/1.1\r\nHost: x\r\n\r\n"
+    def get(target):   # (signed under MC_TEST_AUTH=1: each request with its own nonce)
+        return b"GET " + target + b" HTTP/1.1\r\nHost: x\r\n" + auth_line("GET", target.decode()) + b"\r\n"
+
     with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as s:
         got = b""
-        for i, r in enumerate((req, miss, req)):
+        for i, r in enumerate((get(b"/metadata?key=ka"), get(b"/metadata?key=nope"),
+                               get(b"/metadata?key=ka"))):
             s.sendall(r)  # on the same connection: the server must not have closed it
             while got.count(b"HTTP/1.1 ") < i + 1:
                 chunk = s.recv(65536)
@@ -260,12 +262,14 @@ def test_c_tool_survives_garbage(spawn):
         raw_exchange(port, g, read_timeout=1.0)  # some leave the server waiting: bounded
     # a declared size over the limit is refused from the headers alone
     resp = raw_exchange(port, b"PUT /metadata?key=huge HTTP/1.1\r\nHost: x\r\n"
+                              + auth_line("PUT", "/metadata?key=huge") +
                               b"Content-Length: 1099511627776\r\n\r\n")
     assert resp.startswith(b"HTTP/1.1 413"), resp[:80]
     # a chunked body that grows past the limit: 413 or the connection is dropped
     chunk = b"x" * 65536
     body = b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(40)) + b"0\r\n\r\n"
     resp = raw_exchange(port, b"PUT /metadata?key=huge HTTP/1.1\r\nHost: x\r\n"
+                              + auth_line("PUT", "/metadata?key=huge") +
                               b"Transfer-Encoding: chunked\r\n\r\n" + body)
     assert resp == b"" or resp.startswith(b"HTTP/1.1 413"), resp[:80]
     # connections opened and left idle do not block others

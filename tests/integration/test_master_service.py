@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from conftest import free_port, read_until, tool, wait_port, wait_until
+from conftest import free_port, read_until, sign_urllib, tool, wait_port, wait_until
 from mc_master import (FLAG_REPLY, INVALID_PARAMS, NOT_SUPPORTED, OBJECT_NOT_FOUND, OK,
                        OP_PING, OP_PUT_START, Ctl, Master, closed_by_peer, decode_fields,
                        frame, ping_body, recv_frame, segment, zigzag)
@@ -55,7 +55,7 @@ def test_silent_client_loses_its_segments(spawn):
 def _md_request(port, method, key, body=None):
     """Status of one request to an HTTP metadata server on 127.0.0.1:port."""
     url = f"http://127.0.0.1:{port}/metadata?key={urllib.parse.quote(key, safe='')}"
-    req = urllib.request.Request(url, data=body, method=method)
+    req = sign_urllib(urllib.request.Request(url, data=body, method=method))
     try:
         with urllib.request.urlopen(req, timeout=10) as r:
             return r.status
@@ -315,10 +315,10 @@ def test_embedded_http_metadata_server(spawn):
     wait_port(port)
     import urllib.request
     url = f"http://127.0.0.1:{port}/metadata?key=mooncake%2Fram%2Fseg"
-    req = urllib.request.Request(url, data=b'{"a":1}', method="PUT")
+    req = sign_urllib(urllib.request.Request(url, data=b'{"a":1}', method="PUT"))
     with urllib.request.urlopen(req, timeout=10) as r:
         assert r.status == 200
-    with urllib.request.urlopen(url, timeout=10) as r:
+    with urllib.request.urlopen(sign_urllib(urllib.request.Request(url)), timeout=10) as r:
         assert r.read() == b'{"a":1}'
     code, out = m.stop()
     assert code == 0 and f"HTTP metadata server on http://127.0.0.1:{port}/metadata" in out
