@@ -24,10 +24,11 @@ case "${1:-}" in
 esac
 
 # What the demo needs (README "Install" lists the same). python3-dev: Python.h for the
-# extension modules; python3-venv: the venv below.
+# extension modules; python3-venv: the venv below; liburing-dev: io_uring for the disk
+# tier (optional in meson: without it the disk store uses a thread pool).
 DEMO_APT="build-essential pkg-config python3-dev python3-venv libmicrohttpd-dev
   libcurl4-openssl-dev libjansson-dev libprotobuf-c-dev protobuf-c-compiler libpcre2-dev
-  libxxhash-dev"
+  libxxhash-dev liburing-dev"
 TEST_APT="libcmocka-dev clang libclang-rt-14-dev redis-server"
 # Python: the build backend; the replay's progress bar and PNG (numpy comes with the
 # package). Tests add pytest, the Redis client, torch for the tensor API (torch==2.13.0:
