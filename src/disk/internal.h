@@ -55,9 +55,11 @@ uint64_t mc__rec_checksum(const void *key, size_t klen, const void *value, uint6
 
 /* ------------------------------------------------------------------ I/O engine
  * An op is one read or write of a contiguous buffer at an offset. start() runs on an
- * I/O thread before the I/O: it prepares fd/buf/len/off and returns true, or completes
- * the request itself and returns false (no I/O, done() not called). done() runs on an
- * I/O thread with the bytes transferred (== len unless the file ended) or -errno. */
+ * engine worker thread before the I/O: it prepares fd/buf/len/off and returns true, or
+ * completes the request itself and returns false (no I/O, done() not called). done()
+ * runs on a worker thread with the bytes transferred (== len unless the file ended) or
+ * -errno. With io_uring the I/O itself is issued and reaped by the ring thread, which
+ * runs no start()/done(): the CPU work (copies, checksums) never delays the queue. */
 typedef struct mc__disk_op mc__disk_op;
 struct mc__disk_op {
     mc_list link;                         /* in the engine's pending list */
@@ -68,18 +70,26 @@ struct mc__disk_op {
     void *buf;
     uint64_t len, off;
     uint64_t xfer;                        /* engine-private: bytes done so far */
-    int err;                              /* engine-private: -errno of the last try */
+    int64_t res;                          /* engine-private: the result for done() */
+    bool started;                         /* set by mc__disk_io_submit_started */
+    bool io_done;                         /* engine-private: the I/O has finished */
 };
 
 typedef struct mc__disk_io mc__disk_io;
-/* mc__disk_io_create: kind AUTO/URING try io_uring (queue_depth entries) and fall back
- * to a pool of nthreads; THREADS makes the pool. *out = new engine. 0 or -errno. */
+/* mc__disk_io_create: nthreads workers; kind AUTO/URING add a ring thread with
+ * queue_depth entries when io_uring_queue_init succeeds (else the workers do the I/O
+ * with pread/pwrite, like THREADS). *out = new engine. 0 or -errno. */
 int mc__disk_io_create(mc_disk_io_kind kind, unsigned nthreads, unsigned queue_depth,
                        mc__disk_io **out);
 /* mc__disk_io_submit: queues op (owned by the caller until done or start completes it).
  * Any thread, I/O threads included. */
 void mc__disk_io_submit(mc__disk_io *io, mc__disk_op *op);
-/* mc__disk_io_destroy: runs every queued op to completion, then stops the threads. */
+/* mc__disk_io_submit_started: queues op whose start() the caller already ran (and got
+ * true): it goes straight to the ring (or to a worker for the I/O), one thread hand-off
+ * fewer. For a start() that is cheap and does no I/O (a get's buffer). */
+void mc__disk_io_submit_started(mc__disk_io *io, mc__disk_op *op);
+/* mc__disk_io_destroy: waits until every submitted op has completed, then stops the
+ * threads. Not from an engine thread. */
 void mc__disk_io_destroy(mc__disk_io *io);
 const char *mc__disk_io_name(const mc__disk_io *io);
 /* mc__disk_io_uring_built: whether this build has liburing. */
@@ -91,6 +101,8 @@ typedef struct mc__disk_bucket {
     int fd;             /* the data fd: O_DIRECT when s->direct */
     int bfd;            /* buffered fd (dead marks, scans); == fd when not direct */
     uint64_t size;      /* append offset = reserved bytes (s->lock) */
+    uint64_t alloc;     /* bytes preallocated with fallocate (the file's length while
+                         * > size: appends below it do not extend the file) (s->lock) */
     uint64_t live_bytes, live_count;  /* live records' footprint and number (s->lock) */
     uint64_t nrecords;  /* records ever appended here (s->lock) */
     unsigned writes;    /* appends in flight (s->lock) */
@@ -129,6 +141,7 @@ struct mc_disk_store {
     char *dir;
     int dirfd, lockfd;
     bool direct;                   /* buckets are opened O_DIRECT */
+    bool no_fallocate;             /* the file system has no fallocate (s->lock) */
     mc__disk_io *io;
 
     pthread_mutex_t lock;          /* guards everything below marked (s->lock) */
@@ -176,6 +189,10 @@ mc__disk_bucket *mc__disk_reserve_locked(mc_disk_store *s, uint64_t foot, uint64
                                          int *status);
 /* mc__disk_write_done_locked: a reserved append finished (writes--, unref). */
 void mc__disk_write_done_locked(mc_disk_store *s, mc__disk_bucket *b);
+/* mc__disk_append_failed_locked: a reserved append [off, off + foot) of b failed; gives
+ * the range back when it is the tail. Returns true when the caller must mark it dead. */
+bool mc__disk_append_failed_locked(mc_disk_store *s, mc__disk_bucket *b, uint64_t off,
+                                   uint64_t foot);
 /* mc__disk_mark_dead: overwrites the record's magic with MC__REC_DEAD (no lock held;
  * the caller holds a ref on b). */
 void mc__disk_mark_dead(mc_disk_store *s, mc__disk_bucket *b, uint64_t off);
@@ -193,7 +210,8 @@ typedef struct mc__disk_victim {
 } mc__disk_victim;
 size_t mc__disk_evict_locked(mc_disk_store *s, uint64_t target_live, mc__disk_victim **out);
 void mc__disk_flush_victims(mc_disk_store *s, mc__disk_victim *v, size_t n);
-/* mc__disk_reclaim_locked: removes empty buckets; returns how many. */
+/* mc__disk_reclaim_locked: removes empty idle buckets and gives back the preallocated
+ * tails of sealed idle ones; returns how many buckets it removed. */
 int mc__disk_reclaim_locked(mc_disk_store *s);
 
 /* maint.c */

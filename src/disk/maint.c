@@ -150,12 +150,7 @@ static int compact_locked(mc_disk_store *s, mc__disk_bucket *b)
             }
         } else {
             aborted = true;
-            if (nb->size == noff + it->foot && ftruncate(nb->bfd, (off_t)noff) == 0) {
-                nb->size = noff;
-                nb->nrecords--;
-                s->used_bytes -= it->foot;
-                dead_copy = false;
-            }
+            dead_copy = mc__disk_append_failed_locked(s, nb, noff, it->foot);
         }
         if (dead_copy) {
             pthread_mutex_unlock(&s->lock);

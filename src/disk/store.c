@@ -349,11 +349,57 @@ static mc__disk_bucket *bucket_open(mc_disk_store *s, uint64_t id, bool create)
     return b;
 }
 
+/* bytes of the disk a bucket takes: its records, or its preallocation if larger */
+static uint64_t bucket_used(const mc__disk_bucket *b) { return b->size > b->alloc ? b->size : b->alloc; }
+
 static void bucket_add_locked(mc_disk_store *s, mc__disk_bucket *b)
 {
     mc_list_push_back(&s->buckets, &b->link);
     s->nbuckets++;
-    s->used_bytes += b->size;
+    s->used_bytes += bucket_used(b);
+}
+
+/* gives back the preallocated tail of an idle bucket (no write in flight: a truncate
+ * would wait for it) */
+static void bucket_trim_locked(mc_disk_store *s, mc__disk_bucket *b)
+{
+    if (b->alloc <= b->size || b->writes)
+        return;
+    uint64_t before = bucket_used(b);
+    if (ftruncate(b->bfd, (off_t)b->size) != 0) {
+        mc_log(MC_LOG_WARN, TAG, "%s: trimming bucket %" PRIx64 ": %s", s->dir, b->id,
+               strerror(errno));
+        return;
+    }
+    b->alloc = 0;
+    s->used_bytes -= before - bucket_used(b);
+}
+
+static void bucket_seal_locked(mc_disk_store *s, mc__disk_bucket *b)
+{
+    b->sealed = true;
+    if (s->active == b)
+        s->active = NULL;
+    bucket_trim_locked(s, b);
+    mc__disk_maint_kick_locked(s);
+}
+
+/* preallocates b up to `want` bytes (best effort: a file system without fallocate, or
+ * ENOSPC, leaves appends extending the file). Returns 0 or -errno. */
+static int bucket_prealloc_locked(mc_disk_store *s, mc__disk_bucket *b, uint64_t want)
+{
+    uint64_t have = bucket_used(b);
+    if (want <= have || s->no_fallocate)
+        return 0;
+    if (fallocate(b->fd, 0, (off_t)have, (off_t)(want - have)) != 0) {
+        int e = errno;
+        if (e == EOPNOTSUPP || e == ENOSYS)
+            s->no_fallocate = true;
+        return -e;
+    }
+    b->alloc = want;
+    s->used_bytes += want - have;
+    return 0;
 }
 
 void mc__disk_remove_bucket_locked(mc_disk_store *s, mc__disk_bucket *b)
@@ -369,8 +415,8 @@ void mc__disk_remove_bucket_locked(mc_disk_store *s, mc__disk_bucket *b)
     b->removed = true;
     mc_list_remove(&b->link);
     s->nbuckets--;
-    s->used_bytes -= b->size;
-    atomic_fetch_add(&s->st.reclaimed_bytes, b->size);
+    s->used_bytes -= bucket_used(b);
+    atomic_fetch_add(&s->st.reclaimed_bytes, bucket_used(b));
     mc__disk_bucket_unref_locked(s, b);
 }
 
@@ -380,9 +426,13 @@ int mc__disk_reclaim_locked(mc_disk_store *s)
     mc__disk_bucket *b;
     MC_LIST_FOREACH_ENTRY(b, &s->buckets, mc__disk_bucket, link)
     {
-        if (b->live_count == 0 && b->writes == 0 && b->size > 0 && !b->compacting) {
+        if (b->live_count == 0 && b->writes == 0 && b->size > 0 && !b->compacting &&
+            (b->sealed || s->cfg.capacity_bytes)) {
+            /* an empty active bucket goes too under a capacity: its space is needed */
             mc__disk_remove_bucket_locked(s, b);
             n++;
+        } else if (b->sealed) {
+            bucket_trim_locked(s, b);
         }
     }
     return n;
@@ -444,37 +494,51 @@ static uint64_t bucket_limit(const mc_disk_store *s)
     return lim ? lim : MC_DISK_ALIGN;
 }
 
-static bool over_cap(const mc_disk_store *s, uint64_t foot)
+/* how much a bucket to be made may preallocate (at least need) */
+static uint64_t prealloc_size(const mc_disk_store *s, uint64_t need)
 {
-    return s->cfg.capacity_bytes && s->used_bytes + foot > s->cfg.capacity_bytes;
+    uint64_t want = bucket_limit(s);
+    if (s->cfg.capacity_bytes) {
+        uint64_t room = s->cfg.capacity_bytes > s->used_bytes ? s->cfg.capacity_bytes - s->used_bytes : 0;
+        if (want > room)
+            want = room;
+    }
+    return want > need ? want : need;
+}
+
+/* the bytes a reservation of foot in b (NULL: a new bucket) adds to used_bytes */
+static uint64_t growth(const mc__disk_bucket *b, uint64_t foot)
+{
+    if (!b)
+        return foot;
+    uint64_t end = b->size + foot, used = bucket_used(b);
+    return end > used ? end - used : 0;
+}
+
+static bool over_cap(const mc_disk_store *s, uint64_t grow)
+{
+    return s->cfg.capacity_bytes && s->used_bytes + grow > s->cfg.capacity_bytes;
 }
 
 mc__disk_bucket *mc__disk_reserve_locked(mc_disk_store *s, uint64_t foot, uint64_t *off,
                                          int *status)
 {
     *status = MC_OK;
-    if (over_cap(s, foot)) {
-        mc__disk_reclaim_locked(s);
-        /* the active bucket counts too: an empty, idle one can go */
-        mc__disk_bucket *a = s->active;
-        if (over_cap(s, foot) && a && a->live_count == 0 && a->writes == 0 && a->size > 0) {
-            a->sealed = true;
-            mc__disk_remove_bucket_locked(s, a);
-        }
+    uint64_t lim = bucket_limit(s);
+    mc__disk_bucket *b = s->active;
+    if (b && (b->sealed || (b->size > 0 && b->size + foot > lim) ||
+              (s->cfg.bucket_max_keys && b->nrecords >= s->cfg.bucket_max_keys))) {
+        bucket_seal_locked(s, b);
+        b = NULL;
     }
-    if (over_cap(s, foot)) {
+    if (over_cap(s, growth(b, foot))) {
+        mc__disk_reclaim_locked(s);
+        b = s->active;
+    }
+    if (over_cap(s, growth(b, foot))) {
         mc__disk_maint_kick_locked(s);
         *status = MC_NO_AVAILABLE_HANDLE;
         return NULL;
-    }
-    mc__disk_bucket *b = s->active;
-    uint64_t lim = bucket_limit(s);
-    if (b && (b->sealed || (b->size > 0 && b->size + foot > lim) ||
-              (s->cfg.bucket_max_keys && b->nrecords >= s->cfg.bucket_max_keys))) {
-        b->sealed = true;
-        s->active = NULL;
-        mc__disk_maint_kick_locked(s);
-        b = NULL;
     }
     if (!b) {
         b = bucket_open(s, s->next_bucket_id, true);
@@ -489,32 +553,47 @@ mc__disk_bucket *mc__disk_reserve_locked(mc_disk_store *s, uint64_t foot, uint64
         s->next_bucket_id++;
         bucket_add_locked(s, b);
         s->active = b;
+        /* preallocated, so that appends do not extend the file: ext4 serialises O_DIRECT
+         * writes that extend a file; inside the allocation they run in parallel */
+        int e = bucket_prealloc_locked(s, b, prealloc_size(s, foot));
+        if (e == -ENOSPC || e == -EDQUOT)
+            e = bucket_prealloc_locked(s, b, foot);
+        if (e == -ENOSPC || e == -EDQUOT) {
+            *status = MC_NO_AVAILABLE_HANDLE; /* refused before anything was written */
+            return NULL;
+        }
     }
     *off = b->size;
+    uint64_t before = bucket_used(b);
     b->size += foot;
+    s->used_bytes += bucket_used(b) - before;
     b->nrecords++;
     b->writes++;
     b->refs++;
-    s->used_bytes += foot;
     if (s->cfg.capacity_bytes && s->cfg.enable_eviction &&
         (double)s->used_bytes > s->cfg.high_watermark * (double)s->cfg.capacity_bytes)
         mc__disk_maint_kick_locked(s);
     return b;
 }
 
-/* A failed append: the reserved range is garbage. At the tail it is given back (the file
- * is cut there, under the lock, so no new reservation can be behind it); otherwise its
- * magic is killed so the scan on open skips it. Returns true when the caller must mark. */
-static bool append_failed_locked(mc_disk_store *s, mc__disk_bucket *b, uint64_t off,
-                                 uint64_t foot)
+/* A failed append: the reserved range is garbage. At the tail it is given back (the part
+ * past the preallocation is cut off, under the lock, so no new reservation can be behind
+ * it); otherwise its magic is killed so the scan on open skips it. */
+bool mc__disk_append_failed_locked(mc_disk_store *s, mc__disk_bucket *b, uint64_t off,
+                                   uint64_t foot)
 {
-    if (b->size == off + foot && ftruncate(b->bfd, (off_t)off) == 0) {
-        b->size = off;
-        b->nrecords--;
-        s->used_bytes -= foot;
-        return false;
+    if (b->size != off + foot)
+        return true;
+    if (off + foot > b->alloc) {
+        uint64_t cut = off > b->alloc ? off : b->alloc;
+        if (ftruncate(b->bfd, (off_t)cut) != 0)
+            return true;
     }
-    return true;
+    uint64_t before = bucket_used(b);
+    b->size = off;
+    b->nrecords--;
+    s->used_bytes -= before - bucket_used(b);
+    return false;
 }
 
 /* ------------------------------------------------------------------ requests */
@@ -663,7 +742,7 @@ static void put_done(mc__disk_op *op, int64_t res)
     s->pending_puts--;
     if (res != (int64_t)r->foot) {
         status = (res == -ENOSPC || res == -EDQUOT) ? MC_NO_AVAILABLE_HANDLE : MC_FILE_WRITE_FAIL;
-        if (append_failed_locked(s, b, r->off, r->foot)) {
+        if (mc__disk_append_failed_locked(s, b, r->off, r->foot)) {
             dead_b = b;
             dead_off = r->off;
             b->refs++;
@@ -843,7 +922,8 @@ int mc_disk_get_async(mc_disk_store *s, const void *key, size_t klen, void *dest
     pthread_mutex_unlock(&s->lock);
     r->op.start = get_start;
     r->op.done = get_done;
-    mc__disk_io_submit(s->io, &r->op);
+    get_start(&r->op); /* a staging buffer: no I/O, so on the caller's thread */
+    mc__disk_io_submit_started(s->io, &r->op);
     return MC_OK;
 }
 
@@ -1025,8 +1105,9 @@ static int scan_bucket(mc_disk_store *s, mc__disk_bucket *b, uint64_t fsize, boo
 {
     unsigned char *hb = mc__disk_buf_get(s, 2 * MC_DISK_ALIGN);
     uint64_t off = 0, good_end = 0;
-    bool bad_run = false;
+    bool bad_run = false, garbage = false; /* garbage: something unreadable after good_end */
     int rc = MC_OK;
+    static const unsigned char zeros[MC__REC_HDR];
     while (off + MC__REC_HDR <= fsize) {
         uint64_t want = fsize - off < 2 * MC_DISK_ALIGN ? fsize - off : 2 * MC_DISK_ALIGN;
         int64_t n = pread_full(b->bfd, hb, want, off);
@@ -1036,13 +1117,24 @@ static int scan_bucket(mc_disk_store *s, mc__disk_bucket *b, uint64_t fsize, boo
             rc = MC_FILE_READ_FAIL;
             break;
         }
+        if (n >= MC__REC_HDR && !memcmp(hb, zeros, MC__REC_HDR)) {
+            /* never written: a preallocated tail (or a hole a crash left before a record
+             * that did land): skip to the next data without counting anything */
+            off_t next = lseek(b->bfd, (off_t)(off + MC_DISK_ALIGN), SEEK_DATA);
+            if (next < 0)
+                break; /* ENXIO: no data up to the end */
+            uint64_t nx = (uint64_t)next / MC_DISK_ALIGN * MC_DISK_ALIGN;
+            off = nx > off + MC_DISK_ALIGN ? nx : off + MC_DISK_ALIGN;
+            bad_run = false;
+            continue;
+        }
         mc__rec_hdr h;
         bool hdr_valid = n >= MC__REC_HDR && mc__rec_decode(hb, &h, s->cfg.max_object_bytes) == 0;
         uint64_t foot = hdr_valid ? mc__rec_foot(h.key_len, h.value_len) : 0;
-        if (hdr_valid && off + foot > fsize)
+        if (hdr_valid && (off + foot > fsize || (uint64_t)n < MC__REC_HDR + h.key_len)) {
+            garbage = true;
             break; /* the record runs past the end of the file: a torn tail */
-        if (hdr_valid && (uint64_t)n < MC__REC_HDR + h.key_len)
-            break;
+        }
         if (hdr_valid && !mc__rec_hdr_ok(&h, hb + MC__REC_HDR))
             hdr_valid = false;
         if (!hdr_valid) {
@@ -1050,6 +1142,7 @@ static int scan_bucket(mc_disk_store *s, mc__disk_bucket *b, uint64_t fsize, boo
             if (!bad_run)
                 atomic_fetch_add(&s->st.corrupt_skipped, 1);
             bad_run = true;
+            garbage = true;
             off += MC_DISK_ALIGN;
             continue;
         }
@@ -1058,6 +1151,7 @@ static int scan_bucket(mc_disk_store *s, mc__disk_bucket *b, uint64_t fsize, boo
         if (h.magic == MC__REC_DEAD) {
             off += foot;
             good_end = off;
+            garbage = false;
             continue;
         }
         char key[MC_DISK_MAX_KEY_LEN];
@@ -1073,6 +1167,7 @@ static int scan_bucket(mc_disk_store *s, mc__disk_bucket *b, uint64_t fsize, boo
                 atomic_fetch_add(&s->st.checksum_failures, 1);
                 mc__disk_mark_dead(s, b, off);
                 off += foot;
+                garbage = true;
                 continue; /* not good_end: a bad record at the tail is cut off below */
             }
         }
@@ -1090,18 +1185,27 @@ static int scan_bucket(mc_disk_store *s, mc__disk_bucket *b, uint64_t fsize, boo
             s->seq = h.seq;
         off += foot;
         good_end = off;
+        garbage = false;
+    }
+    if (rc == MC_OK && !garbage && off < fsize && fsize - off < MC__REC_HDR) {
+        /* a few bytes at the very end: a header cut short, unless they are zeros */
+        int64_t n = pread_full(b->bfd, hb, fsize - off, off);
+        garbage = n < 0 || memcmp(hb, zeros, (size_t)n) != 0;
     }
     mc__disk_buf_put(s, hb, 2 * MC_DISK_ALIGN);
     if (rc == MC_OK && good_end < fsize) {
-        mc_log(MC_LOG_WARN, TAG, "%s: bucket %" PRIx64 ": cutting %" PRIu64
-               " bytes of torn or unreadable tail at %" PRIu64, s->dir, b->id,
-               fsize - good_end, good_end);
+        /* a torn or unreadable tail is counted; a never-written (zero) one is not */
+        if (garbage) {
+            mc_log(MC_LOG_WARN, TAG, "%s: bucket %" PRIx64 ": cutting %" PRIu64
+                   " bytes of torn or unreadable tail at %" PRIu64, s->dir, b->id,
+                   fsize - good_end, good_end);
+            atomic_fetch_add(&s->st.torn_truncations, 1);
+        }
         if (ftruncate(b->bfd, (off_t)good_end) != 0) {
             mc_log(MC_LOG_ERROR, TAG, "%s: truncating bucket %" PRIx64 ": %s", s->dir, b->id,
                    strerror(errno));
             rc = MC_FILE_WRITE_FAIL;
         }
-        atomic_fetch_add(&s->st.torn_truncations, 1);
     }
     b->size = good_end;
     return rc;
@@ -1163,6 +1267,14 @@ static int recover(mc_disk_store *s)
             (!s->cfg.bucket_max_keys || last->nrecords < s->cfg.bucket_max_keys)) {
             last->sealed = false;
             s->active = last;
+            uint64_t want = bucket_limit(s);
+            if (s->cfg.capacity_bytes) {
+                uint64_t room = s->cfg.capacity_bytes > s->used_bytes
+                                    ? s->cfg.capacity_bytes - s->used_bytes : 0;
+                if (want > last->size + room)
+                    want = last->size + room;
+            }
+            (void)bucket_prealloc_locked(s, last, want); /* best effort */
         }
         mc__disk_reclaim_locked(s);
         /* LRU order: oldest record first (no access times survive a restart) */
@@ -1208,6 +1320,9 @@ static void store_free(mc_disk_store *s)
     mc__disk_bucket *b;
     MC_LIST_FOREACH_ENTRY(b, &s->buckets, mc__disk_bucket, link)
     {
+        if (b->alloc > b->size && ftruncate(b->bfd, (off_t)b->size) != 0)
+            mc_log(MC_LOG_WARN, TAG, "%s: trimming bucket %" PRIx64 ": %s", s->dir, b->id,
+                   strerror(errno));
         if (b->size && fdatasync(b->fd) != 0)
             mc_log(MC_LOG_WARN, TAG, "%s: fdatasync bucket %" PRIx64 ": %s", s->dir, b->id,
                    strerror(errno));
