@@ -223,8 +223,8 @@ static int ours(const run_opts *o, double *wbw, double *rbw, mc_disk_metrics *mo
         char key[64];
         int kl = snprintf(key, sizeof key, "bench-object-%08llu", (unsigned long long)i);
         win_wait_below(&w, o->qd);
-        if (mc_disk_get_async(s, key, (size_t)kl, dst[i % (uint64_t)o->qd], o->obj, win_cb, &w) !=
-            MC_OK)
+        unsigned char *d = dst[i % (uint64_t)o->qd];
+        if (mc_disk_get_async(s, key, (size_t)kl, d, o->obj, win_cb, &w) != MC_OK)
             win_cb(&w, MC_INTERNAL_ERROR, 0);
     }
     win_drain(&w);
@@ -319,7 +319,7 @@ int main(int argc, char **argv)
     printf("%-34s %12.0f %12.0f %8.2f   (peer: %s seq read, bs = object)\n",
            "disk read (get, verified)", median(orr, reps) / 1e6, median(pr, reps) / 1e6,
            median(rr, reps), peer_name);
-    printf("store: %llu objects, read latency mean %.0f us (queueing included) over %llu reads\n",
+    printf("store: %llu objects, read latency mean %.0f us (queueing included), %llu reads\n",
            (unsigned long long)m.objects,
            m.read_lat_count ? (double)m.read_lat_sum_us / (double)m.read_lat_count : 0.0,
            (unsigned long long)m.read_lat_count);

@@ -60,7 +60,10 @@ bool mc__disk_io_uring_built(void)
 #endif
 }
 
-const char *mc__disk_io_name(const mc__disk_io *io) { return io->uring ? "io_uring" : "threads"; }
+const char *mc__disk_io_name(const mc__disk_io *io)
+{
+    return io->uring ? "io_uring" : "threads";
+}
 
 static void op_complete(mc__disk_io *io)
 {
@@ -74,9 +77,10 @@ static int64_t sync_io(mc__disk_op *op)
 {
     uint64_t done = 0;
     while (done < op->len) {
-        ssize_t r = op->write
-                        ? pwrite(op->fd, (char *)op->buf + done, op->len - done, (off_t)(op->off + done))
-                        : pread(op->fd, (char *)op->buf + done, op->len - done, (off_t)(op->off + done));
+        char *p = (char *)op->buf + done;
+        off_t at = (off_t)(op->off + done);
+        ssize_t r = op->write ? pwrite(op->fd, p, op->len - done, at)
+                              : pread(op->fd, p, op->len - done, at);
         if (r < 0) {
             if (errno == EINTR)
                 continue;
@@ -170,7 +174,8 @@ static void *ring_main(void *arg)
     for (;;) {
         pthread_mutex_lock(&io->lock);
         while (inflight < io->depth && !mc_list_empty(&io->ring_pending)) {
-            mc__disk_op *op = MC_CONTAINER_OF(mc_list_pop_front(&io->ring_pending), mc__disk_op, link);
+            mc_list *n = mc_list_pop_front(&io->ring_pending);
+            mc__disk_op *op = MC_CONTAINER_OF(n, mc__disk_op, link);
             queue_op(io, op);
             inflight++;
         }

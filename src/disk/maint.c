@@ -190,7 +190,8 @@ static int pass_locked(mc_disk_store *s)
     if (cap && s->cfg.enable_eviction &&
         (double)s->used_bytes > s->cfg.high_watermark * (double)cap) {
         mc__disk_victim *vic = NULL;
-        size_t nv = mc__disk_evict_locked(s, (uint64_t)(s->cfg.low_watermark * (double)cap), &vic);
+        uint64_t low = (uint64_t)(s->cfg.low_watermark * (double)cap);
+        size_t nv = mc__disk_evict_locked(s, low, &vic);
         pthread_mutex_unlock(&s->lock);
         mc__disk_flush_victims(s, vic, nv);
         pthread_mutex_lock(&s->lock);

@@ -350,7 +350,10 @@ static mc__disk_bucket *bucket_open(mc_disk_store *s, uint64_t id, bool create)
 }
 
 /* bytes of the disk a bucket takes: its records, or its preallocation if larger */
-static uint64_t bucket_used(const mc__disk_bucket *b) { return b->size > b->alloc ? b->size : b->alloc; }
+static uint64_t bucket_used(const mc__disk_bucket *b)
+{
+    return b->size > b->alloc ? b->size : b->alloc;
+}
 
 static void bucket_add_locked(mc_disk_store *s, mc__disk_bucket *b)
 {
@@ -426,8 +429,8 @@ int mc__disk_reclaim_locked(mc_disk_store *s)
     mc__disk_bucket *b;
     MC_LIST_FOREACH_ENTRY(b, &s->buckets, mc__disk_bucket, link)
     {
-        if (b->live_count == 0 && b->writes == 0 && b->size > 0 && !b->compacting &&
-            (b->sealed || s->cfg.capacity_bytes)) {
+        if (b->live_count == 0 && b->writes == 0 && !b->compacting &&
+            (b->sealed || (s->cfg.capacity_bytes && b->size > 0))) {
             /* an empty active bucket goes too under a capacity: its space is needed */
             mc__disk_remove_bucket_locked(s, b);
             n++;
@@ -474,9 +477,9 @@ void mc__disk_flush_victims(mc_disk_store *s, mc__disk_victim *v, size_t n)
         free(v);
         return;
     }
+    /* (a bucket removed meanwhile is unlinked but still open: the mark is harmless) */
     for (size_t i = 0; i < n; i++)
-        if (!v[i].b->removed)
-            mc__disk_mark_dead(s, v[i].b, v[i].off);
+        mc__disk_mark_dead(s, v[i].b, v[i].off);
     pthread_mutex_lock(&s->lock);
     for (size_t i = 0; i < n; i++)
         mc__disk_bucket_unref_locked(s, v[i].b);
@@ -499,7 +502,8 @@ static uint64_t prealloc_size(const mc_disk_store *s, uint64_t need)
 {
     uint64_t want = bucket_limit(s);
     if (s->cfg.capacity_bytes) {
-        uint64_t room = s->cfg.capacity_bytes > s->used_bytes ? s->cfg.capacity_bytes - s->used_bytes : 0;
+        uint64_t cap = s->cfg.capacity_bytes;
+        uint64_t room = cap > s->used_bytes ? cap - s->used_bytes : 0;
         if (want > room)
             want = room;
     }
@@ -741,7 +745,8 @@ static void put_done(mc__disk_op *op, int64_t res)
     pthread_mutex_lock(&s->lock);
     s->pending_puts--;
     if (res != (int64_t)r->foot) {
-        status = (res == -ENOSPC || res == -EDQUOT) ? MC_NO_AVAILABLE_HANDLE : MC_FILE_WRITE_FAIL;
+        bool full = res == -ENOSPC || res == -EDQUOT;
+        status = full ? MC_NO_AVAILABLE_HANDLE : MC_FILE_WRITE_FAIL;
         if (mc__disk_append_failed_locked(s, b, r->off, r->foot)) {
             dead_b = b;
             dead_off = r->off;
@@ -1015,8 +1020,7 @@ static bool mark_start(mc__disk_op *op)
 {
     mark_req *m = MC_CONTAINER_OF(op, mark_req, op);
     mc_disk_store *s = m->s;
-    if (!m->b->removed)
-        mc__disk_mark_dead(s, m->b, m->off);
+    mc__disk_mark_dead(s, m->b, m->off); /* (harmless if the bucket went meanwhile) */
     pthread_mutex_lock(&s->lock);
     mc__disk_bucket_unref_locked(s, m->b);
     if (--s->inflight == 0)
@@ -1129,7 +1133,8 @@ static int scan_bucket(mc_disk_store *s, mc__disk_bucket *b, uint64_t fsize, boo
             continue;
         }
         mc__rec_hdr h;
-        bool hdr_valid = n >= MC__REC_HDR && mc__rec_decode(hb, &h, s->cfg.max_object_bytes) == 0;
+        bool hdr_valid =
+            n >= MC__REC_HDR && mc__rec_decode(hb, &h, s->cfg.max_object_bytes) == 0;
         uint64_t foot = hdr_valid ? mc__rec_foot(h.key_len, h.value_len) : 0;
         if (hdr_valid && (off + foot > fsize || (uint64_t)n < MC__REC_HDR + h.key_len)) {
             garbage = true;
@@ -1221,7 +1226,8 @@ static int recover(mc_disk_store *s)
     for (struct dirent *de; (de = readdir(d));) {
         uint64_t id;
         char tail[8];
-        if (strlen(de->d_name) != 27 || sscanf(de->d_name, "bucket-%16" SCNx64 "%7s", &id, tail) != 2 ||
+        if (strlen(de->d_name) != 27 ||
+            sscanf(de->d_name, "bucket-%16" SCNx64 "%7s", &id, tail) != 2 ||
             strcmp(tail, ".mcd") != 0)
             continue;
         if (n == cap) {
@@ -1260,9 +1266,8 @@ static int recover(mc_disk_store *s)
     free(ids);
     if (rc == MC_OK) {
         /* appends continue in the newest bucket when it has room */
-        mc__disk_bucket *last = mc_list_empty(&s->buckets)
-                                    ? NULL
-                                    : MC_CONTAINER_OF(mc_list_back(&s->buckets), mc__disk_bucket, link);
+        mc_list *lb = mc_list_back(&s->buckets);
+        mc__disk_bucket *last = lb ? MC_CONTAINER_OF(lb, mc__disk_bucket, link) : NULL;
         if (last && last->size < bucket_limit(s) &&
             (!s->cfg.bucket_max_keys || last->nrecords < s->cfg.bucket_max_keys)) {
             last->sealed = false;
@@ -1491,8 +1496,8 @@ __attribute__((format(printf, 2, 3))) static void sb_printf(sbuf *b, const char 
 {
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(b->len < b->cap ? b->p + b->len : NULL, b->len < b->cap ? b->cap - b->len : 0,
-                      fmt, ap);
+    bool room = b->len < b->cap;
+    int n = vsnprintf(room ? b->p + b->len : NULL, room ? b->cap - b->len : 0, fmt, ap);
     va_end(ap);
     if (n > 0)
         b->len += (size_t)n;
@@ -1501,7 +1506,8 @@ __attribute__((format(printf, 2, 3))) static void sb_printf(sbuf *b, const char 
 static void sb_counter(sbuf *b, const char *name, const char *help, const char *type,
                        uint64_t v)
 {
-    sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %" PRIu64 "\n", name, help, name, type, name, v);
+    sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %" PRIu64 "\n", name, help, name, type, name,
+              v);
 }
 
 static void sb_hist(sbuf *b, const char *name, const char *help, const uint64_t *bk,
@@ -1514,8 +1520,8 @@ static void sb_hist(sbuf *b, const char *name, const char *help, const uint64_t 
         sb_printf(b, "%s_bucket{le=\"%" PRIu64 "\"} %" PRIu64 "\n", name,
                   mc_disk_latency_bounds_us[i], cum);
     }
-    sb_printf(b, "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n%s_sum %" PRIu64 "\n%s_count %" PRIu64 "\n",
-              name, count, name, sum, name, count);
+    sb_printf(b, "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n", name, count);
+    sb_printf(b, "%s_sum %" PRIu64 "\n%s_count %" PRIu64 "\n", name, sum, name, count);
 }
 
 size_t mc_disk_metrics_prometheus(const mc_disk_metrics *m, char *buf, size_t cap)
@@ -1523,46 +1529,63 @@ size_t mc_disk_metrics_prometheus(const mc_disk_metrics *m, char *buf, size_t ca
     sbuf b = {buf, buf ? cap : 0, 0};
     if (buf && cap)
         buf[0] = '\0';
-    /* upstream SsdMetric names */
-    sb_counter(&b, "mooncake_ssd_read_bytes_total", "Total bytes read from SSD", "counter", m->read_bytes);
-    sb_counter(&b, "mooncake_ssd_write_bytes_total", "Total bytes written to SSD", "counter", m->write_bytes);
-    sb_counter(&b, "mooncake_ssd_read_ops_total", "SSD read operations (key count)", "counter", m->read_ops);
-    sb_counter(&b, "mooncake_ssd_write_ops_total", "SSD write operations (key count)", "counter", m->write_ops);
-    sb_counter(&b, "mooncake_ssd_total_bytes_total", "Total bytes read and written to SSD", "counter",
-               m->read_bytes + m->write_bytes);
-    sb_counter(&b, "mooncake_ssd_total_ops_total", "SSD operations (key count)", "counter",
-               m->read_ops + m->write_ops);
+    /* upstream SsdMetric names (client_metric.h) */
+    const struct {
+        const char *name, *help, *type;
+        uint64_t v;
+    } up[] = {
+        {"mooncake_ssd_read_bytes_total", "Total bytes read from SSD", "counter",
+         m->read_bytes},
+        {"mooncake_ssd_write_bytes_total", "Total bytes written to SSD", "counter",
+         m->write_bytes},
+        {"mooncake_ssd_read_ops_total", "SSD read operations (key count)", "counter",
+         m->read_ops},
+        {"mooncake_ssd_write_ops_total", "SSD write operations (key count)", "counter",
+         m->write_ops},
+        {"mooncake_ssd_total_bytes_total", "Total bytes read and written to SSD", "counter",
+         m->read_bytes + m->write_bytes},
+        {"mooncake_ssd_total_ops_total", "SSD operations (key count)", "counter",
+         m->read_ops + m->write_ops},
+    };
+    for (size_t i = 0; i < sizeof up / sizeof up[0]; i++)
+        sb_counter(&b, up[i].name, up[i].help, up[i].type, up[i].v);
     sb_hist(&b, "mooncake_ssd_read_latency_us", "SSD read latency (us)", m->read_lat_buckets,
             m->read_lat_count, m->read_lat_sum_us);
     sb_hist(&b, "mooncake_ssd_write_latency_us", "SSD write latency (us)", m->write_lat_buckets,
             m->write_lat_count, m->write_lat_sum_us);
     /* ours (upstream has no counterpart) */
-    sb_counter(&b, "mooncake_ssd_capacity_bytes", "Configured disk tier capacity (0 = none)", "gauge",
-               m->capacity_bytes);
-    sb_counter(&b, "mooncake_ssd_used_bytes", "Bytes of the bucket files", "gauge", m->used_bytes);
-    sb_counter(&b, "mooncake_ssd_live_bytes", "On-disk bytes of live records", "gauge", m->live_bytes);
-    sb_counter(&b, "mooncake_ssd_objects", "Objects on disk", "gauge", m->objects);
-    sb_counter(&b, "mooncake_ssd_buckets", "Bucket files", "gauge", m->buckets);
-    sb_counter(&b, "mooncake_ssd_write_failures_total", "Puts refused or failed", "counter",
-               m->write_failures);
-    sb_counter(&b, "mooncake_ssd_read_failures_total", "Gets failed after submission", "counter",
-               m->read_failures);
-    sb_counter(&b, "mooncake_ssd_full_refusals_total", "Puts refused for space", "counter",
-               m->full_refusals);
-    sb_counter(&b, "mooncake_ssd_checksum_failures_total", "Records that failed verification",
-               "counter", m->checksum_failures);
-    sb_counter(&b, "mooncake_ssd_corrupt_skipped_total", "Unreadable headers skipped on open",
-               "counter", m->corrupt_skipped);
-    sb_counter(&b, "mooncake_ssd_torn_truncations_total", "Bucket tails cut on open", "counter",
-               m->torn_truncations);
-    sb_counter(&b, "mooncake_ssd_compactions_total", "Buckets compacted", "counter", m->compactions);
-    sb_counter(&b, "mooncake_ssd_compacted_bytes_total", "Live bytes moved by compaction", "counter",
-               m->compacted_bytes);
-    sb_counter(&b, "mooncake_ssd_reclaimed_bytes_total", "Bucket bytes removed", "counter",
-               m->reclaimed_bytes);
-    sb_counter(&b, "mooncake_ssd_evictions_total", "Objects evicted for space", "counter",
-               m->evictions);
-    sb_counter(&b, "mooncake_ssd_evicted_bytes_total", "Value bytes evicted", "counter",
-               m->evicted_bytes);
+    const struct {
+        const char *name, *help, *type;
+        uint64_t v;
+    } ours[] = {
+        {"mooncake_ssd_capacity_bytes", "Configured capacity (0 = none)", "gauge",
+         m->capacity_bytes},
+        {"mooncake_ssd_used_bytes", "Bytes of the bucket files", "gauge", m->used_bytes},
+        {"mooncake_ssd_live_bytes", "On-disk bytes of live records", "gauge", m->live_bytes},
+        {"mooncake_ssd_objects", "Objects on disk", "gauge", m->objects},
+        {"mooncake_ssd_buckets", "Bucket files", "gauge", m->buckets},
+        {"mooncake_ssd_write_failures_total", "Puts refused or failed", "counter",
+         m->write_failures},
+        {"mooncake_ssd_read_failures_total", "Gets failed after submission", "counter",
+         m->read_failures},
+        {"mooncake_ssd_full_refusals_total", "Puts refused for space", "counter",
+         m->full_refusals},
+        {"mooncake_ssd_checksum_failures_total", "Records that failed verification", "counter",
+         m->checksum_failures},
+        {"mooncake_ssd_corrupt_skipped_total", "Unreadable headers skipped on open", "counter",
+         m->corrupt_skipped},
+        {"mooncake_ssd_torn_truncations_total", "Bucket tails cut on open", "counter",
+         m->torn_truncations},
+        {"mooncake_ssd_compactions_total", "Buckets compacted", "counter", m->compactions},
+        {"mooncake_ssd_compacted_bytes_total", "Live bytes moved by compaction", "counter",
+         m->compacted_bytes},
+        {"mooncake_ssd_reclaimed_bytes_total", "Bucket bytes removed", "counter",
+         m->reclaimed_bytes},
+        {"mooncake_ssd_evictions_total", "Objects evicted for space", "counter", m->evictions},
+        {"mooncake_ssd_evicted_bytes_total", "Value bytes evicted", "counter",
+         m->evicted_bytes},
+    };
+    for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++)
+        sb_counter(&b, ours[i].name, ours[i].help, ours[i].type, ours[i].v);
     return b.len;
 }

@@ -194,7 +194,8 @@ static void test_roundtrip_sizes(void **state)
     assert_int_equal(mc_disk_lookup(s, k, strlen(k), &sz), MC_OK);
     assert_int_equal(sz, 16u << 20);
     /* a put from several vectors is one object */
-    unsigned char *a = make_value(5000, 1), *b = make_value(7, 2), *c = malloc(5007), *got = malloc(5007);
+    unsigned char *a = make_value(5000, 1), *b = make_value(7, 2);
+    unsigned char *c = malloc(5007), *got = malloc(5007);
     memcpy(c, a, 5000);
     memcpy(c + 5000, b, 7);
     struct iovec iov[2] = {{a, 5000}, {b, 7}};
@@ -428,8 +429,8 @@ static void test_torn_tail(void **state)
     assert_true(fd >= 0);
     unsigned char *rec = malloc(foot);
     assert_int_equal(pread(fd, rec, foot, (off_t)(4 * foot)), (ssize_t)foot);
-    assert_int_equal(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(4 * foot),
-                               (off_t)foot), 0);
+    int mode = FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE;
+    assert_int_equal(fallocate(fd, mode, (off_t)(4 * foot), (off_t)foot), 0);
     assert_int_equal(pwrite(fd, rec, foot, (off_t)(5 * foot)), (ssize_t)foot);
     close(fd);
     free(rec);
@@ -811,8 +812,8 @@ static void test_io_fallback(void **state)
                  .a = &a};
     mc__disk_io_submit(io, &wo.op);
     wait_done(&a, 1);
-    eng_op ro = {.op = {.start = eng_start, .done = eng_done, .fd = fd, .write = false, .buf = r,
-                        .len = sizeof r + 4096, .off = 4096}, /* past the end: short */
+    eng_op ro = {.op = {.start = eng_start, .done = eng_done, .fd = fd, .write = false,
+                        .buf = r, .len = sizeof r + 4096, .off = 4096}, /* past the end */
                  .a = &a};
     mc__disk_io_submit(io, &ro.op);
     wait_done(&a, 2);
