@@ -28,10 +28,12 @@ esac
 
 # What the demo needs (README "Install" lists the same). python3-dev: Python.h for the
 # extension modules; python3-venv: the venv below; libssl-dev: libcrypto (HMAC-SHA-256
-# of the cluster secret, src/common/auth.c).
+# of the cluster secret, src/common/auth.c); liburing-dev: io_uring for the disk tier
+# (optional in meson: without it the disk store uses a thread pool).
 DEMO_APT="build-essential pkg-config python3-dev python3-venv libmicrohttpd-dev
   libcurl4-openssl-dev libjansson-dev libprotobuf-c-dev protobuf-c-compiler libpcre2-dev
-  libxxhash-dev libhiredis-dev libssl-dev"
+  libxxhash-dev libhiredis-dev libssl-dev
+  liburing-dev"
 TEST_APT="libcmocka-dev clang libclang-rt-14-dev redis-server etcd-server"
 # Python: the build backend; the replay's progress bar and PNG (numpy comes with the
 # package). Tests add pytest, the Redis client, torch for the tensor API (torch==2.13.0:
