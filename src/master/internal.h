@@ -15,7 +15,8 @@
  *   evict.c         approximate-LRU eviction and the watermark rule
  *   writes.c        put/upsert start/end/revoke and their batch forms
  *   reads.c         get, exist, regex lookups (and the regex helper remove uses)
- *   remove.c        remove, batch remove, remove by regex, remove all
+ *   remove.c        remove, batch remove, remove by regex, remove all, batch replica
+ *                   clear
  *   service.c       config, create/destroy, tick, stats, admin queries, op names
  *
  * Layout

@@ -9,6 +9,10 @@
  * until the lease deadline (atime + lease TTL); tick frees it then. An unmount drops its
  * replicas on that segment like any other replica.
  *
+ * Partial drops: batch_replica_clear gives back only the replicas on one named segment
+ * (mc__obj_clear_named), one replica at a time through the same rule
+ * (mc__space_release_rep_locked); an object left with none is erased.
+ *
  * Quarantine: the space of writes that never finished (revoked, pre-empted, discarded)
  * is not given back here but handed to fence.c, which frees it once the old writer is
  * fenced on both sides (docs/consistency.md). */
