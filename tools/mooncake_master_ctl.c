@@ -23,6 +23,8 @@
  *   KEYS] (batch_upsert_* alike) ["get", KEY] ["batch_get", KEYS] ["get_regex", PATTERN]
  *   ["exist", KEY] ["batch_exist", KEYS] ["remove", KEY, FORCE?] ["batch_remove", KEYS,
  *   FORCE?] ["remove_regex", PATTERN, FORCE?] ["remove_all", FORCE?]
+ *   ["batch_replica_clear", KEYS, SEGMENT_NAME?] (as the current client; "" or absent:
+ *   the whole objects)
  * Every result has "status" (the upstream code returned by the client library) and
  * "status_name"; calls that return data add it ("replicas", "items", "statuses",
  * "results", "matches", "count", "client_status", ...). A malformed command gives
@@ -549,6 +551,22 @@ static json_t *cmd_BATCH_REMOVE(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
 {
     (void)a3;
     return keys_ints(op, a1, a2, "batch_remove KEYS FORCE?");
+}
+
+static json_t *cmd_BATCH_CLEAR(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
+{
+    (void)op, (void)a3;
+    keyarr ka;
+    if ((a2 && !json_is_string(a2)) || !keys_from_json(a1, &ka))
+        return err("batch_replica_clear KEYS SEGMENT_NAME?");
+    int *st = mc_xcalloc(ka.n ? ka.n : 1, sizeof *st);
+    int rc = mc_master_client_batch_replica_clear(cli, client_id, ka.keys, ka.n,
+                                                  a2 ? json_string_value(a2) : NULL, st);
+    json_t *r = result(rc);
+    json_object_set_new(r, "statuses", statuses_json(st, ka.n));
+    free(st);
+    keys_free(&ka);
+    return r;
 }
 
 static json_t *cmd_GET(uint16_t op, json_t *a1, json_t *a2, json_t *a3)

@@ -496,6 +496,24 @@ MC_API int mc_store_remove(mc_store *s, const void *key, size_t key_len, bool fo
 MC_API int mc_store_batch_remove(mc_store *s, const mc_store_key *keys, size_t n, bool force,
                                  int *results);
 
+/* mc_store_batch_replica_clear (upstream batch_replica_clear / BatchReplicaClear): for each
+ * of the n keys, drops the replicas that lie on the segment named segment_name (the name
+ * a store mounts its segment with, "host:port" as mc_store's local hostname; NUL-
+ * terminated, < MC_STORE_NAME_MAX bytes), or the whole object when segment_name is NULL
+ * or "". An object left with no replica is erased (its key is gone). The space comes
+ * back to the segments at once. Only objects this store wrote (its client id put or
+ * upserted them) may be cleared, and only while no reader's lease is active; pins do
+ * not stop it. results[i] (caller's array of n): MC_OK (cleared); MC_OBJECT_NOT_FOUND;
+ * MC_ILLEGAL_CLIENT (another client's object); MC_OBJECT_HAS_LEASE; MC_REPLICA_IS_NOT_READY
+ * (a write in flight); MC_REPLICA_NOT_FOUND (no replica on segment_name);
+ * MC_INVALID_PARAMS (bad key, or a segment_name too long: then every result); transport
+ * codes. Upstream's Python form returns the keys whose result is MC_OK, in order.
+ * Returns MC_OK once the call ran (per-key outcomes are in results), MC_INVALID_PARAMS
+ * for NULL results or n > MC_STORE_MAX_BATCH, or the store's not-set-up code. Batches
+ * go in one RPC per chunk. Thread-safe (shares the store's read lock with other calls). */
+MC_API int mc_store_batch_replica_clear(mc_store *s, const mc_store_key *keys, size_t n,
+                                        const char *segment_name, int *results);
+
 /* mc_store_remove_by_regex: removes every complete object whose key matches the PCRE2
  * pattern (pattern_len bytes; unanchored search, as upstream std::regex_search),
  * skipping leased objects unless force. Returns the number removed (>= 0), or

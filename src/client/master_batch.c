@@ -225,9 +225,9 @@ static int bkeys_reply(void *ctx, size_t i, int fst, const ProtobufCMessage *m)
     return MC_OK;
 }
 
-static int batch_keys_common(mc_master_client *c, uint16_t op, mc_master_uuid client_id,
-                             const mc_master_key *keys, size_t n, bool force, int *statuses,
-                             bool exist)
+static int batch_keys_run(mc_master_client *c, uint16_t op, mc_master_uuid client_id,
+                          const mc_master_key *keys, size_t n, bool force,
+                          const char *segment_name, int *statuses, bool exist)
 {
     if (!c || (n && (!keys_ok(keys, n) || !statuses)))
         return MC_INVALID_PARAMS;
@@ -240,6 +240,8 @@ static int batch_keys_common(mc_master_client *c, uint16_t op, mc_master_uuid cl
     mcrpc__batch_keys_request__init(&b.req);
     b.req.client_id = &cid;
     b.req.force = force;
+    if (segment_name) /* NULL: the proto default "" */
+        b.req.segment_name = (char *)segment_name;
     int rc = mc__rpc_run(c, op, b.ch.nchunks, bkeys_build,
                      exist ? &mcrpc__batch_exist_key_reply__descriptor
                            : &mcrpc__batch_status_reply__descriptor,
@@ -252,6 +254,13 @@ static int batch_keys_common(mc_master_client *c, uint16_t op, mc_master_uuid cl
     if (exist)
         return MC_OK; /* per-key codes are in results; the call itself worked */
     return first_failure(statuses, n);
+}
+
+static int batch_keys_common(mc_master_client *c, uint16_t op, mc_master_uuid client_id,
+                             const mc_master_key *keys, size_t n, bool force, int *statuses,
+                             bool exist)
+{
+    return batch_keys_run(c, op, client_id, keys, n, force, NULL, statuses, exist);
 }
 
 int mc_master_client_batch_put_end(mc_master_client *c, mc_master_uuid client_id,
@@ -347,3 +356,16 @@ int mc_master_client_batch_remove(mc_master_client *c, const mc_master_key *keys
                              n, force, statuses, false);
 }
 
+
+int mc_master_client_batch_replica_clear(mc_master_client *c, mc_master_uuid client_id,
+                                         const mc_master_key *keys, size_t n,
+                                         const char *segment_name, int *statuses)
+{
+    if (segment_name && strlen(segment_name) >= MC_MASTER_NAME_MAX) {
+        if (n && statuses)
+            fill_status(statuses, n, MC_INVALID_PARAMS);
+        return MC_INVALID_PARAMS;
+    }
+    return batch_keys_run(c, MCRPC__OPCODE__OP_BATCH_REPLICA_CLEAR, client_id, keys, n, false,
+                          segment_name, statuses, false);
+}

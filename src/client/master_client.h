@@ -233,6 +233,16 @@ MC_API int mc_master_client_remove(mc_master_client *c, const void *key, size_t 
 MC_API int mc_master_client_batch_remove(mc_master_client *c, const mc_master_key *keys,
                                          size_t n, bool force, int *statuses);
 
+/* mc_master_client_batch_replica_clear (upstream BatchReplicaClear): drops client_id's
+ * own unleased objects, or only their replicas on the segment named segment_name
+ * (NUL-terminated, < MC_MASTER_NAME_MAX bytes; NULL or "" = the whole object).
+ * statuses[i] per key as mc_master_service_batch_replica_clear (OK = cleared). Returns OK
+ * when every item is OK, else the first failing item's code; INVALID_PARAMS for bad
+ * arguments; transport codes fill every status. Chunked like every batch call. */
+MC_API int mc_master_client_batch_replica_clear(mc_master_client *c, mc_master_uuid client_id,
+                                                const mc_master_key *keys, size_t n,
+                                                const char *segment_name, int *statuses);
+
 /* mc_master_client_remove_by_regex / remove_all: *count (may be NULL) receives how many
  * objects were removed. Codes as the service's. */
 MC_API int mc_master_client_remove_by_regex(mc_master_client *c, const char *pattern,

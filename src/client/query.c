@@ -202,6 +202,28 @@ int mc_store_batch_remove(mc_store *s, const mc_store_key *keys, size_t n, bool 
     return keyed_batch(s, keys, n, force, results, NULL, remove_fn);
 }
 
+static int clear_fn(mc_store *s, const mc_master_key *keys, size_t n, bool force, int *results,
+                    void *outs, size_t *map)
+{
+    (void)force;
+    (void)map;
+    const char *segment_name = outs; /* keyed_batch passes it through untouched */
+    return mc_master_client_batch_replica_clear(s->mc, s->client_id, keys, n, segment_name,
+                                                results);
+}
+
+int mc_store_batch_replica_clear(mc_store *s, const mc_store_key *keys, size_t n,
+                                 const char *segment_name, int *results)
+{
+    if (!results)
+        return MC_INVALID_PARAMS;
+    if (segment_name && strlen(segment_name) >= MC_STORE_NAME_MAX) {
+        mc__fill_results(results, n, MC_INVALID_PARAMS);
+        return MC_INVALID_PARAMS;
+    }
+    return keyed_batch(s, keys, n, false, results, (void *)segment_name, clear_fn);
+}
+
 int64_t mc_store_remove_by_regex(mc_store *s, const char *pattern, size_t pattern_len,
                                  bool force)
 {

@@ -269,6 +269,7 @@ size_t mc_master_format_summary(const mc_master_stats *prev, const mc_master_sta
         {"PutStart", MC_MASTER_BATCH_PUT_START},   {"PutEnd", MC_MASTER_BATCH_PUT_END},
         {"PutRevoke", MC_MASTER_BATCH_PUT_REVOKE}, {"Get", MC_MASTER_BATCH_GET_REPLICA_LIST},
         {"ExistKey", MC_MASTER_BATCH_EXIST_KEY},   {"Remove", MC_MASTER_BATCH_REMOVE},
+        {"Clear", MC_MASTER_BATCH_REPLICA_CLEAR},
     };
     for (size_t i = 0; i < sizeof bops / sizeof bops[0]; i++) {
         const mc_master_batch_counters *c = &cur->batch[bops[i].op];

@@ -15,7 +15,8 @@
  *   evict.c         approximate-LRU eviction and the watermark rule
  *   writes.c        put/upsert start/end/revoke and their batch forms
  *   reads.c         get, exist, regex lookups (and the regex helper remove uses)
- *   remove.c        remove, batch remove, remove by regex, remove all
+ *   remove.c        remove, batch remove, remove by regex, remove all, batch replica
+ *                   clear
  *   service.c       config, create/destroy, tick, stats, admin queries, op names
  *
  * Layout
@@ -411,6 +412,7 @@ typedef enum mc__space_why {
     MC__SPACE_REMOVED,     /* remove / batch / regex / all, no reader's lease active   */
     MC__SPACE_LEASE_ENDED, /* a force-removed object's reader lease ended (deferred)   */
     MC__SPACE_REPLACED,    /* upsert_start with a new size replaced a complete object  */
+    MC__SPACE_CLEARED,     /* batch_replica_clear dropped complete replicas (no lease) */
     MC__SPACE_REVOKED,     /* put_revoke / upsert_revoke by the object's writer        */
     MC__SPACE_PREEMPTED,   /* put_start took the key from a writer past the discard    */
                            /* timeout                                                  */
@@ -430,6 +432,13 @@ typedef enum mc__space_why {
  * shard mutex or defer_mu). */
 void mc__space_release_locked(mc_master_service *svc, obj *o, mc__space_why why);
 
+/* mc__space_release_rep_locked: the same rule for the one replica r of o (the loop body
+ * of mc__space_release_locked; partial drops such as batch_replica_clear use it so they
+ * obey the same quarantine rule). now: the clock when why quarantines, else unused.
+ * Caller holds seg_lock for reading. */
+void mc__space_release_rep_locked(mc_master_service *svc, obj *o, rep *r, mc__space_why why,
+                                  uint64_t now);
+
 /* Bytes o's replicas reserve in their allocators (block sizes, as `allocated` counts
  * them). Caller holds seg_lock for reading. */
 uint64_t mc__reps_reserved_locked(mc_master_service *svc, const obj *o);
@@ -443,6 +452,13 @@ void mc__obj_erase(mc_master_service *svc, shard *sh, obj *o, mc__space_why why)
  * index now but the space waits on the deferred list until the lease deadline. Caller
  * holds sh->mu and not seg_lock. */
 void mc__obj_remove(mc_master_service *svc, shard *sh, obj *o, uint64_t now);
+
+/* mc__obj_clear_named: drops o's replicas on segments named name (len bytes), giving
+ * their space back (MC__SPACE_CLEARED); when none would be left, o is erased (the record
+ * is freed: the caller must not touch it). o must be complete and unleased. Returns how
+ * many replicas matched (0: o untouched). Caller holds sh->mu and not seg_lock. */
+uint32_t mc__obj_clear_named(mc_master_service *svc, shard *sh, obj *o, const char *name,
+                             size_t len);
 
 /* mc__defer_reap: gives back the space of deferred objects whose deadline is at or before
  * now. Cheap when none is due. Caller holds no lock. */

@@ -320,6 +320,28 @@ MC_API int mc_master_service_remove(mc_master_service *svc, const void *key, siz
 MC_API int mc_master_service_batch_remove(mc_master_service *svc, const mc_master_key *keys,
                                           size_t n, bool force, int *statuses);
 
+/* mc_master_service_batch_replica_clear (upstream BatchReplicaClear): for each key, drops
+ * the object's replicas on the segments named segment_name (segment_name_len bytes, not
+ * NUL-terminated, < MC_MASTER_NAME_MAX; matched against the names the segments were
+ * mounted with), or the whole object when segment_name_len is 0. An object left with no
+ * replica is erased. The replicas' space is given back at once through the space.c
+ * release seam (the object is complete and unleased, so no reader or writer can still
+ * touch it). Only the object's own writer (client_id = the client whose put/upsert
+ * created it) may clear it, and only while no reader's lease is active; pins (soft or
+ * hard) do not stop it. statuses[i] per key: OK (cleared); OBJECT_NOT_FOUND;
+ * ILLEGAL_CLIENT (another client's object); REPLICA_IS_NOT_READY (a write in flight);
+ * OBJECT_HAS_LEASE; REPLICA_NOT_FOUND (segment_name given and no replica on it);
+ * INVALID_PARAMS (bad key). Upstream answers with the list of cleared keys, skipping the
+ * others: the keys with status OK, in order. Returns OK when every item is OK, else the
+ * first failing item's code; INVALID_PARAMS (every status too) for NULL arrays with
+ * n > 0 or a bad segment_name. Thread-safe. Counted as the batch family
+ * master_batch_replica_clear_*. */
+MC_API int mc_master_service_batch_replica_clear(mc_master_service *svc,
+                                                 mc_master_uuid client_id,
+                                                 const mc_master_key *keys, size_t n,
+                                                 const char *segment_name,
+                                                 size_t segment_name_len, int *statuses);
+
 /* mc_master_service_remove_by_regex: removes every complete object whose key matches
  * (unanchored search), skipping leased ones unless force and in-flight ones always.
  * *count (may be NULL) receives how many were removed. Returns OK; INVALID_PARAMS for a

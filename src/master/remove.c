@@ -1,6 +1,8 @@
 /* remove.c: removal on request: remove, batch remove, remove by regex and remove all
  * (upstream Remove / BatchRemove / RemoveByRegex / RemoveAll). It picks what goes and
- * honours leases; space.c (mc__obj_remove) decides whether the space goes now or after
+ * honours leases; batch replica clear (upstream BatchReplicaClear) drops a client's own
+ * unleased objects, or only their replicas on one segment; space.c (mc__obj_remove,
+ * mc__obj_clear_named) decides whether the space goes now or after
  * the last reader's lease. Writes in flight are never removed here. Layout and locks:
  * master/internal.h. */
 #include "master/internal.h"
@@ -104,5 +106,60 @@ int mc_master_service_batch_remove(mc_master_service *svc, const mc_master_key *
             first = statuses[i];
     }
     mc__count_batch(svc, MC_MASTER_BATCH_REMOVE, n, nfail);
+    return first;
+}
+
+/* One key of batch_replica_clear. */
+static int do_clear(mc_master_service *svc, mc_master_uuid client, const void *key,
+                    size_t len, uint64_t h, const char *seg_name, size_t seg_len)
+{
+    int rc = check_key(key, len);
+    if (rc)
+        return rc;
+    uint32_t h32;
+    shard *sh = shard_of(svc, h, &h32);
+    pthread_mutex_lock(&sh->mu);
+    obj *o = ht_find(sh, h32, key, len);
+    uint64_t now = now_ms(svc);
+    if (!o)
+        rc = MC_OBJECT_NOT_FOUND;
+    else if (!uuid_eq(o->owner, client))
+        rc = MC_ILLEGAL_CLIENT; /* only the object's writer may clear it */
+    else if (o->flags & F_PROC)
+        rc = MC_REPLICA_IS_NOT_READY; /* a write in flight is its writer's to end */
+    else if (leased(svc, o, now))
+        rc = MC_OBJECT_HAS_LEASE; /* a reader may be transferring from it */
+    else if (!seg_len)
+        mc__obj_erase(svc, sh, o, MC__SPACE_CLEARED); /* pins do not stop it */
+    else if (!mc__obj_clear_named(svc, sh, o, seg_name, seg_len))
+        rc = MC_REPLICA_NOT_FOUND; /* no replica on that segment */
+    pthread_mutex_unlock(&sh->mu);
+    return rc;
+}
+
+int mc_master_service_batch_replica_clear(mc_master_service *svc, mc_master_uuid client_id,
+                                          const mc_master_key *keys, size_t n,
+                                          const char *segment_name, size_t segment_name_len,
+                                          int *statuses)
+{
+    if ((n && (!keys || !statuses)) || (segment_name_len && !segment_name) ||
+        segment_name_len >= MC_MASTER_NAME_MAX) {
+        if (n && statuses)
+            for (size_t i = 0; i < n; i++)
+                statuses[i] = MC_INVALID_PARAMS;
+        mc__count_batch(svc, MC_MASTER_BATCH_REPLICA_CLEAR, n, n);
+        return MC_INVALID_PARAMS;
+    }
+    int first = MC_OK;
+    size_t nfail = 0;
+    ahead a;
+    ahead_init(svc, &a, keys, n);
+    for (size_t i = 0; i < n; i++) {
+        statuses[i] = do_clear(svc, client_id, keys[i].data, keys[i].len,
+                               ahead_next(svc, &a, i), segment_name, segment_name_len);
+        if (statuses[i] != MC_OK && nfail++ == 0)
+            first = statuses[i];
+    }
+    mc__count_batch(svc, MC_MASTER_BATCH_REPLICA_CLEAR, n, nfail);
     return first;
 }

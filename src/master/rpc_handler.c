@@ -690,6 +690,26 @@ static int shape_BATCH_REMOVE(mc_master_rpc_handler *h, batch_remove_fn fn,
     return REPLY(r);
 }
 
+typedef int (*batch_clear_fn)(mc_master_service *, mc_master_uuid, const mc_master_key *,
+                              size_t, const char *, size_t, int *);
+
+static int shape_BATCH_CLEAR(mc_master_rpc_handler *h, batch_clear_fn fn,
+                             const Mcrpc__BatchKeysRequest *req, OUT)
+{
+    DECODED(req);
+    size_t n = req->n_keys;
+    if (n > MC_MASTER_RPC_MAX_BATCH || !str_ok(req->segment_name, STR_MAX))
+        return MC_INVALID_PARAMS;
+    mc_master_key *keys = keys_from_pb(h, req->keys, n);
+    int *st = batch_statuses(h, n);
+    Mcrpc__BatchStatusReply r = MCRPC__BATCH_STATUS_REPLY__INIT;
+    r.status = fn(h->svc, uuid_from_pb(req->client_id), keys, n, req->segment_name,
+                  strlen(req->segment_name), st);
+    r.n_statuses = n;
+    r.statuses = (int32_t *)st;
+    return REPLY(r);
+}
+
 typedef int (*remove_regex_fn)(mc_master_service *, const char *, size_t, bool, uint64_t *);
 
 static int shape_REMOVE_REGEX(mc_master_rpc_handler *h, remove_regex_fn fn,

@@ -9,12 +9,17 @@
  * until the lease deadline (atime + lease TTL); tick frees it then. An unmount drops its
  * replicas on that segment like any other replica.
  *
+ * Partial drops: batch_replica_clear gives back only the replicas on one named segment
+ * (mc__obj_clear_named), one replica at a time through the same rule
+ * (mc__space_release_rep_locked); an object left with none is erased.
+ *
  * Quarantine: the space of writes that never finished (revoked, pre-empted, discarded)
  * is not given back here but handed to fence.c, which frees it once the old writer is
  * fenced on both sides (docs/consistency.md). */
 #include "master/internal.h"
 
-void mc__space_release_locked(mc_master_service *svc, obj *o, mc__space_why why)
+void mc__space_release_rep_locked(mc_master_service *svc, obj *o, rep *r, mc__space_why why,
+                                  uint64_t now)
 {
     /* A write that never finished may still be sending bytes (a paused writer, a TCP
      * payload queued at a stalled owner): its space goes to quarantine (fence.c) until
@@ -23,25 +28,30 @@ void mc__space_release_locked(mc_master_service *svc, obj *o, mc__space_why why)
      * space is reusable at once. An unmounting segment's memory goes with it anyway. */
     bool hold = why == MC__SPACE_REVOKED || why == MC__SPACE_PREEMPTED ||
                 why == MC__SPACE_DISCARDED;
-    uint64_t now = hold ? now_ms(svc) : 0;
-    for (uint32_t i = 0; i < o->nrep; i++) {
-        rep *r = &o->reps[i];
-        if (r->handle == MC__ALLOC_NONE)
-            continue; /* zero-size replica, or already given back */
-        seg *s = svc->segs[r->seg];
-        if (hold && !s->unmounting) {
-            mc__quarantine_rep_locked(svc, o->owner, r, s, now);
-            continue;
-        }
-        pthread_mutex_lock(&s->mu);
-        uint64_t b = mc__alloc_block_size(s->alloc, r->handle);
-        mc__alloc_free(s->alloc, r->handle);
-        pthread_mutex_unlock(&s->mu);
-        csub(&s->used, b);
-        if (!s->unmounting) /* an unmounting segment left the global gauge already */
-            csub(&svc->allocated, b);
-        r->handle = MC__ALLOC_NONE;
+    if (r->handle == MC__ALLOC_NONE)
+        return; /* zero-size replica, or already given back */
+    seg *s = svc->segs[r->seg];
+    if (hold && !s->unmounting) {
+        mc__quarantine_rep_locked(svc, o->owner, r, s, now);
+        return;
     }
+    pthread_mutex_lock(&s->mu);
+    uint64_t b = mc__alloc_block_size(s->alloc, r->handle);
+    mc__alloc_free(s->alloc, r->handle);
+    pthread_mutex_unlock(&s->mu);
+    csub(&s->used, b);
+    if (!s->unmounting) /* an unmounting segment left the global gauge already */
+        csub(&svc->allocated, b);
+    r->handle = MC__ALLOC_NONE;
+}
+
+void mc__space_release_locked(mc_master_service *svc, obj *o, mc__space_why why)
+{
+    bool hold = why == MC__SPACE_REVOKED || why == MC__SPACE_PREEMPTED ||
+                why == MC__SPACE_DISCARDED;
+    uint64_t now = hold ? now_ms(svc) : 0;
+    for (uint32_t i = 0; i < o->nrep; i++)
+        mc__space_release_rep_locked(svc, o, &o->reps[i], why, now);
 }
 
 uint64_t mc__reps_reserved_locked(mc_master_service *svc, const obj *o)
@@ -98,6 +108,41 @@ void mc__obj_remove(mc_master_service *svc, shard *sh, obj *o, uint64_t now)
     cadd(&svc->defer_keys, 1);
     cadd(&svc->defer_bytes, b);
     pthread_mutex_unlock(&svc->defer_mu);
+}
+
+/* Whether replica r lies on a segment named name (len bytes). seg_lock held (read). */
+static bool rep_on_named(mc_master_service *svc, const rep *r, const char *name, size_t len)
+{
+    const seg *s = svc->segs[r->seg];
+    return s && strlen(s->name) == len && memcmp(s->name, name, len) == 0;
+}
+
+uint32_t mc__obj_clear_named(mc_master_service *svc, shard *sh, obj *o, const char *name,
+                             size_t len)
+{
+    pthread_rwlock_rdlock(&svc->seg_lock); /* shard.mu -> seg_lock (read): in order */
+    uint32_t hit = 0;
+    for (uint32_t i = 0; i < o->nrep; i++)
+        hit += rep_on_named(svc, &o->reps[i], name, len);
+    if (!hit || hit == o->nrep) {
+        pthread_rwlock_unlock(&svc->seg_lock);
+        if (hit) /* nothing would be left: the object goes, as a remove */
+            mc__obj_erase(svc, sh, o, MC__SPACE_CLEARED);
+        return hit;
+    }
+    /* give the matching replicas' space back and compact the others to the front */
+    uint32_t j = 0;
+    for (uint32_t i = 0; i < o->nrep; i++) {
+        if (rep_on_named(svc, &o->reps[i], name, len))
+            mc__space_release_rep_locked(svc, o, &o->reps[i], MC__SPACE_CLEARED, 0);
+        else
+            o->reps[j++] = o->reps[i];
+    }
+    pthread_rwlock_unlock(&svc->seg_lock);
+    uint8_t *key = okey(o);
+    memmove(o->reps + j, key, o->key_len); /* the key follows the replicas */
+    o->nrep = (uint8_t)j;
+    return hit;
 }
 
 void mc__defer_reap(mc_master_service *svc, uint64_t now)

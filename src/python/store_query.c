@@ -118,6 +118,55 @@ static PyObject *store_batch_remove(PyObject *o, PyObject *a, PyObject *k)
     return do_batch_int(o, a, k, "batch_remove", true, bi_remove);
 }
 
+/* batch_replica_clear(keys, segment_name="") -> list[str]: the keys cleared (result OK),
+ * in order, as upstream; every other outcome (miss, another client's object, an active
+ * lease, no replica on segment_name, a store not set up) just leaves the key out. */
+static PyObject *store_batch_replica_clear(PyObject *o, PyObject *args, PyObject *kwds)
+{
+    static char *kw[] = {"keys", "segment_name", NULL};
+    PyObject *seq;
+    const char *seg = "";
+    Py_ssize_t seg_len = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|s#:batch_replica_clear", kw, &seq, &seg,
+                                     &seg_len))
+        return NULL;
+    if ((size_t)seg_len != strlen(seg)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "batch_replica_clear(): segment_name must not contain NUL");
+        return NULL;
+    }
+    mcpy_keys keys;
+    if (mcpy_keys_from(seq, "batch_replica_clear", "keys", &keys) < 0)
+        return NULL;
+    size_t n = keys.n;
+    int *res = PyMem_Calloc(n ? n : 1, sizeof(int));
+    PyObject *ret = NULL;
+    if (!res) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    if (n) {
+        mc_store *st = ((mcpy_store *)o)->store;
+        Py_BEGIN_ALLOW_THREADS
+        mc_store_batch_replica_clear(st, keys.keys, n, seg, res);
+        Py_END_ALLOW_THREADS
+    }
+    ret = PyList_New(0);
+    for (size_t i = 0; ret && i < n; i++) {
+        if (res[i] != 0)
+            continue;
+        PyObject *k = PyUnicode_DecodeUTF8(keys.keys[i].data, (Py_ssize_t)keys.keys[i].len,
+                                           "surrogateescape");
+        if (!k || PyList_Append(ret, k) < 0)
+            Py_CLEAR(ret);
+        Py_XDECREF(k);
+    }
+out:
+    PyMem_Free(res);
+    mcpy_keys_clear(&keys);
+    return ret;
+}
+
 static PyObject *store_remove_all(PyObject *o, PyObject *args, PyObject *kwds)
 {
     static char *kw[] = {"force", NULL};
@@ -247,6 +296,12 @@ PyMethodDef mcpy_query_methods[] = {
       "force), -703 a write is in flight."),
     MCPY_M("batch_remove", store_batch_remove,
       "batch_remove(keys, force=False) -> list[int]."),
+    MCPY_M("batch_replica_clear", store_batch_replica_clear,
+      "batch_replica_clear(keys, segment_name: str = \"\") -> list[str]: drops this "
+      "client's own objects (segment_name \"\") or only their replicas on the segment "
+      "named segment_name (an object left with none is gone); returns the keys cleared. "
+      "Keys missing, written by another client, under an active read lease, with no "
+      "replica on that segment, or a store not set up, are left out."),
     MCPY_M("remove_by_regex", store_remove_by_regex,
       "remove_by_regex(regex_pattern: str, force=False) -> int: number of objects removed "
       "whose key matches (search, PCRE2), leased ones skipped unless force; -600 bad "

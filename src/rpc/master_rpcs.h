@@ -85,7 +85,10 @@
       batch_keys_request, batch_status_reply, BATCH_KEY,                                    \
       mc_master_service_batch_upsert_revoke, BATCH)                                         \
     X(BATCH_REMOVE, 61, "batch_remove", "batch_remove", batch_keys_request,                 \
-      batch_status_reply, BATCH_REMOVE, mc_master_service_batch_remove, BATCH)
+      batch_status_reply, BATCH_REMOVE, mc_master_service_batch_remove, BATCH)             \
+    X(BATCH_REPLICA_CLEAR, 64, "batch_replica_clear", "batch_replica_clear",                \
+      batch_keys_request, batch_status_reply, BATCH_CLEAR,                                  \
+      mc_master_service_batch_replica_clear, BATCH)
 /* clang-format on */
 
 /* Row filters on COUNT for generators: MC__RPC_IF_OP_##COUNT(...) keeps its arguments

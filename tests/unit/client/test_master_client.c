@@ -205,6 +205,52 @@ static void test_batches(void **state)
                      MC_INVALID_PARAMS);
 }
 
+/* batch_replica_clear over the wire: segment_name travels (a name no replica is on
+ * clears nothing), another client is refused, and a batch of several requests clears
+ * each object exactly once. */
+static void test_batch_replica_clear(void **state)
+{
+    fixture *f = *state;
+    static char names[NB][32];
+    static mc_master_key keys[NB];
+    static uint64_t sizes[NB];
+    static mc_master_replica_list outs[NB];
+    static int st[NB];
+    for (int i = 0; i < NB; i++) {
+        snprintf(names[i], sizeof names[i], "clear/%05d", i);
+        keys[i] = K(names[i]);
+        sizes[i] = 64;
+    }
+    assert_int_equal(
+        mc_master_client_batch_put_start(f->cli, CLIENT, keys, sizes, NB, NULL, outs, st),
+        MC_OK);
+    assert_int_equal(mc_master_client_batch_put_end(f->cli, CLIENT, keys, NB, st), MC_OK);
+    assert_int_equal(
+        mc_master_client_batch_replica_clear(f->cli, CLIENT, keys, 2, "127.0.0.1:1", st),
+        MC_REPLICA_NOT_FOUND);
+    assert_int_equal(st[0], MC_REPLICA_NOT_FOUND);
+    assert_int_equal(st[1], MC_REPLICA_NOT_FOUND);
+    assert_int_equal(
+        mc_master_client_batch_replica_clear(f->cli, (mc_master_uuid){9, 9}, keys, 1, NULL, st),
+        MC_ILLEGAL_CLIENT);
+    assert_int_equal(
+        mc_master_client_batch_replica_clear(f->cli, CLIENT, keys, NB, "127.0.0.1:9000", st),
+        MC_OK);
+    for (int i = 0; i < NB; i++)
+        assert_int_equal(st[i], MC_OK);
+    assert_int_equal(mc_master_client_batch_exist_key(f->cli, keys, NB, st), MC_OK);
+    for (int i = 0; i < NB; i++)
+        assert_int_equal(st[i], 0);
+    assert_int_equal(mc_master_client_batch_replica_clear(f->cli, CLIENT, keys, 1, "", st),
+                     MC_OBJECT_NOT_FOUND);
+    char longname[300];
+    memset(longname, 'x', sizeof longname - 1);
+    longname[sizeof longname - 1] = '\0';
+    assert_int_equal(mc_master_client_batch_replica_clear(f->cli, CLIENT, keys, 1, longname, st),
+                     MC_INVALID_PARAMS);
+    assert_int_equal(st[0], MC_INVALID_PARAMS);
+}
+
 typedef struct worker {
     fixture *f;
     int idx;
@@ -448,6 +494,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_single_calls, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ping_fences, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batches, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_replica_clear, setup, teardown),
         cmocka_unit_test_setup_teardown(test_threads_share_a_client, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reconnect_after_server_restart, setup, teardown),
         cmocka_unit_test(test_timeout_and_unreachable),
