@@ -248,6 +248,21 @@ static inline bool mc__store_key_ok(const void *key, size_t len)
     return key && len >= 1 && len <= MC_STORE_KEY_MAX;
 }
 
+/* The master's put config plus the storage its preferred_segments points into. */
+typedef struct mc__put_cfg {
+    mc_master_put_config m;
+    const char *pref[MC_MASTER_MAX_PREFERRED];
+} mc__put_cfg;
+
+/* Converts and checks a replicate config (c may be NULL: one replica, no preferences) for a
+ * call on nkeys keys into *out (which points into c's strings and s->name: valid while they
+ * are). same_node_ok: the call accepts prefer_alloc_in_same_node (upstream accepts it only on
+ * the multi-buffer and reserved puts). More replicas than MC_STORE_MAX_REPLICAS are capped,
+ * the legacy with_soft_pin means ENABLE unless an action was given. Returns MC_OK or
+ * MC_INVALID_PARAMS (logged). Any thread (reads s->name only). Defined in write.c. */
+int mc__put_cfg_conv(mc_store *s, const mc_store_replicate_config *c, size_t nkeys,
+                     bool same_node_ok, mc__put_cfg *out);
+
 /* Every results[i] = code (results may be NULL). */
 static inline void mc__fill_results(int *results, size_t n, int code)
 {

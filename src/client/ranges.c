@@ -363,71 +363,6 @@ bool mc_store_buffer_holds(mc_store *s, const void *addr, uint64_t len)
 
 /* ---- reservations and ranged writes ---- */
 
-/* The replicate config for the master (as write.c's conv_cfg: the same checks and
- * defaults; kept apart so the session steps do not reach into write.c). */
-typedef struct rcfg {
-    mc_master_put_config m;
-    const char *pref[MC_MASTER_MAX_PREFERRED];
-} rcfg;
-
-static void rcfg_pref(rcfg *p, const char *name)
-{
-    if (!name || !*name || p->m.n_preferred >= MC_MASTER_MAX_PREFERRED)
-        return;
-    for (size_t i = 0; i < p->m.n_preferred; i++)
-        if (!strcmp(p->pref[i], name))
-            return;
-    p->pref[p->m.n_preferred++] = name;
-}
-
-static int rcfg_conv(mc_store *s, const mc_store_replicate_config *c, size_t nkeys, rcfg *out)
-{
-    memset(out, 0, sizeof *out);
-    out->m.replica_num = 1;
-    out->m.preferred_segments = out->pref;
-    if (!c)
-        return MC_OK;
-    const char *why = NULL;
-    if (c->replica_num == 0)
-        why = "replica_num must be >= 1";
-    else if (c->nof_replica_num || c->dfs_replica_num)
-        why = "NVMe-oF and DFS replicas are not supported (nof/dfs_replica_num must be 0)";
-    else if (c->n_preferred_segments > MC_STORE_MAX_PREFERRED ||
-             (c->n_preferred_segments && !c->preferred_segments))
-        why = "bad preferred_segments";
-    else if (c->soft_pin_action < MC_STORE_SOFT_PIN_PRESERVE ||
-             c->soft_pin_action > MC_STORE_SOFT_PIN_DISABLE)
-        why = "soft_pin_action must be PRESERVE, ENABLE or DISABLE";
-    else if ((c->group_ids || c->n_group_ids) && (!c->group_ids || c->n_group_ids != nkeys))
-        why = "group_ids must have one entry per key";
-    else if (c->preferred_segment && strlen(c->preferred_segment) >= MC_STORE_NAME_MAX)
-        why = "preferred_segment is too long";
-    for (size_t i = 0; !why && i < c->n_preferred_segments; i++)
-        if (!c->preferred_segments[i] || !*c->preferred_segments[i] ||
-            strlen(c->preferred_segments[i]) >= MC_STORE_NAME_MAX)
-            why = "a preferred_segments entry is empty or too long";
-    if (why) {
-        mc_log(MC_LOG_WARN, TAG, "ReplicateConfig: %s", why);
-        return MC_INVALID_PARAMS;
-    }
-    out->m.replica_num =
-        c->replica_num > MC_STORE_MAX_REPLICAS ? MC_STORE_MAX_REPLICAS : c->replica_num;
-    if (c->prefer_alloc_in_same_node)
-        rcfg_pref(out, s->name);
-    for (size_t i = 0; i < c->n_preferred_segments; i++)
-        rcfg_pref(out, c->preferred_segments[i]);
-    rcfg_pref(out, c->preferred_segment);
-    int act = c->soft_pin_action;
-    if (act == MC_STORE_SOFT_PIN_PRESERVE && c->with_soft_pin)
-        act = MC_STORE_SOFT_PIN_ENABLE;
-    out->m.soft_pin = (mc_master_soft_pin_action)act;
-    out->m.soft_pin_ttl_set = c->soft_pin_ttl_set;
-    out->m.soft_pin_ttl_ms = c->soft_pin_ttl_ms;
-    out->m.with_hard_pin = c->with_hard_pin;
-    out->m.strategy = MC_MASTER_STRATEGY_DEFAULT;
-    return MC_OK;
-}
-
 int mc_store_batch_put_reserve(mc_store *s, const mc_store_key *keys, const uint64_t *sizes,
                                size_t n, const mc_store_replicate_config *cfg,
                                mc_store_reservation *outs, int *results)
@@ -444,8 +379,8 @@ int mc_store_batch_put_reserve(mc_store *s, const mc_store_key *keys, const uint
         mc__fill_results(results, n, rc);
         return rc;
     }
-    rcfg pc;
-    if (rcfg_conv(s, cfg, n, &pc) != MC_OK) {
+    mc__put_cfg pc;
+    if (mc__put_cfg_conv(s, cfg, n, true, &pc) != MC_OK) {
         mc__store_leave(s);
         mc__fill_results(results, n, MC_INVALID_PARAMS);
         return MC_OK;

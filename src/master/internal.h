@@ -305,6 +305,19 @@ static inline obj *ht_find(shard *sh, uint32_t h32, const void *key, size_t len)
     }
 }
 
+/* The start of every per-key operation: locks the shard of the key (len bytes, hash h from
+ * key_hash: the caller has checked the key) and finds it there. Returns the shard, its mu
+ * held (the caller unlocks it); *o = the key's object or NULL. */
+static inline shard *lock_key(mc_master_service *svc, const void *key, size_t len, uint64_t h,
+                              obj **o)
+{
+    uint32_t h32;
+    shard *sh = shard_of(svc, h, &h32);
+    pthread_mutex_lock(&sh->mu);
+    *o = ht_find(sh, h32, key, len);
+    return sh;
+}
+
 /* Prefetches the slot a lookup of hash h will read first. Reads the table without the
  * shard lock (atomically): a stale table only makes the hint useless (a prefetch of a
  * freed or foreign address does not fault). */

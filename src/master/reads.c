@@ -16,10 +16,8 @@ static int do_get(mc_master_service *svc, const void *key, size_t len, uint64_t 
     int rc = check_key(key, len);
     if (rc)
         return rc;
-    uint32_t h32;
-    shard *sh = shard_of(svc, h, &h32);
-    pthread_mutex_lock(&sh->mu);
-    obj *o = ht_find(sh, h32, key, len);
+    obj *o;
+    shard *sh = lock_key(svc, key, len, h, &o);
     if (!o) {
         rc = MC_OBJECT_NOT_FOUND;
     } else if (o->flags & F_PROC) {

@@ -64,10 +64,8 @@ static int do_remove(mc_master_service *svc, const void *key, size_t len, uint64
     int rc = check_key(key, len);
     if (rc)
         return rc;
-    uint32_t h32;
-    shard *sh = shard_of(svc, h, &h32);
-    pthread_mutex_lock(&sh->mu);
-    obj *o = ht_find(sh, h32, key, len);
+    obj *o;
+    shard *sh = lock_key(svc, key, len, h, &o);
     uint64_t now = now_ms(svc);
     if (!o)
         rc = MC_OBJECT_NOT_FOUND;
