@@ -263,6 +263,10 @@ typedef struct mc__put_cfg {
 int mc__put_cfg_conv(mc_store *s, const mc_store_replicate_config *c, size_t nkeys,
                      bool same_node_ok, mc__put_cfg *out);
 
+/* The master's replica list as the store's public one (at most MC_STORE_MAX_REPLICAS,
+ * all memory replicas; strings truncated to the public fields). Defined in query.c. */
+void mc__conv_replica_list(const mc_master_replica_list *in, mc_store_replica_list *out);
+
 /* Every results[i] = code (results may be NULL). */
 static inline void mc__fill_results(int *results, size_t n, int code)
 {

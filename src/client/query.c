@@ -93,7 +93,7 @@ int mc_store_batch_is_exist(mc_store *s, const mc_store_key *keys, size_t n, int
     return keyed_batch(s, keys, n, false, results, NULL, exist_fn);
 }
 
-static void conv_list(const mc_master_replica_list *in, mc_store_replica_list *out)
+void mc__conv_replica_list(const mc_master_replica_list *in, mc_store_replica_list *out)
 {
     memset(out, 0, sizeof *out);
     out->n = in->n > MC_STORE_MAX_REPLICAS ? MC_STORE_MAX_REPLICAS : in->n;
@@ -143,7 +143,7 @@ int mc_store_get_replica_desc(mc_store *s, const void *key, size_t key_len,
     mc_master_replica_list *rl = mc_xmalloc(sizeof *rl);
     rc = mc_master_client_get_replica_list(s->mc, key, key_len, rl);
     if (rc == MC_OK)
-        conv_list(rl, out);
+        mc__conv_replica_list(rl, out);
     free(rl);
     mc__store_leave(s);
     return rc;
@@ -158,7 +158,7 @@ static int desc_fn(mc_store *s, const mc_master_key *keys, size_t n, bool force,
     mc_store_replica_list *o = outs; /* indexed by the caller's positions: map[j] */
     for (size_t j = 0; j < n; j++)
         if (results[j] == MC_OK)
-            conv_list(&rl[j], &o[map[j]]);
+            mc__conv_replica_list(&rl[j], &o[map[j]]);
     free(rl);
     return rc;
 }

@@ -90,25 +90,6 @@ static int desc_rank(const mc_store *s, const mc_store_replica_desc *d)
     return 2;
 }
 
-static void conv_list(const mc_master_replica_list *in, mc_store_replica_list *out)
-{
-    memset(out, 0, sizeof *out);
-    out->n = in->n > MC_STORE_MAX_REPLICAS ? MC_STORE_MAX_REPLICAS : in->n;
-    out->lease_ttl_ms = in->lease_ttl_ms;
-    for (uint32_t i = 0; i < out->n; i++) {
-        const mc_master_replica *r = &in->replicas[i];
-        mc_store_replica_desc *d = &out->replicas[i];
-        d->status = r->status;
-        d->is_memory = true;
-        d->size = r->size;
-        d->buffer_address = r->address;
-        snprintf(d->transport_endpoint, sizeof d->transport_endpoint, "%.*s",
-                 (int)(sizeof r->transport_endpoint - 1), r->transport_endpoint);
-        snprintf(d->protocol, sizeof d->protocol, "%.*s", (int)(sizeof r->protocol - 1),
-                 r->protocol);
-    }
-}
-
 /* The common argument check of the batch calls: MC_OK, or the code every result gets. */
 static int batch_args(size_t n, const void *a, const void *b, const void *c, void *results)
 {
@@ -117,23 +98,33 @@ static int batch_args(size_t n, const void *a, const void *b, const void *c, voi
     return MC_OK;
 }
 
+/* The opening of the batch calls that hold the store: checks the arguments (batch_args)
+ * and enters the store. true: entered (the caller calls mc__store_leave), n > 0. false:
+ * the call returns *rc (MC_OK when n == 0, else the code every result then holds). wide:
+ * results is int64_t[n], else int[n]. */
+static bool batch_enter(mc_store *s, size_t n, const void *a, const void *b, const void *c,
+                        void *results, bool wide, int *rc)
+{
+    *rc = batch_args(n, a, b, c, results);
+    if (*rc == MC_OK && n == 0)
+        return false;
+    if (*rc == MC_OK && (*rc = mc__store_enter(s)) == MC_OK)
+        return true;
+    if (wide)
+        mc__fill_results64(results, n, *rc);
+    else
+        mc__fill_results(results, n, *rc);
+    return false;
+}
+
 /* ---- leases and ranged reads ---- */
 
 int mc_store_batch_get_lease(mc_store *s, const mc_store_key *keys, size_t n,
                              mc_store_lease *outs, int *results)
 {
-    int rc = batch_args(n, keys, outs, results, results);
-    if (rc != MC_OK) {
-        mc__fill_results(results, n, rc);
+    int rc;
+    if (!batch_enter(s, n, keys, outs, results, results, false, &rc))
         return rc;
-    }
-    if (n == 0)
-        return MC_OK;
-    rc = mc__store_enter(s);
-    if (rc != MC_OK) {
-        mc__fill_results(results, n, rc);
-        return rc;
-    }
     mc_master_key *mk = mc_xmalloc(n * sizeof *mk);
     mc_master_replica_list *reps = mc_xcalloc(n, sizeof *reps);
     int *st = mc_xmalloc(n * sizeof *st);
@@ -160,7 +151,7 @@ int mc_store_batch_get_lease(mc_store *s, const mc_store_key *keys, size_t n,
             results[i] = MC_REPLICA_IS_NOT_READY;
             continue;
         }
-        conv_list(&reps[k], &outs[i].replicas);
+        mc__conv_replica_list(&reps[k], &outs[i].replicas);
         outs[i].size = reps[k].replicas[0].size;
         outs[i].deadline_ms = t0 + reps[k].lease_ttl_ms;
     }
@@ -239,18 +230,9 @@ int mc_store_batch_read_ranges(mc_store *s, const mc_store_lease *const *leases,
                                mc_store_range *const *ranges, const size_t *nranges,
                                int64_t *results)
 {
-    int rc = batch_args(n, leases, ranges, nranges, results);
-    if (rc != MC_OK) {
-        mc__fill_results64(results, n, rc);
+    int rc;
+    if (!batch_enter(s, n, leases, ranges, nranges, results, true, &rc))
         return rc;
-    }
-    if (n == 0)
-        return MC_OK;
-    rc = mc__store_enter(s);
-    if (rc != MC_OK) {
-        mc__fill_results64(results, n, rc);
-        return rc;
-    }
     ritem *it = mc_xcalloc(n, sizeof *it);
     int *errs = mc_xcalloc(n, sizeof *errs);
     bool logged = false;
@@ -367,18 +349,9 @@ int mc_store_batch_put_reserve(mc_store *s, const mc_store_key *keys, const uint
                                size_t n, const mc_store_replicate_config *cfg,
                                mc_store_reservation *outs, int *results)
 {
-    int rc = batch_args(n, keys, sizes, outs, results);
-    if (rc != MC_OK) {
-        mc__fill_results(results, n, rc);
+    int rc;
+    if (!batch_enter(s, n, keys, sizes, outs, results, false, &rc))
         return rc;
-    }
-    if (n == 0)
-        return MC_OK;
-    rc = mc__store_enter(s);
-    if (rc != MC_OK) {
-        mc__fill_results(results, n, rc);
-        return rc;
-    }
     mc__put_cfg pc;
     if (mc__put_cfg_conv(s, cfg, n, true, &pc) != MC_OK) {
         mc__store_leave(s);
@@ -425,7 +398,7 @@ int mc_store_batch_put_reserve(mc_store *s, const mc_store_key *keys, const uint
             results[i] = MC_INTERNAL_ERROR;
             continue;
         }
-        conv_list(&reps[k], &outs[i].replicas);
+        mc__conv_replica_list(&reps[k], &outs[i].replicas);
         outs[i].size = msz[k];
         for (uint32_t j = 0; j < outs[i].replicas.n; j++)
             outs[i].fence_epochs[j] = reps[k].replicas[j].fence_epoch;
@@ -486,18 +459,9 @@ int mc_store_batch_write_ranges(mc_store *s, const mc_store_reservation *const *
                                 mc_store_range *const *ranges, const size_t *nranges,
                                 int64_t *results)
 {
-    int rc = batch_args(n, res, ranges, nranges, results);
-    if (rc != MC_OK) {
-        mc__fill_results64(results, n, rc);
+    int rc;
+    if (!batch_enter(s, n, res, ranges, nranges, results, true, &rc))
         return rc;
-    }
-    if (n == 0)
-        return MC_OK;
-    rc = mc__store_enter(s);
-    if (rc != MC_OK) {
-        mc__fill_results64(results, n, rc);
-        return rc;
-    }
     witem *it = mc_xcalloc(n, sizeof *it);
     int *errs = mc_xcalloc(n, sizeof *errs);
     bool logged = false;
@@ -560,18 +524,9 @@ typedef int (*keys_rpc)(mc_master_client *, mc_master_uuid, const mc_master_key 
 
 static int keyed(mc_store *s, const mc_store_key *keys, size_t n, int *results, keys_rpc rpc)
 {
-    int rc = batch_args(n, keys, keys, keys, results);
-    if (rc != MC_OK) {
-        mc__fill_results(results, n, rc);
+    int rc;
+    if (!batch_enter(s, n, keys, keys, keys, results, false, &rc))
         return rc;
-    }
-    if (n == 0)
-        return MC_OK;
-    rc = mc__store_enter(s);
-    if (rc != MC_OK) {
-        mc__fill_results(results, n, rc);
-        return rc;
-    }
     mc_master_key *mk = mc_xmalloc(n * sizeof *mk);
     int *st = mc_xmalloc(n * sizeof *st);
     size_t *map = mc_xmalloc(n * sizeof *map);
