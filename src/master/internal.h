@@ -387,6 +387,8 @@ typedef struct ahead {
     const mc_master_key *keys;
     size_t n;
     uint64_t h[AHEAD];
+    int first;    /* the first failure (ahead_done), MC_OK while none */
+    size_t nfail; /* the failures so far */
 } ahead;
 
 static inline uint64_t ahead_hash(mc_master_service *svc, const mc_master_key *k)
@@ -401,6 +403,8 @@ static inline void ahead_init(mc_master_service *svc, ahead *a, const mc_master_
 {
     a->keys = keys;
     a->n = n;
+    a->first = MC_OK;
+    a->nfail = 0;
     for (size_t i = 0; i < n && i < AHEAD; i++)
         a->h[i] = ahead_hash(svc, &keys[i]);
 }
@@ -412,6 +416,20 @@ static inline uint64_t ahead_next(mc_master_service *svc, ahead *a, size_t i)
     if (i + AHEAD < a->n)
         a->h[i % AHEAD] = ahead_hash(svc, &a->keys[i + AHEAD]);
     return h;
+}
+
+/* Tallies one key's status (a negative code is a failure; the first is kept). */
+static inline void ahead_done(ahead *a, int status)
+{
+    if (status < 0 && a->nfail++ == 0)
+        a->first = status;
+}
+
+/* The end of a batch: counts it under op; returns the first failure (MC_OK if none). */
+static inline int ahead_end(mc_master_service *svc, ahead *a, mc_master_batch_op op)
+{
+    mc__count_batch(svc, op, a->n, a->nfail);
+    return a->first;
 }
 
 /* ---- space.c: giving space back, erasing and removing objects ---- */

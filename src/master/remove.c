@@ -92,15 +92,11 @@ int mc_master_service_batch_remove(mc_master_service *svc, const mc_master_key *
 {
     if (n && (!keys || !statuses))
         return MC_INVALID_PARAMS;
-    int first = MC_OK;
-    size_t nfail = 0;
     ahead a;
     ahead_init(svc, &a, keys, n);
     for (size_t i = 0; i < n; i++) {
         statuses[i] = do_remove(svc, keys[i].data, keys[i].len, ahead_next(svc, &a, i), force);
-        if (statuses[i] != MC_OK && nfail++ == 0)
-            first = statuses[i];
+        ahead_done(&a, statuses[i]);
     }
-    mc__count_batch(svc, MC_MASTER_BATCH_REMOVE, n, nfail);
-    return first;
+    return ahead_end(svc, &a, MC_MASTER_BATCH_REMOVE);
 }

@@ -301,18 +301,14 @@ static int batch_start(mc_master_service *svc, mc_master_batch_op op, mc_master_
 {
     if (n && (!keys || !sizes || !outs || !statuses || !cfg))
         return MC_INVALID_PARAMS;
-    int first = MC_OK;
-    size_t nfail = 0;
     ahead a;
     ahead_init(svc, &a, keys, n);
     for (size_t i = 0; i < n; i++) {
         statuses[i] = do_start(svc, client, keys[i].data, keys[i].len, ahead_next(svc, &a, i),
                                sizes[i], cfg, &outs[i], upsert);
-        if (statuses[i] != MC_OK && nfail++ == 0)
-            first = statuses[i];
+        ahead_done(&a, statuses[i]);
     }
-    mc__count_batch(svc, op, n, nfail);
-    return first;
+    return ahead_end(svc, &a, op);
 }
 
 static int batch_end(mc_master_service *svc, mc_master_batch_op op, mc_master_uuid client,
@@ -320,18 +316,14 @@ static int batch_end(mc_master_service *svc, mc_master_batch_op op, mc_master_uu
 {
     if (n && (!keys || !statuses))
         return MC_INVALID_PARAMS;
-    int first = MC_OK;
-    size_t nfail = 0;
     ahead a;
     ahead_init(svc, &a, keys, n);
     for (size_t i = 0; i < n; i++) {
-        statuses[i] =
-            do_end(svc, client, keys[i].data, keys[i].len, ahead_next(svc, &a, i), revoke);
-        if (statuses[i] != MC_OK && nfail++ == 0)
-            first = statuses[i];
+        statuses[i] = do_end(svc, client, keys[i].data, keys[i].len, ahead_next(svc, &a, i),
+                             revoke);
+        ahead_done(&a, statuses[i]);
     }
-    mc__count_batch(svc, op, n, nfail);
-    return first;
+    return ahead_end(svc, &a, op);
 }
 
 int mc_master_service_batch_put_start(mc_master_service *svc, mc_master_uuid client_id,
