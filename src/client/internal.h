@@ -281,6 +281,23 @@ static inline void mc__fill_results64(int64_t *results, size_t n, int64_t code)
             results[i] = code;
 }
 
+/* mc__store_enter for a batch call with n results: on a failure every results[i] = the
+ * code, which is returned (no lock held); MC_OK: entered. */
+static inline int mc__store_enter_batch(mc_store *s, int *results, size_t n)
+{
+    int rc = mc__store_enter(s);
+    if (rc != MC_OK)
+        mc__fill_results(results, n, rc);
+    return rc;
+}
+static inline int mc__store_enter_batch64(mc_store *s, int64_t *results, size_t n)
+{
+    int rc = mc__store_enter(s);
+    if (rc != MC_OK)
+        mc__fill_results64(results, n, rc);
+    return rc;
+}
+
 /* Splits "host", "host:port", "[v6]", "[v6]:port" or a bare IPv6 address with
  * mc_sock_parse_hostport (net/sock.h). host gets the host (no brackets); *port = -1 when
  * the text has none. The client also refuses blanks and '/' in the host (a URL given as

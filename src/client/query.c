@@ -55,11 +55,9 @@ static int keyed_batch(mc_store *s, const mc_store_key *keys, size_t n, bool for
         mc__fill_results(results, n, MC_INVALID_PARAMS);
         return MC_INVALID_PARAMS;
     }
-    int rc = mc__store_enter(s);
-    if (rc != MC_OK) {
-        mc__fill_results(results, n, rc);
+    int rc = mc__store_enter_batch(s, results, n);
+    if (rc != MC_OK)
         return rc;
-    }
     mc_master_key *mk = mc_xmalloc(n * sizeof *mk);
     size_t *map = mc_xmalloc(n * sizeof *map);
     int *r = mc_xmalloc(n * sizeof *r);

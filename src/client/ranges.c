@@ -106,10 +106,9 @@ static bool batch_enter(mc_store *s, size_t n, const void *a, const void *b, con
                         void *results, bool wide, int *rc)
 {
     *rc = batch_args(n, a, b, c, results);
-    if (*rc == MC_OK && n == 0)
-        return false;
-    if (*rc == MC_OK && (*rc = mc__store_enter(s)) == MC_OK)
-        return true;
+    if (*rc == MC_OK)
+        return n > 0 && (*rc = wide ? mc__store_enter_batch64(s, results, n)
+                                    : mc__store_enter_batch(s, results, n)) == MC_OK;
     if (wide)
         mc__fill_results64(results, n, *rc);
     else

@@ -589,11 +589,9 @@ static int write_batch(mc_store *s, bool upsert, const mc_store_key *keys, size_
         mc__fill_results(results, n, MC_INVALID_PARAMS);
         return MC_INVALID_PARAMS;
     }
-    int rc = mc__store_enter(s);
-    if (rc != MC_OK) {
-        mc__fill_results(results, n, rc);
+    int rc = mc__store_enter_batch(s, results, n);
+    if (rc != MC_OK)
         return rc;
-    }
     mc__put_cfg pc;
     rc = mc__put_cfg_conv(s, cfg, n, same_node_ok, &pc);
     if (rc != MC_OK) {
