@@ -263,6 +263,12 @@ typedef struct mc__put_cfg {
 int mc__put_cfg_conv(mc_store *s, const mc_store_replicate_config *c, size_t nkeys,
                      bool same_node_ok, mc__put_cfg *out);
 
+/* Converts keys[n] for the master: an invalid one gets MC_INVALID_PARAMS in res[i] and
+ * is left out. Returns the number kept, m; mk[0..m) the kept keys (pointing into keys),
+ * map[j] the position of kept key j. mk and map hold n entries. Defined in query.c. */
+size_t mc__conv_keys(const mc_store_key *keys, size_t n, mc_master_key *mk, size_t *map,
+                     int *res);
+
 /* The master's replica list as the store's public one (at most MC_STORE_MAX_REPLICAS,
  * all memory replicas; strings truncated to the public fields). Defined in query.c. */
 void mc__conv_replica_list(const mc_master_replica_list *in, mc_store_replica_list *out);

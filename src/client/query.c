@@ -24,10 +24,8 @@ int mc_store_is_exist(mc_store *s, const void *key, size_t key_len)
     return rc;
 }
 
-/* Converts keys; invalid ones get MC_INVALID_PARAMS in res and are left out. Returns
- * the number kept; map[j] = original position of kept key j. */
-static size_t conv_keys(const mc_store_key *keys, size_t n, mc_master_key *mk, size_t *map,
-                        int *res)
+size_t mc__conv_keys(const mc_store_key *keys, size_t n, mc_master_key *mk, size_t *map,
+                     int *res)
 {
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
@@ -63,7 +61,7 @@ static int keyed_batch(mc_store *s, const mc_store_key *keys, size_t n, bool for
     int *r = mc_xmalloc(n * sizeof *r);
     /* Invalid keys are answered here and never sent; the valid ones go in chunks, and
      * map[] puts each chunk's results back at the caller's positions. */
-    size_t m = conv_keys(keys, n, mk, map, results);
+    size_t m = mc__conv_keys(keys, n, mk, map, results);
     for (size_t c = 0; c < m; c += CHUNK_KEYS) {
         size_t k = m - c < CHUNK_KEYS ? m - c : CHUNK_KEYS;
         fn(s, mk + c, k, force, r, outs, map + c);

@@ -128,16 +128,8 @@ int mc_store_batch_get_lease(mc_store *s, const mc_store_key *keys, size_t n,
     mc_master_replica_list *reps = mc_xcalloc(n, sizeof *reps);
     int *st = mc_xmalloc(n * sizeof *st);
     size_t *map = mc_xmalloc(n * sizeof *map);
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++) {
-        memset(&outs[i], 0, sizeof outs[i]);
-        if (!mc__store_key_ok(keys[i].data, keys[i].len)) {
-            results[i] = MC_INVALID_PARAMS;
-            continue;
-        }
-        mk[m] = (mc_master_key){keys[i].data, keys[i].len};
-        map[m++] = i;
-    }
+    memset(outs, 0, n * sizeof *outs);
+    size_t m = mc__conv_keys(keys, n, mk, map, results);
     uint64_t t0 = mc_now_ms(); /* the lease runs from before the request */
     if (m)
         (void)mc_master_client_batch_get_replica_list(s->mc, mk, m, reps, st);
@@ -529,15 +521,7 @@ static int keyed(mc_store *s, const mc_store_key *keys, size_t n, int *results, 
     mc_master_key *mk = mc_xmalloc(n * sizeof *mk);
     int *st = mc_xmalloc(n * sizeof *st);
     size_t *map = mc_xmalloc(n * sizeof *map);
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!mc__store_key_ok(keys[i].data, keys[i].len)) {
-            results[i] = MC_INVALID_PARAMS;
-            continue;
-        }
-        mk[m] = (mc_master_key){keys[i].data, keys[i].len};
-        map[m++] = i;
-    }
+    size_t m = mc__conv_keys(keys, n, mk, map, results);
     if (m)
         (void)rpc(s->mc, s->client_id, mk, m, st);
     for (size_t k = 0; k < m; k++)
