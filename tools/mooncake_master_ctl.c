@@ -368,6 +368,27 @@ typedef int (*bsfn)(mc_master_client *, mc_master_uuid, const mc_master_key *,
                     mc_master_replica_list *, int *);
 typedef int (*bkfn)(mc_master_client *, mc_master_uuid, const mc_master_key *, size_t, int *);
 
+/* result(status) with the list's "replicas" (and, with lease, its "lease_ttl_ms"). */
+static json_t *list_result(int status, const mc_master_replica_list *l, bool lease)
+{
+    json_t *r = result(status);
+    json_object_set_new(r, "replicas", replicas_to_json(l));
+    if (lease)
+        json_object_set_new(r, "lease_ttl_ms", json_integer((json_int_t)l->lease_ttl_ms));
+    return r;
+}
+
+/* r with "items": one list_result per key of a batch. Returns r. */
+static json_t *with_items(json_t *r, const int *st, const mc_master_replica_list *outs,
+                          size_t n, bool lease)
+{
+    json_t *items = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(items, list_result(st[i], &outs[i], lease));
+    json_object_set_new(r, "items", items);
+    return r;
+}
+
 static json_t *cmd_PING(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
 {
     (void)op, (void)a1, (void)a2, (void)a3;
@@ -442,9 +463,7 @@ static json_t *cmd_START(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
     mc_master_replica_list out;
     int rc = fn(cli, client_id, k.data, k.len, (uint64_t)json_integer_value(a2), cfg, &out);
     key_free(&k);
-    json_t *r = result(rc);
-    json_object_set_new(r, "replicas", replicas_to_json(&out));
-    return r;
+    return list_result(rc, &out, false);
 }
 
 static json_t *cmd_KEY(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
@@ -484,14 +503,7 @@ static json_t *cmd_BATCH_START(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
     bsfn fn = op == MC_MASTER_RPC_OPCODE_BATCH_PUT_START ? mc_master_client_batch_put_start
                                                         : mc_master_client_batch_upsert_start;
     int rc = fn(cli, client_id, ka.keys, sizes, n, cfg, outs, st);
-    json_t *r = result(rc);
-    json_t *items = json_array();
-    for (size_t i = 0; i < n; i++) {
-        json_t *it = result(st[i]);
-        json_object_set_new(it, "replicas", replicas_to_json(&outs[i]));
-        json_array_append_new(items, it);
-    }
-    json_object_set_new(r, "items", items);
+    json_t *r = with_items(result(rc), st, outs, n, false);
     free(sizes);
     free(outs);
     free(st);
@@ -578,10 +590,7 @@ static json_t *cmd_GET(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
     mc_master_replica_list out;
     int rc = mc_master_client_get_replica_list(cli, k.data, k.len, &out);
     key_free(&k);
-    json_t *r = result(rc);
-    json_object_set_new(r, "replicas", replicas_to_json(&out));
-    json_object_set_new(r, "lease_ttl_ms", json_integer((json_int_t)out.lease_ttl_ms));
-    return r;
+    return list_result(rc, &out, true);
 }
 
 static json_t *cmd_BATCH_GET(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
@@ -592,15 +601,8 @@ static json_t *cmd_BATCH_GET(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
         return err("batch_get KEYS");
     mc_master_replica_list *outs = mc_xcalloc(ka.n ? ka.n : 1, sizeof *outs);
     int *st = mc_xcalloc(ka.n ? ka.n : 1, sizeof *st);
-    json_t *r = result(mc_master_client_batch_get_replica_list(cli, ka.keys, ka.n, outs, st));
-    json_t *items = json_array();
-    for (size_t i = 0; i < ka.n; i++) {
-        json_t *it = result(st[i]);
-        json_object_set_new(it, "replicas", replicas_to_json(&outs[i]));
-        json_object_set_new(it, "lease_ttl_ms", json_integer((json_int_t)outs[i].lease_ttl_ms));
-        json_array_append_new(items, it);
-    }
-    json_object_set_new(r, "items", items);
+    int rc = mc_master_client_batch_get_replica_list(cli, ka.keys, ka.n, outs, st);
+    json_t *r = with_items(result(rc), st, outs, ka.n, true);
     free(outs);
     free(st);
     keys_free(&ka);

@@ -248,6 +248,31 @@ static inline bool mc__store_key_ok(const void *key, size_t len)
     return key && len >= 1 && len <= MC_STORE_KEY_MAX;
 }
 
+/* The master's put config plus the storage its preferred_segments points into. */
+typedef struct mc__put_cfg {
+    mc_master_put_config m;
+    const char *pref[MC_MASTER_MAX_PREFERRED];
+} mc__put_cfg;
+
+/* Converts and checks a replicate config (c may be NULL: one replica, no preferences) for a
+ * call on nkeys keys into *out (which points into c's strings and s->name: valid while they
+ * are). same_node_ok: the call accepts prefer_alloc_in_same_node (upstream accepts it only on
+ * the multi-buffer and reserved puts). More replicas than MC_STORE_MAX_REPLICAS are capped,
+ * the legacy with_soft_pin means ENABLE unless an action was given. Returns MC_OK or
+ * MC_INVALID_PARAMS (logged). Any thread (reads s->name only). Defined in write.c. */
+int mc__put_cfg_conv(mc_store *s, const mc_store_replicate_config *c, size_t nkeys,
+                     bool same_node_ok, mc__put_cfg *out);
+
+/* Converts keys[n] for the master: an invalid one gets MC_INVALID_PARAMS in res[i] and
+ * is left out. Returns the number kept, m; mk[0..m) the kept keys (pointing into keys),
+ * map[j] the position of kept key j. mk and map hold n entries. Defined in query.c. */
+size_t mc__conv_keys(const mc_store_key *keys, size_t n, mc_master_key *mk, size_t *map,
+                     int *res);
+
+/* The master's replica list as the store's public one (at most MC_STORE_MAX_REPLICAS,
+ * all memory replicas; strings truncated to the public fields). Defined in query.c. */
+void mc__conv_replica_list(const mc_master_replica_list *in, mc_store_replica_list *out);
+
 /* Every results[i] = code (results may be NULL). */
 static inline void mc__fill_results(int *results, size_t n, int code)
 {
@@ -260,6 +285,23 @@ static inline void mc__fill_results64(int64_t *results, size_t n, int64_t code)
     if (results)
         for (size_t i = 0; i < n; i++)
             results[i] = code;
+}
+
+/* mc__store_enter for a batch call with n results: on a failure every results[i] = the
+ * code, which is returned (no lock held); MC_OK: entered. */
+static inline int mc__store_enter_batch(mc_store *s, int *results, size_t n)
+{
+    int rc = mc__store_enter(s);
+    if (rc != MC_OK)
+        mc__fill_results(results, n, rc);
+    return rc;
+}
+static inline int mc__store_enter_batch64(mc_store *s, int64_t *results, size_t n)
+{
+    int rc = mc__store_enter(s);
+    if (rc != MC_OK)
+        mc__fill_results64(results, n, rc);
+    return rc;
 }
 
 /* Splits "host", "host:port", "[v6]", "[v6]:port" or a bare IPv6 address with

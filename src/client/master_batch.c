@@ -76,6 +76,45 @@ static int first_failure(const int *st, size_t n)
     return MC_OK;
 }
 
+/* The start of a reply callback: chunk i's offset and key count; true when the frame
+ * failed (fst != 0), its statuses then set to fst. */
+static bool chunk_failed(const chunking *ch, int *st, size_t i, int fst, size_t *off,
+                         size_t *k)
+{
+    *off = ch->starts[i];
+    *k = chunk_len(ch, i);
+    if (fst)
+        fill_status(st + *off, *k, fst);
+    return fst != 0;
+}
+
+/* Runs one request per chunk of ch (mc__rpc_run) and frees ch. A failed run sets all n
+ * statuses to its code, returned; MC_OK when every chunk was answered. */
+static int run_chunks(mc_master_client *c, uint16_t op, chunking *ch, mc__rpc_build_fn build,
+                      const ProtobufCMessageDescriptor *desc, mc__rpc_reply_fn reply, void *ctx,
+                      int *statuses, size_t n)
+{
+    int rc = mc__rpc_run(c, op, ch->nchunks, build, desc, reply, ctx);
+    chunking_free(ch);
+    if (rc != MC_OK)
+        fill_status(statuses, n, rc);
+    return rc;
+}
+
+/* A chunked BatchKeysRequest (the first member of the contexts that send one). */
+typedef struct keys_req {
+    chunking ch;
+    Mcrpc__BatchKeysRequest req;
+} keys_req;
+
+static const ProtobufCMessage *keys_build(void *ctx, size_t i)
+{
+    keys_req *b = ctx;
+    b->req.keys = b->ch.keys + b->ch.starts[i];
+    b->req.n_keys = chunk_len(&b->ch, i);
+    return &b->req.base;
+}
+
 /* Decodes the k per-key items of a batch start/get reply into st[0..k) and outs[0..k)
  * (the lease is taken from each item only when with_lease). MC_RPC_FAIL when the reply
  * has the wrong item count, a bad segment table or a bad replica. */
@@ -122,11 +161,9 @@ static const ProtobufCMessage *bstart_build(void *ctx, size_t i)
 static int bstart_reply(void *ctx, size_t i, int fst, const ProtobufCMessage *m)
 {
     bstart_ctx *b = ctx;
-    size_t off = b->ch.starts[i], k = chunk_len(&b->ch, i);
-    if (fst) {
-        fill_status(b->st + off, k, fst);
+    size_t off, k;
+    if (chunk_failed(&b->ch, b->st, i, fst, &off, &k))
         return MC_OK;
-    }
     const Mcrpc__BatchPutStartReply *r = (const Mcrpc__BatchPutStartReply *)m;
     return batch_items_from_pb(r->items, r->n_items, r->segments, r->n_segments, k, false,
                                b->st + off, b->outs + off);
@@ -155,14 +192,9 @@ static int batch_start_common(mc_master_client *c, uint16_t op, mc_master_uuid c
     mcrpc__batch_put_start_request__init(&b.req);
     b.req.client_id = &cid;
     b.req.config = &pc;
-    int rc = mc__rpc_run(c, op, b.ch.nchunks, bstart_build,
-                         &mcrpc__batch_put_start_reply__descriptor, bstart_reply, &b);
-    chunking_free(&b.ch);
-    if (rc != MC_OK) {
-        fill_status(statuses, n, rc);
-        return rc;
-    }
-    return first_failure(statuses, n);
+    int rc = run_chunks(c, op, &b.ch, bstart_build, &mcrpc__batch_put_start_reply__descriptor,
+                        bstart_reply, &b, statuses, n);
+    return rc != MC_OK ? rc : first_failure(statuses, n);
 }
 
 int mc_master_client_batch_put_start(mc_master_client *c, mc_master_uuid client_id,
@@ -185,28 +217,17 @@ int mc_master_client_batch_upsert_start(mc_master_client *c, mc_master_uuid clie
 
 /* batch key ops with a BatchStatusReply (end / revoke / remove) or BatchExistKeyReply */
 typedef struct bkeys_ctx {
-    chunking ch;
-    Mcrpc__BatchKeysRequest req;
+    keys_req kr;
     int *st;
     bool exist; /* reply is BatchExistKeyReply */
 } bkeys_ctx;
 
-static const ProtobufCMessage *bkeys_build(void *ctx, size_t i)
-{
-    bkeys_ctx *b = ctx;
-    b->req.keys = b->ch.keys + b->ch.starts[i];
-    b->req.n_keys = chunk_len(&b->ch, i);
-    return &b->req.base;
-}
-
 static int bkeys_reply(void *ctx, size_t i, int fst, const ProtobufCMessage *m)
 {
     bkeys_ctx *b = ctx;
-    size_t off = b->ch.starts[i], k = chunk_len(&b->ch, i);
-    if (fst) {
-        fill_status(b->st + off, k, fst);
+    size_t off, k;
+    if (chunk_failed(&b->kr.ch, b->st, i, fst, &off, &k))
         return MC_OK;
-    }
     size_t n;
     const int32_t *v;
     if (b->exist) {
@@ -236,21 +257,18 @@ static int batch_keys_run(mc_master_client *c, uint16_t op, mc_master_uuid clien
     Mcrpc__Uuid cid;
     mc__pb_uuid(&cid, client_id);
     bkeys_ctx b = {.st = statuses, .exist = exist};
-    chunking_init(&b.ch, keys, n);
-    mcrpc__batch_keys_request__init(&b.req);
-    b.req.client_id = &cid;
-    b.req.force = force;
+    chunking_init(&b.kr.ch, keys, n);
+    mcrpc__batch_keys_request__init(&b.kr.req);
+    b.kr.req.client_id = &cid;
+    b.kr.req.force = force;
     if (segment_name) /* NULL: the proto default "" */
-        b.req.segment_name = (char *)segment_name;
-    int rc = mc__rpc_run(c, op, b.ch.nchunks, bkeys_build,
-                     exist ? &mcrpc__batch_exist_key_reply__descriptor
-                           : &mcrpc__batch_status_reply__descriptor,
-                     bkeys_reply, &b);
-    chunking_free(&b.ch);
-    if (rc != MC_OK) {
-        fill_status(statuses, n, rc);
+        b.kr.req.segment_name = (char *)segment_name;
+    int rc = run_chunks(c, op, &b.kr.ch, keys_build,
+                        exist ? &mcrpc__batch_exist_key_reply__descriptor
+                              : &mcrpc__batch_status_reply__descriptor,
+                        bkeys_reply, &b, statuses, n);
+    if (rc != MC_OK)
         return rc;
-    }
     if (exist)
         return MC_OK; /* per-key codes are in results; the call itself worked */
     return first_failure(statuses, n);
@@ -292,28 +310,17 @@ int mc_master_client_batch_upsert_revoke(mc_master_client *c, mc_master_uuid cli
 }
 
 typedef struct bget_ctx {
-    chunking ch;
-    Mcrpc__BatchKeysRequest req;
+    keys_req kr;
     mc_master_replica_list *outs;
     int *st;
 } bget_ctx;
 
-static const ProtobufCMessage *bget_build(void *ctx, size_t i)
-{
-    bget_ctx *b = ctx;
-    b->req.keys = b->ch.keys + b->ch.starts[i];
-    b->req.n_keys = chunk_len(&b->ch, i);
-    return &b->req.base;
-}
-
 static int bget_reply(void *ctx, size_t i, int fst, const ProtobufCMessage *m)
 {
     bget_ctx *b = ctx;
-    size_t off = b->ch.starts[i], k = chunk_len(&b->ch, i);
-    if (fst) {
-        fill_status(b->st + off, k, fst);
+    size_t off, k;
+    if (chunk_failed(&b->kr.ch, b->st, i, fst, &off, &k))
         return MC_OK;
-    }
     const Mcrpc__BatchGetReplicaListReply *r = (const Mcrpc__BatchGetReplicaListReply *)m;
     return batch_items_from_pb(r->items, r->n_items, r->segments, r->n_segments, k, true,
                                b->st + off, b->outs + off);
@@ -330,16 +337,12 @@ int mc_master_client_batch_get_replica_list(mc_master_client *c, const mc_master
     for (size_t i = 0; i < n; i++)
         outs[i].n = 0;
     bget_ctx b = {.outs = outs, .st = statuses};
-    chunking_init(&b.ch, keys, n);
-    mcrpc__batch_keys_request__init(&b.req);
-    int rc = mc__rpc_run(c, MCRPC__OPCODE__OP_BATCH_GET_REPLICA_LIST, b.ch.nchunks, bget_build,
-                     &mcrpc__batch_get_replica_list_reply__descriptor, bget_reply, &b);
-    chunking_free(&b.ch);
-    if (rc != MC_OK) {
-        fill_status(statuses, n, rc);
-        return rc;
-    }
-    return first_failure(statuses, n);
+    chunking_init(&b.kr.ch, keys, n);
+    mcrpc__batch_keys_request__init(&b.kr.req);
+    int rc = run_chunks(c, MCRPC__OPCODE__OP_BATCH_GET_REPLICA_LIST, &b.kr.ch, keys_build,
+                        &mcrpc__batch_get_replica_list_reply__descriptor, bget_reply, &b,
+                        statuses, n);
+    return rc != MC_OK ? rc : first_failure(statuses, n);
 }
 
 int mc_master_client_batch_exist_key(mc_master_client *c, const mc_master_key *keys, size_t n,

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/env.h"
+#include "common/sync.h"
 #include "common/xalloc.h"
 #include "rpc/arena.h"
 #include "rpc/limits.h"
@@ -352,11 +353,7 @@ int mc_master_client_create(const char *address, const mc_master_client_opts *op
         c->slots[i].alloc = mc__arena_allocator(&c->slots[i].ar);
     }
     pthread_mutex_init(&c->lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&c->cond, &ca);
-    pthread_condattr_destroy(&ca);
+    mc_cond_init_monotonic(&c->cond);
     int rc = slot_connect(c, &c->slots[0], mc_deadline_ms(c->timeout_ms));
     if (rc != MC_OK) {
         mc_master_client_destroy(c);

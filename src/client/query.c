@@ -24,10 +24,8 @@ int mc_store_is_exist(mc_store *s, const void *key, size_t key_len)
     return rc;
 }
 
-/* Converts keys; invalid ones get MC_INVALID_PARAMS in res and are left out. Returns
- * the number kept; map[j] = original position of kept key j. */
-static size_t conv_keys(const mc_store_key *keys, size_t n, mc_master_key *mk, size_t *map,
-                        int *res)
+size_t mc__conv_keys(const mc_store_key *keys, size_t n, mc_master_key *mk, size_t *map,
+                     int *res)
 {
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
@@ -55,17 +53,15 @@ static int keyed_batch(mc_store *s, const mc_store_key *keys, size_t n, bool for
         mc__fill_results(results, n, MC_INVALID_PARAMS);
         return MC_INVALID_PARAMS;
     }
-    int rc = mc__store_enter(s);
-    if (rc != MC_OK) {
-        mc__fill_results(results, n, rc);
+    int rc = mc__store_enter_batch(s, results, n);
+    if (rc != MC_OK)
         return rc;
-    }
     mc_master_key *mk = mc_xmalloc(n * sizeof *mk);
     size_t *map = mc_xmalloc(n * sizeof *map);
     int *r = mc_xmalloc(n * sizeof *r);
     /* Invalid keys are answered here and never sent; the valid ones go in chunks, and
      * map[] puts each chunk's results back at the caller's positions. */
-    size_t m = conv_keys(keys, n, mk, map, results);
+    size_t m = mc__conv_keys(keys, n, mk, map, results);
     for (size_t c = 0; c < m; c += CHUNK_KEYS) {
         size_t k = m - c < CHUNK_KEYS ? m - c : CHUNK_KEYS;
         fn(s, mk + c, k, force, r, outs, map + c);
@@ -93,7 +89,7 @@ int mc_store_batch_is_exist(mc_store *s, const mc_store_key *keys, size_t n, int
     return keyed_batch(s, keys, n, false, results, NULL, exist_fn);
 }
 
-static void conv_list(const mc_master_replica_list *in, mc_store_replica_list *out)
+void mc__conv_replica_list(const mc_master_replica_list *in, mc_store_replica_list *out)
 {
     memset(out, 0, sizeof *out);
     out->n = in->n > MC_STORE_MAX_REPLICAS ? MC_STORE_MAX_REPLICAS : in->n;
@@ -143,7 +139,7 @@ int mc_store_get_replica_desc(mc_store *s, const void *key, size_t key_len,
     mc_master_replica_list *rl = mc_xmalloc(sizeof *rl);
     rc = mc_master_client_get_replica_list(s->mc, key, key_len, rl);
     if (rc == MC_OK)
-        conv_list(rl, out);
+        mc__conv_replica_list(rl, out);
     free(rl);
     mc__store_leave(s);
     return rc;
@@ -158,7 +154,7 @@ static int desc_fn(mc_store *s, const mc_master_key *keys, size_t n, bool force,
     mc_store_replica_list *o = outs; /* indexed by the caller's positions: map[j] */
     for (size_t j = 0; j < n; j++)
         if (results[j] == MC_OK)
-            conv_list(&rl[j], &o[map[j]]);
+            mc__conv_replica_list(&rl[j], &o[map[j]]);
     free(rl);
     return rc;
 }

@@ -90,25 +90,6 @@ static int desc_rank(const mc_store *s, const mc_store_replica_desc *d)
     return 2;
 }
 
-static void conv_list(const mc_master_replica_list *in, mc_store_replica_list *out)
-{
-    memset(out, 0, sizeof *out);
-    out->n = in->n > MC_STORE_MAX_REPLICAS ? MC_STORE_MAX_REPLICAS : in->n;
-    out->lease_ttl_ms = in->lease_ttl_ms;
-    for (uint32_t i = 0; i < out->n; i++) {
-        const mc_master_replica *r = &in->replicas[i];
-        mc_store_replica_desc *d = &out->replicas[i];
-        d->status = r->status;
-        d->is_memory = true;
-        d->size = r->size;
-        d->buffer_address = r->address;
-        snprintf(d->transport_endpoint, sizeof d->transport_endpoint, "%.*s",
-                 (int)(sizeof r->transport_endpoint - 1), r->transport_endpoint);
-        snprintf(d->protocol, sizeof d->protocol, "%.*s", (int)(sizeof r->protocol - 1),
-                 r->protocol);
-    }
-}
-
 /* The common argument check of the batch calls: MC_OK, or the code every result gets. */
 static int batch_args(size_t n, const void *a, const void *b, const void *c, void *results)
 {
@@ -117,37 +98,38 @@ static int batch_args(size_t n, const void *a, const void *b, const void *c, voi
     return MC_OK;
 }
 
+/* The opening of the batch calls that hold the store: checks the arguments (batch_args)
+ * and enters the store. true: entered (the caller calls mc__store_leave), n > 0. false:
+ * the call returns *rc (MC_OK when n == 0, else the code every result then holds). wide:
+ * results is int64_t[n], else int[n]. */
+static bool batch_enter(mc_store *s, size_t n, const void *a, const void *b, const void *c,
+                        void *results, bool wide, int *rc)
+{
+    *rc = batch_args(n, a, b, c, results);
+    if (*rc == MC_OK)
+        return n > 0 && (*rc = wide ? mc__store_enter_batch64(s, results, n)
+                                    : mc__store_enter_batch(s, results, n)) == MC_OK;
+    if (wide)
+        mc__fill_results64(results, n, *rc);
+    else
+        mc__fill_results(results, n, *rc);
+    return false;
+}
+
 /* ---- leases and ranged reads ---- */
 
 int mc_store_batch_get_lease(mc_store *s, const mc_store_key *keys, size_t n,
                              mc_store_lease *outs, int *results)
 {
-    int rc = batch_args(n, keys, outs, results, results);
-    if (rc != MC_OK) {
-        mc__fill_results(results, n, rc);
+    int rc;
+    if (!batch_enter(s, n, keys, outs, results, results, false, &rc))
         return rc;
-    }
-    if (n == 0)
-        return MC_OK;
-    rc = mc__store_enter(s);
-    if (rc != MC_OK) {
-        mc__fill_results(results, n, rc);
-        return rc;
-    }
     mc_master_key *mk = mc_xmalloc(n * sizeof *mk);
     mc_master_replica_list *reps = mc_xcalloc(n, sizeof *reps);
     int *st = mc_xmalloc(n * sizeof *st);
     size_t *map = mc_xmalloc(n * sizeof *map);
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++) {
-        memset(&outs[i], 0, sizeof outs[i]);
-        if (!mc__store_key_ok(keys[i].data, keys[i].len)) {
-            results[i] = MC_INVALID_PARAMS;
-            continue;
-        }
-        mk[m] = (mc_master_key){keys[i].data, keys[i].len};
-        map[m++] = i;
-    }
+    memset(outs, 0, n * sizeof *outs);
+    size_t m = mc__conv_keys(keys, n, mk, map, results);
     uint64_t t0 = mc_now_ms(); /* the lease runs from before the request */
     if (m)
         (void)mc_master_client_batch_get_replica_list(s->mc, mk, m, reps, st);
@@ -160,7 +142,7 @@ int mc_store_batch_get_lease(mc_store *s, const mc_store_key *keys, size_t n,
             results[i] = MC_REPLICA_IS_NOT_READY;
             continue;
         }
-        conv_list(&reps[k], &outs[i].replicas);
+        mc__conv_replica_list(&reps[k], &outs[i].replicas);
         outs[i].size = reps[k].replicas[0].size;
         outs[i].deadline_ms = t0 + reps[k].lease_ttl_ms;
     }
@@ -239,18 +221,9 @@ int mc_store_batch_read_ranges(mc_store *s, const mc_store_lease *const *leases,
                                mc_store_range *const *ranges, const size_t *nranges,
                                int64_t *results)
 {
-    int rc = batch_args(n, leases, ranges, nranges, results);
-    if (rc != MC_OK) {
-        mc__fill_results64(results, n, rc);
+    int rc;
+    if (!batch_enter(s, n, leases, ranges, nranges, results, true, &rc))
         return rc;
-    }
-    if (n == 0)
-        return MC_OK;
-    rc = mc__store_enter(s);
-    if (rc != MC_OK) {
-        mc__fill_results64(results, n, rc);
-        return rc;
-    }
     ritem *it = mc_xcalloc(n, sizeof *it);
     int *errs = mc_xcalloc(n, sizeof *errs);
     bool logged = false;
@@ -363,89 +336,15 @@ bool mc_store_buffer_holds(mc_store *s, const void *addr, uint64_t len)
 
 /* ---- reservations and ranged writes ---- */
 
-/* The replicate config for the master (as write.c's conv_cfg: the same checks and
- * defaults; kept apart so the session steps do not reach into write.c). */
-typedef struct rcfg {
-    mc_master_put_config m;
-    const char *pref[MC_MASTER_MAX_PREFERRED];
-} rcfg;
-
-static void rcfg_pref(rcfg *p, const char *name)
-{
-    if (!name || !*name || p->m.n_preferred >= MC_MASTER_MAX_PREFERRED)
-        return;
-    for (size_t i = 0; i < p->m.n_preferred; i++)
-        if (!strcmp(p->pref[i], name))
-            return;
-    p->pref[p->m.n_preferred++] = name;
-}
-
-static int rcfg_conv(mc_store *s, const mc_store_replicate_config *c, size_t nkeys, rcfg *out)
-{
-    memset(out, 0, sizeof *out);
-    out->m.replica_num = 1;
-    out->m.preferred_segments = out->pref;
-    if (!c)
-        return MC_OK;
-    const char *why = NULL;
-    if (c->replica_num == 0)
-        why = "replica_num must be >= 1";
-    else if (c->nof_replica_num || c->dfs_replica_num)
-        why = "NVMe-oF and DFS replicas are not supported (nof/dfs_replica_num must be 0)";
-    else if (c->n_preferred_segments > MC_STORE_MAX_PREFERRED ||
-             (c->n_preferred_segments && !c->preferred_segments))
-        why = "bad preferred_segments";
-    else if (c->soft_pin_action < MC_STORE_SOFT_PIN_PRESERVE ||
-             c->soft_pin_action > MC_STORE_SOFT_PIN_DISABLE)
-        why = "soft_pin_action must be PRESERVE, ENABLE or DISABLE";
-    else if ((c->group_ids || c->n_group_ids) && (!c->group_ids || c->n_group_ids != nkeys))
-        why = "group_ids must have one entry per key";
-    else if (c->preferred_segment && strlen(c->preferred_segment) >= MC_STORE_NAME_MAX)
-        why = "preferred_segment is too long";
-    for (size_t i = 0; !why && i < c->n_preferred_segments; i++)
-        if (!c->preferred_segments[i] || !*c->preferred_segments[i] ||
-            strlen(c->preferred_segments[i]) >= MC_STORE_NAME_MAX)
-            why = "a preferred_segments entry is empty or too long";
-    if (why) {
-        mc_log(MC_LOG_WARN, TAG, "ReplicateConfig: %s", why);
-        return MC_INVALID_PARAMS;
-    }
-    out->m.replica_num =
-        c->replica_num > MC_STORE_MAX_REPLICAS ? MC_STORE_MAX_REPLICAS : c->replica_num;
-    if (c->prefer_alloc_in_same_node)
-        rcfg_pref(out, s->name);
-    for (size_t i = 0; i < c->n_preferred_segments; i++)
-        rcfg_pref(out, c->preferred_segments[i]);
-    rcfg_pref(out, c->preferred_segment);
-    int act = c->soft_pin_action;
-    if (act == MC_STORE_SOFT_PIN_PRESERVE && c->with_soft_pin)
-        act = MC_STORE_SOFT_PIN_ENABLE;
-    out->m.soft_pin = (mc_master_soft_pin_action)act;
-    out->m.soft_pin_ttl_set = c->soft_pin_ttl_set;
-    out->m.soft_pin_ttl_ms = c->soft_pin_ttl_ms;
-    out->m.with_hard_pin = c->with_hard_pin;
-    out->m.strategy = MC_MASTER_STRATEGY_DEFAULT;
-    return MC_OK;
-}
-
 int mc_store_batch_put_reserve(mc_store *s, const mc_store_key *keys, const uint64_t *sizes,
                                size_t n, const mc_store_replicate_config *cfg,
                                mc_store_reservation *outs, int *results)
 {
-    int rc = batch_args(n, keys, sizes, outs, results);
-    if (rc != MC_OK) {
-        mc__fill_results(results, n, rc);
+    int rc;
+    if (!batch_enter(s, n, keys, sizes, outs, results, false, &rc))
         return rc;
-    }
-    if (n == 0)
-        return MC_OK;
-    rc = mc__store_enter(s);
-    if (rc != MC_OK) {
-        mc__fill_results(results, n, rc);
-        return rc;
-    }
-    rcfg pc;
-    if (rcfg_conv(s, cfg, n, &pc) != MC_OK) {
+    mc__put_cfg pc;
+    if (mc__put_cfg_conv(s, cfg, n, true, &pc) != MC_OK) {
         mc__store_leave(s);
         mc__fill_results(results, n, MC_INVALID_PARAMS);
         return MC_OK;
@@ -490,7 +389,7 @@ int mc_store_batch_put_reserve(mc_store *s, const mc_store_key *keys, const uint
             results[i] = MC_INTERNAL_ERROR;
             continue;
         }
-        conv_list(&reps[k], &outs[i].replicas);
+        mc__conv_replica_list(&reps[k], &outs[i].replicas);
         outs[i].size = msz[k];
         for (uint32_t j = 0; j < outs[i].replicas.n; j++)
             outs[i].fence_epochs[j] = reps[k].replicas[j].fence_epoch;
@@ -551,18 +450,9 @@ int mc_store_batch_write_ranges(mc_store *s, const mc_store_reservation *const *
                                 mc_store_range *const *ranges, const size_t *nranges,
                                 int64_t *results)
 {
-    int rc = batch_args(n, res, ranges, nranges, results);
-    if (rc != MC_OK) {
-        mc__fill_results64(results, n, rc);
+    int rc;
+    if (!batch_enter(s, n, res, ranges, nranges, results, true, &rc))
         return rc;
-    }
-    if (n == 0)
-        return MC_OK;
-    rc = mc__store_enter(s);
-    if (rc != MC_OK) {
-        mc__fill_results64(results, n, rc);
-        return rc;
-    }
     witem *it = mc_xcalloc(n, sizeof *it);
     int *errs = mc_xcalloc(n, sizeof *errs);
     bool logged = false;
@@ -625,30 +515,13 @@ typedef int (*keys_rpc)(mc_master_client *, mc_master_uuid, const mc_master_key 
 
 static int keyed(mc_store *s, const mc_store_key *keys, size_t n, int *results, keys_rpc rpc)
 {
-    int rc = batch_args(n, keys, keys, keys, results);
-    if (rc != MC_OK) {
-        mc__fill_results(results, n, rc);
+    int rc;
+    if (!batch_enter(s, n, keys, keys, keys, results, false, &rc))
         return rc;
-    }
-    if (n == 0)
-        return MC_OK;
-    rc = mc__store_enter(s);
-    if (rc != MC_OK) {
-        mc__fill_results(results, n, rc);
-        return rc;
-    }
     mc_master_key *mk = mc_xmalloc(n * sizeof *mk);
     int *st = mc_xmalloc(n * sizeof *st);
     size_t *map = mc_xmalloc(n * sizeof *map);
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!mc__store_key_ok(keys[i].data, keys[i].len)) {
-            results[i] = MC_INVALID_PARAMS;
-            continue;
-        }
-        mk[m] = (mc_master_key){keys[i].data, keys[i].len};
-        map[m++] = i;
-    }
+    size_t m = mc__conv_keys(keys, n, mk, map, results);
     if (m)
         (void)rpc(s->mc, s->client_id, mk, m, st);
     for (size_t k = 0; k < m; k++)

@@ -556,11 +556,9 @@ static int read_batch(mc_store *s, const mc_store_key *keys, size_t n, void *con
         mc__fill_results64(results, n, MC_INVALID_PARAMS);
         return MC_INVALID_PARAMS;
     }
-    int rc = mc__store_enter(s);
-    if (rc != MC_OK) {
-        mc__fill_results64(results, n, rc);
+    int rc = mc__store_enter_batch64(s, results, n);
+    if (rc != MC_OK)
         return rc;
-    }
     ritem *it = mc_xcalloc(n, sizeof *it);
     bool logged = false;
     for (size_t i = 0; i < n; i++) {

@@ -18,6 +18,7 @@
 
 #include "client/internal.h"
 #include "common/env.h"
+#include "common/sync.h"
 #include "common/xalloc.h"
 #include "mooncake/log.h"
 #include "mooncake/mc_time.h"
@@ -143,13 +144,9 @@ int mc_store_create(mc_store **out)
     if (!out)
         return MC_INVALID_PARAMS;
     mc_store *s = mc_xcalloc(1, sizeof *s);
-    pthread_rwlockattr_t ra;
-    pthread_rwlockattr_init(&ra);
-    pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-    pthread_rwlock_init(&s->life, &ra);
+    mc_rwlock_init_writer_first(&s->life);
     /* a fence (heartbeat) must not starve behind a stream of own-segment copies */
-    pthread_rwlock_init(&s->own_fence, &ra);
-    pthread_rwlockattr_destroy(&ra);
+    mc_rwlock_init_writer_first(&s->own_fence);
     atomic_init(&s->up, false);
     atomic_init(&s->ping_ok, false);
     atomic_init(&s->remounts, 0);
@@ -157,11 +154,7 @@ int mc_store_create(mc_store **out)
     pthread_rwlock_init(&s->ubuf_lock, NULL);
     atomic_init(&s->fences_applied, 0);
     pthread_mutex_init(&s->hb_lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->hb_cond, &ca);
-    pthread_condattr_destroy(&ca);
+    mc_cond_init_monotonic(&s->hb_cond);
     *out = s;
     return MC_OK;
 }

@@ -28,13 +28,7 @@
 
 /* ---- replicate config -> the master's put config ---- */
 
-/* The master's config plus the storage its preferred_segments points into. */
-typedef struct put_cfg {
-    mc_master_put_config m;
-    const char *pref[MC_MASTER_MAX_PREFERRED];
-} put_cfg;
-
-static void pref_add(put_cfg *p, const char *name)
+static void pref_add(mc__put_cfg *p, const char *name)
 {
     if (!name || !*name || p->m.n_preferred >= MC_MASTER_MAX_PREFERRED)
         return;
@@ -44,10 +38,8 @@ static void pref_add(put_cfg *p, const char *name)
     p->pref[p->m.n_preferred++] = name;
 }
 
-/* Converts and checks a replicate config for a call on nkeys keys. same_node_ok: the
- * call accepts prefer_alloc_in_same_node. Returns MC_OK or MC_INVALID_PARAMS (logged). */
-static int conv_cfg(mc_store *s, const mc_store_replicate_config *c, size_t nkeys,
-                    bool same_node_ok, put_cfg *out)
+int mc__put_cfg_conv(mc_store *s, const mc_store_replicate_config *c, size_t nkeys,
+                     bool same_node_ok, mc__put_cfg *out)
 {
     memset(out, 0, sizeof *out);
     out->m.replica_num = 1;
@@ -540,8 +532,8 @@ static int write_single(mc_store *s, bool upsert, const void *key, size_t key_le
     int rc = mc__store_enter(s);
     if (rc != MC_OK)
         return rc;
-    put_cfg pc;
-    rc = conv_cfg(s, cfg, 1, false, &pc);
+    mc__put_cfg pc;
+    rc = mc__put_cfg_conv(s, cfg, 1, false, &pc);
     if (rc == MC_OK) {
         w.status = MC_OK;
         do_write(s, upsert, &w, 1, &pc.m);
@@ -597,13 +589,11 @@ static int write_batch(mc_store *s, bool upsert, const mc_store_key *keys, size_
         mc__fill_results(results, n, MC_INVALID_PARAMS);
         return MC_INVALID_PARAMS;
     }
-    int rc = mc__store_enter(s);
-    if (rc != MC_OK) {
-        mc__fill_results(results, n, rc);
+    int rc = mc__store_enter_batch(s, results, n);
+    if (rc != MC_OK)
         return rc;
-    }
-    put_cfg pc;
-    rc = conv_cfg(s, cfg, n, same_node_ok, &pc);
+    mc__put_cfg pc;
+    rc = mc__put_cfg_conv(s, cfg, n, same_node_ok, &pc);
     if (rc != MC_OK) {
         mc__store_leave(s);
         mc__fill_results(results, n, rc);

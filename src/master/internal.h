@@ -306,6 +306,19 @@ static inline obj *ht_find(shard *sh, uint32_t h32, const void *key, size_t len)
     }
 }
 
+/* The start of every per-key operation: locks the shard of the key (len bytes, hash h from
+ * key_hash: the caller has checked the key) and finds it there. Returns the shard, its mu
+ * held (the caller unlocks it); *o = the key's object or NULL. */
+static inline shard *lock_key(mc_master_service *svc, const void *key, size_t len, uint64_t h,
+                              obj **o)
+{
+    uint32_t h32;
+    shard *sh = shard_of(svc, h, &h32);
+    pthread_mutex_lock(&sh->mu);
+    *o = ht_find(sh, h32, key, len);
+    return sh;
+}
+
 /* Prefetches the slot a lookup of hash h will read first. Reads the table without the
  * shard lock (atomically): a stale table only makes the hint useless (a prefetch of a
  * freed or foreign address does not fault). */
@@ -375,6 +388,8 @@ typedef struct ahead {
     const mc_master_key *keys;
     size_t n;
     uint64_t h[AHEAD];
+    int first;    /* the first failure (ahead_done), MC_OK while none */
+    size_t nfail; /* the failures so far */
 } ahead;
 
 static inline uint64_t ahead_hash(mc_master_service *svc, const mc_master_key *k)
@@ -389,6 +404,8 @@ static inline void ahead_init(mc_master_service *svc, ahead *a, const mc_master_
 {
     a->keys = keys;
     a->n = n;
+    a->first = MC_OK;
+    a->nfail = 0;
     for (size_t i = 0; i < n && i < AHEAD; i++)
         a->h[i] = ahead_hash(svc, &keys[i]);
 }
@@ -400,6 +417,20 @@ static inline uint64_t ahead_next(mc_master_service *svc, ahead *a, size_t i)
     if (i + AHEAD < a->n)
         a->h[i % AHEAD] = ahead_hash(svc, &a->keys[i + AHEAD]);
     return h;
+}
+
+/* Tallies one key's status (a negative code is a failure; the first is kept). */
+static inline void ahead_done(ahead *a, int status)
+{
+    if (status < 0 && a->nfail++ == 0)
+        a->first = status;
+}
+
+/* The end of a batch: counts it under op; returns the first failure (MC_OK if none). */
+static inline int ahead_end(mc_master_service *svc, ahead *a, mc_master_batch_op op)
+{
+    mc__count_batch(svc, op, a->n, a->nfail);
+    return a->first;
 }
 
 /* ---- space.c: giving space back, erasing and removing objects ---- */

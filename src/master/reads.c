@@ -16,10 +16,8 @@ static int do_get(mc_master_service *svc, const void *key, size_t len, uint64_t 
     int rc = check_key(key, len);
     if (rc)
         return rc;
-    uint32_t h32;
-    shard *sh = shard_of(svc, h, &h32);
-    pthread_mutex_lock(&sh->mu);
-    obj *o = ht_find(sh, h32, key, len);
+    obj *o;
+    shard *sh = lock_key(svc, key, len, h, &o);
     if (!o) {
         rc = MC_OBJECT_NOT_FOUND;
     } else if (o->flags & F_PROC) {
@@ -54,17 +52,13 @@ int mc_master_service_batch_get_replica_list(mc_master_service *svc,
 {
     if (n && (!keys || !outs || !statuses))
         return MC_INVALID_PARAMS;
-    int first = MC_OK;
-    size_t nfail = 0;
     ahead a;
     ahead_init(svc, &a, keys, n);
     for (size_t i = 0; i < n; i++) {
         statuses[i] = do_get(svc, keys[i].data, keys[i].len, ahead_next(svc, &a, i), &outs[i]);
-        if (statuses[i] != MC_OK && nfail++ == 0)
-            first = statuses[i];
+        ahead_done(&a, statuses[i]);
     }
-    mc__count_batch(svc, MC_MASTER_BATCH_GET_REPLICA_LIST, n, nfail);
-    return first;
+    return ahead_end(svc, &a, MC_MASTER_BATCH_GET_REPLICA_LIST);
 }
 
 /* exist_key: 1 / 0 / a negative code (a bad key). */
@@ -90,15 +84,13 @@ int mc_master_service_batch_exist_key(mc_master_service *svc, const mc_master_ke
 {
     if (n && (!keys || !results))
         return MC_INVALID_PARAMS;
-    size_t nfail = 0;
     ahead a;
     ahead_init(svc, &a, keys, n);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++) { /* an absent key (0) is an answer, not a failure */
         results[i] = do_exist(svc, keys[i].data, keys[i].len, ahead_next(svc, &a, i));
-        if (results[i] < 0) /* an absent key (0) is an answer, not a failure */
-            nfail++;
+        ahead_done(&a, results[i]);
     }
-    mc__count_batch(svc, MC_MASTER_BATCH_EXIST_KEY, n, nfail);
+    (void)ahead_end(svc, &a, MC_MASTER_BATCH_EXIST_KEY);
     return MC_OK;
 }
 

@@ -66,10 +66,8 @@ static int do_remove(mc_master_service *svc, const void *key, size_t len, uint64
     int rc = check_key(key, len);
     if (rc)
         return rc;
-    uint32_t h32;
-    shard *sh = shard_of(svc, h, &h32);
-    pthread_mutex_lock(&sh->mu);
-    obj *o = ht_find(sh, h32, key, len);
+    obj *o;
+    shard *sh = lock_key(svc, key, len, h, &o);
     uint64_t now = now_ms(svc);
     if (!o)
         rc = MC_OBJECT_NOT_FOUND;
@@ -96,17 +94,13 @@ int mc_master_service_batch_remove(mc_master_service *svc, const mc_master_key *
 {
     if (n && (!keys || !statuses))
         return MC_INVALID_PARAMS;
-    int first = MC_OK;
-    size_t nfail = 0;
     ahead a;
     ahead_init(svc, &a, keys, n);
     for (size_t i = 0; i < n; i++) {
         statuses[i] = do_remove(svc, keys[i].data, keys[i].len, ahead_next(svc, &a, i), force);
-        if (statuses[i] != MC_OK && nfail++ == 0)
-            first = statuses[i];
+        ahead_done(&a, statuses[i]);
     }
-    mc__count_batch(svc, MC_MASTER_BATCH_REMOVE, n, nfail);
-    return first;
+    return ahead_end(svc, &a, MC_MASTER_BATCH_REMOVE);
 }
 
 /* One key of batch_replica_clear. */

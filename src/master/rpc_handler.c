@@ -470,6 +470,39 @@ static int *batch_statuses(mc_master_rpc_handler *h, size_t n)
     return st;
 }
 
+/* The keys of a BatchKeysRequest and their statuses (batch_statuses), in the arena: MC_OK,
+ * or MC_INVALID_PARAMS (refuse the call) past the batch limit. */
+static int batch_keys(mc_master_rpc_handler *h, const Mcrpc__BatchKeysRequest *req, size_t *n,
+                      mc_master_key **keys, int **st)
+{
+    *n = req->n_keys;
+    if (*n > MC_MASTER_RPC_MAX_BATCH)
+        return MC_INVALID_PARAMS;
+    *keys = keys_from_pb(h, req->keys, *n);
+    *st = batch_statuses(h, *n);
+    return MC_OK;
+}
+
+/* DECODED for a BatchKeysRequest, then declares its n keys and their statuses st
+ * (batch_keys), refusing the call past the batch limit. */
+#define DECODED_KEYS(req, n, keys, st)                                                    \
+    DECODED(req);                                                                         \
+    size_t n;                                                                             \
+    mc_master_key *keys;                                                                  \
+    int *st;                                                                              \
+    if (batch_keys(h, req, &n, &keys, &st))                                               \
+        return MC_INVALID_PARAMS
+
+/* A BatchStatusReply: the call's status and the n per-key ones. */
+static int status_reply(mc_master_rpc_handler *h, int status, int *st, size_t n, OUT)
+{
+    Mcrpc__BatchStatusReply r = MCRPC__BATCH_STATUS_REPLY__INIT;
+    r.status = status;
+    r.n_statuses = n;
+    r.statuses = (int32_t *)st;
+    return REPLY(r);
+}
+
 typedef int (*batch_start_fn)(mc_master_service *, mc_master_uuid, const mc_master_key *,
                               const uint64_t *, size_t, const mc_master_put_config *,
                               mc_master_replica_list *, int *);
@@ -504,17 +537,9 @@ typedef int (*batch_key_fn)(mc_master_service *, mc_master_uuid, const mc_master
 static int shape_BATCH_KEY(mc_master_rpc_handler *h, batch_key_fn fn,
                            const Mcrpc__BatchKeysRequest *req, OUT)
 {
-    DECODED(req);
-    size_t n = req->n_keys;
-    if (n > MC_MASTER_RPC_MAX_BATCH)
-        return MC_INVALID_PARAMS;
-    mc_master_key *keys = keys_from_pb(h, req->keys, n);
-    int *st = batch_statuses(h, n);
-    Mcrpc__BatchStatusReply r = MCRPC__BATCH_STATUS_REPLY__INIT;
-    r.status = fn(h->svc, uuid_from_pb(req->client_id), keys, n, st);
-    r.n_statuses = n;
-    r.statuses = (int32_t *)st;
-    return REPLY(r);
+    DECODED_KEYS(req, n, keys, st);
+    return status_reply(h, fn(h->svc, uuid_from_pb(req->client_id), keys, n, st), st, n, reply,
+                        reply_len);
 }
 
 typedef int (*get_fn)(mc_master_service *, const void *, size_t, mc_master_replica_list *);
@@ -542,17 +567,12 @@ typedef int (*batch_get_fn)(mc_master_service *, const mc_master_key *, size_t,
 static int shape_BATCH_GET(mc_master_rpc_handler *h, batch_get_fn fn,
                            const Mcrpc__BatchKeysRequest *req, OUT)
 {
-    DECODED(req);
-    size_t n = req->n_keys;
-    if (n > MC_MASTER_RPC_MAX_BATCH)
-        return MC_INVALID_PARAMS;
-    mc_master_key *keys = keys_from_pb(h, req->keys, n);
+    DECODED_KEYS(req, n, keys, st);
     mc_master_replica_list *outs = aalloc_n(h, n, sizeof *outs);
     for (size_t i = 0; i < n; i++) {
         outs[i].n = 0;
         outs[i].lease_ttl_ms = 0;
     }
-    int *st = batch_statuses(h, n);
     Mcrpc__BatchGetReplicaListReply r = MCRPC__BATCH_GET_REPLICA_LIST_REPLY__INIT;
     r.status = fn(h->svc, keys, n, outs, st);
     r.n_items = n;
@@ -647,12 +667,7 @@ typedef int (*batch_exist_fn)(mc_master_service *, const mc_master_key *, size_t
 static int shape_BATCH_EXIST(mc_master_rpc_handler *h, batch_exist_fn fn,
                              const Mcrpc__BatchKeysRequest *req, OUT)
 {
-    DECODED(req);
-    size_t n = req->n_keys;
-    if (n > MC_MASTER_RPC_MAX_BATCH)
-        return MC_INVALID_PARAMS;
-    mc_master_key *keys = keys_from_pb(h, req->keys, n);
-    int *res = batch_statuses(h, n);
+    DECODED_KEYS(req, n, keys, res);
     Mcrpc__BatchExistKeyReply r = MCRPC__BATCH_EXIST_KEY_REPLY__INIT;
     r.status = fn(h->svc, keys, n, res);
     r.n_results = n;
@@ -677,17 +692,8 @@ typedef int (*batch_remove_fn)(mc_master_service *, const mc_master_key *, size_
 static int shape_BATCH_REMOVE(mc_master_rpc_handler *h, batch_remove_fn fn,
                               const Mcrpc__BatchKeysRequest *req, OUT)
 {
-    DECODED(req);
-    size_t n = req->n_keys;
-    if (n > MC_MASTER_RPC_MAX_BATCH)
-        return MC_INVALID_PARAMS;
-    mc_master_key *keys = keys_from_pb(h, req->keys, n);
-    int *st = batch_statuses(h, n);
-    Mcrpc__BatchStatusReply r = MCRPC__BATCH_STATUS_REPLY__INIT;
-    r.status = fn(h->svc, keys, n, req->force, st);
-    r.n_statuses = n;
-    r.statuses = (int32_t *)st;
-    return REPLY(r);
+    DECODED_KEYS(req, n, keys, st);
+    return status_reply(h, fn(h->svc, keys, n, req->force, st), st, n, reply, reply_len);
 }
 
 typedef int (*batch_clear_fn)(mc_master_service *, mc_master_uuid, const mc_master_key *,

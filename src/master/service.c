@@ -4,6 +4,7 @@
  * (writes.c, reads.c, remove.c) and no space accounting (space.c). Layout and locks:
  * master/internal.h. */
 #include "master/internal.h"
+#include "common/sync.h"
 
 #include <math.h>
 
@@ -106,11 +107,7 @@ int mc_master_service_create(const mc_master_config *cfg, mc_master_service **ou
         mc_list_init(&sh->soft);
     }
     /* writers (mount/unmount) must not starve behind the stream of readers */
-    pthread_rwlockattr_t ra;
-    pthread_rwlockattr_init(&ra);
-    pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-    pthread_rwlock_init(&svc->seg_lock, &ra);
-    pthread_rwlockattr_destroy(&ra);
+    mc_rwlock_init_writer_first(&svc->seg_lock);
     pthread_mutex_init(&svc->client_mu, NULL);
     pthread_mutex_init(&svc->evict_mu, NULL);
     pthread_mutex_init(&svc->defer_mu, NULL);

@@ -143,10 +143,8 @@ int mc_master_service_query_key(mc_master_service *svc, const void *key, size_t 
     memset(out, 0, offsetof(mc_master_key_info, replicas)); /* the list is large: no memset */
     out->replicas.n = 0;
     out->replicas.lease_ttl_ms = 0;
-    uint32_t h32;
-    shard *sh = shard_of(svc, key_hash(svc, key, key_len), &h32);
-    pthread_mutex_lock(&sh->mu);
-    obj *o = ht_find(sh, h32, key, key_len);
+    obj *o;
+    shard *sh = lock_key(svc, key, key_len, key_hash(svc, key, key_len), &o);
     if (!o) {
         rc = MC_OBJECT_NOT_FOUND;
     } else {

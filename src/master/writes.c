@@ -208,10 +208,8 @@ static int do_end(mc_master_service *svc, mc_master_uuid client, const void *key
     int rc = check_key(key, len);
     if (rc)
         return rc;
-    uint32_t h32;
-    shard *sh = shard_of(svc, h, &h32);
-    pthread_mutex_lock(&sh->mu);
-    obj *o = ht_find(sh, h32, key, len);
+    obj *o;
+    shard *sh = lock_key(svc, key, len, h, &o);
     if (!o) {
         rc = MC_OBJECT_NOT_FOUND; /* never started, or pre-empted / released since */
     } else if (!(o->flags & F_PROC)) {
@@ -238,56 +236,60 @@ static int do_end(mc_master_service *svc, mc_master_uuid client, const void *key
     return rc;
 }
 
+/* One counted single-key call: do_start / do_end on the key's hash, counted under op. */
+static int start_op(mc_master_service *svc, mc_master_op op, mc_master_uuid client,
+                    const void *key, size_t len, uint64_t size, const mc_master_put_config *cfg,
+                    mc_master_replica_list *out, bool upsert)
+{
+    int rc = do_start(svc, client, key, len, key_hash(svc, key, len), size, cfg, out, upsert);
+    count_op(svc, op, rc);
+    return rc;
+}
+
+static int end_op(mc_master_service *svc, mc_master_op op, mc_master_uuid client,
+                  const void *key, size_t len, bool revoke)
+{
+    int rc = do_end(svc, client, key, len, key_hash(svc, key, len), revoke);
+    count_op(svc, op, rc);
+    return rc;
+}
+
 int mc_master_service_put_start(mc_master_service *svc, mc_master_uuid client_id,
                                 const void *key, size_t key_len, uint64_t size,
                                 const mc_master_put_config *cfg, mc_master_replica_list *out)
 {
-    int rc = do_start(svc, client_id, key, key_len, key_hash(svc, key, key_len), size,
-                      cfg, out, false);
-    count_op(svc, MC_MASTER_OP_PUT_START, rc);
-    return rc;
+    return start_op(svc, MC_MASTER_OP_PUT_START, client_id, key, key_len, size, cfg, out, false);
 }
 
 int mc_master_service_put_end(mc_master_service *svc, mc_master_uuid client_id,
                               const void *key, size_t key_len)
 {
-    int rc = do_end(svc, client_id, key, key_len, key_hash(svc, key, key_len), false);
-    count_op(svc, MC_MASTER_OP_PUT_END, rc);
-    return rc;
+    return end_op(svc, MC_MASTER_OP_PUT_END, client_id, key, key_len, false);
 }
 
 int mc_master_service_put_revoke(mc_master_service *svc, mc_master_uuid client_id,
                                  const void *key, size_t key_len)
 {
-    int rc = do_end(svc, client_id, key, key_len, key_hash(svc, key, key_len), true);
-    count_op(svc, MC_MASTER_OP_PUT_REVOKE, rc);
-    return rc;
+    return end_op(svc, MC_MASTER_OP_PUT_REVOKE, client_id, key, key_len, true);
 }
 
 int mc_master_service_upsert_start(mc_master_service *svc, mc_master_uuid client_id,
                                    const void *key, size_t key_len, uint64_t size,
                                    const mc_master_put_config *cfg, mc_master_replica_list *out)
 {
-    int rc = do_start(svc, client_id, key, key_len, key_hash(svc, key, key_len), size,
-                      cfg, out, true);
-    count_op(svc, MC_MASTER_OP_UPSERT_START, rc);
-    return rc;
+    return start_op(svc, MC_MASTER_OP_UPSERT_START, client_id, key, key_len, size, cfg, out, true);
 }
 
 int mc_master_service_upsert_end(mc_master_service *svc, mc_master_uuid client_id,
                                  const void *key, size_t key_len)
 {
-    int rc = do_end(svc, client_id, key, key_len, key_hash(svc, key, key_len), false);
-    count_op(svc, MC_MASTER_OP_UPSERT_END, rc);
-    return rc;
+    return end_op(svc, MC_MASTER_OP_UPSERT_END, client_id, key, key_len, false);
 }
 
 int mc_master_service_upsert_revoke(mc_master_service *svc, mc_master_uuid client_id,
                                     const void *key, size_t key_len)
 {
-    int rc = do_end(svc, client_id, key, key_len, key_hash(svc, key, key_len), true);
-    count_op(svc, MC_MASTER_OP_UPSERT_REVOKE, rc);
-    return rc;
+    return end_op(svc, MC_MASTER_OP_UPSERT_REVOKE, client_id, key, key_len, true);
 }
 
 /* ---- batches: one independent start/end per key, hashes prefetched ahead ---- */
@@ -299,18 +301,14 @@ static int batch_start(mc_master_service *svc, mc_master_batch_op op, mc_master_
 {
     if (n && (!keys || !sizes || !outs || !statuses || !cfg))
         return MC_INVALID_PARAMS;
-    int first = MC_OK;
-    size_t nfail = 0;
     ahead a;
     ahead_init(svc, &a, keys, n);
     for (size_t i = 0; i < n; i++) {
         statuses[i] = do_start(svc, client, keys[i].data, keys[i].len, ahead_next(svc, &a, i),
                                sizes[i], cfg, &outs[i], upsert);
-        if (statuses[i] != MC_OK && nfail++ == 0)
-            first = statuses[i];
+        ahead_done(&a, statuses[i]);
     }
-    mc__count_batch(svc, op, n, nfail);
-    return first;
+    return ahead_end(svc, &a, op);
 }
 
 static int batch_end(mc_master_service *svc, mc_master_batch_op op, mc_master_uuid client,
@@ -318,18 +316,14 @@ static int batch_end(mc_master_service *svc, mc_master_batch_op op, mc_master_uu
 {
     if (n && (!keys || !statuses))
         return MC_INVALID_PARAMS;
-    int first = MC_OK;
-    size_t nfail = 0;
     ahead a;
     ahead_init(svc, &a, keys, n);
     for (size_t i = 0; i < n; i++) {
-        statuses[i] =
-            do_end(svc, client, keys[i].data, keys[i].len, ahead_next(svc, &a, i), revoke);
-        if (statuses[i] != MC_OK && nfail++ == 0)
-            first = statuses[i];
+        statuses[i] = do_end(svc, client, keys[i].data, keys[i].len, ahead_next(svc, &a, i),
+                             revoke);
+        ahead_done(&a, statuses[i]);
     }
-    mc__count_batch(svc, op, n, nfail);
-    return first;
+    return ahead_end(svc, &a, op);
 }
 
 int mc_master_service_batch_put_start(mc_master_service *svc, mc_master_uuid client_id,

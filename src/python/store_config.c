@@ -3,6 +3,7 @@
  * to mc_store_replicate_config. Owns no store calls. */
 #include "store_py.h"
 
+#include <stddef.h>
 #include <string.h>
 
 typedef struct {
@@ -149,54 +150,62 @@ static PyObject *str_tuple(PyObject *v, const char *name)
     return out;
 }
 
-#define RC_U64(field)                                                                  \
-    static PyObject *rc_get_##field(PyObject *o, void *c)                              \
-    {                                                                                  \
-        (void)c;                                                                       \
-        return PyLong_FromUnsignedLongLong(((rc_object *)o)->field);                   \
-    }                                                                                  \
-    static int rc_set_##field(PyObject *o, PyObject *v, void *c)                       \
-    {                                                                                  \
-        (void)c;                                                                       \
-        return set_u64_attr(v, #field, &((rc_object *)o)->field);                      \
-    }
-RC_U64(replica_num)
-RC_U64(nof_replica_num)
-RC_U64(dfs_replica_num)
+/* The plain attributes are table-driven: their getset row's closure names the field and
+ * where it lies in rc_object; one getter/setter pair per kind (u64, bool, str list). */
+typedef struct rc_field {
+    const char *name;
+    size_t off;
+} rc_field;
 
-#define RC_BOOL(field)                                                                 \
-    static PyObject *rc_get_##field(PyObject *o, void *c)                              \
-    {                                                                                  \
-        (void)c;                                                                       \
-        return PyBool_FromLong(((rc_object *)o)->field);                               \
-    }                                                                                  \
-    static int rc_set_##field(PyObject *o, PyObject *v, void *c)                       \
-    {                                                                                  \
-        (void)c;                                                                       \
-        return set_bool_attr(v, #field, &((rc_object *)o)->field);                     \
-    }
-RC_BOOL(with_soft_pin)
-RC_BOOL(with_hard_pin)
-RC_BOOL(prefer_alloc_in_same_node)
+#define RC_FIELD(f) ((void *)&(const rc_field){#f, offsetof(rc_object, f)})
 
-#define RC_LIST(field)                                                                 \
-    static PyObject *rc_get_##field(PyObject *o, void *c)                              \
-    {                                                                                  \
-        (void)c;                                                                       \
-        return PySequence_List(((rc_object *)o)->field);                               \
-    }                                                                                  \
-    static int rc_set_##field(PyObject *o, PyObject *v, void *c)                       \
-    {                                                                                  \
-        (void)c;                                                                       \
-        RC_NO_DELETE(v, #field);                                                       \
-        PyObject *t = str_tuple(v, #field);                                            \
-        if (!t)                                                                        \
-            return -1;                                                                 \
-        Py_SETREF(((rc_object *)o)->field, t);                                         \
-        return 0;                                                                      \
+static void *rc_at(PyObject *o, void *c)
+{
+    return (char *)o + ((const rc_field *)c)->off;
+}
+
+static const char *rc_name(void *c)
+{
+    return ((const rc_field *)c)->name;
+}
+
+static PyObject *rc_get_u64(PyObject *o, void *c)
+{
+    return PyLong_FromUnsignedLongLong(*(unsigned long long *)rc_at(o, c));
+}
+
+static int rc_set_u64(PyObject *o, PyObject *v, void *c)
+{
+    return set_u64_attr(v, rc_name(c), rc_at(o, c));
+}
+
+static PyObject *rc_get_bool(PyObject *o, void *c)
+{
+    return PyBool_FromLong(*(bool *)rc_at(o, c));
+}
+
+static int rc_set_bool(PyObject *o, PyObject *v, void *c)
+{
+    return set_bool_attr(v, rc_name(c), rc_at(o, c));
+}
+
+static PyObject *rc_get_list(PyObject *o, void *c)
+{
+    return PySequence_List(*(PyObject **)rc_at(o, c));
+}
+
+static int rc_set_list(PyObject *o, PyObject *v, void *c)
+{
+    if (!v) {
+        PyErr_Format(PyExc_TypeError, "cannot delete ReplicateConfig.%s", rc_name(c));
+        return -1;
     }
-RC_LIST(preferred_segments)
-RC_LIST(preferred_nof_segments)
+    PyObject *t = str_tuple(v, rc_name(c));
+    if (!t)
+        return -1;
+    Py_SETREF(*(PyObject **)rc_at(o, c), t);
+    return 0;
+}
 
 static PyObject *rc_get_preferred_segment(PyObject *o, void *c)
 {
@@ -326,24 +335,26 @@ static int rc_set_group_ids(PyObject *o, PyObject *v, void *c)
 }
 
 #define RC_GS(name, doc) {#name, rc_get_##name, rc_set_##name, doc, NULL}
+#define RC_GS_AS(name, kind, doc) {#name, rc_get_##kind, rc_set_##kind, doc, RC_FIELD(name)}
 static PyGetSetDef rc_getset[] = {
-    RC_GS(replica_num, "int, 1: memory replicas wanted, each on a different segment "
-                       "(best effort: fewer is success). 0 is refused by puts (-600)."),
-    RC_GS(nof_replica_num, "int, 0: NVMe-oF replicas (not supported: puts with a non-zero "
-                           "value return -600)."),
-    RC_GS(dfs_replica_num, "int, 0: DFS replicas (not supported: non-zero gives -600)."),
+    RC_GS_AS(replica_num, u64, "int, 1: memory replicas wanted, each on a different segment "
+                               "(best effort: fewer is success). 0 is refused by puts (-600)."),
+    RC_GS_AS(nof_replica_num, u64, "int, 0: NVMe-oF replicas (not supported: puts with a non-zero "
+                                   "value return -600)."),
+    RC_GS_AS(dfs_replica_num, u64, "int, 0: DFS replicas (not supported: non-zero gives -600)."),
     RC_GS(soft_pin_action, "SoftPinAction, PRESERVE: ENABLE pins the object for "
                            "soft_pin_ttl_ms; DISABLE unpins on upsert (upstream HEAD)."),
     RC_GS(soft_pin_ttl_ms, "int ms or None (master default): only with ENABLE, else the "
                            "put returns -600; 0 = ordinary cache object."),
-    RC_GS(with_soft_pin, "bool, False: v0.3.12 spelling of soft_pin_action=ENABLE."),
-    RC_GS(with_hard_pin, "bool, False: never evicted (removable with force)."),
-    RC_GS(preferred_segments, "list[str], []: segment names ('host:port') tried first, in "
-                              "order (the getter returns a copy)."),
+    RC_GS_AS(with_soft_pin, bool, "bool, False: v0.3.12 spelling of soft_pin_action=ENABLE."),
+    RC_GS_AS(with_hard_pin, bool, "bool, False: never evicted (removable with force)."),
+    RC_GS_AS(preferred_segments, list, "list[str], []: segment names ('host:port') tried first, in "
+                                       "order (the getter returns a copy)."),
     RC_GS(preferred_segment, "str, '': deprecated single preferred segment."),
-    RC_GS(preferred_nof_segments, "list[str], []: NVMe-oF segments (unused)."),
-    RC_GS(prefer_alloc_in_same_node, "bool, False: local first; only the multi-buffer "
-                                     "(and tensor) puts accept it, other puts return -600."),
+    RC_GS_AS(preferred_nof_segments, list, "list[str], []: NVMe-oF segments (unused)."),
+    RC_GS_AS(prefer_alloc_in_same_node, bool,
+             "bool, False: local first; only the multi-buffer (and tensor) puts accept it, "
+             "other puts return -600."),
     RC_GS(data_type, "ObjectDataType, UNKNOWN: tag only."),
     RC_GS(group_ids, "list[str] or None: one group per key of a batch call (length must "
                      "match the keys, else -600); accepted, not used for placement."),

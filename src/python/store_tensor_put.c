@@ -12,6 +12,46 @@
 
 #define TAG MCPY_TAG
 
+/* ---- the writers' shared steps ---- */
+
+/* A batch of n keys, each split tp_size ways, that the store may take: set up, a good
+ * tp_size (logged when not), at most MC_STORE_MAX_BATCH objects in all. */
+static bool many_ok(mcpy_store *self, size_t n, long tp_size, const char *fn)
+{
+    return mc_store_is_setup(self->store) && mcpy_tp_size_ok(tp_size, fn) &&
+           n * (tp_size > 1 ? (size_t)tp_size : 1) <= MC_STORE_MAX_BATCH;
+}
+
+/* *out = n zeroed results and b ready for n * (tp_size or 1) objects: 0, or -1 with a
+ * Python exception set (what is allocated is freed by the caller as usual). */
+static int many_begin(mcpy_tbatch *b, size_t n, long tp_size, int **out)
+{
+    size_t per = tp_size > 1 ? (size_t)tp_size : 1;
+    *out = PyMem_Calloc(n ? n : 1, sizeof(int));
+    if (!*out || mcpy_tb_init(b, n * per) < 0) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+/* Writes b's objects (cfg NULL: the default config) and folds their results into out[]
+ * (one per key, as mcpy_tb_fold). 0, or -1 with an exception set (no memory). */
+static int run_fold(mcpy_store *self, mcpy_tbatch *b, const mc_store_replicate_config *cfg,
+                    bool upsert, int *out)
+{
+    int *res = PyMem_Calloc(b->n ? b->n : 1, sizeof(int));
+    if (!res) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    mcpy_tb_run(self, b, cfg, upsert, res);
+    mcpy_tb_fold(b, res, out);
+    PyMem_Free(res);
+    return 0;
+}
+
 /* One tensor (put_tensor / pub_tensor / upsert_* / *_with_tp). */
 static PyObject *put_one(mcpy_store *self, PyObject *a_key, PyObject *tensor, PyObject *a_cfg,
                          long tp_size, long split_dim, bool upsert, const char *fn)
@@ -29,7 +69,6 @@ static PyObject *put_one(mcpy_store *self, PyObject *a_key, PyObject *tensor, Py
     }
     mcpy_tbatch b;
     PyObject *ret = NULL;
-    int *res = NULL;
     int out = MC_OK;
     if (mcpy_tb_init(&b, tp_size > 1 ? (size_t)tp_size : 1) < 0)
         goto done;
@@ -40,16 +79,9 @@ static PyObject *put_one(mcpy_store *self, PyObject *a_key, PyObject *tensor, Py
         ret = PyLong_FromLong(MC_INVALID_PARAMS);
         goto done;
     }
-    res = PyMem_Calloc(b.n ? b.n : 1, sizeof(int));
-    if (!res) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    mcpy_tb_run(self, &b, &rc.c, upsert, res);
-    mcpy_tb_fold(&b, res, &out);
-    ret = PyLong_FromLong(out);
+    if (run_fold(self, &b, &rc.c, upsert, &out) == 0)
+        ret = PyLong_FromLong(out);
 done:
-    PyMem_Free(res);
     mcpy_tb_clear(&b);
     mcpy_rc_clear(&rc);
     return ret;
@@ -79,19 +111,13 @@ static PyObject *put_many(mcpy_store *self, PyObject *a_keys, PyObject *a_tensor
     PyObject *ret = NULL;
     mcpy_tbatch b;
     memset(&b, 0, sizeof(b));
-    int *res = NULL, *out = NULL;
-    if ((size_t)PyTuple_GET_SIZE(tensors) != n || !mc_store_is_setup(self->store) ||
-        !mcpy_tp_size_ok(tp_size, fn) || n * (tp_size > 1 ? (size_t)tp_size : 1) > MC_STORE_MAX_BATCH) {
+    int *out = NULL;
+    if ((size_t)PyTuple_GET_SIZE(tensors) != n || !many_ok(self, n, tp_size, fn)) {
         ret = mcpy_code_list(MC_INVALID_PARAMS, n);
         goto done;
     }
-    size_t per = tp_size > 1 ? (size_t)tp_size : 1;
-    out = PyMem_Calloc(n ? n : 1, sizeof(int));
-    if (!out || mcpy_tb_init(&b, n * per) < 0) {
-        if (!PyErr_Occurred())
-            PyErr_NoMemory();
+    if (many_begin(&b, n, tp_size, &out) < 0)
         goto done;
-    }
     for (size_t i = 0; i < n; i++) {
         /* a refused tensor fails its own key only; the others are still written */
         int a = mcpy_tb_add_tensor(st, &b, keys.keys[i], PyTuple_GET_ITEM(tensors, (Py_ssize_t)i),
@@ -101,16 +127,9 @@ static PyObject *put_many(mcpy_store *self, PyObject *a_keys, PyObject *a_tensor
         if (a > 0)
             out[i] = MC_INVALID_PARAMS;
     }
-    res = PyMem_Calloc(b.n ? b.n : 1, sizeof(int));
-    if (!res) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    mcpy_tb_run(self, &b, &rc.c, upsert, res);
-    mcpy_tb_fold(&b, res, out);
-    ret = mcpy_int_list(out, n);
+    if (run_fold(self, &b, &rc.c, upsert, out) == 0)
+        ret = mcpy_int_list(out, n);
 done:
-    PyMem_Free(res);
     PyMem_Free(out);
     mcpy_tb_clear(&b);
     mcpy_rc_clear(&rc);
@@ -215,7 +234,7 @@ static PyObject *from_one(PyObject *o, PyObject *a_key, PyObject *a_ptr, PyObjec
         return PyLong_FromLong(MC_INVALID_PARAMS);
     mcpy_tbatch b;
     PyObject *ret = NULL;
-    int *res = NULL, out = MC_OK;
+    int out = MC_OK;
     if (mcpy_tb_init(&b, tp_size > 1 ? (size_t)tp_size : 1) < 0)
         goto done;
     int a = tb_add_from(st, &b, key, ptr, size, tp_rank, tp_size, split_dim, 0, fn);
@@ -225,16 +244,9 @@ static PyObject *from_one(PyObject *o, PyObject *a_key, PyObject *a_ptr, PyObjec
         ret = PyLong_FromLong(MC_INVALID_PARAMS);
         goto done;
     }
-    res = PyMem_Calloc(b.n ? b.n : 1, sizeof(int));
-    if (!res) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    mcpy_tb_run(self, &b, NULL, upsert, res);
-    mcpy_tb_fold(&b, res, &out);
-    ret = PyLong_FromLong(out);
+    if (run_fold(self, &b, NULL, upsert, &out) == 0)
+        ret = PyLong_FromLong(out);
 done:
-    PyMem_Free(res);
     mcpy_tb_clear(&b);
     return ret;
 }
@@ -251,24 +263,18 @@ static PyObject *from_many(PyObject *o, PyObject *a_keys, PyObject *a_ptrs, PyOb
     uint64_t *ptrs = NULL, *sizes = NULL;
     size_t np = 0, ns = 0;
     PyObject *ret = NULL;
-    int *res = NULL, *out = NULL;
+    int *out = NULL;
     mcpy_tbatch b;
     memset(&b, 0, sizeof(b));
     if (!st || mcpy_keys_ptrs_sizes(a_keys, a_ptrs, a_sizes, fn, &keys, &ptrs, &sizes, &np, &ns) < 0)
         return NULL;
     size_t n = keys.n;
-    if (np != n || ns != n || !mc_store_is_setup(self->store) || !mcpy_tp_size_ok(tp_size, fn) ||
-        n * (tp_size > 1 ? (size_t)tp_size : 1) > MC_STORE_MAX_BATCH) {
+    if (np != n || ns != n || !many_ok(self, n, tp_size, fn)) {
         ret = mcpy_code_list(MC_INVALID_PARAMS, n);
         goto done;
     }
-    size_t per = tp_size > 1 ? (size_t)tp_size : 1;
-    out = PyMem_Calloc(n ? n : 1, sizeof(int));
-    if (!out || mcpy_tb_init(&b, n * per) < 0) {
-        if (!PyErr_Occurred())
-            PyErr_NoMemory();
+    if (many_begin(&b, n, tp_size, &out) < 0)
         goto done;
-    }
     for (size_t i = 0; i < n; i++) {
         int a = tb_add_from(st, &b, keys.keys[i], ptrs[i], sizes[i], tp_rank, tp_size, split_dim,
                             i, fn);
@@ -279,16 +285,9 @@ static PyObject *from_many(PyObject *o, PyObject *a_keys, PyObject *a_ptrs, PyOb
             goto done;
         }
     }
-    res = PyMem_Calloc(b.n ? b.n : 1, sizeof(int));
-    if (!res) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    mcpy_tb_run(self, &b, NULL, upsert, res);
-    mcpy_tb_fold(&b, res, out);
-    ret = mcpy_int_list(out, n);
+    if (run_fold(self, &b, NULL, upsert, out) == 0)
+        ret = mcpy_int_list(out, n);
 done:
-    PyMem_Free(res);
     PyMem_Free(out);
     PyMem_Free(ptrs);
     PyMem_Free(sizes);

@@ -23,6 +23,26 @@ typedef int (*multi_put_fn)(mc_store *, const mc_store_key *, size_t,
                             const mc_store_iov *const *, const size_t *,
                             const mc_store_replicate_config *, int *);
 
+/* The end of the single-key puts: converts the config (a_cfg may be NULL), then, when ok,
+ * calls call(key, buf, len) without the GIL, else the result is MC_INVALID_PARAMS. Returns
+ * the result as an int, or NULL with the config's exception set. */
+static PyObject *put_one(mcpy_state *st, mcpy_store *self, const mc_store_key *key,
+                         const void *buf, size_t len, bool ok, PyObject *a_cfg, const char *fn,
+                         put_fn call)
+{
+    mcpy_rc rc;
+    if (mcpy_rc_from(st, a_cfg, fn, &rc) < 0)
+        return NULL;
+    int r = MC_INVALID_PARAMS;
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        r = call(self->store, key->data, key->len, buf, len, &rc.c);
+        Py_END_ALLOW_THREADS
+    }
+    mcpy_rc_clear(&rc);
+    return PyLong_FromLong(r);
+}
+
 /* put(key, value, config=ReplicateConfig()) / upsert. */
 static PyObject *do_put(PyObject *o, PyObject *args, PyObject *kwds, const char *fn,
                         put_fn call)
@@ -35,22 +55,13 @@ static PyObject *do_put(PyObject *o, PyObject *args, PyObject *kwds, const char 
         return NULL;
     mc_store_key key;
     Py_buffer view;
-    mcpy_rc rc;
     if (mcpy_key(a_key, fn, "key", &key) < 0)
         return NULL;
     if (mcpy_get_buffer(a_val, fn, "value", &view) < 0)
         return NULL;
-    if (mcpy_rc_from(st, a_cfg, fn, &rc) < 0) {
-        PyBuffer_Release(&view);
-        return NULL;
-    }
-    int r;
-    Py_BEGIN_ALLOW_THREADS
-    r = call(self->store, key.data, key.len, view.buf, (size_t)view.len, &rc.c);
-    Py_END_ALLOW_THREADS
-    mcpy_rc_clear(&rc);
+    PyObject *ret = put_one(st, self, &key, view.buf, (size_t)view.len, true, a_cfg, fn, call);
     PyBuffer_Release(&view);
-    return PyLong_FromLong(r);
+    return ret;
 }
 
 /* put_parts(key, *parts, config=ReplicateConfig()) / upsert_parts. */
@@ -228,23 +239,12 @@ static PyObject *do_put_from(PyObject *o, PyObject *args, PyObject *kwds, const 
         return NULL;
     mc_store_key key;
     uint64_t ptr, size;
-    mcpy_rc rc;
     if (mcpy_key(a_key, fn, "key", &key) < 0 || mcpy_u64(a_ptr, fn, "buffer_ptr", &ptr) < 0 ||
         mcpy_u64(a_size, fn, "size", &size) < 0)
         return NULL;
-    if (mcpy_rc_from(st, a_cfg, fn, &rc) < 0)
-        return NULL;
-    int r;
-    if (size > SIZE_MAX || (ptr == 0 && size > 0) || ptr + size < ptr) {
-        r = MC_INVALID_PARAMS;
-    } else {
-        Py_BEGIN_ALLOW_THREADS
-        r = call(self->store, key.data, key.len, (const void *)(uintptr_t)ptr, (size_t)size,
-                 &rc.c);
-        Py_END_ALLOW_THREADS
-    }
-    mcpy_rc_clear(&rc);
-    return PyLong_FromLong(r);
+    bool ok = size <= SIZE_MAX && (ptr != 0 || size == 0) && ptr + size >= ptr;
+    return put_one(st, self, &key, (const void *)(uintptr_t)ptr, (size_t)size, ok, a_cfg, fn,
+                   call);
 }
 
 /* put_from_with_metadata(key, buffer_ptr, metadata_buffer_ptr, size, metadata_size,
