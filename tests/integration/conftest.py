@@ -314,3 +314,37 @@ def store_metadata(request, kind):
     if kind == "etcd":
         return f"etcd://127.0.0.1:{free_port()},{s.bare}"
     return s.conn(db=1)
+
+
+# ---- the module-scoped store cluster most store tests share (a test module that needs
+# other master flags, or a parametrised cluster, defines its own `cluster`, which wins) ----
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A master (with its embedded HTTP metadata server) for the test module."""
+    from store_proc import StoreCluster
+    sp = _Spawner()
+    try:
+        yield StoreCluster(sp)
+    finally:
+        sp.cleanup()
+
+
+@pytest.fixture(scope="module")
+def store(cluster):
+    """An in-process MooncakeDistributedStore set up against `cluster`."""
+    from mooncake.store import MooncakeDistributedStore
+    s = MooncakeDistributedStore()
+    assert s.setup(*cluster.setup_args()) == 0
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def peer(cluster):
+    """A second store client in its own process (store_proc.StoreProc)."""
+    from store_proc import StoreProc
+    p = StoreProc(cluster.setup_args())
+    assert p.setup_rc == 0
+    yield p
+    p.close()

@@ -7,27 +7,9 @@ import threading
 import numpy as np
 import pytest
 
-from conftest import _Spawner, wait_until
+from conftest import wait_until
 from mooncake.buffer_pool import BufferPool
-from mooncake.store import MooncakeDistributedStore
-from store_proc import StoreCluster, StoreProc
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    sp = _Spawner()
-    try:
-        yield StoreCluster(sp)
-    finally:
-        sp.cleanup()
-
-
-@pytest.fixture(scope="module")
-def store(cluster):
-    s = MooncakeDistributedStore()
-    assert s.setup(*cluster.setup_args()) == 0
-    yield s
-    s.close()
+from store_proc import StoreProc
 
 
 def test_lease_roundtrip_with_the_store(store):

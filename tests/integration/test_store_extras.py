@@ -13,11 +13,9 @@ import pytest
 torch = pytest.importorskip("torch")  # the venv installs the CPU build; see setup.sh
 
 import mooncake.store as ms  # noqa: E402
-from conftest import _Spawner  # noqa: E402
 from mooncake import _tensor_codec as codec  # noqa: E402
-from mooncake.store import (MooncakeDistributedStore, ParallelAxis, ReadTarget,  # noqa: E402
+from mooncake.store import (ParallelAxis, ReadTarget,  # noqa: E402
                             ReplicateConfig, TensorParallelism)
-from store_proc import StoreCluster, StoreProc  # noqa: E402
 
 INVALID_PARAMS = -600
 OBJECT_NOT_FOUND = -704
@@ -27,30 +25,6 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int8,
 
 def K(name):
     return f"{name}-{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    sp = _Spawner()
-    try:
-        yield StoreCluster(sp)
-    finally:
-        sp.cleanup()
-
-
-@pytest.fixture(scope="module")
-def store(cluster):
-    s = MooncakeDistributedStore()
-    assert s.setup(*cluster.setup_args()) == 0
-    yield s
-    s.close()
-
-
-@pytest.fixture(scope="module")
-def peer(cluster):
-    p = StoreProc(cluster.setup_args())
-    yield p
-    p.close()
 
 
 def sample(dtype, shape=(8, 6), seed=7):

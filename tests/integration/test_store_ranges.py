@@ -11,7 +11,7 @@ import pytest
 
 from conftest import _Spawner, wait_until
 from mooncake.store import MooncakeDistributedStore, ReplicateConfig
-from store_proc import StoreCluster, StoreProc, value_for
+from store_proc import StoreCluster, value_for
 
 INVALID_PARAMS = -600
 OBJECT_NOT_FOUND = -704
@@ -35,22 +35,6 @@ def cluster():
         yield StoreCluster(sp, f"--default_kv_lease_ttl={LEASE_MS}")
     finally:
         sp.cleanup()
-
-
-@pytest.fixture(scope="module")
-def store(cluster):
-    s = MooncakeDistributedStore()
-    assert s.setup(*cluster.setup_args()) == 0
-    yield s
-    s.close()
-
-
-@pytest.fixture(scope="module")
-def peer(cluster):
-    p = StoreProc(cluster.setup_args())
-    assert p.setup_rc == 0
-    yield p
-    p.close()
 
 
 class Buf:

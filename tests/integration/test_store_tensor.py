@@ -13,10 +13,8 @@ import pytest
 torch = pytest.importorskip("torch")  # the venv installs the CPU build; see setup.sh
 
 import mooncake.store as ms  # noqa: E402
-from conftest import _Spawner  # noqa: E402
 from mooncake import _tensor_codec as codec  # noqa: E402
 from mooncake.store import MooncakeDistributedStore, ReplicateConfig  # noqa: E402
-from store_proc import StoreCluster, StoreProc  # noqa: E402
 
 INVALID_PARAMS = -600
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int64]
@@ -24,30 +22,6 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int64]
 
 def K(name):
     return f"{name}-{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    sp = _Spawner()
-    try:
-        yield StoreCluster(sp)
-    finally:
-        sp.cleanup()
-
-
-@pytest.fixture(scope="module")
-def store(cluster):
-    s = MooncakeDistributedStore()
-    assert s.setup(*cluster.setup_args()) == 0
-    yield s
-    s.close()
-
-
-@pytest.fixture(scope="module")
-def peer(cluster):
-    p = StoreProc(cluster.setup_args())
-    yield p
-    p.close()
 
 
 def sample(dtype, shape=(4, 6)):

@@ -10,30 +10,11 @@ import pytest
 torch = pytest.importorskip("torch")  # the venv installs the CPU build; see setup.sh
 
 from compat_child import nested_sample, same  # noqa: E402
-from conftest import _Spawner  # noqa: E402
-from mooncake.store import MooncakeDistributedStore  # noqa: E402
 from mooncake.structured_object_store import (  # noqa: E402
     BundleTransferPolicy, FieldSchema, MooncakeBundleTransfer, StructuredObjectPayload,
     escape_key_component, export_dataproto_ref, import_dataproto_ref, infer_codec,
     tensor_object_buffer, unescape_key_component)
-from store_proc import StoreCluster, StoreProc  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    sp = _Spawner()
-    try:
-        yield StoreCluster(sp)
-    finally:
-        sp.cleanup()
-
-
-@pytest.fixture(scope="module")
-def store(cluster):
-    s = MooncakeDistributedStore()
-    assert s.setup(*cluster.setup_args()) == 0
-    yield s
-    s.close()
+from store_proc import StoreProc  # noqa: E402
 
 
 @pytest.fixture(scope="module")
