@@ -408,6 +408,12 @@ static int start_engine(mc_store *s, const mc_store_config *c, const setup_args 
                "another engine that is alive or not provably dead (the reason is logged "
                "above): give another local_hostname port, or none to pick a free one",
                c->local_hostname, a->md_shown);
+    else if (rc == MC_ILLEGAL_CLIENT)
+        mc_log(MC_LOG_ERROR, TAG,
+               "setup: the metadata server %s refused this client's requests (the cluster "
+               "secret: the line above says which side lacks it or that they differ; set "
+               "MC_AUTH_TOKEN_FILE to the cluster's token file, docs/security.md)",
+               a->md_shown);
     else if (rc == MC_INVALID_PARAMS)
         mc_log(MC_LOG_ERROR, TAG,
                "setup: the transfer engine refused its configuration (local_hostname %s, "

@@ -483,3 +483,25 @@ def test_metadata_store_caps_507_and_frees_on_delete(spawn, tmp_path):
           f"{after // 1024} MB after deleting")
     assert full - rss0 > 40 * 1024
     assert after - rss0 < (full - rss0) / 2, (rss0, full, after)   # most of it went back
+
+
+def test_store_setup_without_the_secret_says_so(spawn, tmp_path):
+    # A master with a secret; a store client started without it: setup fails, and the
+    # store's own summary names the metadata server and the secret, not the port range.
+    import sys
+    import textwrap
+    token = token_file(tmp_path)
+    proc, metrics, md = start_master(spawn, token)
+    rpc = re.search(r"--rpc_port=(\d+)", " ".join(proc.args)).group(1)
+    code = textwrap.dedent(f"""
+        import mooncake.store as ms
+        s = ms.MooncakeDistributedStore()
+        print("RC", s.setup("127.0.0.1", "http://127.0.0.1:{md}/metadata", 16 << 20,
+                            16 << 20, "tcp", "", "127.0.0.1:{rpc}"), flush=True)
+        s.close()
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=60, env=env_with())
+    assert "RC -601" in r.stdout, r.stdout + r.stderr
+    assert "cluster secret" in r.stderr and "MC_AUTH_TOKEN_FILE" in r.stderr, r.stderr
+    assert "free port" not in r.stderr, r.stderr
