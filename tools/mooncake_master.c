@@ -241,22 +241,45 @@ static const mc_option options[] = {
 };
 #define N_OPTIONS (sizeof options / sizeof options[0])
 
-/* Features that change behaviour upstream: asking for them gets a warning here. */
-static void warn_unsupported(void)
+/* Features that change behaviour upstream and that mooncake-c does not implement: asking
+ * for one is refused (exit 2) rather than accepted and ignored, so a user who configures
+ * e.g. a disk tier does not silently run without one. Their "off" values stay accepted
+ * (upstream's defaults). Returns 0, or 2 after printing which flag and what to do. */
+static int refuse_unsupported(const char *prog)
 {
     static const struct {
         const char *flag;
         int idx;
-    } bools[] = {{"enable_offload", 3},    {"offload_on_evict", 4}, {"promotion_on_hit", 6},
-                 {"enable_kv_events", 7},  {"enable_oplog", 8},     {"enable_snapshot", 9},
-                 {"enable_snapshot_restore", 10}, {"enable_multi_tenants", 11},
-                 {"enable_cxl", 12}};
+        const char *what;
+    } bools[] = {
+        {"enable_offload", 3, "SSD offload (the disk store exists, src/disk; the master does "
+                              "not use it yet)"},
+        {"offload_on_evict", 4, "offload on eviction (no disk tier in the master yet)"},
+        {"promotion_on_hit", 6, "promotion from disk on hit (no disk tier in the master yet)"},
+        {"enable_kv_events", 7, "KV event publishing"},
+        {"enable_oplog", 8, "the HA op log (no HA yet)"},
+        {"enable_snapshot", 9, "index snapshots"},
+        {"enable_snapshot_restore", 10, "restoring the index from a snapshot"},
+        {"enable_multi_tenants", 11, "multi-tenant quotas"},
+        {"enable_cxl", 12, "CXL memory segments"},
+    };
     for (size_t i = 0; i < sizeof bools / sizeof bools[0]; i++)
-        if (ign_b[bools[i].idx])
-            mc_log(MC_LOG_WARN, TAG, "--%s is not supported by mooncake-c; ignored",
-                   bools[i].flag);
-    if (ign_s[4] && *ign_s[4])
-        mc_log(MC_LOG_WARN, TAG, "--root_fs_dir is not supported by mooncake-c; ignored");
+        if (ign_b[bools[i].idx]) {
+            fprintf(stderr,
+                    "%s: --%s=true asks for %s, which mooncake-c does not implement; "
+                    "drop the flag (or set it false) to run without it\n",
+                    prog, bools[i].flag, bools[i].what);
+            return 2;
+        }
+    if (ign_s[4] && *ign_s[4]) {
+        fprintf(stderr,
+                "%s: --root_fs_dir=%s asks for shared-file-system DISK replicas, which "
+                "mooncake-c does not implement; drop the flag to run with memory replicas "
+                "only\n",
+                prog, ign_s[4]);
+        return 2;
+    }
+    return 0;
 }
 
 /* Upstream ParseDurationMs: raw milliseconds, or a number with ms/s/m/h. */
@@ -376,7 +399,10 @@ int main(int argc, char **argv)
                 prog);
         goto out;
     }
-    warn_unsupported();
+    if (refuse_unsupported(prog) != 0) {
+        exit_code = 2;
+        goto out;
+    }
     {
         char err[512];
         if (mc_auth_load(auth_token_file, &secret, err, sizeof err) != 0) {

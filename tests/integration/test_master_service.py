@@ -418,13 +418,14 @@ def test_libmicrohttpd_lines_go_to_the_log(spawn):
 
 def test_upstream_flags_and_config_file(spawn, tmp_path):
     """Upstream spellings are accepted: --port, durations with units, a JSON config, and
-    flags of features we do not have (ignored with a warning)."""
+    the "off" values of flags of features we do not have (asking for one is refused:
+    test_unimplemented_features_are_refused)."""
     port = free_port()
     cfg = tmp_path / "master.json"
     cfg.write_text(json.dumps({"client_ttl": 1, "default_kv_lease_ttl": "2s",
                                "eviction_ratio": 0.1}))
     m = Master(spawn, f"--config_path={cfg}", "--enable_metric_reporting=false",
-               "--enable_offload=true", "--max_threads=8", "--logtostderr", "-v=1",
+               "--enable_offload=false", "--max_threads=8", "--logtostderr", "-v=1",
                rpc_port=port)
     c = Ctl(spawn, m.addr)
     assert c("mount", segment())["status"] == OK
@@ -432,5 +433,17 @@ def test_upstream_flags_and_config_file(spawn, tmp_path):
     assert c("put_end", "k")["status"] == OK
     assert c("get", "k")["lease_ttl_ms"] == 2000
     code, out = m.stop()
-    assert code == 0 and "--enable_offload is not supported" in out
+    assert code == 0 and "not supported" not in out
     assert "client_ttl 1s" in out
+
+
+@pytest.mark.parametrize("flag", ["--enable_offload=true", "--root_fs_dir=/tmp/mc-fs",
+                                  "--enable_snapshot"])
+def test_unimplemented_features_are_refused(flag):
+    # a flag we would otherwise accept and ignore is refused, naming it and what to do
+    r = subprocess.run([tool("mooncake_master"), "--rpc_address=127.0.0.1",
+                        f"--rpc_port={free_port()}", flag], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 2, r.stdout + r.stderr
+    name = flag.split("=")[0]
+    assert f"{name}" in r.stderr and "does not implement" in r.stderr, r.stderr
