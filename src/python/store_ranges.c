@@ -197,6 +197,28 @@ static int mranges_parse(mranges *m, PyObject *a_keys, PyObject *a_ptrs, PyObjec
 
 /* ---- get sessions ---- */
 
+/* Copies row i's session (a value of `size` bytes kept in dict d under its key) into
+ * out; a row without one is refused in place (result INVALID_PARAMS, no fragments) and
+ * the first such row of the call is logged, naming `kind` ("get" / "put"). Returns
+ * whether out was filled. GIL held. */
+static bool take_session(PyObject *d, mranges *m, size_t i, size_t size, void *out,
+                         const char *fn, const char *kind, bool *logged)
+{
+    PyObject *v = sess_get(d, &m->keys.keys[i], size);
+    if (!v) {
+        if (!*logged)
+            mc_log(MC_LOG_ERROR, TAG, "%s: key #%zu has no %s session (call "
+                   "batch_%s_session_start first)", fn, i, kind, kind);
+        *logged = true;
+        m->res[i] = MC_INVALID_PARAMS;
+        m->rows[i] = NULL;
+        m->nrows[i] = 0;
+        return false;
+    }
+    memcpy(out, PyBytes_AS_STRING(v), size);
+    return true;
+}
+
 static PyObject *store_batch_get_session_start(PyObject *o, PyObject *args, PyObject *kwds)
 {
     mcpy_store *self = (mcpy_store *)o;
@@ -281,19 +303,8 @@ static PyObject *store_batch_get_into_multi_buffer_ranges(PyObject *o, PyObject 
     for (size_t i = 0; i < n; i++) {
         if (!m.rows[i])
             continue;
-        PyObject *v = sess_get(self->get_sessions, &m.keys.keys[i], sizeof(mc_store_lease));
-        if (!v) {
-            if (!logged)
-                mc_log(MC_LOG_ERROR, TAG, "%s: key #%zu has no get session (call "
-                       "batch_get_session_start first)", fn, i);
-            logged = true;
-            m.res[i] = MC_INVALID_PARAMS;
-            m.rows[i] = NULL;
-            m.nrows[i] = 0;
-            continue;
-        }
-        memcpy(&ls[i], PyBytes_AS_STRING(v), sizeof ls[i]);
-        lp[i] = &ls[i];
+        if (take_session(self->get_sessions, &m, i, sizeof ls[i], &ls[i], fn, "get", &logged))
+            lp[i] = &ls[i];
     }
     /* rows left out are given an empty row with no lease (the C call answers them
      * INVALID_PARAMS) and their code is restored after */
@@ -421,19 +432,8 @@ static PyObject *store_batch_put_from_multi_buffer_ranges(PyObject *o, PyObject 
     for (size_t i = 0; i < n; i++) {
         if (!m.rows[i])
             continue;
-        PyObject *v = sess_get(self->put_sessions, &m.keys.keys[i], sizeof(put_sess));
-        if (!v) {
-            if (!logged)
-                mc_log(MC_LOG_ERROR, TAG, "%s: key #%zu has no put session (call "
-                       "batch_put_session_start first)", fn, i);
-            logged = true;
-            m.res[i] = MC_INVALID_PARAMS;
-            m.rows[i] = NULL;
-            m.nrows[i] = 0;
-            continue;
-        }
-        memcpy(&ps[i], PyBytes_AS_STRING(v), sizeof ps[i]);
-        rp[i] = &ps[i].res;
+        if (take_session(self->put_sessions, &m, i, sizeof ps[i], &ps[i], fn, "put", &logged))
+            rp[i] = &ps[i].res;
     }
     Py_BEGIN_ALLOW_THREADS
     mc_store_batch_write_ranges(self->store, rp, n, m.rows, m.nrows, cres);
