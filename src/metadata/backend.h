@@ -10,6 +10,8 @@
 #define MC_METADATA_BACKEND_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "mooncake/metadata.h"
@@ -36,6 +38,25 @@ struct mc_metadata {
  * md->ops and md->impl from md->conn/md->opts. Return MC_OK, or INTERNAL_ERROR when
  * the backend's state cannot be set up (md->impl then left NULL), or INVALID_PARAMS for
  * a bad option of its own (logged). */
+/* Shared by the libcurl backends (HTTP, etcd; defined in backend_http.c). */
+
+/* mc__md_curl_init: curl_global_init once per process (thread-safe). Returns MC_OK, or
+ * MC_INTERNAL_ERROR after logging libcurl's reason. */
+int mc__md_curl_init(void);
+
+/* A response body collected by libcurl, at most `max` bytes (set by the caller); data is
+ * NUL-terminated, owned by the caller (free it); overflow says the peer sent more than
+ * max and the transfer was aborted. */
+typedef struct mc__md_body {
+    char *data;
+    size_t len, cap;
+    uint64_t max;
+    bool overflow;
+} mc__md_body;
+
+/* mc__md_body_write: CURLOPT_WRITEFUNCTION for an mc__md_body (CURLOPT_WRITEDATA). */
+size_t mc__md_body_write(char *ptr, size_t size, size_t nmemb, void *ud);
+
 int mc__metadata_http_open(mc_metadata *md);
 int mc__metadata_p2p_open(mc_metadata *md);
 int mc__metadata_etcd_open(mc_metadata *md);

@@ -39,16 +39,6 @@ typedef struct etcd_impl {
     atomic_uint cur;                             /* endpoint that answered last */
 } etcd_impl;
 
-/* curl_global_init is thread-safe from libcurl 7.84 on (Debian 12: 7.88); the once
- * keeps us from depending on that for our own first call. */
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static CURLcode curl_init_rc;
-
-static void curl_init_once(void)
-{
-    curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
-}
-
 /* ---- base64 (RFC 4648, with padding: what the gateway reads and writes) ---------------- */
 
 static const char b64_alphabet[] =
@@ -124,33 +114,7 @@ static int b64_decode(const char *s, size_t len, char **out, size_t *outlen)
 
 /* ---- one request ----------------------------------------------------------------------- */
 
-typedef struct body {
-    char *data;
-    size_t len, cap;
-    uint64_t max;
-    bool overflow;
-} body;
-
-static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud)
-{
-    body *b = ud;
-    size_t n = size * nmemb;
-    if ((uint64_t)b->len + n > b->max) {
-        b->overflow = true;
-        return 0; /* aborts the transfer: CURLE_WRITE_ERROR */
-    }
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        b->data = mc_xrealloc(b->data, cap);
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, ptr, n);
-    b->len += n;
-    b->data[b->len] = '\0';
-    return n;
-}
+typedef mc__md_body body;
 
 /* POSTs payload to base + path. *status: the HTTP status (0 when none came back). */
 static CURLcode post(mc_metadata *md, const char *base, const char *path, const char *payload,
@@ -168,7 +132,7 @@ static CURLcode post(mc_metadata *md, const char *base, const char *path, const 
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)md->opts.timeout_ms);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)md->opts.connect_timeout_ms);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, mc__md_body_write);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, resp);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
 #if LIBCURL_VERSION_NUM >= 0x075500
@@ -433,11 +397,8 @@ static const mc_metadata_ops etcd_ops = {
 
 int mc__metadata_etcd_open(mc_metadata *md)
 {
-    pthread_once(&curl_once, curl_init_once);
-    if (curl_init_rc != CURLE_OK) {
-        mc_log(MC_LOG_ERROR, TAG, "curl_global_init failed: %s", curl_easy_strerror(curl_init_rc));
+    if (mc__md_curl_init() != MC_OK)
         return MC_INTERNAL_ERROR;
-    }
     etcd_impl *e = mc_xcalloc(1, sizeof *e);
     e->n = md->conn.n_endpoints;
     for (size_t i = 0; i < e->n; i++) {

@@ -30,14 +30,19 @@ static void curl_init_once(void)
     curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
-typedef struct body {
-    char *data;
-    size_t len, cap;
-    uint64_t max;
-    bool overflow;
-} body;
+int mc__md_curl_init(void)
+{
+    pthread_once(&curl_once, curl_init_once);
+    if (curl_init_rc != CURLE_OK) {
+        mc_log(MC_LOG_ERROR, TAG, "curl_global_init failed: %s", curl_easy_strerror(curl_init_rc));
+        return MC_INTERNAL_ERROR;
+    }
+    return MC_OK;
+}
 
-static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud)
+typedef mc__md_body body;
+
+size_t mc__md_body_write(char *ptr, size_t size, size_t nmemb, void *ud)
 {
     body *b = ud;
     size_t n = size * nmemb;
@@ -49,8 +54,7 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud)
         size_t cap = b->cap ? b->cap : 4096;
         while (cap < b->len + n + 1)
             cap *= 2;
-        char *d = mc_xrealloc(b->data, cap);
-        b->data = d;
+        b->data = mc_xrealloc(b->data, cap);
         b->cap = cap;
     }
     memcpy(b->data + b->len, ptr, n);
@@ -94,11 +98,9 @@ static int do_request(mc_metadata *md, const char *method, const char *key, cons
                       size_t in_len, body *resp, long *status, auth_hdr *ah)
 {
     *status = 0;
-    pthread_once(&curl_once, curl_init_once);
-    if (curl_init_rc != CURLE_OK) {
-        mc_log(MC_LOG_ERROR, TAG, "curl_global_init failed: %s", curl_easy_strerror(curl_init_rc));
-        return MC_INTERNAL_ERROR;
-    }
+    int irc = mc__md_curl_init();
+    if (irc != MC_OK)
+        return irc;
     CURL *h = curl_easy_init();
     if (!h)
         return MC_INTERNAL_ERROR;
@@ -140,7 +142,7 @@ static int do_request(mc_metadata *md, const char *method, const char *key, cons
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)md->opts.timeout_ms);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)md->opts.connect_timeout_ms);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, mc__md_body_write);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, resp);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
 #if LIBCURL_VERSION_NUM >= 0x075500
@@ -295,8 +297,7 @@ static const mc_metadata_ops http_ops = {
 
 int mc__metadata_http_open(mc_metadata *md)
 {
-    pthread_once(&curl_once, curl_init_once);
-    if (curl_init_rc != CURLE_OK)
+    if (mc__md_curl_init() != MC_OK)
         return MC_INTERNAL_ERROR;
     md->ops = &http_ops;
     md->impl = NULL;
