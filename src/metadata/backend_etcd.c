@@ -11,6 +11,7 @@
  * connection error, a timeout, or a status that another member may not give (404, 408,
  * 5xx). Codes and the write-once rule: include/mooncake/metadata.h after
  * mc_metadata_delete. */
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -21,6 +22,7 @@
 
 #include <curl/curl.h>
 #include <jansson.h>
+#include <openssl/evp.h>
 
 #include "backend.h"
 #include "common/xalloc.h"
@@ -39,76 +41,35 @@ typedef struct etcd_impl {
     atomic_uint cur;                             /* endpoint that answered last */
 } etcd_impl;
 
-/* ---- base64 (RFC 4648, with padding: what the gateway reads and writes) ---------------- */
-
-static const char b64_alphabet[] =
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+/* ---- base64 (RFC 4648 with padding, what the gateway reads and writes): OpenSSL's
+ * EVP_EncodeBlock / EVP_DecodeBlock (libcrypto is linked for the cluster secret) ---- */
 
 static char *b64_encode(const void *data, size_t len)
 {
-    const unsigned char *in = data;
     char *out = mc_xmalloc((len + 2) / 3 * 4 + 1);
-    size_t o = 0, i = 0;
-    for (; i + 2 < len; i += 3) {
-        uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
-        out[o++] = b64_alphabet[v >> 18];
-        out[o++] = b64_alphabet[(v >> 12) & 63];
-        out[o++] = b64_alphabet[(v >> 6) & 63];
-        out[o++] = b64_alphabet[v & 63];
-    }
-    if (i < len) {
-        uint32_t v = (uint32_t)in[i] << 16 | (i + 1 < len ? (uint32_t)in[i + 1] << 8 : 0);
-        out[o++] = b64_alphabet[v >> 18];
-        out[o++] = b64_alphabet[(v >> 12) & 63];
-        out[o++] = i + 1 < len ? b64_alphabet[(v >> 6) & 63] : '=';
-        out[o++] = '=';
-    }
-    out[o] = '\0';
+    EVP_EncodeBlock((unsigned char *)out, data, (int)len); /* NUL-terminates */
     return out;
 }
 
-static int b64_value(char c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '+' || c == '-')
-        return 62;
-    if (c == '/' || c == '_')
-        return 63;
-    return -1;
-}
-
-/* Decodes s[0..len) into a new NUL-terminated buffer. -1 when s is not base64. */
+/* Decodes s[0..len) into a new NUL-terminated buffer. -1 when s is not padded base64
+ * (the gateway always pads) or too long for one call. */
 static int b64_decode(const char *s, size_t len, char **out, size_t *outlen)
 {
-    while (len && s[len - 1] == '=')
-        len--;
-    if (len % 4 == 1)
+    if (len % 4 != 0 || len > INT_MAX)
         return -1;
-    char *o = mc_xmalloc(len / 4 * 3 + 3);
-    size_t n = 0;
-    uint32_t acc = 0;
-    int bits = 0;
-    for (size_t i = 0; i < len; i++) {
-        int v = b64_value(s[i]);
-        if (v < 0) {
-            free(o);
-            return -1;
-        }
-        acc = acc << 6 | (uint32_t)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            o[n++] = (char)((acc >> bits) & 0xff);
-        }
+    size_t pad = 0;
+    while (pad < 2 && pad < len && s[len - 1 - pad] == '=')
+        pad++;
+    char *o = mc_xmalloc(len / 4 * 3 + 1);
+    int n = EVP_DecodeBlock((unsigned char *)o, (const unsigned char *)s, (int)len);
+    if (n < 0 || (size_t)n < pad) {
+        free(o);
+        return -1;
     }
+    n -= (int)pad; /* EVP_DecodeBlock counts the padding as zero bytes */
     o[n] = '\0';
     *out = o;
-    *outlen = n;
+    *outlen = (size_t)n;
     return 0;
 }
 
