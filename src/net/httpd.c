@@ -697,7 +697,11 @@ int mc_httpd_start(const mc_httpd_opts *opts, const char *host, uint16_t port, m
     const char *what = opts->what ? opts->what : "HTTP server";
     const char *tag = opts->tag ? opts->tag : "httpd";
     uint16_t bound = 0;
-    int fd = mc_sock_listen_tcp(host, port, 128, false, &bound);
+    /* A deep accept queue: a flood of connections from one address is refused after
+     * accept (counted, per_ip_limit); with a short queue the flood fills it first and the
+     * kernel drops everyone else's SYN (a 1 s retransmit for a legitimate client). The
+     * kernel caps this at net.core.somaxconn. */
+    int fd = mc_sock_listen_tcp(host, port, 4096, false, &bound);
     if (fd == -ENOENT) {
         mc_log(MC_LOG_ERROR, tag, "cannot resolve listen host '%s' for the %s", host, what);
         return fd;
