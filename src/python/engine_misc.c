@@ -203,6 +203,32 @@ static PyObject *te_get_segment_name(TEObject *self, void *c)
     return PyUnicode_FromString(te ? mc_te_segment_name(te) : "");
 }
 
+/* The CUDA-stream transfers (upstream: TransferEnginePy::transferWriteOnCuda and kin,
+ * CUDA builds only, enqueueing a host callback on the given stream). This build moves
+ * host memory only, so each raises RuntimeError naming itself and what to use instead;
+ * the arguments are not looked at. */
+static PyObject *te_cuda_only(const char *fn)
+{
+    PyErr_Format(PyExc_RuntimeError,
+                 "mooncake.engine: TransferEngine.%s() needs a CUDA build (it enqueues the "
+                 "transfer on a CUDA stream); this build of mooncake-c moves host memory "
+                 "only: use transfer_sync_write/transfer_sync_read or batch_transfer_sync_* "
+                 "on host buffers", fn);
+    return NULL;
+}
+
+#define MCPY_TE_CUDA_ONLY(NAME)                                                                \
+    static PyObject *te_##NAME(TEObject *self, PyObject *args, PyObject *kw)                  \
+    {                                                                                          \
+        (void)self, (void)args, (void)kw;                                                      \
+        return te_cuda_only(#NAME);                                                            \
+    }
+MCPY_TE_CUDA_ONLY(transfer_write_on_cuda)
+MCPY_TE_CUDA_ONLY(transfer_read_on_cuda)
+MCPY_TE_CUDA_ONLY(batch_transfer_write_on_cuda)
+MCPY_TE_CUDA_ONLY(batch_transfer_read_on_cuda)
+#undef MCPY_TE_CUDA_ONLY
+
 #define KW (PyCFunction)(void (*)(void))
 
 PyMethodDef mcpy_te_misc_methods[] = {
@@ -210,6 +236,21 @@ PyMethodDef mcpy_te_misc_methods[] = {
      "get_first_buffer_address(segment_name: str) -> int\n\n"
      "The address of the first buffer the named peer segment registered, or 0 when it "
      "has none or cannot be found. Upstream: TransferEnginePy::getFirstBufferAddress."},
+#define MCPY_TE_CUDA_ROW(NAME, SIG)                                                            \
+    {#NAME, KW te_##NAME, KWFLAGS,                                                             \
+     #NAME SIG " -> None\n\nCUDA builds only (upstream enqueues the transfer on a CUDA "       \
+     "stream); raises RuntimeError on this host-memory build."},
+    MCPY_TE_CUDA_ROW(transfer_write_on_cuda, "(target_hostname, buffer, peer_buffer_address, "
+                                             "length, stream_ptr=0, transport_hint='')")
+    MCPY_TE_CUDA_ROW(transfer_read_on_cuda, "(target_hostname, buffer, peer_buffer_address, "
+                                            "length, stream_ptr=0, transport_hint='')")
+    MCPY_TE_CUDA_ROW(batch_transfer_write_on_cuda, "(target_hostname, buffers, "
+                                                   "peer_buffer_addresses, lengths, "
+                                                   "stream_ptr=0, transport_hint='')")
+    MCPY_TE_CUDA_ROW(batch_transfer_read_on_cuda, "(target_hostname, buffers, "
+                                                  "peer_buffer_addresses, lengths, "
+                                                  "stream_ptr=0, transport_hint='')")
+#undef MCPY_TE_CUDA_ROW
     {"get_notifies", (PyCFunction)te_get_notifies, METH_NOARGS,
      "get_notifies() -> List[TransferNotify]\n\nDrains the notifications peers sent to "
      "this engine (transfer_sync/batch_transfer_sync with notify=), oldest first. "
