@@ -495,10 +495,10 @@ int mc_te_initialize(mc_te *te, const char *local_hostname, const char *metadata
            te->shm_path[0] ? ", same-host shm on" : "",
            te->auth ? ", cluster secret required on every port" : "");
     if (!te->auth) {
-        char where[MC_METADATA_MAX_HOST + 48];
-        snprintf(where, sizeof where, "%s (handshake %u, data %u)", bind, rpc_port,
-                 data_port);
-        mc_auth_warn_open(TE_TAG, "the transfer engine's data and handshake ports", where,
+        char where[MC_METADATA_MAX_HOST + 64];
+        snprintf(where, sizeof where, "%s (handshake port %u, data port %u)", bind,
+                 rpc_port, data_port);
+        mc_auth_warn_open(TE_TAG, "the transfer engine", where,
                           "read and write every range this engine registered");
     }
     return MC_OK;

@@ -128,11 +128,14 @@ int mc__te_auth_srv_io(mc_te *te, te_auth_srv *a, int fd)
         int rc = a->step == 0
                      ? mc_auth_server_challenge(&a->hs, a->buf, in_len, out, sizeof out, &olen)
                      : mc_auth_server_verify(&a->hs, a->buf, in_len, out, sizeof out, &olen);
-        if (!send_frame(fd, out, olen) && rc == 0)
-            rc = -MC_AUTH_IO;
-        if (rc < 0) {
+        if (rc < 0) { /* counted before the peer can read the RESULT */
             refusal(te, a->what, fd, -rc);
+            (void)send_frame(fd, out, olen);
             return rc;
+        }
+        if (!send_frame(fd, out, olen)) {
+            refusal(te, a->what, fd, MC_AUTH_IO);
+            return -MC_AUTH_IO;
         }
         a->len = 0;
         if (a->step++ == 1)
@@ -152,9 +155,9 @@ void mc__te_auth_answer_open(mc_te *te, int fd, const char *what)
 {
     uint8_t out[MC_AUTH_HEADER + 1];
     int n = mc_auth_result_frame(MC_AUTH_SERVER_NO_SECRET, out, sizeof out);
+    refusal(te, what, fd, MC_AUTH_SERVER_NO_SECRET);
     if (n > 0)
         (void)send_frame(fd, out, (size_t)n);
-    refusal(te, what, fd, MC_AUTH_SERVER_NO_SECRET);
 }
 
 /* ---- client side ---- */
