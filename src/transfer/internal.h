@@ -47,6 +47,7 @@
 #include "mooncake/metadata.h"
 #include "mooncake/transfer_engine.h"
 #include "net/loop.h"
+#include "transfer/authstep.h"
 #include "transfer/wire.h"
 
 #define TE_TAG "te"
@@ -569,19 +570,14 @@ int mc__te_notify_push(mc_te *te, char *name, char *msg, size_t msg_len);
 /* The server side of one connection's handshake, driven by a loop thread from the
  * connection's readiness events (never blocks): it reads only the handshake's bytes. */
 typedef struct te_auth_srv {
-    mc_auth_hs hs;
+    te_authstep st;
     const char *what;       /* "data port", ... (static) */
     uint64_t deadline_ms;   /* mc_now_ms clock */
-    int step;               /* 0: waiting for HELLO, 1: for RESPONSE */
-    size_t len;
-    uint8_t buf[MC_AUTH_FRAME_MAX];
 } te_auth_srv;
 
 /* The client side on a non-blocking connection (tcp_client.c, loop thread). */
 typedef struct te_auth_cli {
-    mc_auth_hs hs;
-    size_t len;
-    uint8_t buf[MC_AUTH_FRAME_MAX];
+    te_authstep st;
 } te_auth_cli;
 
 /* mc__te_auth_srv_new: a handshake for a connection accepted on io's loop (counted in

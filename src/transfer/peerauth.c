@@ -64,7 +64,7 @@ te_auth_srv *mc__te_auth_srv_new(te_io *io, const char *label, const char *what)
     if (!te->auth)
         return NULL;
     te_auth_srv *a = mc_xcalloc(1, sizeof *a);
-    MC_ASSERT(mc_auth_hs_init(&a->hs, te->auth, label) == 0);
+    MC_ASSERT(mc__te_authstep_server_init(&a->st, te->auth, label) == 0);
     a->what = what;
     a->deadline_ms = mc_deadline_ms(te->auth_timeout_ms);
     io->n_authing++;
@@ -99,35 +99,31 @@ static bool send_frame(int fd, const uint8_t *p, size_t n)
     return n == 0 || send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)n;
 }
 
+/* Reads at most what the step wants: 1 (bytes added), 0 (none now), -1 (EOF / error). */
+static int read_some(te_authstep *st, int fd)
+{
+    ssize_t k = recv(fd, st->buf + st->len, mc__te_auth_want(st), MSG_DONTWAIT);
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return 0;
+    if (k <= 0)
+        return -1;
+    st->len += (size_t)k;
+    return 1;
+}
+
 int mc__te_auth_srv_io(mc_te *te, te_auth_srv *a, int fd)
 {
     for (;;) {
-        /* the header first, then exactly the body it announces */
-        size_t want = MC_AUTH_HEADER;
-        if (a->len >= MC_AUTH_HEADER)
-            want += ((size_t)a->buf[6] << 8) | a->buf[7];
-        if (want > sizeof a->buf)
-            want = sizeof a->buf; /* the parser refuses such a frame below */
-        if (a->len < want) {
-            ssize_t k = recv(fd, a->buf + a->len, want - a->len, MSG_DONTWAIT);
-            if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-                return 0;
-            if (k <= 0) {
-                refusal(te, a->what, fd, MC_AUTH_IO);
-                return -MC_AUTH_IO;
-            }
-            a->len += (size_t)k;
+        int r = read_some(&a->st, fd);
+        if (r == 0)
+            return 0;
+        if (r < 0) {
+            refusal(te, a->what, fd, MC_AUTH_IO);
+            return -MC_AUTH_IO;
         }
-        mc_auth_frame f;
-        int n = mc_auth_frame_parse(a->buf, a->len, &f);
-        if (n == 0 && a->len < sizeof a->buf)
-            continue; /* a valid prefix: read on */
-        size_t in_len = n > 0 ? (size_t)n : a->len;
         uint8_t out[MC_AUTH_FRAME_MAX];
         size_t olen = 0;
-        int rc = a->step == 0
-                     ? mc_auth_server_challenge(&a->hs, a->buf, in_len, out, sizeof out, &olen)
-                     : mc_auth_server_verify(&a->hs, a->buf, in_len, out, sizeof out, &olen);
+        int rc = mc__te_authstep_server(&a->st, out, sizeof out, &olen);
         if (rc < 0) { /* counted before the peer can read the RESULT */
             refusal(te, a->what, fd, -rc);
             (void)send_frame(fd, out, olen);
@@ -137,8 +133,7 @@ int mc__te_auth_srv_io(mc_te *te, te_auth_srv *a, int fd)
             refusal(te, a->what, fd, MC_AUTH_IO);
             return -MC_AUTH_IO;
         }
-        a->len = 0;
-        if (a->step++ == 1)
+        if (rc == 1)
             return 1;
     }
 }
@@ -177,12 +172,9 @@ void mc__te_auth_client_log(mc_te *te, const char *what, const char *peer, int c
 
 int mc__te_auth_cli_start(mc_te *te, te_auth_cli *a, int fd, const char *label)
 {
-    memset(a, 0, sizeof *a);
-    if (mc_auth_hs_init(&a->hs, te->auth, label) != 0)
-        return -MC_AUTH_MALFORMED;
     uint8_t out[MC_AUTH_FRAME_MAX];
     size_t olen = 0;
-    int rc = mc_auth_client_hello(&a->hs, out, sizeof out, &olen);
+    int rc = mc__te_authstep_client_init(&a->st, te->auth, label, out, sizeof out, &olen);
     if (rc == 0 && !send_frame(fd, out, olen))
         rc = -MC_AUTH_IO;
     return rc;
@@ -191,46 +183,20 @@ int mc__te_auth_cli_start(mc_te *te, te_auth_cli *a, int fd, const char *label)
 int mc__te_auth_cli_io(mc_te *te, te_auth_cli *a, int fd, const char *peer)
 {
     for (;;) {
-        size_t want = MC_AUTH_HEADER;
-        if (a->len >= MC_AUTH_HEADER)
-            want += ((size_t)a->buf[6] << 8) | a->buf[7];
-        if (want > sizeof a->buf)
-            want = sizeof a->buf;
-        if (a->len < want) {
-            ssize_t k = recv(fd, a->buf + a->len, want - a->len, MSG_DONTWAIT);
-            if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-                return 0;
-            if (k <= 0) {
-                mc__te_auth_client_log(te, "the data port", peer, MC_AUTH_IO);
-                return -MC_AUTH_IO;
-            }
-            a->len += (size_t)k;
-        }
-        mc_auth_frame f;
-        int n = mc_auth_frame_parse(a->buf, a->len, &f);
-        if (n == 0 && a->len < sizeof a->buf)
-            continue;
-        size_t in_len = n > 0 ? (size_t)n : a->len;
-        int rc;
-        if (n > 0 && f.type == MC_AUTH_CHALLENGE) {
+        int r = read_some(&a->st, fd);
+        if (r == 0)
+            return 0;
+        int rc = -MC_AUTH_IO;
+        if (r > 0) {
             uint8_t out[MC_AUTH_FRAME_MAX];
             size_t olen = 0;
-            rc = mc_auth_client_respond(&a->hs, a->buf, in_len, out, sizeof out, &olen);
-            if (!send_frame(fd, out, olen) && rc == 0)
+            rc = mc__te_authstep_client(&a->st, out, sizeof out, &olen);
+            if (!send_frame(fd, out, olen) && rc >= 0)
                 rc = -MC_AUTH_IO;
-            a->len = 0;
+            if (rc == 1)
+                return 1;
             if (rc == 0)
                 continue;
-        } else if (n > 0 && f.type == MC_AUTH_RESULT && f.code == MC_AUTH_OK) {
-            rc = mc_auth_client_finish(&a->hs, a->buf, in_len);
-            if (rc == 0) {
-                memset(&a->hs, 0, sizeof a->hs);
-                return 1;
-            }
-        } else if (n > 0 && f.type == MC_AUTH_RESULT) {
-            rc = -(int)f.code; /* the server refused us: it says why */
-        } else {
-            rc = -MC_AUTH_MALFORMED;
         }
         mc__te_auth_client_log(te, "the data port", peer, rc);
         return rc;
