@@ -333,6 +333,20 @@ def test_raw_clients_refused_before_any_byte(spawn, tmp_path, token):
     assert st["auth_refused"] >= 4 + 3 * 3
 
 
+def test_bad_token_file_fails_initialize_naming_it(tmp_path):
+    bad = tmp_path / "loose.token"
+    bad.write_text(secrets.token_hex(32))
+    os.chmod(bad, 0o644)
+    env = {k: v for k, v in os.environ.items() if k not in ("MC_AUTH_TOKEN_FILE", "MC_TEST_AUTH")}
+    env["MC_AUTH_TOKEN_FILE"] = str(bad)
+    code = ("from mooncake.engine import TransferEngine\n"
+            "print(TransferEngine().initialize('127.0.0.1', 'P2PHANDSHAKE', 'tcp', ''))")
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=T)
+    assert p.stdout.strip() == "-600", p.stdout + p.stderr  # INVALID_PARAMS
+    assert str(bad) in p.stderr and "chmod 600" in p.stderr, p.stderr
+
+
 def test_open_engine_and_client_with_secret(spawn, tmp_path, token):
     a = Peer(spawn, tmp_path, None)
     b = Peer(spawn, tmp_path, token)
