@@ -161,7 +161,9 @@ typedef struct mc_te_opts {
                                      MC_TE_MAX_CONNECTIONS or 4096; beyond: refused at
                                      accept (conn_limit_refused) */
     unsigned max_connections_per_ip; /* of those from one source address; 0:
-                                     MC_TE_MAX_CONNECTIONS_PER_IP or 512 (per_ip_refused) */
+                                     MC_TE_MAX_CONNECTIONS_PER_IP or 512 (per_ip_refused);
+                                     the handshake port (256 connections in all) takes
+                                     this value or 64, whichever is smaller */
     uint64_t max_pending_bytes;   /* bytes; 0: MC_TE_MAX_PENDING_BYTES or 64 MiB: replies
                                      one served connection may leave unread before its
                                      requests stop being read (backpressure), and the
@@ -466,8 +468,9 @@ typedef struct mc_te_stats {
                                     secret, replay, a handshake to an open engine, the
                                     authentication deadline) */
     uint64_t auth_failed;        /* initiator side: our connections whose handshake failed */
-    uint64_t conn_limit_refused; /* data connections refused at accept: max_connections */
-    uint64_t per_ip_refused;     /* ... : max_connections_per_ip */
+    uint64_t conn_limit_refused; /* connections refused at accept: max_connections (data
+                                    port), 256 (handshake port) */
+    uint64_t per_ip_refused;     /* ... : max_connections_per_ip (see mc_te_opts) */
     uint64_t peercred_refused;   /* same-host connections of another uid (SO_PEERCRED) */
     uint64_t pending_refused;    /* NOTIFYs refused: max_pending_bytes of bodies in flight */
 } mc_te_stats;

@@ -106,6 +106,7 @@ int mc_te_create(const mc_te_opts *opts, mc_te **out)
     te->shm_gids = gids;
     te->n_shm_gids = n_gids;
     mc__te_iplimit_init(&te->data_ips);
+    mc__te_iplimit_init(&te->hs_ips);
     te->timeout_ms = o.transfer_timeout_ms ? o.transfer_timeout_ms : timeout_s * 1000;
     te->slice_size = o.slice_size ? o.slice_size : slice;
     te->conns_per_peer = o.conns_per_peer ? o.conns_per_peer : (unsigned)conns;
@@ -582,6 +583,7 @@ void mc_te_destroy(mc_te *te)
     free(te->desc_json);
     mc__te_fence_free(te);
     mc__te_iplimit_free(&te->data_ips);
+    mc__te_iplimit_free(&te->hs_ips);
     free(te->shm_gids);
     if (te->auth_own) {
         mc_auth_secret_wipe(te->auth_own);

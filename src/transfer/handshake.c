@@ -25,6 +25,7 @@
 #include "transfer/internal.h"
 
 #define HS_MAX_CONNS 256
+#define HS_MAX_PER_IP 64 /* of those from one source address (or max_connections_per_ip) */
 #define HS_IDLE_MS 30000
 
 /* ---- notifications ---- */
@@ -83,6 +84,7 @@ static void hs_close(te_hsconn *c)
     close(c->fd);
     mc_list_remove(&c->link);
     c->io->n_hsconns--;
+    mc__te_iplimit_release(&c->io->te->hs_ips, &c->ip);
     mc__te_auth_srv_free(c->io, c->auth);
     free(c->in);
     free(c->out);
@@ -269,15 +271,27 @@ static void hs_accept(mc_loop *loop, int lfd, uint32_t events, void *arg)
         int fd = mc_sock_accept(lfd, true);
         if (fd < 0)
             return;
+        mc_te *te = io->te;
         if (io->n_hsconns >= HS_MAX_CONNS) {
+            atomic_fetch_add(&te->st.conn_limit, 1);
+            close(fd);
+            continue;
+        }
+        uint32_t per_ip =
+            te->max_conns_per_ip < HS_MAX_PER_IP ? te->max_conns_per_ip : HS_MAX_PER_IP;
+        te_ipkey ip;
+        if (!mc__te_iplimit_acquire(&te->hs_ips, fd, per_ip, &ip)) {
+            atomic_fetch_add(&te->st.ip_limit, 1);
             close(fd);
             continue;
         }
         te_hsconn *c = mc_xcalloc(1, sizeof *c);
         c->io = io;
         c->fd = fd;
+        c->ip = ip;
         c->last_ms = mc_now_ms();
         if (mc_loop_add(loop, fd, EPOLLIN, hs_io, c) < 0) {
+            mc__te_iplimit_release(&te->hs_ips, &ip);
             close(fd);
             free(c);
             continue;

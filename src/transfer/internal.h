@@ -304,6 +304,7 @@ typedef struct te_hsconn {
     uint64_t last_ms;
     bool close_after;
     bool checked_first;      /* open server: the first bytes were looked at (HELLO?) */
+    te_ipkey ip;             /* source address, counted in te->hs_ips */
     struct te_auth_srv *auth; /* non-NULL while the peer has not authenticated yet */
 } te_hsconn;
 
@@ -349,6 +350,7 @@ struct mc_te {
     uint32_t *shm_gids;            /* gids allowed on the same-host socket besides our uid */
     size_t n_shm_gids;
     te_iplimit data_ips;           /* served data connections per source address */
+    te_iplimit hs_ips;             /* handshake-port connections per source address */
     _Atomic uint64_t notify_pending; /* NOTIFY body bytes being received, all connections */
     _Atomic uint64_t auth_log_ms;  /* rate limit of refusal log lines (peerauth.c) */
     mc_te_clock_fn clock;   /* NULL = mc_now_ms; see mc__te_now_ms */

@@ -378,14 +378,24 @@ static void test_per_ip_limit(void **state)
         closed += closed_by_peer(fds[i]);
     assert_int_equal(closed, FLOOD - 4);
     assert_int_equal(stats(a).per_ip_refused, FLOOD - 4);
+    int hfds[FLOOD]; /* the handshake port has the same cap (at most 64) */
+    for (int i = 0; i < FLOOD; i++)
+        hfds[i] = connect_from("127.0.0.2", mc_te_get_rpc_port(a));
+    closed = 0;
+    for (int i = 4; i < FLOOD; i++)
+        closed += closed_by_peer(hfds[i]);
+    assert_int_equal(closed, FLOOD - 4);
+    assert_int_equal(stats(a).per_ip_refused, 2 * (FLOOD - 4));
     size_t len = 16 * KiB;
     char *mem = calloc(1, len), *src = malloc(len);
     assert_int_equal(mc_te_register_memory(a, mem, len, NULL), MC_OK);
     te_fill(src, len, 3);
     assert_int_equal(xfer(b, a, MC_TE_OP_WRITE, src, mem, len), MC_OK);
     assert_true(te_check(mem, len, 3));
-    for (int i = 0; i < FLOOD; i++)
+    for (int i = 0; i < FLOOD; i++) {
         close(fds[i]);
+        close(hfds[i]);
+    }
     mc_te_destroy(b);
     mc_te_destroy(a);
     free(mem);
