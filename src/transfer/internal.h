@@ -7,7 +7,8 @@
  * fetch and cache, probe), submit.c (submit and the sync/async helpers), batch.c
  * (batches and task states), tcp_client.c / tcp_server.c (the TCP data path, initiator
  * and serving side), handshake.c (handshake port, notifications), shm.c (same-host path),
- * wire.c (data-port and handshake framing).
+ * wire.c (data-port and handshake framing), peerauth.c (the cluster secret on every port,
+ * the per-address connection limit), authstep.c (the handshake as a byte-stream machine).
  *
  * Threads: user threads call the public API; each engine runs `nio` I/O loops (net/loop.h).
  * Loop 0 owns the listeners (handshake, data, shm); accepted data connections are
@@ -27,6 +28,8 @@
  * deadline, user threads only) and while posting to a loop (net/loop's own lock).
  * Loop threads take only reg_lock (read), desc_lock (handshake answers), peer->lock
  * (inbox, stale flag), batch->lock and notify_lock, and never block on I/O under any.
+ * te->data_ips.lock / te->hs_ips.lock (peerauth.c) are leaves, held around one table
+ * update at accept and at close.
  * te->fence.lock (fence.c) is a leaf: taken under seg_lock (new peers read the target
  * table) and by loop threads (per-connection fence cache refresh), never held while
  * taking another lock.
