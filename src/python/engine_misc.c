@@ -171,7 +171,7 @@ static PyObject *te_stats(TEObject *self, PyObject *noargs)
     memset(&st, 0, sizeof(st));
     if (te)
         mc_te_get_stats(te, &st);
-    return Py_BuildValue("{sKsKsKsKsKsKsKsKsK}", "tcp_bytes_sent",
+    PyObject *d = Py_BuildValue("{sKsKsKsKsKsKsKsKsK}", "tcp_bytes_sent",
                          (unsigned long long)st.tcp_bytes_sent, "tcp_bytes_received",
                          (unsigned long long)st.tcp_bytes_received, "shm_bytes",
                          (unsigned long long)st.shm_bytes, "served_bytes",
@@ -181,6 +181,23 @@ static PyObject *te_stats(TEObject *self, PyObject *noargs)
                          (unsigned long long)st.tasks_failed, "connections_opened",
                          (unsigned long long)st.connections_opened, "connections_failed",
                          (unsigned long long)st.connections_failed);
+    if (!d)
+        return NULL;
+    /* issue 11: refusals on this engine's ports (transfer_engine.h mc_te_stats) */
+    PyObject *more = Py_BuildValue("{sKsKsKsKsKsK}", "auth_refused",
+                                   (unsigned long long)st.auth_refused, "auth_failed",
+                                   (unsigned long long)st.auth_failed, "conn_limit_refused",
+                                   (unsigned long long)st.conn_limit_refused,
+                                   "per_ip_refused", (unsigned long long)st.per_ip_refused,
+                                   "peercred_refused", (unsigned long long)st.peercred_refused,
+                                   "pending_refused", (unsigned long long)st.pending_refused);
+    if (!more || PyDict_Update(d, more) < 0) {
+        Py_XDECREF(more);
+        Py_DECREF(d);
+        return NULL;
+    }
+    Py_DECREF(more);
+    return d;
 }
 
 /* _mc_te: the capsule of a fresh get_engine() handle (the handle itself is dropped; the
