@@ -90,7 +90,8 @@ static PyMethodDef *all_store_methods(void)
         return all;
     PyMethodDef *const families[] = {mcpy_setup_methods,      mcpy_write_methods,
                                      mcpy_read_methods,       mcpy_query_methods,
-                                     mcpy_range_methods,      mcpy_tensor_put_methods,
+                                     mcpy_range_methods,      mcpy_segment_methods,
+                                     mcpy_tensor_put_methods,
                                      mcpy_tensor_get_methods, mcpy_pyext_methods};
     size_t n = 0;
     for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
