@@ -52,7 +52,8 @@ MAX_BODY = 64 << 20
 MAX_POOL = 1 << 40
 
 (HELLO, PUT, GET, PUT_FROM, GET_INTO, BATCH_PUT_FROM, BATCH_GET_INTO, IS_EXIST,
- BATCH_IS_EXIST, REMOVE, REMOVE_ALL, GET_SIZE, STATS, BATCH_REMOVE) = range(1, 15)
+ BATCH_IS_EXIST, REMOVE, REMOVE_ALL, GET_SIZE, STATS, BATCH_REMOVE, UPSERT, UPSERT_FROM,
+ BATCH_UPSERT_FROM, REMOVE_BY_REGEX) = range(1, 19)
 
 OK = 0
 INVALID_PARAMS = -600
@@ -298,42 +299,70 @@ class _DummyView:
         return dict(zip(names, struct.unpack_from("<5Q", rest)))
 
     # ---- writes ----
-    def put(self, key, value, config=None):
+    def _put(self, op, key, value, config):
         data = _buffer_bytes(value)
         if not data or len(data) > MAX_BODY - (64 << 10):
             return INVALID_PARAMS
         body = b"".join((_kb(key), _U32.pack(len(data)), data, _U32.pack(_replicas(config))))
         try:
-            return _conn(self).call(PUT, body)[0]
+            return _conn(self).call(op, body)[0]
         except _Gone:
             return RPC_FAIL
+
+    def put(self, key, value, config=None):
+        return self._put(PUT, key, value, config)
+
+    def upsert(self, key, value, config=None):
+        return self._put(UPSERT, key, value, config)
 
     def put_parts(self, key, *parts, config=None):
         return self.put(key, b"".join(_buffer_bytes(p) for p in parts), config)
 
-    def put_batch(self, keys, values, config=None):
+    def upsert_parts(self, key, *parts, config=None):
+        return self.upsert(key, b"".join(_buffer_bytes(p) for p in parts), config)
+
+    def _put_batch(self, op, keys, values, config):
         if len(keys) != len(values):
             return INVALID_PARAMS
         for k, v in zip(keys, values):
-            r = self.put(k, v, config)
+            r = self._put(op, k, v, config)
             if r != 0:
                 return r
         return 0
 
-    def put_from(self, key, buffer_ptr, size, config=None):
+    def put_batch(self, keys, values, config=None):
+        return self._put_batch(PUT, keys, values, config)
+
+    def upsert_batch(self, keys, values, config=None):
+        return self._put_batch(UPSERT, keys, values, config)
+
+    def _put_from(self, op, key, buffer_ptr, size, config):
         c = _conn(self)
         off = c.pool_off(buffer_ptr, size)
         if off is None:  # not pool memory: the bytes travel in the request
             if size <= 0:
                 return 0 if size == 0 else INVALID_PARAMS
-            return self.put(key, ctypes.string_at(buffer_ptr, size), config)
+            return self._put(PUT if op == PUT_FROM else UPSERT, key,
+                             ctypes.string_at(buffer_ptr, size), config)
         body = b"".join((_kb(key), _ROW.pack(off, size), _U32.pack(_replicas(config))))
         try:
-            return c.call(PUT_FROM, body)[0]
+            return c.call(op, body)[0]
         except _Gone:
             return RPC_FAIL
 
+    def put_from(self, key, buffer_ptr, size, config=None):
+        return self._put_from(PUT_FROM, key, buffer_ptr, size, config)
+
+    def upsert_from(self, key, buffer_ptr, size, config=None):
+        return self._put_from(UPSERT_FROM, key, buffer_ptr, size, config)
+
     def batch_put_from(self, keys, buffer_ptrs, sizes, config=None):
+        return self._batch_put_from(BATCH_PUT_FROM, keys, buffer_ptrs, sizes, config)
+
+    def batch_upsert_from(self, keys, buffer_ptrs, sizes, config=None):
+        return self._batch_put_from(BATCH_UPSERT_FROM, keys, buffer_ptrs, sizes, config)
+
+    def _batch_put_from(self, op, keys, buffer_ptrs, sizes, config):
         n = len(keys)
         if len(buffer_ptrs) != n or len(sizes) != n:
             return [INVALID_PARAMS] * n
@@ -341,15 +370,23 @@ class _DummyView:
             return []
         c = _conn(self)
         parts = [_U32.pack(n)]
-        for k, p, s in zip(keys, buffer_ptrs, sizes):
+        outside = []
+        for i, (k, p, s) in enumerate(zip(keys, buffer_ptrs, sizes)):
             off = c.pool_off(p, s)
-            parts += (_kb(k), _ROW.pack(off if off is not None else 1 << 63, s))
+            if off is None:
+                outside.append(i)
+                off = 1 << 63  # refused by the real client; done inline below
+            parts += (_kb(k), _ROW.pack(off, s))
         parts.append(_U32.pack(_replicas(config)))
         try:
-            st, rest = c.call(BATCH_PUT_FROM, b"".join(parts))
+            st, rest = c.call(op, b"".join(parts))
         except _Gone:
             return [RPC_FAIL] * n
-        return _ints(rest, n) if st == OK else [st] * n
+        res = _ints(rest, n) if st == OK else [st] * n
+        single = PUT_FROM if op == BATCH_PUT_FROM else UPSERT_FROM
+        for i in outside:
+            res[i] = self._put_from(single, keys[i], buffer_ptrs[i], sizes[i], config)
+        return res
 
     # ---- reads ----
     def get(self, key):
@@ -444,6 +481,16 @@ class _DummyView:
         except _Gone:
             return [RPC_FAIL] * n
         return _ints(rest, n) if st == OK else [st] * n
+
+    def remove_by_regex(self, regex_pattern, force=False):
+        pat = regex_pattern.encode() if isinstance(regex_pattern, str) else bytes(regex_pattern)
+        if len(pat) > 4096:
+            return INVALID_PARAMS
+        try:
+            return _conn(self).call(REMOVE_BY_REGEX, _U32.pack(len(pat)) + pat +
+                                    bytes([1 if force else 0]))[0]
+        except _Gone:
+            return RPC_FAIL
 
     def remove_all(self, force=False):
         try:

@@ -233,6 +233,7 @@ int mc_dipc_decode_request(uint16_t op, const void *body, size_t len, mc_dipc_re
             r.bad = true;
         break;
     case MC_DIPC_PUT:
+    case MC_DIPC_UPSERT:
         out->n = 1;
         rd_key(&r, row);
         out->value = mc_dipc_bytes(&r, MC_DIPC_MAX_BODY, &out->value_len);
@@ -245,15 +246,21 @@ int mc_dipc_decode_request(uint16_t op, const void *body, size_t len, mc_dipc_re
         rd_key(&r, row);
         break;
     case MC_DIPC_PUT_FROM:
+    case MC_DIPC_UPSERT_FROM:
     case MC_DIPC_GET_INTO:
         out->n = 1;
         rd_key(&r, row);
         row->off = mc_dipc_u64(&r);
         row->len = mc_dipc_u64(&r);
-        if (op == MC_DIPC_PUT_FROM)
+        if (op != MC_DIPC_GET_INTO)
             out->replica_num = mc_dipc_u32(&r);
         break;
+    case MC_DIPC_REMOVE_BY_REGEX:
+        out->value = mc_dipc_bytes(&r, MC_DIPC_KEY_MAX, &out->value_len);
+        out->force = mc_dipc_u8(&r) != 0;
+        break;
     case MC_DIPC_BATCH_PUT_FROM:
+    case MC_DIPC_BATCH_UPSERT_FROM:
         rd_rows(&r, out, true);
         out->replica_num = mc_dipc_u32(&r);
         break;

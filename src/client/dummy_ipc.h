@@ -60,7 +60,12 @@ enum {
     MC_DIPC_STATS = 13,     /* -> u64 connections, u64 pools mapped, u64 pool bytes,
                                u64 requests served, u64 frames refused */
     MC_DIPC_BATCH_REMOVE = 14, /* u32 n, n x key, u8 force -> u32 n, n x i64 */
-    MC_DIPC_OP_MAX = 14,
+    MC_DIPC_UPSERT = 15,    /* as PUT, replacing */
+    MC_DIPC_UPSERT_FROM = 16, /* as PUT_FROM, replacing */
+    MC_DIPC_BATCH_UPSERT_FROM = 17, /* as BATCH_PUT_FROM, replacing */
+    MC_DIPC_REMOVE_BY_REGEX = 18, /* bytes pattern (<= MC_DIPC_KEY_MAX), u8 force ->
+                                     (status: count) */
+    MC_DIPC_OP_MAX = 18,
 };
 
 /* The abstract socket name for port (sun_path bytes, leading NUL included): written to
@@ -122,7 +127,7 @@ typedef struct mc_dipc_row {
 typedef struct mc_dipc_request {
     uint16_t op;
     uint64_t pool_size;   /* HELLO */
-    const void *value;    /* PUT: into the body */
+    const void *value;    /* PUT, UPSERT: into the body; REMOVE_BY_REGEX: the pattern */
     size_t value_len;
     uint32_t replica_num; /* PUT, PUT_FROM, BATCH_PUT_FROM */
     bool force;           /* REMOVE, REMOVE_ALL, BATCH_REMOVE */

@@ -172,13 +172,15 @@ static int64_t op_hello(req *q)
     return MC_OK;
 }
 
-static int64_t put_one(req *q, const mc_dipc_row *row, const void *p, uint64_t size)
+/* put (or upsert) of one object from p (the body or the pool). */
+static int64_t put_one(req *q, const mc_dipc_row *row, const void *p, uint64_t size, bool up)
 {
     mc_store_replicate_config cfg;
     cfg_from(&cfg, q->d.replica_num);
     mc_store_key k = key_of(row);
     int res = MC_OK;
-    int rc = mc_store_batch_put_from(q->c->srv->store, &k, 1, &p, &size, &cfg, &res);
+    int rc = up ? mc_store_batch_upsert_from(q->c->srv->store, &k, 1, &p, &size, &cfg, &res)
+                : mc_store_batch_put_from(q->c->srv->store, &k, 1, &p, &size, &cfg, &res);
     return rc != MC_OK ? rc : res;
 }
 
@@ -187,7 +189,7 @@ static int64_t op_put(req *q)
     if (!q->d.value_len)
         return MC_INVALID_PARAMS;
     /* straight from the request body: the real client may have no local buffer */
-    return put_one(q, &q->d.rows[0], q->d.value, q->d.value_len);
+    return put_one(q, &q->d.rows[0], q->d.value, q->d.value_len, q->d.op == MC_DIPC_UPSERT);
 }
 
 static int64_t op_get(req *q)
@@ -211,7 +213,7 @@ static int64_t op_put_from(req *q)
         return MC_INVALID_PARAMS;
     if (!row->len)
         return MC_OK; /* upstream put_from: size 0 stores nothing */
-    return put_one(q, row, p, row->len);
+    return put_one(q, row, p, row->len, q->d.op == MC_DIPC_UPSERT_FROM);
 }
 
 static int64_t op_get_into(req *q)
@@ -254,8 +256,11 @@ static int64_t op_batch_pool(req *q, bool put)
     if (m && put) {
         mc_store_replicate_config cfg;
         cfg_from(&cfg, q->d.replica_num);
-        rc = mc_store_batch_put_from(q->c->srv->store, k, m, (const void *const *)p, l, &cfg,
-                                     pres);
+        rc = q->d.op == MC_DIPC_BATCH_UPSERT_FROM
+                 ? mc_store_batch_upsert_from(q->c->srv->store, k, m, (const void *const *)p, l,
+                                              &cfg, pres)
+                 : mc_store_batch_put_from(q->c->srv->store, k, m, (const void *const *)p, l,
+                                           &cfg, pres);
     } else if (m) {
         rc = mc_store_batch_get_into(q->c->srv->store, k, m, p, l, gres);
     }
@@ -318,6 +323,11 @@ static int64_t dispatch(req *q)
     case MC_DIPC_GET_SIZE: return mc_store_get_size(s, row->key, row->key_len);
     case MC_DIPC_STATS: return op_stats(q);
     case MC_DIPC_BATCH_REMOVE: return op_batch_keys(q, true);
+    case MC_DIPC_UPSERT: return op_put(q);
+    case MC_DIPC_UPSERT_FROM: return op_put_from(q);
+    case MC_DIPC_BATCH_UPSERT_FROM: return op_batch_pool(q, true);
+    case MC_DIPC_REMOVE_BY_REGEX:
+        return mc_store_remove_by_regex(s, q->d.value, q->d.value_len, q->d.force);
     default: return MC_INVALID_PARAMS;
     }
 }

@@ -26,6 +26,7 @@ static void encode(const mc_dipc_request *r, mc_dipc_wr *w)
     switch (r->op) {
     case MC_DIPC_HELLO: mc_dipc_put_u64(w, r->pool_size); break;
     case MC_DIPC_PUT:
+    case MC_DIPC_UPSERT:
         mc_dipc_put_bytes(w, row->key, row->key_len);
         mc_dipc_put_bytes(w, r->value, r->value_len);
         mc_dipc_put_u32(w, r->replica_num);
@@ -34,18 +35,25 @@ static void encode(const mc_dipc_request *r, mc_dipc_wr *w)
     case MC_DIPC_IS_EXIST:
     case MC_DIPC_GET_SIZE: mc_dipc_put_bytes(w, row->key, row->key_len); break;
     case MC_DIPC_PUT_FROM:
+    case MC_DIPC_UPSERT_FROM:
     case MC_DIPC_GET_INTO:
         mc_dipc_put_bytes(w, row->key, row->key_len);
         mc_dipc_put_u64(w, row->off);
         mc_dipc_put_u64(w, row->len);
-        if (r->op == MC_DIPC_PUT_FROM)
+        if (r->op != MC_DIPC_GET_INTO)
             mc_dipc_put_u32(w, r->replica_num);
         break;
+    case MC_DIPC_REMOVE_BY_REGEX:
+        mc_dipc_put_bytes(w, r->value, r->value_len);
+        mc_dipc_put_u8(w, r->force);
+        break;
     case MC_DIPC_BATCH_PUT_FROM:
+    case MC_DIPC_BATCH_UPSERT_FROM:
     case MC_DIPC_BATCH_GET_INTO:
     case MC_DIPC_BATCH_IS_EXIST:
     case MC_DIPC_BATCH_REMOVE: {
-        bool ranged = r->op == MC_DIPC_BATCH_PUT_FROM || r->op == MC_DIPC_BATCH_GET_INTO;
+        bool ranged = r->op == MC_DIPC_BATCH_PUT_FROM || r->op == MC_DIPC_BATCH_GET_INTO ||
+                      r->op == MC_DIPC_BATCH_UPSERT_FROM;
         mc_dipc_put_u32(w, r->n);
         for (uint32_t i = 0; i < r->n; i++) {
             mc_dipc_put_bytes(w, r->rows[i].key, r->rows[i].key_len);
@@ -54,7 +62,7 @@ static void encode(const mc_dipc_request *r, mc_dipc_wr *w)
                 mc_dipc_put_u64(w, r->rows[i].len);
             }
         }
-        if (r->op == MC_DIPC_BATCH_PUT_FROM)
+        if (r->op == MC_DIPC_BATCH_PUT_FROM || r->op == MC_DIPC_BATCH_UPSERT_FROM)
             mc_dipc_put_u32(w, r->replica_num);
         if (r->op == MC_DIPC_BATCH_REMOVE)
             mc_dipc_put_u8(w, r->force);
@@ -92,7 +100,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (r.n > MC_DIPC_MAX_BATCH || !r.rows)
                 abort();
             bool keyed = r.op != MC_DIPC_HELLO && r.op != MC_DIPC_STATS &&
-                         r.op != MC_DIPC_REMOVE_ALL;
+                         r.op != MC_DIPC_REMOVE_ALL && r.op != MC_DIPC_REMOVE_BY_REGEX;
             for (uint32_t i = 0; keyed && i < r.n; i++)
                 if (!r.rows[i].key_len || r.rows[i].key_len > MC_DIPC_KEY_MAX ||
                     !inside(r.rows[i].key, r.rows[i].key_len, body, h.body_len))
@@ -105,7 +113,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             size_t n = w.n - MC_DIPC_HDR;
             /* force is a byte read as a bool: only 0/1 re-encode identically */
             bool has_force = r.op == MC_DIPC_REMOVE || r.op == MC_DIPC_REMOVE_ALL ||
-                             r.op == MC_DIPC_BATCH_REMOVE;
+                             r.op == MC_DIPC_BATCH_REMOVE || r.op == MC_DIPC_REMOVE_BY_REGEX;
             if (n != h.body_len)
                 abort();
             if (!has_force && memcmp(w.p + MC_DIPC_HDR, body, n) != 0)

@@ -33,3 +33,12 @@ def fn_pool_read(store, key, size):
 
 def fn_pid(store):
     return os.getpid()
+
+
+def fn_raw_roundtrip(store, key, data):
+    """put_from / get_into with memory outside the pool (the bytes travel inline)."""
+    src = ctypes.create_string_buffer(data, len(data))
+    dst = ctypes.create_string_buffer(len(data))
+    p = store.batch_put_from([key], [ctypes.addressof(src)], [len(data)])
+    g = store.get_into(key, ctypes.addressof(dst), len(data))
+    return p, g, dst.raw == data

@@ -84,6 +84,12 @@ def test_two_dummies_share_one_real_client(env):
     assert b.call("remove", "k-a", True) == 0
     assert a.call("get", "k-a") == b""
     assert a.call("batch_remove", keys, True) == [0] * 8
+    # upsert replaces, remove_by_regex, memory outside the pool
+    assert a.call("put", "u-1", b"old") == 0 and b.call("upsert", "u-1", b"newer") == 0
+    assert a.call("get", "u-1") == b"newer"
+    assert b.call("upsert_batch", ["u-2", "u-3"], [b"x", b"y"]) == 0
+    assert a.call("remove_by_regex", "^u-", True) == 3
+    assert a.fn("raw_roundtrip", "raw-1", b"r" * 5000) == ([0], 5000, True)
     # segment management on a dummy: -1, as upstream
     assert a.call("mount_segment", "/dev/shm/x", 1 << 20)["ret"] == -1
     assert a.call("unmount_segment", ["x"]) == -1
