@@ -114,3 +114,24 @@ def test_close_releases_extra_segments(store):
     assert store.put("c1", b"q" * 5000) == 0
     assert store.close() == 0
     assert store.get("c1") == b""
+
+
+def test_extra_segment_remounted_after_master_restart():
+    """The heartbeat's remount after NEED_REMOUNT covers the extra segments too: after a
+    master restart (which forgets every segment) puts land in the mounted one again."""
+    sp = _Spawner()
+    c = StoreCluster(sp)
+    s = MooncakeDistributedStore()
+    try:
+        assert s.setup(*c.setup_args(segment=0, local_buffer=16 << 20)) == 0
+        assert s.allocate_and_mount_segment(SEG)["ret"] == 0
+        assert s.put("r1", b"a" * 1000) == 0
+        c.restart()
+        # the only segment anywhere is the remounted extra one
+        wait_until(lambda: s.put("r2", b"b" * 1000) == 0, timeout=30,
+                   what="put after the remount")
+        assert where(s, "r2") == [s.get_hostname()]
+        assert s.get("r2") == b"b" * 1000
+    finally:
+        s.close()
+        sp.cleanup()
