@@ -32,6 +32,7 @@ lookups of public names on the store go to the view (its methods forward, or ref
 ``close()`` drops it, and the object is a fresh, not-set-up store again.
 """
 import ctypes
+import fcntl
 import logging
 import mmap
 import os
@@ -114,8 +115,12 @@ class _Conn:
         self.pool_used = 0
         self.server_name = ""
         if pool_size:
-            self.pool_fd = os.memfd_create("mooncake_dummy_pool", os.MFD_CLOEXEC)
+            self.pool_fd = os.memfd_create("mooncake_dummy_pool",
+                                           os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
             os.ftruncate(self.pool_fd, pool_size)
+            # the real client maps only a pool that cannot shrink under it (SIGBUS)
+            fcntl.fcntl(self.pool_fd, fcntl.F_ADD_SEALS,
+                        fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
             self.pool = mmap.mmap(self.pool_fd, pool_size)
             self._pool_view = (ctypes.c_char * pool_size).from_buffer(self.pool)
             self.pool_base = ctypes.addressof(self._pool_view)

@@ -43,8 +43,9 @@
 
 /* Operations. Request body -> reply body (after the i64 status). */
 enum {
-    MC_DIPC_HELLO = 1,      /* u64 pool_size (+ the memfd with SCM_RIGHTS when > 0) ->
-                               bytes real client's segment name */
+    MC_DIPC_HELLO = 1,      /* u64 pool_size (+ the memfd with SCM_RIGHTS when > 0; it
+                               must carry F_SEAL_SHRINK) -> bytes real client's segment
+                               name */
     MC_DIPC_PUT = 2,        /* key, bytes value, u32 replica_num -> (status) */
     MC_DIPC_GET = 3,        /* key -> bytes value (status: its size, or negative) */
     MC_DIPC_PUT_FROM = 4,   /* key, u64 pool offset, u64 size, u32 replica_num -> */

@@ -153,6 +153,15 @@ static int64_t op_hello(req *q)
         struct stat st;
         if (q->fd < 0 || fstat(q->fd, &st) < 0 || (uint64_t)st.st_size < size)
             return MC_INVALID_PARAMS;
+        /* A pool its owner could shrink later would fault (SIGBUS) in this process on
+         * the next access: only a memfd sealed against shrinking is mapped. */
+        int seals = fcntl(q->fd, F_GET_SEALS);
+        if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
+            mc_log(MC_LOG_WARN, TAG,
+                   "refused the pool of dummy pid %d: not a memfd sealed with F_SEAL_SHRINK",
+                   (int)c->pid);
+            return MC_INVALID_PARAMS;
+        }
         void *p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, q->fd, 0);
         if (p == MAP_FAILED) {
             mc_log(MC_LOG_WARN, TAG, "cannot map the pool of dummy pid %d: %s", (int)c->pid,

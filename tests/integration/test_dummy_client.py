@@ -160,3 +160,45 @@ def test_setup_dummy_without_real_client():
     assert s.setup_dummy(POOL, 0, "no-port") == -600
     assert s.alloc_from_mem_pool(100) == 0
     assert s.health_check() == 1
+
+
+def _raw_call(port, op, body, fds=()):
+    import socket
+    import struct
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(20)
+    try:
+        s.connect(f"\0mooncake_client_{port}.sock")
+        msg = struct.pack("<IHHII", 0x4344434D, 1, op, 9, len(body)) + body
+        socket.send_fds(s, [msg], list(fds)) if fds else s.sendall(msg)
+        h = b""
+        while len(h) < 24:
+            chunk = s.recv(24 - len(h))
+            if not chunk:
+                return None  # closed by the real client
+            h += chunk
+        magic, ver, rop, rid, blen = struct.unpack("<IHHII", h[:16])
+        assert (magic, rop, rid) == (0x4344434D, op | 0x8000, 9)
+        return struct.unpack("<q", h[16:24])[0]
+    finally:
+        s.close()
+
+
+def test_real_client_refuses_bad_pools_and_frames(env):
+    import struct
+    cluster, real, dummy = env
+    watcher = dummy()
+    before = _stats(watcher)["refused"]
+    # a pool that is not sealed against shrinking would SIGBUS the real client later
+    fd = os.memfd_create("mc-test-unsealed")
+    try:
+        os.ftruncate(fd, 1 << 20)
+        assert _raw_call(real.port, 1, struct.pack("<Q", 1 << 20), [fd]) == -600
+    finally:
+        os.close(fd)
+    # a body that does not decode gets -600; a bad header closes the connection
+    assert _raw_call(real.port, 3, struct.pack("<I", 1000) + b"k") == -600
+    assert _raw_call(real.port, 99, b"") is None
+    s = _stats(watcher)
+    assert s["refused"] >= before + 2 and s["pools"] == 1
+    assert watcher.call("put", "still-fine", b"ok") == 0
