@@ -41,6 +41,7 @@
 #include <stdint.h>
 
 #include "alloc/allocator.h"
+#include "common/list.h"
 #include "client/master_client.h"
 #include "master.pb-c.h"
 #include "mooncake/store.h"
@@ -233,7 +234,24 @@ struct mc_store {
     mc__ubuf *ubuf_root;
     size_t n_ubufs;
     uint64_t ubuf_seq; /* feeds the priorities */
+    /* Extra segments (segments.c: mount_segment & co.), a list of mc__xseg guarded by
+     * xseg_lock (segment calls run under life shared; teardown under exclusive). */
+    pthread_mutex_t xseg_lock;
+    mc_list xsegs;
+    size_t n_xsegs;
 };
+
+/* ---- extra segments (segments.c) ---- */
+
+/* Initialises / destroys the extra-segment state (create / destroy). */
+void mc__xseg_init(mc_store *s);
+void mc__xseg_deinit(mc_store *s);
+/* Unmounts (when the master answers: ping_ok) and releases every extra segment. Caller
+ * holds life exclusively (teardown), before the engine and master client go. */
+void mc__xseg_teardown(mc_store *s);
+/* Fills segs[0..cap) with the mounted extra segments (strings borrowed from s; valid
+ * under life, which the heartbeat's caller guarantees); returns how many. */
+size_t mc__xseg_fill(mc_store *s, mc_master_segment *segs, size_t cap);
 
 /* ---- shared small helpers (setup.c unless inline) ---- */
 

@@ -125,6 +125,12 @@ MC_API int mc_master_client_remount_segments(mc_master_client *c, const mc_maste
  * SEGMENT_NOT_FOUND, ILLEGAL_CLIENT). */
 MC_API int mc_master_client_unmount_segment(mc_master_client *c, mc_master_uuid segment_id,
                                             mc_master_uuid client_id);
+/* mc_master_client_unmount_segment_grace: grace_ms 0 as above; > 0 a graceful unmount
+ * (mc_master_service_unmount_segment_grace: no new allocations at once, replicas
+ * readable for grace_ms, then unmounted by the master's tick). */
+MC_API int mc_master_client_unmount_segment_grace(mc_master_client *c,
+                                                  mc_master_uuid segment_id,
+                                                  mc_master_uuid client_id, uint64_t grace_ms);
 
 /* ---- writes ---- */
 

@@ -155,6 +155,7 @@ int mc_store_create(mc_store **out)
     atomic_init(&s->fences_applied, 0);
     pthread_mutex_init(&s->hb_lock, NULL);
     mc_cond_init_monotonic(&s->hb_cond);
+    mc__xseg_init(s);
     *out = s;
     return MC_OK;
 }
@@ -168,6 +169,7 @@ static int teardown(mc_store *s)
      * master client, the engine and the segment without holding any lock. */
     mc__hb_stop(s);
     mc__hb_flush(s); /* fences applied but not yet acknowledged */
+    mc__xseg_teardown(s); /* mount_segment & co. (segments.c) */
     if (s->seg_mounted) {
         /* After failed pings the master is unreachable (and will expire us by
          * client_ttl): do not wait for it. */
@@ -621,6 +623,7 @@ void mc_store_destroy(mc_store *s)
     free(s->hb_pr);
     pthread_mutex_destroy(&s->hb_lock);
     pthread_cond_destroy(&s->hb_cond);
+    mc__xseg_deinit(s);
     free(s);
 }
 

@@ -142,6 +142,19 @@ MC_API int mc_master_service_unmount_segment(mc_master_service *svc,
                                              mc_master_uuid segment_id,
                                              mc_master_uuid client_id);
 
+/* mc_master_service_unmount_segment_grace: grace_ms 0 is mc_master_service_unmount_segment.
+ * grace_ms > 0 is upstream's GracefulUnmountSegment: from now on placement skips the
+ * segment (no new allocation) and its capacity leaves the gauges, but its replicas stay
+ * readable until now + grace_ms, when the tick finishes the unmount (replicas dropped,
+ * objects left with none erased). A segment in its grace period counts as absent for a
+ * second unmount (SEGMENT_NOT_FOUND). grace_ms is capped at
+ * MC_MASTER_MAX_UNMOUNT_GRACE_MS (INVALID_PARAMS above it). Codes otherwise as
+ * mc_master_service_unmount_segment. Threads: any. */
+#define MC_MASTER_MAX_UNMOUNT_GRACE_MS (24ull * 3600 * 1000)
+MC_API int mc_master_service_unmount_segment_grace(mc_master_service *svc,
+                                                   mc_master_uuid segment_id,
+                                                   mc_master_uuid client_id, uint64_t grace_ms);
+
 /* mc_master_service_ping: heartbeat. A known, live client gets CLIENT_OK and its TTL is
  * extended to now + client_ttl; an unknown or expired one gets CLIENT_NEED_REMOUNT (it
  * becomes known again through mount/remount). out also receives the fences pending for

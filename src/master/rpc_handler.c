@@ -396,14 +396,15 @@ static int shape_REMOUNT(mc_master_rpc_handler *h, remount_fn fn,
     return REPLY(r);
 }
 
-typedef int (*unmount_fn)(mc_master_service *, mc_master_uuid, mc_master_uuid);
+typedef int (*unmount_fn)(mc_master_service *, mc_master_uuid, mc_master_uuid, uint64_t);
 
 static int shape_UNMOUNT(mc_master_rpc_handler *h, unmount_fn fn,
                          const Mcrpc__UnmountSegmentRequest *req, OUT)
 {
     DECODED(req);
     Mcrpc__StatusReply r = MCRPC__STATUS_REPLY__INIT;
-    r.status = fn(h->svc, uuid_from_pb(req->segment_id), uuid_from_pb(req->client_id));
+    r.status = fn(h->svc, uuid_from_pb(req->segment_id), uuid_from_pb(req->client_id),
+                  req->grace_period_ms);
     return REPLY(r);
 }
 

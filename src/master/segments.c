@@ -328,11 +328,16 @@ static void unmount_mark_locked(mc_master_service *svc, seg *s)
     csub(&svc->allocated, cget(&s->used));
 }
 
-int mc_master_service_unmount_segment(mc_master_service *svc, mc_master_uuid segment_id,
-                                      mc_master_uuid client_id)
+int mc_master_service_unmount_segment_grace(mc_master_service *svc, mc_master_uuid segment_id,
+                                            mc_master_uuid client_id, uint64_t grace_ms)
 {
     int rc = MC_SEGMENT_NOT_FOUND;
     uint32_t slot = 0;
+    if (grace_ms > MC_MASTER_MAX_UNMOUNT_GRACE_MS) {
+        count_op(svc, MC_MASTER_OP_UNMOUNT_SEGMENT, MC_INVALID_PARAMS);
+        return MC_INVALID_PARAMS;
+    }
+    uint64_t now = now_ms(svc);
     pthread_rwlock_wrlock(&svc->seg_lock);
     for (uint32_t i = 0; i < svc->nslots; i++) {
         seg *s = svc->segs[i];
@@ -341,6 +346,8 @@ int mc_master_service_unmount_segment(mc_master_service *svc, mc_master_uuid seg
                 rc = MC_ILLEGAL_CLIENT;
             } else {
                 unmount_mark_locked(svc, s);
+                /* graceful: the tick (mc__graceful_unmount_reap) finishes it later */
+                s->grace_deadline = grace_ms ? now + grace_ms : 0;
                 slot = i;
                 rc = MC_OK;
             }
@@ -348,10 +355,38 @@ int mc_master_service_unmount_segment(mc_master_service *svc, mc_master_uuid seg
         }
     }
     pthread_rwlock_unlock(&svc->seg_lock);
-    if (rc == MC_OK)
+    if (rc == MC_OK && !grace_ms)
         unmount_finish(svc, slot); /* without the table lock: it takes shard mutexes */
     count_op(svc, MC_MASTER_OP_UNMOUNT_SEGMENT, rc);
     return rc;
+}
+
+int mc_master_service_unmount_segment(mc_master_service *svc, mc_master_uuid segment_id,
+                                      mc_master_uuid client_id)
+{
+    return mc_master_service_unmount_segment_grace(svc, segment_id, client_id, 0);
+}
+
+void mc__graceful_unmount_reap(mc_master_service *svc, uint64_t now)
+{
+    uint32_t due[16];
+    for (;;) {
+        uint32_t n = 0;
+        /* claim (deadline to 0) under the write lock, finish without it */
+        pthread_rwlock_wrlock(&svc->seg_lock);
+        for (uint32_t i = 0; i < svc->nslots && n < 16; i++) {
+            seg *s = svc->segs[i];
+            if (s && s->unmounting && s->grace_deadline && s->grace_deadline <= now) {
+                s->grace_deadline = 0;
+                due[n++] = i;
+            }
+        }
+        pthread_rwlock_unlock(&svc->seg_lock);
+        for (uint32_t k = 0; k < n; k++)
+            unmount_finish(svc, due[k]);
+        if (n < 16)
+            return;
+    }
 }
 
 /* ---- expiry ---- */

@@ -198,6 +198,7 @@ void mc_master_service_tick(mc_master_service *svc)
     notice_stall(svc); /* before expiry: it is what expiry must not act on */
     mc__defer_reap(svc, now_ms(svc));
     mc__expire_clients(svc, now_ms(svc));
+    mc__graceful_unmount_reap(svc, now_ms(svc));
     mc__release_stale_puts(svc);
     mc__quarantine_reap(svc, now_ms(svc)); /* the release-timeout rule; acks reap in ping */
     sweep_soft_pins(svc);

@@ -8,6 +8,7 @@ import pytest
 
 
 @pytest.mark.parametrize("module,program", [("mooncake.cli", "mooncake_master"),
+                                            ("mooncake.cli_client", "mooncake_client"),
                                             ("mooncake.cli_bench", "transfer_engine_bench")])
 def test_wrapper_runs_the_installed_program(module, program):
     r = subprocess.run([sys.executable, "-m", module, "--definitely_not_a_flag=1"],
