@@ -321,7 +321,8 @@ static int code_reason(int code)
 {
     switch (code < 0 ? -code : code) {
     case MC_AUTH_CLIENT_NO_SECRET: return MC_RPC_REFUSED_CLIENT_NO_SECRET;
-    case MC_AUTH_BAD_CLIENT_MAC: return MC_RPC_REFUSED_BAD_MAC;
+    case MC_AUTH_BAD_CLIENT_MAC:
+    case MC_AUTH_BAD_SERVER_MAC: return MC_RPC_REFUSED_BAD_MAC;
     case MC_AUTH_WRONG_PORT: return MC_RPC_REFUSED_WRONG_PORT;
     case MC_AUTH_TIMEOUT: return MC_RPC_REFUSED_HANDSHAKE_TIMEOUT;
     case MC_AUTH_IO: return MC_RPC_REFUSED_HANDSHAKE_CLOSED;
