@@ -346,17 +346,22 @@ def test_connection_flood(spawn, tmp_path):
 
 
 def test_unread_reply_flood(spawn, tmp_path):
-    # 4 authenticated connections pipeline 2000 regex lookups each (~25 KiB replies, 50 MB
-    # per connection) and never read: past 1 MiB queued the master stops reading them
+    # 4 authenticated connections pipeline 2000 regex lookups each (replies of > 16 KiB:
+    # > 30 MiB per connection) and never read: past 1 MiB queued the master stops reading
+    # them, so its memory stays bounded whatever they send
     m = start(spawn, token_file(tmp_path))
     rc, s = store_setup(m, segment=64 << 20, auth_token=SECRET)
     assert rc == 0 and s.put("kept", b"v" * 1000) == 0
     for i in range(0, 200, 50):
         assert s.put_batch([f"flood-{i + j:04d}-" + "k" * 60 for j in range(50)],
                            [b"x" * 64] * 50) == 0
+    req = frame(OP_REGEX, ld(1, b"flood-.*"))
+    with rpc_connect(m.rpc_port, SECRET) as c:      # one reply's size, read
+        c.sendall(req)
+        reply = len(recv_frame(c)[1])
+    assert reply > 16 << 10
     pid, rss0 = m.proc.pid, rss_kb(m.proc.pid)
     conns = [rpc_connect(m.rpc_port, SECRET) for _ in range(4)]
-    req = frame(OP_REGEX, ld(1, b"flood-.*"))
     try:
         for c in conns:
             c.setblocking(False)
@@ -380,6 +385,6 @@ def test_unread_reply_flood(spawn, tmp_path):
             c.close()
         s.close()
     print(f"\n[figures] RPC unread-reply flood (4 connections, {sum(sent)} requests of "
-          f"~25 KiB replies sent, none read): worst /health {worst * 1000:.0f} ms, "
-          f"RSS {rss0 // 1024} -> {peak // 1024} MB")
+          f"{reply} B replies sent ({sum(sent) * reply >> 20} MiB of replies), none read): "
+          f"worst /health {worst * 1000:.0f} ms, RSS {rss0 // 1024} -> {peak // 1024} MB")
     assert peak - rss0 < 100 * 1024, (rss0, peak)
