@@ -704,7 +704,7 @@ def analyse(res):
             r = {}
             g = c.get("gbps")
             if g is not None:
-                if label == "ours":
+                if label in ("ours", "ours+auth"):
                     r["memcpy"] = g / mcp[c["size"]] if mcp.get(c["size"]) else None
                 else:
                     r["raw_tcp"] = g / tcp[c["size"]] if tcp.get(c["size"]) else None

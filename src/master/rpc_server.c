@@ -372,18 +372,26 @@ static void pre_frame(srv_conn *sc, size_t n)
     sc->have = 0;
     if (sc->phase == PH_HELLO) {
         rc = mc_auth_server_challenge(&sc->hs, sc->in, n, out, sizeof out, &olen);
-        if (rc)
-            return pre_fail(sc, -rc, out, olen);
-        if (!pre_send(sc, out, olen))
-            return pre_fail(sc, MC_AUTH_IO, NULL, 0);
+        if (rc) {
+            pre_fail(sc, -rc, out, olen);
+            return;
+        }
+        if (!pre_send(sc, out, olen)) {
+            pre_fail(sc, MC_AUTH_IO, NULL, 0);
+            return;
+        }
         sc->phase = PH_RESPONSE;
         return;
     }
     rc = mc_auth_server_verify(&sc->hs, sc->in, n, out, sizeof out, &olen);
-    if (rc)
-        return pre_fail(sc, -rc, out, olen);
-    if (!pre_send(sc, out, olen))
-        return pre_fail(sc, MC_AUTH_IO, NULL, 0);
+    if (rc) {
+        pre_fail(sc, -rc, out, olen);
+        return;
+    }
+    if (!pre_send(sc, out, olen)) {
+        pre_fail(sc, MC_AUTH_IO, NULL, 0);
+        return;
+    }
     count(&sc->lc->srv->authed, 1);
     to_rpc(sc, NULL, 0);
 }
@@ -407,21 +415,19 @@ static void pre_io(mc_loop *loop, int fd, uint32_t events, void *arg)
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
         return;
     if (n <= 0) { /* closed or failed before speaking the protocol */
-        if (sc->phase == PH_SNIFF && sc->have == 0 && n == 0) {
-            pre_close(sc); /* a connect and close (a port probe): nothing to count */
-            return;
-        }
-        if (sc->phase == PH_SNIFF) {
+        if (sc->phase == PH_SNIFF) /* open: nothing to tell, nothing to count */
             pre_close(sc);
-            return;
-        }
-        return pre_fail(sc, MC_AUTH_IO, NULL, 0);
+        else
+            pre_fail(sc, MC_AUTH_IO, NULL, 0);
+        return;
     }
     sc->have += (size_t)n;
     if (sc->phase == PH_SNIFF) {
         /* open server: the RPC's magic "MCRP" and the handshake's "MCAU" share "MC" */
-        if (!mc_auth_looks_like_frame(sc->in, sc->have))
-            return to_rpc(sc, sc->in, sc->have);
+        if (!mc_auth_looks_like_frame(sc->in, sc->have)) {
+            to_rpc(sc, sc->in, sc->have);
+            return;
+        }
         if (sc->have < 4)
             return;
         uint8_t r[MC_AUTH_FRAME_MAX];
@@ -444,7 +450,8 @@ static void pre_io(mc_loop *loop, int fd, uint32_t events, void *arg)
         int code = sc->phase == PH_HELLO && !mc_auth_looks_like_frame(sc->in, m)
                        ? MC_AUTH_CLIENT_NO_SECRET
                        : (p == -EPROTONOSUPPORT ? MC_AUTH_BAD_VERSION : MC_AUTH_MALFORMED);
-        return pre_fail(sc, code, NULL, 0);
+        pre_fail(sc, code, NULL, 0);
+        return;
     }
     if (p > 0)
         pre_frame(sc, (size_t)p);
