@@ -21,7 +21,8 @@ import time
 
 import pytest
 
-from conftest import HS_HELLO, HS_RESULT, hs_frame, hs_read, rpc_connect, rpc_handshake
+from conftest import (HS_HELLO, HS_RESULT, hs_frame, hs_read, rpc_connect, rpc_handshake,
+                      wait_until)
 from mc_master import ILLEGAL_CLIENT, INVALID_PARAMS, OK, Master, decode_fields, frame, \
     recv_frame, zigzag
 from test_auth_http import SECRET, NoAuth, call, connect_from, env_with, rss_kb, token_file
@@ -388,3 +389,40 @@ def test_unread_reply_flood(spawn, tmp_path):
           f"{reply} B replies sent ({sum(sent) * reply >> 20} MiB of replies), none read): "
           f"worst /health {worst * 1000:.0f} ms, RSS {rss0 // 1024} -> {peak // 1024} MB")
     assert peak - rss0 < 100 * 1024, (rss0, peak)
+
+
+def closed_soon(sock, timeout=5.0):
+    sock.settimeout(timeout)
+    try:
+        return sock.recv(100) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_connection_and_request_limits(spawn, tmp_path):
+    m = start(spawn, token_file(tmp_path), "--rpc_max_connections=8",
+              "--rpc_max_request_bytes=65536", "--rpc_max_pending_request_bytes=100000")
+    held = [rpc_connect(m.rpc_port, SECRET) for _ in range(8)]
+    try:
+        # the 9th is closed at accept, before any handshake byte
+        with socket.create_connection(("127.0.0.1", m.rpc_port), timeout=10) as c:
+            assert closed_soon(c)
+        assert refused(m, "conn_limit") >= 1
+        # one request body past --rpc_max_request_bytes: closed from its header alone
+        bad0 = metric(m, "master_rpc_bad_connections_total")
+        held[0].sendall(frame(OP_SERVICE_READY, body_len=65537))
+        assert closed_soon(held[0])
+        wait_until(lambda: metric(m, "master_rpc_bad_connections_total") == bad0 + 1, 5)
+        # two bodies of 60000 being received at once pass the 100000 pending bytes
+        held[1].sendall(frame(OP_SERVICE_READY, body_len=60000) + b"\0" * 100)
+        wait_until(lambda: metric(m, "master_rpc_pending_request_bytes") == 60000, 5)
+        held[2].sendall(frame(OP_SERVICE_READY, body_len=60000))
+        assert closed_soon(held[2])
+        assert refused(m, "pending_bytes") >= 1
+        # the slots freed are usable again, and the held connections still work
+        with rpc_connect(m.rpc_port, SECRET) as c:
+            assert rpc(c, OP_SERVICE_READY) == OK
+        assert rpc(held[3], OP_SERVICE_READY) == OK
+    finally:
+        for c in held:
+            c.close()
