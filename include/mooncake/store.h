@@ -165,6 +165,15 @@ typedef struct mc_store_config {
     /* Ours: */
     uint32_t heartbeat_interval_ms; /* 0 = MC_STORE_HEARTBEAT_MS or 1000; 10..60000 */
     uint32_t rpc_timeout_ms;      /* per master RPC; 0 = the master client's default */
+    /* The cluster secret (issue 11, docs/security.md), first of: auth_token (the secret
+       itself, NUL-terminated, 16..1024 bytes, one trailing newline stripped; copied),
+       auth_token_file (a token file: mode 0600, owned by this user), the file that
+       MC_AUTH_TOKEN_FILE names; none: no secret (open cluster). The store holds one
+       copy, used for the master RPC handshake (and, once the engine takes it, for the
+       engine's ports and the metadata HTTP backend). A token or file that fails its
+       checks fails setup with MC_INVALID_PARAMS, the reason logged. */
+    const char *auth_token;
+    const char *auth_token_file;
 } mc_store_config;
 
 /* mc_store_config_init: NULL strings, sizes 16 MiB / 16 MiB, protocol "tcp",

@@ -43,6 +43,7 @@
 #include "alloc/allocator.h"
 #include "common/list.h"
 #include "client/master_client.h"
+#include "common/auth.h"
 #include "master.pb-c.h"
 #include "mooncake/store.h"
 
@@ -182,6 +183,8 @@ struct mc_store {
     mc_te *te;
     bool own_te;
     mc_master_client *mc;
+    mc_auth_secret auth;            /* the one cluster secret (len 0: none); setup loads it,
+                                       teardown wipes it */
     mc_master_uuid client_id;
     char name[MC_STORE_NAME_MAX];   /* segment name "host:port" */
     char host[MC__HOST_MAX];        /* host part of name */

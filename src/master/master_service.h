@@ -95,6 +95,14 @@ typedef struct mc_master_config {
     uint64_t fence_epoch_base; /* the fence epoch of a (writer, segment) pair never raised */
                                /* (docs/consistency.md); 0 = mc_wall_ms() * 1024, so a    */
                                /* restarted master passes every epoch handed out before   */
+    bool check_segments;       /* false (the default: upstream's checks only); true (what */
+                               /* mooncake_master sets; docs/security.md, issue 11): a    */
+                               /* mount is refused with INVALID_PARAMS when its base is 0 */
+                               /* or its range overlaps another live segment of the same */
+                               /* client (another id), and with ILLEGAL_CLIENT when its   */
+                               /* name is mounted by another client and the host ids do  */
+                               /* not prove a restart on the same host (both non-empty   */
+                               /* and equal: then the older one is taken over, as before) */
 } mc_master_config;
 
 /* mc_master_config_init: fills *cfg with the defaults above. */
@@ -121,7 +129,9 @@ MC_API void mc_master_service_destroy(mc_master_service *svc);
 /* mc_master_service_mount_segment: creates an allocator over [base, base+size) owned
  * by client_id and marks the client alive (its TTL starts now).
  * Returns OK; SEGMENT_ALREADY_EXISTS (the id is mounted); INVALID_PARAMS (bad name,
- * size, range or string lengths). */
+ * size, range or string lengths; with cfg.check_segments also base 0 or a range that
+ * overlaps another of the client's live segments); ILLEGAL_CLIENT (cfg.check_segments:
+ * the name is mounted by another client from another or an unknown host). */
 MC_API int mc_master_service_mount_segment(mc_master_service *svc,
                                            const mc_master_segment *seg,
                                            mc_master_uuid client_id);

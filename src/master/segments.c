@@ -138,6 +138,39 @@ void mc__seg_free(seg *s)
 static void unmount_mark_locked(mc_master_service *svc, seg *s);
 static void unmount_finish(mc_master_service *svc, uint32_t slot);
 
+/* cfg.check_segments, under the table's write lock: s (not in the table yet, its id not
+ * mounted) against every live segment. A segment's client is live while it is mounted
+ * (an expired client's segments are unmounted at its expiry). */
+static int check_against_live(mc_master_service *svc, const seg *s)
+{
+    for (uint32_t i = 0; i < svc->nslots; i++) {
+        const seg *o = svc->segs[i];
+        if (!o || o->unmounting)
+            continue;
+        bool mine = uuid_eq(o->client, s->client);
+        if (mine && s->base < o->base + o->size && o->base < s->base + s->size) {
+            mc_log(MC_LOG_WARN, TAG,
+                   "mount of segment %s [0x%llx, +%llu) by client %016llx%016llx refused: it "
+                   "overlaps its segment %s [0x%llx, +%llu)", s->name,
+                   (unsigned long long)s->base, (unsigned long long)s->size,
+                   (unsigned long long)s->client.first, (unsigned long long)s->client.second,
+                   o->name, (unsigned long long)o->base, (unsigned long long)o->size);
+            return MC_INVALID_PARAMS;
+        }
+        if (!mine && o->name_hash == s->name_hash && !strcmp(o->name, s->name) &&
+            !(*s->host_id && !strcmp(o->host_id, s->host_id))) {
+            mc_log(MC_LOG_WARN, TAG,
+                   "mount of segment %s by client %016llx%016llx refused: the name is "
+                   "mounted by live client %016llx%016llx %s", s->name,
+                   (unsigned long long)s->client.first, (unsigned long long)s->client.second,
+                   (unsigned long long)o->client.first, (unsigned long long)o->client.second,
+                   *s->host_id ? "from another host" : "(and this mount names no host)");
+            return MC_ILLEGAL_CLIENT;
+        }
+    }
+    return MC_OK;
+}
+
 static int mount_one(mc_master_service *svc, const mc_master_segment *d, mc_master_uuid client)
 {
     if (!d || !str_ok(d->name, MC_MASTER_NAME_MAX, true) ||
@@ -146,6 +179,12 @@ static int mount_one(mc_master_service *svc, const mc_master_segment *d, mc_mast
         !str_ok(d->host_id, MC_MASTER_NAME_MAX, false) || d->size == 0 ||
         d->size > MC_MASTER_SEGMENT_MAX_SIZE || d->base > UINT64_MAX - d->size)
         return MC_INVALID_PARAMS;
+    if (svc->cfg.check_segments && d->base == 0) {
+        mc_log(MC_LOG_WARN, TAG, "mount of segment %s by client %016llx%016llx refused: "
+               "base address 0 (no mapped memory starts there)", d->name,
+               (unsigned long long)client.first, (unsigned long long)client.second);
+        return MC_INVALID_PARAMS;
+    }
     /* defaults: the endpoint is the segment name, the protocol tcp */
     const char *ep = d->te_endpoint && *d->te_endpoint ? d->te_endpoint : d->name;
     const char *proto = d->protocol && *d->protocol ? d->protocol : "tcp";
@@ -188,6 +227,14 @@ static int mount_one(mc_master_service *svc, const mc_master_segment *d, mc_mast
             pthread_rwlock_unlock(&svc->seg_lock);
             mc__seg_free(s);
             return MC_SEGMENT_ALREADY_EXISTS;
+        }
+    }
+    if (svc->cfg.check_segments) {
+        int rc = check_against_live(svc, s);
+        if (rc != MC_OK) {
+            pthread_rwlock_unlock(&svc->seg_lock);
+            mc__seg_free(s);
+            return rc;
         }
     }
     if (freeslot == UINT32_MAX) {
