@@ -397,10 +397,11 @@ static int start_engine(mc_store *s, const mc_store_config *c, const setup_args 
         }
         join_host_port(hp, sizeof hp, a->host, port);
         mc_te *te = NULL;
-        /* TODO(lead): merge with the engine's auth field: build mc_te_opts here with
-         * .auth = &s->auth so the engine's ports and its metadata HTTP backend use the
-         * store's one secret (until then the engine reads MC_AUTH_TOKEN_FILE itself). */
-        rc = mc_te_create(NULL, &te);
+        /* the engine's ports and its metadata client use the store's one secret (len 0:
+         * none, and the engine does not look at MC_AUTH_TOKEN_FILE again); everything
+         * else from the environment, as mc_te_create(NULL) would */
+        mc_te_opts to = {.auth = &s->auth};
+        rc = mc_te_create(&to, &te);
         if (rc != MC_OK)
             return rc;
         rc = mc_te_initialize(te, hp, c->metadata_server, proto, dev);

@@ -387,7 +387,11 @@ int mc_te_initialize(mc_te *te, const char *local_hostname, const char *metadata
     if (mc_env_u64("MC_MIN_RPC_PORT", 15000, 1, 65535, &port_lo) < 0 ||
         mc_env_u64("MC_MAX_RPC_PORT", 17000, 1, 65535, &port_hi) < 0)
         return MC_INVALID_PARAMS;
-    rc = mc_metadata_create(metadata_conn, &te->md);
+    /* the metadata client signs with the engine's secret: the same one on every port
+     * (none configured: a len-0 secret, so it does not read MC_AUTH_TOKEN_FILE again) */
+    static const mc_auth_secret no_secret; /* len 0 */
+    mc_metadata_opts mo = {.auth_secret = te->auth ? te->auth : &no_secret};
+    rc = mc_metadata_create_opts(metadata_conn, &mo, &te->md);
     if (rc != MC_OK)
         return rc;
     te->p2p = mc_metadata_is_p2p(te->md);
