@@ -17,8 +17,10 @@
  * reached again without any action from the caller. A connection idle for 10 ms or more
  * is checked before use (one poll) and replaced when the master closed it meanwhile, so
  * the first call after a master restart does not fail for that reason (a restart takes
- * longer than 10 ms). No request is ever resent. Each call has a deadline of rpc_timeout_ms
- * (env MC_RPC_TIMEOUT_MS, default 30000) covering connect, send and receive.
+ * longer than 10 ms). With a host:port no request is ever resent (an etcd:// address
+ * follows HA masters and resends what is safe: "HA" below). Each call has a deadline of
+ * rpc_timeout_ms (env MC_RPC_TIMEOUT_MS, default 30000) covering connect, send and
+ * receive.
  *
  * Return values: upstream status codes (include/mooncake/status.h): MC_OK or the code the
  * master returned (documented per RPC in master_service.h); MC_RPC_FAIL / MC_RPC_TIMEOUT

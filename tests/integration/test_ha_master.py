@@ -1,0 +1,110 @@
+"""HA masters on loopback against a real etcd (issue 12 item 2; the multi-host fault
+tests are test_ha_netns.py):
+
+- the --enable_ha flags: what is refused and why (exit 2 naming the flag);
+- two masters: one leader, one standby; the standby runs nothing (frame status
+  UNAVAILABLE_IN_CURRENT_STATUS); every leader reply carries the view (field 15, and
+  PingReply.view_version); /health, /role, /leader and the summary line say role and
+  view; the leader key is upstream's (mooncake-store/<cluster_id>/master_view = host:port);
+- a stopped leader resigns: the standby is elected with a larger view at once (no lease
+  wait), and a client given the etcd locator follows it.
+"""
+import socket
+
+import pytest
+
+import mc_master
+from conftest import tool, wait_until
+from mc_master import Ctl, Master, decode_fields, frame, ping_body, recv_frame
+
+UNAVAILABLE = -1010
+
+
+def _run(*flags):
+    import subprocess
+    return subprocess.run([tool("mooncake_master"), "--enable_metric_reporting=false", *flags],
+                          capture_output=True, text=True, timeout=10)
+
+
+def test_ha_flags():
+    r = _run("--enable_ha", "--rpc_address=127.0.0.1", "--ha_backend_type=redis",
+             "--ha_backend_connstring=redis://127.0.0.1:6379")
+    assert r.returncode == 2 and "--ha_backend_type=redis" in r.stderr
+    r = _run("--enable_ha", "--rpc_address=127.0.0.1")
+    assert r.returncode == 2 and "--ha_backend_connstring" in r.stderr
+    r = _run("--enable_ha", "--rpc_address=127.0.0.1", "--etcd_endpoints=127.0.0.1:2379",
+             "--cluster_id=bad/id")
+    assert r.returncode == 2 and "--cluster_id" in r.stderr
+    r = _run("--enable_ha", "--etcd_endpoints=127.0.0.1:2379")  # 0.0.0.0: not routable
+    assert r.returncode == 2 and "--rpc_address" in r.stderr
+    r = _run("--enable_ha", "--rpc_address=127.0.0.1", "--ha_lease_ttl_sec=1",
+             "--etcd_endpoints=127.0.0.1:2379")
+    assert r.returncode == 2 and "ha_lease_ttl_sec" in r.stderr
+
+
+def _ping(port):
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(frame(mc_master.OP_PING, ping_body()))
+        return recv_frame(s)
+
+
+def _json(m, path):
+    import json
+    status, body = m.http(path)
+    assert status == 200, (path, status, body)
+    return json.loads(body)
+
+
+@pytest.fixture
+def ha_pair(spawn, etcd_server):
+    etcd_server.clear()
+    cid = "mooncake_cluster"  # the default, which clients assume too
+    flags = ("--enable_ha", f"--etcd_endpoints={etcd_server.bare}", f"--cluster_id={cid}",
+             "--ha_lease_ttl_sec=2", "--enable_metric_reporting=false")
+    m1 = Master(spawn, *flags)
+    wait_until(lambda: _json(m1, "/role")["role"] == "leader", 20, "m1 elected")
+    m2 = Master(spawn, *flags)
+    wait_until(lambda: _json(m2, "/role")["role"] == "standby", 20, "m2 standby")
+    return m1, m2, cid
+
+
+def test_leader_and_standby(ha_pair, etcd_server):
+    m1, m2, cid = ha_pair
+    view = _json(m1, "/role")["view_version"]
+    assert view > 0
+    assert _json(m1, "/leader") == {"leader": m1.addr, "view_version": view}
+    assert _json(m2, "/leader") == {"leader": m1.addr, "view_version": view}
+    h1, h2 = _json(m1, "/health"), _json(m2, "/health")
+    assert (h1["role"], h1["state"], h1["ready"], h1["status"]) == ("leader", "serving", True,
+                                                                  "ok")
+    assert (h2["role"], h2["state"], h2["ready"]) == ("standby", "waiting", False)
+    # upstream's key and value
+    assert etcd_server.get(f"mooncake-store/{cid}/master_view") == m1.addr.encode()
+    # the leader's replies carry the view: PingReply.view_version (2) and view (15)
+    hdr, body = _ping(m1.rpc_port)
+    f = decode_fields(body)
+    assert hdr[4] == 0 and f[2] == view and f[15] == view
+    # the standby runs nothing
+    hdr, body = _ping(m2.rpc_port)
+    assert hdr[4] == UNAVAILABLE and body == b""
+    status, line = m1.http("/metrics/summary")
+    assert b"role=leader, state=serving" in line and b"view_version=%d" % view in line
+    status, line = m2.http("/metrics/summary")
+    assert b"role=standby, state=waiting, service_ready=false" in line
+
+
+def test_resign_and_follow(spawn, ha_pair, etcd_server):
+    m1, m2, cid = ha_pair
+    view = _json(m1, "/role")["view_version"]
+    c = Ctl(spawn, f"etcd://{etcd_server.bare}", timeout_ms=20000)
+    r = c("ping")
+    assert r["status"] == 0 and r["view_version"] == view
+    code, _ = m1.stop()  # SIGTERM: closes its gate, revokes its lease
+    assert code == 0
+    wait_until(lambda: _json(m2, "/role")["role"] == "leader", 10, "m2 elected")
+    view2 = _json(m2, "/role")["view_version"]
+    assert view2 > view
+    r = c("ping")  # the ctl follows the leader through etcd
+    assert r["status"] == 0 and r["view_version"] == view2
+    assert c("mount", mc_master.segment())["status"] == 0
+    c.close()
