@@ -111,7 +111,9 @@ static void *ha_main(void *arg)
                    ha->poll_ms);
         }
         last_rc = rc;
-        if (wait_ms(ha, ha->poll_ms))
+        /* etcd not answering: back off to 1 s (each failed call is logged) */
+        bool failed = rc != MC_OK && rc != MC_OBJECT_ALREADY_EXISTS;
+        if (wait_ms(ha, failed && ha->poll_ms < 1000 ? 1000 : ha->poll_ms))
             break;
     }
     return NULL;

@@ -4,7 +4,8 @@
  *
  * Life of a master with HA: it starts as a STANDBY (its RPC port answers every request
  * with UNAVAILABLE_IN_CURRENT_STATUS) and campaigns every poll interval (TTL / 10,
- * 50..250 ms) while the leader key is absent; once elected it calls opts.on_promote
+ * 50..250 ms; 1 s while etcd does not answer) until the leader key is absent and it
+ * wins it; once elected it calls opts.on_promote
  * (where a standby will finish applying the leader's mutation log before serving, when
  * index replication lands; today the new leader starts with an empty index and clients
  * remount), then serves as LEADER while it renews its lease every TTL / 3. A leader that

@@ -48,6 +48,41 @@ uint32_t mc_election_margin_ms(uint32_t ttl_s)
     return m > 250u ? m : 250u;
 }
 
+/* Upstream's endpoint lists also write each member as "http://h:p" ("endpoints without a
+ * scheme mean http"): "etcd://" first, then per item "http://" and a trailing '/' are
+ * dropped, giving "etcd://h:p;h:p". NULL when conn has no "http://" item (used as is). */
+static char *etcd_conn(const char *conn)
+{
+    const char *body = strncmp(conn, "etcd://", 7) == 0 ? conn + 7 : conn;
+    if (!strstr(body, "http://"))
+        return NULL;
+    size_t n = strlen(body);
+    char *out = mc_xmalloc(n + 8);
+    size_t o = (size_t)snprintf(out, n + 8, "etcd://");
+    const char *p = body;
+    while (*p) {
+        size_t len = strcspn(p, ";,");
+        const char *item = p;
+        if (len >= 7 && strncmp(item, "http://", 7) == 0) {
+            item += 7;
+            len -= 7;
+        }
+        while (len && item[len - 1] == '/')
+            len--;
+        memcpy(out + o, item, len);
+        o += len;
+        p = item + len;
+        while (*p == '/')
+            p++;
+        if (*p == ';' || *p == ',') {
+            out[o++] = ';';
+            p++;
+        }
+    }
+    out[o] = '\0';
+    return out;
+}
+
 int mc_election_create(const char *conn, const char *cluster_id, uint32_t ttl_s,
                        mc_election **out)
 {
@@ -63,13 +98,17 @@ int mc_election_create(const char *conn, const char *cluster_id, uint32_t ttl_s,
                MC_ELECTION_MIN_TTL_S, MC_ELECTION_MAX_TTL_S);
         return MC_INVALID_PARAMS;
     }
+    char *norm = etcd_conn(conn);
     mc_metadata_conn pc;
     char err[256] = "";
-    if (mc_metadata_parse_conn(conn, &pc, err, sizeof err) != MC_OK) {
+    int prc = mc_metadata_parse_conn(norm ? norm : conn, &pc, err, sizeof err);
+    if (prc != MC_OK) {
+        free(norm);
         mc_log(MC_LOG_ERROR, TAG, "HA backend '%s': %s", conn, err);
         return MC_INVALID_PARAMS;
     }
     if (pc.kind != MC_METADATA_ETCD) {
+        free(norm);
         mc_log(MC_LOG_ERROR, TAG,
                "HA backend '%s' is %s: mooncake-c elects its leader through etcd only "
                "(give etcd endpoints: \"h:2379;h:2379\" or \"etcd://h:2379\")",
@@ -81,7 +120,8 @@ int mc_election_create(const char *conn, const char *cluster_id, uint32_t ttl_s,
         t = 200;
     mc_metadata_opts mo = {.timeout_ms = t, .connect_timeout_ms = t, .cluster_id = ""};
     mc_election *e = mc_xcalloc(1, sizeof *e);
-    int rc = mc_metadata_create_opts(conn, &mo, &e->md);
+    int rc = mc_metadata_create_opts(norm ? norm : conn, &mo, &e->md);
+    free(norm);
     if (rc != MC_OK) {
         free(e);
         return rc;

@@ -58,7 +58,7 @@ uint32_t mc_election_margin_ms(uint32_t ttl_s);
 
 /* mc_election_create: an election client.
  *   conn: etcd endpoints: "h:p;h:p", "h:p,h:p", "etcd://h:p;..." (mc_metadata_parse_conn;
- *     borrowed). cluster_id: mc_election_cluster_id_ok (borrowed). ttl_s: the lease,
+ *     borrowed); members may be written "http://h:p" as upstream's lists do. cluster_id: mc_election_cluster_id_ok (borrowed). ttl_s: the lease,
  *     MIN..MAX_TTL_S (clients that only read views pass any valid value).
  *   Each etcd request times out after max(ttl_s * 1000 / 3, 200) ms so a hung member
  *   cannot hold the renew past the lease. No network traffic here.

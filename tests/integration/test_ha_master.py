@@ -63,7 +63,9 @@ def ha_pair(spawn, etcd_server):
              "--ha_lease_ttl_sec=2", "--enable_metric_reporting=false")
     m1 = Master(spawn, *flags)
     wait_until(lambda: _json(m1, "/role")["role"] == "leader", 20, "m1 elected")
-    m2 = Master(spawn, *flags)
+    # upstream's lists may write members as http://h:p
+    m2 = Master(spawn, *(f.replace("--etcd_endpoints=", "--etcd_endpoints=http://")
+                         for f in flags))
     wait_until(lambda: _json(m2, "/role")["role"] == "standby", 20, "m2 standby")
     return m1, m2, cid
 
