@@ -9,7 +9,8 @@ locator); the leader is killed with SIGKILL; the client's clock starts when it g
 the command (sent right after the kill) and stops at the first put whose get returns
 the same bytes; the killed master is restarted as a standby for the next round.
 
-    sudo .venv/bin/python bench/bench_failover.py [--rounds 20] [--ttl 2] [--etcd 1]
+    sudo .venv/bin/python bench/bench_failover.py [--rounds 20] [--ttl 2] [--etcd 1|3]
+                                                  [--backend etcd|redis]
 
 Prints the parameters, each round's figure, then min / median / p90 / max against the
 target TTL + 1 s and how many rounds met it. The peer figure is the target itself
@@ -44,6 +45,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--ttl", type=int, default=2, help="--ha_lease_ttl_sec of the masters")
     ap.add_argument("--etcd", type=int, default=1, choices=(1, 3), help="etcd members")
+    ap.add_argument("--backend", default="etcd", choices=("etcd", "redis"),
+                    help="where the masters elect (redis: one redis-server)")
     ap.add_argument("--size", type=int, default=64 << 10, help="bytes per put")
     ap.add_argument("--master_bin", default=None)
     a = ap.parse_args()
@@ -52,10 +55,12 @@ def main():
         sys.exit(f"bench_failover: {why}")
     etcd_hosts = ["etcd"] if a.etcd == 1 else ["etcd1", "etcd2", "etcd3"]
     lab = netns.Lab(etcd_hosts + ["m1", "m2", "c1"])
-    cluster = HaCluster(lab, master_bin(a.master_bin), etcd_hosts=etcd_hosts, ttl=a.ttl)
+    cluster = HaCluster(lab, master_bin(a.master_bin), etcd_hosts=etcd_hosts, ttl=a.ttl,
+                        backend=a.backend)
     target = a.ttl + 1.0
-    print(f"bench_failover: {a.rounds} failovers, lease TTL {a.ttl} s, {a.etcd} etcd "
-          f"member(s), 2 masters, 1 store client, {a.size} B puts, target <= {target:.1f} s")
+    where = f"{a.etcd} etcd member(s)" if a.backend == "etcd" else "1 redis-server"
+    print(f"bench_failover: {a.rounds} failovers, lease TTL {a.ttl} s, {where}, 2 masters, "
+          f"1 store client, {a.size} B puts, target <= {target:.1f} s")
     times = []
     try:
         cluster.start_master("m1")

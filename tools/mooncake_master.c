@@ -180,13 +180,16 @@ static const mc_option options[] = {
     {.name = "memory_allocator", .type = MC_OPT_STRING, .target = &memory_allocator,
      .def = "offset", .help = "per-segment allocator: offset (cachelib is accepted as offset)"},
     {.name = "enable_ha", .type = MC_OPT_BOOL, .target = &enable_ha, .def = "false",
-     .help = "leader election through etcd: start as a standby, serve once elected "
+     .help = "leader election through etcd or Redis: start as a standby, serve once elected "
              "(docs/ha.md; the new leader starts with an empty index: objects are lost on "
              "failover)"},
     {.name = "ha_backend_type", .type = MC_OPT_STRING, .target = &ha_backend_type,
-     .def = "etcd", .help = "HA backend: etcd (redis and k8s are refused: not implemented)"},
+     .def = "etcd",
+     .help = "HA backend: etcd or redis (k8s is refused: not implemented)"},
     {.name = "ha_backend_connstring", .type = MC_OPT_STRING, .target = &ha_backend_connstring,
-     .def = "", .help = "etcd endpoints of the election, \"h:2379;h:2379\" (with --enable_ha)"},
+     .def = "",
+     .help = "where the election runs (with --enable_ha): etcd endpoints \"h:2379;h:2379\", or "
+             "\"redis://[:password@]h:6379[/db]\" with --ha_backend_type=redis"},
     {.name = "etcd_endpoints", .type = MC_OPT_STRING, .target = &etcd_endpoints, .def = "",
      .help = "legacy name of --ha_backend_connstring: ';'-separated etcd endpoints"},
     {.name = "cluster_id", .type = MC_OPT_STRING, .target = &cluster_id,
@@ -380,20 +383,34 @@ static void on_deposed(void *ctx)
 
 /* --enable_ha checks: backend etcd, endpoints given, a cluster id upstream accepts, an
  * --rpc_address clients can reach. Returns 0 or 2 after printing why. */
+static char ha_conn_buf[4096];
+
 static int ha_flags(const char *prog, const char **conn)
 {
-    if (strcmp(ha_backend_type, "etcd") != 0) {
+    bool redis = strcmp(ha_backend_type, "redis") == 0;
+    if (!redis && strcmp(ha_backend_type, "etcd") != 0) {
         fprintf(stderr,
                 "%s: --ha_backend_type=%s is not implemented by mooncake-c: the election runs "
-                "on etcd only (--ha_backend_type=etcd)\n",
+                "on etcd or redis (k8s leases are not implemented)\n",
                 prog, ha_backend_type);
         return 2;
     }
-    *conn = *ha_backend_connstring ? ha_backend_connstring : etcd_endpoints;
+    *conn = *ha_backend_connstring ? ha_backend_connstring : redis ? "" : etcd_endpoints;
     if (!**conn) {
-        fprintf(stderr, "%s: --enable_ha needs the etcd endpoints: "
-                        "--ha_backend_connstring=h:2379[;h:2379] (or --etcd_endpoints)\n",
-                prog);
+        fprintf(stderr, "%s: --enable_ha needs the %s: --ha_backend_connstring=%s\n", prog,
+                redis ? "Redis server" : "etcd endpoints",
+                redis ? "redis://h:6379" : "h:2379[;h:2379] (or --etcd_endpoints)");
+        return 2;
+    }
+    bool has_redis = strncmp(*conn, "redis://", 8) == 0;
+    if (redis && !has_redis && !strstr(*conn, "://")) {
+        snprintf(ha_conn_buf, sizeof ha_conn_buf, "redis://%s", *conn); /* bare h:p */
+        *conn = ha_conn_buf;
+        has_redis = true;
+    }
+    if (redis != has_redis) {
+        fprintf(stderr, "%s: --ha_backend_type=%s does not match --ha_backend_connstring=%s\n",
+                prog, ha_backend_type, *conn);
         return 2;
     }
     if (!mc_election_cluster_id_ok(cluster_id)) {
@@ -401,7 +418,8 @@ static int ha_flags(const char *prog, const char **conn)
                 cluster_id);
         return 2;
     }
-    if (!*rpc_address || strcmp(rpc_address, "0.0.0.0") == 0 || strcmp(rpc_address, "::") == 0) {
+    if (!*rpc_address || strcmp(rpc_address, "0.0.0.0") == 0 ||
+        strcmp(rpc_address, "::") == 0) {
         fprintf(stderr,
                 "%s: --enable_ha publishes --rpc_address for clients to reach the leader: "
                 "give this host's routable address (not %s)\n",
@@ -588,14 +606,17 @@ int main(int argc, char **argv)
                                 .on_deposed = on_deposed};
         rc = mc_master_ha_start(svc, &ho, &ha);
         if (rc != MC_OK) {
-            fprintf(stderr, "%s: cannot start the HA election on %s: %s\n", prog, ha_conn,
-                    mc_strerror(rc));
+            fprintf(stderr, "%s: cannot start the HA election on %s: %s\n", prog,
+                    ha_backend_type, mc_strerror(rc));
             exit_code = rc == MC_INVALID_PARAMS || rc == MC_NOT_SUPPORTED ? 2 : 1;
             goto out;
         }
-        printf("mooncake_master: HA standby of cluster %s, campaigning on etcd %s as %s "
+        static mc_metadata_conn shown; /* the canonical form: never a password */
+        if (mc_metadata_parse_conn(ha_conn, &shown, NULL, 0) != MC_OK)
+            snprintf(shown.url, sizeof shown.url, "%s", ha_backend_type);
+        printf("mooncake_master: HA standby of cluster %s, campaigning on %s as %s "
                "(lease %llds)\n",
-               cluster_id, ha_conn, self, (long long)ha_lease_ttl);
+               cluster_id, shown.url, self, (long long)ha_lease_ttl);
     }
     printf("mooncake_master: RPC listening on %s:%u (%u threads)\n", rpc_address,
            (unsigned)mc_master_rpc_server_port(rpc), mc_master_rpc_server_threads(rpc));

@@ -424,11 +424,12 @@ int mc__replica_rank(const mc_store *s, const mc_master_replica *r);
 
 typedef struct mc__leader mc__leader;
 
-/* True when address is a leader locator ("etcd://...", also "redis://" and "k8s://",
+/* True when address is a leader locator ("etcd://...", "redis://...", also "k8s://",
  * which mc__leader_create refuses) rather than a master's host:port. */
 bool mc__leader_locator(const char *address);
 /* A lookup client for locator address (borrowed). MC_OK with *out; MC_NOT_SUPPORTED
- * (not etcd), MC_INVALID_PARAMS (bad endpoints or MC_MASTER_CLUSTER_ID); logged. */
+ * (neither etcd nor Redis), MC_INVALID_PARAMS (bad endpoints or MC_MASTER_CLUSTER_ID);
+ * logged. */
 int mc__leader_create(const char *address, mc__leader **out);
 void mc__leader_destroy(mc__leader *l);
 /* The leader now: addr ("host:port", len bytes with the NUL) and its view. MC_OK,

@@ -1,11 +1,11 @@
 /* leader.c: the master client's leader lookup for HA masters (docs/ha.md): a
- * master_server_addr "etcd://h:p;h:p" names the etcd cluster of the election, not a
- * master; the leader's address and view come from the key the leader publishes
- * (metadata/election.h: mooncake-store/<cluster_id>/master_view). The cluster id is the
- * env MC_MASTER_CLUSTER_ID (default "mooncake_cluster", upstream's --cluster_id
- * default). The connection pool (master_conn.c) asks here when a call cannot reach a
- * serving master; there is no watch: a leader change is found by the call (or the store's
- * heartbeat) that fails on the old one, then one range read per retry. */
+ * master_server_addr "etcd://h:p;h:p" (or "redis://h:p") names where the masters elect
+ * their leader, not a master; the leader's address and view come from the key the
+ * leader publishes (metadata/election.h: mooncake-store/<cluster_id>/master_view). The
+ * cluster id is the env MC_MASTER_CLUSTER_ID (default "mooncake_cluster", upstream's
+ * --cluster_id default). The connection pool (master_conn.c) asks here when a call
+ * cannot reach a serving master; there is no watch: a leader change is found by the call
+ * (or the store's heartbeat) that fails on the old one, then one read per retry. */
 #include "client/internal.h"
 
 #include <pthread.h>
@@ -27,16 +27,17 @@ struct mc__leader {
 
 bool mc__leader_locator(const char *address)
 {
-    return address && (strncmp(address, "etcd://", 7) == 0 || strncmp(address, "redis://", 8) == 0 ||
-                       strncmp(address, "k8s://", 6) == 0);
+    return address &&
+           (strncmp(address, "etcd://", 7) == 0 || strncmp(address, "redis://", 8) == 0 ||
+            strncmp(address, "k8s://", 6) == 0);
 }
 
 int mc__leader_create(const char *address, mc__leader **out)
 {
-    if (strncmp(address, "etcd://", 7) != 0) {
+    if (strncmp(address, "etcd://", 7) != 0 && strncmp(address, "redis://", 8) != 0) {
         mc_log(MC_LOG_ERROR, TAG,
-               "master_server_addr '%s': mooncake-c follows HA masters through etcd only "
-               "(\"etcd://h:2379;h:2379\")",
+               "master_server_addr '%s': mooncake-c follows HA masters through etcd or Redis "
+               "only (\"etcd://h:2379;h:2379\", \"redis://h:6379\")",
                address);
         return MC_NOT_SUPPORTED;
     }

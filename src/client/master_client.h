@@ -86,7 +86,7 @@ MC_API void mc_master_client_destroy(mc_master_client *c);
 MC_API const char *mc_master_client_address(const mc_master_client *c);
 
 /* ---- HA (docs/ha.md) ----
- * An address "etcd://h:p;h:p" (the etcd cluster of the masters' election; cluster id
+ * An address "etcd://h:p;h:p" or "redis://h:p" (where the masters elect; cluster id
  * from env MC_MASTER_CLUSTER_ID, default "mooncake_cluster") makes the client follow the
  * leader: create waits up to rpc_timeout_ms for one; a call that finds no serving master
  * (connection failure, a standby's or deposed leader's UNAVAILABLE_IN_CURRENT_STATUS)
@@ -96,7 +96,7 @@ MC_API const char *mc_master_client_address(const mc_master_client *c);
  * code (logged: it may or may not have run). Every reply's view (proto field 15) is
  * checked: a reply older than the newest view seen (a lookup's or a reply's) is refused,
  * the call returns MC_UNAVAILABLE_IN_CURRENT_STATUS (or is resent when idempotent).
- * "redis://" and "k8s://" are refused (MC_NOT_SUPPORTED). */
+ * "k8s://" is refused (MC_NOT_SUPPORTED). */
 
 /* mc_master_client_set_leader_hook: fn(ctx) runs (on the calling thread of the call
  * that found it) after every leader change. Set before calls start. */

@@ -282,10 +282,12 @@ static int validate(const mc_store_config *c, setup_args *a)
         BAD("rdma_devices is too long");
     a->master = (c->master_server_addr && *c->master_server_addr) ? c->master_server_addr
                                                                    : DEFAULT_MASTER;
-    if (strstr(a->master, "://") && strncmp(a->master, "etcd://", 7) != 0) {
+    if (strstr(a->master, "://") && strncmp(a->master, "etcd://", 7) != 0 &&
+        strncmp(a->master, "redis://", 8) != 0) {
         mc_log(MC_LOG_ERROR, TAG,
-               "setup: master_server_addr '%s': HA masters are followed through etcd only; "
-               "give \"etcd://h:2379[;h:2379]\" or the master as host:port",
+               "setup: master_server_addr '%s': HA masters are followed through etcd or "
+               "Redis only; give \"etcd://h:2379[;h:2379]\", \"redis://h:6379\" or the master "
+               "as host:port",
                a->master);
         return MC_NOT_SUPPORTED;
     }

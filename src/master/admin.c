@@ -449,9 +449,9 @@ static int do_ha_route(mc_master_admin *a, mc_httpd_req *c, const char *url)
                       (json_int_t)st.view_version);
     else
         j = json_pack("{s:s,s:s,s:s,s:b,s:I,s:s}", "status", serving ? "ok" : "unavailable",
-                      "role", mc_master_role_name(st.role), "state", serving ? "serving" : state,
-                      "ready", serving, "view_version", (json_int_t)st.view_version, "leader",
-                      st.leader);
+                      "role", mc_master_role_name(st.role), "state",
+                      serving ? "serving" : state, "ready", serving, "view_version",
+                      (json_int_t)st.view_version, "leader", st.leader);
     return mc_httpd_reply_json(c, 200, j);
 }
 

@@ -78,6 +78,18 @@ int mc__md_etcd_call(mc_metadata *md, const char *path, json_t *req, const char 
  * 0 when absent or neither. */
 long long mc__md_json_i64(json_t *v);
 
+#ifdef MC_HAVE_HIREDIS
+struct redisReply;
+/* mc__md_redis_run: one command (argv[0..argc), lens bytes each) on md's Redis
+ * connection (md must be a Redis client), connecting (AUTH, SELECT) and reconnecting once
+ * as backend_redis.c says; op/key: for messages. On MC_OK *out is the reply (caller
+ * freeReplyObject's it; may be an error reply). Else MC_RPC_FAIL / MC_RPC_TIMEOUT /
+ * MC_INVALID_PARAMS (a refused login). Thread-safe (one lock per client). Defined in
+ * backend_redis.c; used by the leader election (election.c). */
+int mc__md_redis_run(mc_metadata *md, int argc, const char **argv, const size_t *lens,
+                     const char *op, const char *key, struct redisReply **out);
+#endif
+
 int mc__metadata_http_open(mc_metadata *md);
 int mc__metadata_p2p_open(mc_metadata *md);
 int mc__metadata_etcd_open(mc_metadata *md);

@@ -1,5 +1,6 @@
-/* election.c: leader election over etcd's v3 JSON gateway (see election.h). The HTTP,
- * endpoint failover, base64 and JSON helpers are the etcd backend's (backend.h). */
+/* election.c: leader election over etcd's v3 JSON gateway, or over Redis (see
+ * election.h). The HTTP, endpoint failover, base64 and JSON helpers are the etcd
+ * backend's, the Redis connection the Redis backend's (backend.h). */
 #include "metadata/election.h"
 
 #include <stdbool.h>
@@ -8,6 +9,10 @@
 #include <string.h>
 
 #include <jansson.h>
+#include <sys/random.h>
+#ifdef MC_HAVE_HIREDIS
+#include <hiredis/hiredis.h>
+#endif
 
 #include "backend.h"
 #include "common/xalloc.h"
@@ -18,8 +23,11 @@
 #define TAG "election"
 
 struct mc_election {
-    mc_metadata *md;  /* the etcd client (endpoints, timeouts) */
-    char *key;        /* "mooncake-store/<cluster>/master_view" */
+    mc_metadata *md;  /* the etcd or Redis client (endpoints, timeouts) */
+    mc_metadata_kind kind;
+    char *key;        /* "mooncake-store/<cluster>/master_view" (Redis: "{<cluster>}") */
+    char *vkey;       /* Redis: the view counter "mooncake-store/{<cluster>}/view_version" */
+    char token[33];   /* Redis: our term's random id in the hash while we lead */
     char *k64;        /* key in base64 */
     uint32_t ttl_s;
     long long lease;  /* our lease id; 0 = none */
@@ -107,11 +115,19 @@ int mc_election_create(const char *conn, const char *cluster_id, uint32_t ttl_s,
         mc_log(MC_LOG_ERROR, TAG, "HA backend '%s': %s", conn, err);
         return MC_INVALID_PARAMS;
     }
-    if (pc.kind != MC_METADATA_ETCD) {
+    bool redis = pc.kind == MC_METADATA_REDIS;
+#ifndef MC_HAVE_HIREDIS
+    if (redis) {
+        free(norm);
+        mc_log(MC_LOG_ERROR, TAG, "HA backend '%s': this build has no Redis (hiredis)", conn);
+        return MC_NOT_SUPPORTED;
+    }
+#endif
+    if (pc.kind != MC_METADATA_ETCD && !redis) {
         free(norm);
         mc_log(MC_LOG_ERROR, TAG,
-               "HA backend '%s' is %s: mooncake-c elects its leader through etcd only "
-               "(give etcd endpoints: \"h:2379;h:2379\" or \"etcd://h:2379\")",
+               "HA backend '%s' is %s: mooncake-c elects its leader through etcd or Redis "
+               "(\"h:2379;h:2379\", \"etcd://h:2379\" or \"redis://h:6379\")",
                conn, mc_metadata_kind_name(pc.kind));
         return MC_NOT_SUPPORTED;
     }
@@ -126,9 +142,17 @@ int mc_election_create(const char *conn, const char *cluster_id, uint32_t ttl_s,
         free(e);
         return rc;
     }
-    size_t kn = strlen("mooncake-store//master_view") + strlen(cluster_id) + 1;
+    e->kind = pc.kind;
+    /* upstream's keys; Redis wraps the cluster in {} (one hash slot in a cluster) */
+    size_t kn = strlen("mooncake-store/{}/view_version") + strlen(cluster_id) + 1;
     e->key = mc_xmalloc(kn);
-    snprintf(e->key, kn, "mooncake-store/%s/master_view", cluster_id);
+    if (redis) {
+        snprintf(e->key, kn, "mooncake-store/{%s}/master_view", cluster_id);
+        e->vkey = mc_xmalloc(kn);
+        snprintf(e->vkey, kn, "mooncake-store/{%s}/view_version", cluster_id);
+    } else {
+        snprintf(e->key, kn, "mooncake-store/%s/master_view", cluster_id);
+    }
     e->k64 = mc__md_b64_encode(e->key, strlen(e->key));
     e->ttl_s = ttl_s;
     *out = e;
@@ -143,6 +167,7 @@ void mc_election_destroy(mc_election *e)
         mc_election_resign(e);
     mc_metadata_destroy(e->md);
     free(e->key);
+    free(e->vkey);
     free(e->k64);
     free(e);
 }
@@ -207,8 +232,86 @@ static int range(mc_election *e, mc_election_view *view, long long *lease)
     return rc;
 }
 
+/* ---- Redis: the view is a hash {leader_address, view_version, token} under a PX
+ * expiry, written and renewed by Lua scripts so each step is atomic ---- */
+
+#ifdef MC_HAVE_HIREDIS
+/* campaign: absent -> the view counter moves to max(counter + 1, server ms) (so a Redis
+ * that lost its data on a restart still gives larger views), the hash is written with
+ * our address and term token and a PX expiry; present -> the holder's view. */
+static const char LUA_CAMPAIGN[] =
+    "if redis.call('EXISTS', KEYS[1]) == 1 then "
+    "  local r = redis.call('HMGET', KEYS[1], 'leader_address', 'view_version') "
+    "  return {0, r[1] or '', r[2] or '0'} end "
+    "local t = redis.call('TIME') "
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
+    "local v = redis.call('INCR', KEYS[2]) "
+    "if v < now then redis.call('SET', KEYS[2], now) v = now end "
+    "redis.call('HSET', KEYS[1], 'leader_address', ARGV[1], 'view_version', v, "
+    "  'token', ARGV[2]) "
+    "redis.call('PEXPIRE', KEYS[1], ARGV[3]) "
+    "return {1, ARGV[1], tostring(v)}";
+/* renew: only while the hash is still our term's */
+static const char LUA_RENEW[] =
+    "if redis.call('HGET', KEYS[1], 'token') == ARGV[1] then "
+    "  return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0";
+static const char LUA_RESIGN[] =
+    "if redis.call('HGET', KEYS[1], 'token') == ARGV[1] then "
+    "  return redis.call('DEL', KEYS[1]) end return 0";
+
+static int r_eval(mc_election *e, const char *script, int nargs, const char **args,
+                  const char *op, redisReply **out)
+{
+    const char *argv[8] = {"EVAL", script, "2", e->key, e->vkey};
+    size_t lens[8] = {4, strlen(script), 1, strlen(e->key), strlen(e->vkey)};
+    for (int i = 0; i < nargs && i < 3; i++) {
+        argv[5 + i] = args[i];
+        lens[5 + i] = strlen(args[i]);
+    }
+    int rc = mc__md_redis_run(e->md, 5 + nargs, argv, lens, op, e->key, out);
+    if (rc == MC_OK && (*out)->type == REDIS_REPLY_ERROR) {
+        mc_log(MC_LOG_WARN, TAG, "redis %s %s: %.*s", op, e->key, (int)(*out)->len,
+               (*out)->str);
+        freeReplyObject(*out);
+        return MC_RPC_FAIL;
+    }
+    return rc;
+}
+
+static int r_view_of(const redisReply *addr, const redisReply *ver, mc_election_view *view)
+{
+    if (!addr || !ver || addr->type != REDIS_REPLY_STRING || ver->type != REDIS_REPLY_STRING)
+        return MC_OBJECT_NOT_FOUND;
+    if (addr->len == 0 || addr->len >= MC_ELECTION_ADDR_MAX)
+        return MC_RPC_FAIL;
+    memcpy(view->leader, addr->str, addr->len);
+    view->leader[addr->len] = '\0';
+    view->version = strtoll(ver->str, NULL, 10);
+    return view->version > 0 ? MC_OK : MC_RPC_FAIL;
+}
+
+static int r_read(mc_election *e, mc_election_view *view)
+{
+    redisReply *r;
+    const char *argv[] = {"HMGET", e->key, "leader_address", "view_version"};
+    size_t lens[] = {5, strlen(e->key), 14, 12};
+    int rc = mc__md_redis_run(e->md, 4, argv, lens, "read view", e->key, &r);
+    if (rc != MC_OK)
+        return rc;
+    rc = r->type == REDIS_REPLY_ARRAY && r->elements == 2
+             ? r_view_of(r->element[0], r->element[1], view)
+             : MC_RPC_FAIL;
+    freeReplyObject(r);
+    return rc;
+}
+#endif
+
 int mc_election_read_view(mc_election *e, mc_election_view *view)
 {
+#ifdef MC_HAVE_HIREDIS
+    if (e->kind == MC_METADATA_REDIS)
+        return r_read(e, view);
+#endif
     return range(e, view, NULL);
 }
 
@@ -216,6 +319,17 @@ int mc_election_resign(mc_election *e)
 {
     if (!e->lease)
         return MC_OK;
+#ifdef MC_HAVE_HIREDIS
+    if (e->kind == MC_METADATA_REDIS) {
+        redisReply *r;
+        int rc = r_eval(e, LUA_RESIGN, 1, (const char *[]){e->token}, "resign", &r);
+        if (rc == MC_OK)
+            freeReplyObject(r);
+        e->lease = 0;
+        e->view = 0;
+        return rc;
+    }
+#endif
     char id[32];
     snprintf(id, sizeof id, "%lld", e->lease);
     json_t *r = NULL;
@@ -244,11 +358,73 @@ static uint64_t deadline_from(const mc_election *e, uint64_t t_sent, long long t
     return span > m ? t_sent + span - m : 0;
 }
 
+#ifdef MC_HAVE_HIREDIS
+static int r_campaign(mc_election *e, const char *self, mc_election_view *view,
+                      uint64_t *serve_until_ms)
+{
+    unsigned char rnd[16];
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+        return MC_INTERNAL_ERROR;
+    for (int i = 0; i < 16; i++)
+        snprintf(e->token + 2 * i, 3, "%02x", rnd[i]);
+    char px[24];
+    snprintf(px, sizeof px, "%u", e->ttl_s * 1000u);
+    uint64_t t_sent = mc_now_ms();
+    redisReply *r;
+    int rc = r_eval(e, LUA_CAMPAIGN, 3, (const char *[]){self, e->token, px}, "campaign", &r);
+    if (rc != MC_OK)
+        return rc;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+        r->element[0]->type != REDIS_REPLY_INTEGER) {
+        freeReplyObject(r);
+        return MC_RPC_FAIL;
+    }
+    bool won = r->element[0]->integer == 1;
+    rc = r_view_of(r->element[1], r->element[2], view);
+    freeReplyObject(r);
+    if (rc != MC_OK)
+        return won ? MC_RPC_FAIL : rc == MC_OBJECT_NOT_FOUND ? MC_RPC_FAIL : rc;
+    if (!won)
+        return MC_OBJECT_ALREADY_EXISTS;
+    e->lease = 1; /* "we hold the term" */
+    e->view = view->version;
+    *serve_until_ms = deadline_from(e, t_sent, e->ttl_s);
+    mc_log(MC_LOG_INFO, TAG, "elected leader of %s as %s (view %lld, redis PX %s ms)", e->key,
+           self, (long long)view->version, px);
+    return MC_OK;
+}
+
+static int r_renew(mc_election *e, uint64_t *serve_until_ms)
+{
+    char px[24];
+    snprintf(px, sizeof px, "%u", e->ttl_s * 1000u);
+    uint64_t t_sent = mc_now_ms();
+    redisReply *r;
+    int rc = r_eval(e, LUA_RENEW, 2, (const char *[]){e->token, px}, "renew", &r);
+    if (rc != MC_OK)
+        return rc;
+    bool ok = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    freeReplyObject(r);
+    if (!ok) {
+        mc_log(MC_LOG_WARN, TAG, "%s expired or is another master's: leadership lost", e->key);
+        e->lease = 0;
+        e->view = 0;
+        return MC_LEASE_EXPIRED;
+    }
+    *serve_until_ms = deadline_from(e, t_sent, e->ttl_s);
+    return MC_OK;
+}
+#endif
+
 int mc_election_campaign(mc_election *e, const char *self, mc_election_view *view,
                          uint64_t *serve_until_ms)
 {
     if (!self || !*self || strlen(self) >= MC_ELECTION_ADDR_MAX)
         return MC_INVALID_PARAMS;
+#ifdef MC_HAVE_HIREDIS
+    if (e->kind == MC_METADATA_REDIS)
+        return r_campaign(e, self, view, serve_until_ms);
+#endif
     int rc = range(e, view, NULL);
     if (rc == MC_OK)
         return MC_OBJECT_ALREADY_EXISTS;
@@ -260,8 +436,8 @@ int mc_election_campaign(mc_election *e, const char *self, mc_election_view *vie
     snprintf(ttl, sizeof ttl, "%u", e->ttl_s);
     uint64_t t_sent = mc_now_ms();
     json_t *r = NULL;
-    rc = call(e, "/v3/lease/grant", jpack_or_die(json_pack("{s:s, s:s}", "TTL", ttl, "ID", "0")),
-              "lease grant", &r);
+    rc = call(e, "/v3/lease/grant",
+              jpack_or_die(json_pack("{s:s, s:s}", "TTL", ttl, "ID", "0")), "lease grant", &r);
     if (rc != MC_OK)
         return rc;
     long long lease = mc__md_json_i64(json_object_get(r, "ID"));
@@ -287,7 +463,8 @@ int mc_election_campaign(mc_election *e, const char *self, mc_election_view *vie
         return rc;
     }
     if (json_is_true(json_object_get(r, "succeeded"))) {
-        int64_t rev = mc__md_json_i64(json_object_get(json_object_get(r, "header"), "revision"));
+        json_t *hdr = json_object_get(r, "header");
+        int64_t rev = mc__md_json_i64(json_object_get(hdr, "revision"));
         json_decref(r);
         if (rev <= 0) {
             drop_lease(e);
@@ -313,6 +490,10 @@ int mc_election_renew(mc_election *e, uint64_t *serve_until_ms)
 {
     if (!e->lease || !e->view)
         return MC_LEASE_EXPIRED;
+#ifdef MC_HAVE_HIREDIS
+    if (e->kind == MC_METADATA_REDIS)
+        return r_renew(e, serve_until_ms);
+#endif
     char id[32];
     snprintf(id, sizeof id, "%lld", e->lease);
     uint64_t t_sent = mc_now_ms();

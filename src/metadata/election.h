@@ -26,9 +26,20 @@
  * request, so a leader that was stopped (SIGSTOP, a long pause) refuses the requests it
  * finds on resuming, before its own renew thread has even run.
  *
- * Backends: etcd only (MC_NOT_SUPPORTED for a Redis string: refused by the master with a
- * message). Threads: an mc_election is used by one thread at a time (the master's HA
- * thread, or one client's leader lookup under its lock).
+ * Redis (a "redis://[[user]:password@]h[:p][/db]" string; builds with hiredis): the
+ * view is upstream's hash `mooncake-store/{<cluster_id>}/master_view` (field
+ * leader_address = "host:port"; ours: view_version, token = a random id of the term) with
+ * a PX expiry of the TTL: a Lua script creates it only when absent (the SET NX PX of a
+ * hash), another renews the expiry only while the token is ours (PEXPIRE), a third
+ * deletes it on resign. The view version is the counter `mooncake-store/{<cluster_id>}/
+ * view_version` moved to max(counter + 1, the server's clock in ms) at each election, so
+ * a Redis that lost its data on a restart still hands out larger views. The same
+ * fencing by time holds (Redis counts the expiry from when it ran the script). One Redis
+ * server is a single point of failure for the election (no quorum): etcd is the
+ * recommended backend.
+ * Other strings: MC_NOT_SUPPORTED (k8s is refused by the master with a message).
+ * Threads: an mc_election is used by one thread at a time (the master's HA thread, or
+ * one client's leader lookup under its lock).
  */
 #ifndef MC_METADATA_ELECTION_H
 #define MC_METADATA_ELECTION_H
@@ -57,14 +68,15 @@ bool mc_election_cluster_id_ok(const char *cluster_id);
 uint32_t mc_election_margin_ms(uint32_t ttl_s);
 
 /* mc_election_create: an election client.
- *   conn: etcd endpoints: "h:p;h:p", "h:p,h:p", "etcd://h:p;..." (mc_metadata_parse_conn;
- *     borrowed); members may be written "http://h:p" as upstream's lists do. cluster_id: mc_election_cluster_id_ok (borrowed). ttl_s: the lease,
- *     MIN..MAX_TTL_S (clients that only read views pass any valid value).
+ *   conn: a Redis URL (above), or etcd endpoints: "h:p;h:p", "h:p,h:p", "etcd://h:p;..."
+ *     (mc_metadata_parse_conn; borrowed); members may be written "http://h:p" as
+ *     upstream's lists do. cluster_id: mc_election_cluster_id_ok (borrowed). ttl_s: the
+ *     lease, MIN..MAX_TTL_S (clients that only read views pass any valid value).
  *   Each etcd request times out after max(ttl_s * 1000 / 3, 200) ms so a hung member
  *   cannot hold the renew past the lease. No network traffic here.
  * Returns MC_OK with *out (free with mc_election_destroy); MC_INVALID_PARAMS (bad string,
- * cluster id or TTL; logged); MC_NOT_SUPPORTED (not an etcd string: Redis/k8s elections
- * are not implemented; logged). */
+ * cluster id or TTL; logged); MC_NOT_SUPPORTED (neither etcd nor Redis, or Redis in a
+ * build without hiredis; logged). */
 int mc_election_create(const char *conn, const char *cluster_id, uint32_t ttl_s,
                        mc_election **out);
 

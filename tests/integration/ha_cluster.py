@@ -2,9 +2,11 @@
 test_ha_netns.py and bench/bench_failover.py: etcd member(s), HA masters and store
 clients, each on its own "host".
 
-- ``HaCluster(lab, master_bin, etcd_hosts=("etcd",), ttl=2)``: starts etcd on each etcd
-  host (one member, or a cluster when several are given) on ``<addr>:2379``;
-  ``endpoints`` is ``"a:2379;b:2379"``; ``locator`` ``"etcd://" + endpoints``.
+- ``HaCluster(lab, master_bin, etcd_hosts=("etcd",), ttl=2, backend="etcd")``: starts
+  etcd on each etcd host (one member, or a cluster when several are given) on
+  ``<addr>:2379``; ``endpoints`` is ``"a:2379;b:2379"``; ``locator`` ``"etcd://" +
+  endpoints``. ``backend="redis"``: one redis-server on the first of those hosts
+  (``<addr>:6379``) instead, ``locator`` its ``redis://`` URL.
 - ``start_master(host)``: ``mooncake_master --enable_ha`` on that host (RPC 50051,
   admin 9003 on the host's address, lease ``ttl`` s); ``role(host)`` its /role JSON
   (None when it does not answer); ``wait_leader(timeout, among)`` the host that reports
@@ -50,14 +52,32 @@ class StoreChild:
 
 
 class HaCluster:
-    def __init__(self, lab, master_bin, etcd_hosts=("etcd",), ttl=2, logdir=None):
-        self.lab, self.bin, self.ttl = lab, master_bin, ttl
+    def __init__(self, lab, master_bin, etcd_hosts=("etcd",), ttl=2, logdir=None,
+                 backend="etcd"):
+        self.lab, self.bin, self.ttl, self.backend = lab, master_bin, ttl, backend
         self.logdir = logdir or tempfile.mkdtemp(prefix="mc-ha-")
         self.masters = {}
         self.etcd_hosts = list(etcd_hosts)
         self.endpoints = ";".join(f"{lab.addr[h]}:2379" for h in self.etcd_hosts)
         self.locator = "etcd://" + self.endpoints
-        self._start_etcd()
+        self.etcd_dir = None
+        if backend == "redis":
+            self.locator = f"redis://{lab.addr[self.etcd_hosts[0]]}:6379"
+            self._start_redis()
+        else:
+            self._start_etcd()
+
+    def _start_redis(self):
+        h = self.etcd_hosts[0]
+        ip = self.lab.addr[h]
+        self.lab.popen(h, ["redis-server", "--bind", ip, "--port", "6379", "--save", "",
+                           "--appendonly", "no", "--protected-mode", "no"],
+                       stdout=self.log(h), stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + START_TIMEOUT
+        while self.lab.run(h, ["redis-cli", "-h", ip, "ping"]).stdout.strip() != "PONG":
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"redis-server on {h} does not answer")
+            time.sleep(0.1)
 
     def log(self, name):
         return open(os.path.join(self.logdir, f"{name}.log"), "ab")
@@ -88,7 +108,9 @@ class HaCluster:
 
     def start_master(self, host):
         ip = self.lab.addr[host]
-        args = [self.bin, "--enable_ha", f"--ha_backend_connstring={self.endpoints}",
+        conn = self.locator if self.backend == "redis" else self.endpoints
+        args = [self.bin, "--enable_ha", f"--ha_backend_type={self.backend}",
+                f"--ha_backend_connstring={conn}",
                 f"--rpc_address={ip}", "--rpc_port=50051", f"--metrics_host={ip}",
                 "--metrics_port=9003", f"--ha_lease_ttl_sec={self.ttl}",
                 "--rpc_thread_num=1", "--client_ttl=5"]
@@ -139,4 +161,5 @@ class HaCluster:
     def close(self):
         self.lab.close()
         import shutil
-        shutil.rmtree(self.etcd_dir, ignore_errors=True)
+        if self.etcd_dir:
+            shutil.rmtree(self.etcd_dir, ignore_errors=True)

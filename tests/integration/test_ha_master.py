@@ -1,11 +1,13 @@
-"""HA masters on loopback against a real etcd (issue 12 item 2; the multi-host fault
-tests are test_ha_netns.py):
+"""HA masters on loopback against a real etcd, and a real redis-server (the second
+election backend) (issue 12 item 2; the multi-host fault tests are test_ha_netns.py):
 
 - the --enable_ha flags: what is refused and why (exit 2 naming the flag);
+  for each backend:
 - two masters: one leader, one standby; the standby runs nothing (frame status
   UNAVAILABLE_IN_CURRENT_STATUS); every leader reply carries the view (field 15, and
   PingReply.view_version); /health, /role, /leader and the summary line say role and
-  view; the leader key is upstream's (mooncake-store/<cluster_id>/master_view = host:port);
+  view; the leader key is upstream's (etcd: mooncake-store/<cluster_id>/master_view =
+  host:port; Redis: the hash mooncake-store/{<cluster_id>}/master_view, leader_address);
 - a stopped leader resigns: the standby is elected with a larger view at once (no lease
   wait), and a client given the etcd locator follows it.
 """
@@ -27,9 +29,15 @@ def _run(*flags):
 
 
 def test_ha_flags():
+    r = _run("--enable_ha", "--rpc_address=127.0.0.1", "--ha_backend_type=k8s",
+             "--ha_backend_connstring=k8s://default/mooncake")
+    assert r.returncode == 2 and "--ha_backend_type=k8s" in r.stderr
     r = _run("--enable_ha", "--rpc_address=127.0.0.1", "--ha_backend_type=redis",
-             "--ha_backend_connstring=redis://127.0.0.1:6379")
-    assert r.returncode == 2 and "--ha_backend_type=redis" in r.stderr
+             "--etcd_endpoints=127.0.0.1:2379")  # redis needs its own connection string
+    assert r.returncode == 2 and "--ha_backend_connstring" in r.stderr
+    r = _run("--enable_ha", "--rpc_address=127.0.0.1",
+             "--ha_backend_connstring=redis://127.0.0.1:6379")  # type etcd, a redis URL
+    assert r.returncode == 2 and "does not match" in r.stderr
     r = _run("--enable_ha", "--rpc_address=127.0.0.1")
     assert r.returncode == 2 and "--ha_backend_connstring" in r.stderr
     r = _run("--enable_ha", "--rpc_address=127.0.0.1", "--etcd_endpoints=127.0.0.1:2379",
@@ -55,22 +63,51 @@ def _json(m, path):
     return json.loads(body)
 
 
+class Backend:
+    """The election backend of one parametrised test: its flags, the clients' locator and
+    a reader of the published leader address."""
+
+    def __init__(self, kind, request):
+        self.kind = kind
+        if kind == "etcd":
+            self.srv = request.getfixturevalue("etcd_server")
+            self.flags = (f"--etcd_endpoints={self.srv.bare}",)
+            # upstream's lists may write members as http://h:p
+            self.flags2 = (f"--etcd_endpoints=http://{self.srv.bare}",)
+            self.locator = f"etcd://{self.srv.bare}"
+        else:
+            self.srv = request.getfixturevalue("redis_metadata_server")
+            url = self.srv.conn()
+            self.flags = ("--ha_backend_type=redis", f"--ha_backend_connstring={url}")
+            self.flags2 = self.flags
+            self.locator = url
+        self.srv.clear()
+
+    def leader_address(self, cid):
+        if self.kind == "etcd":
+            return self.srv.get(f"mooncake-store/{cid}/master_view")
+        return self.srv.command("HGET", f"mooncake-store/{{{cid}}}/master_view",
+                                "leader_address")
+
+
+@pytest.fixture(params=["etcd", "redis"])
+def backend(request):
+    return Backend(request.param, request)
+
+
 @pytest.fixture
-def ha_pair(spawn, etcd_server):
-    etcd_server.clear()
+def ha_pair(spawn, backend):
     cid = "mooncake_cluster"  # the default, which clients assume too
-    flags = ("--enable_ha", f"--etcd_endpoints={etcd_server.bare}", f"--cluster_id={cid}",
-             "--ha_lease_ttl_sec=2", "--enable_metric_reporting=false")
-    m1 = Master(spawn, *flags)
+    common = ("--enable_ha", f"--cluster_id={cid}", "--ha_lease_ttl_sec=2",
+              "--enable_metric_reporting=false")
+    m1 = Master(spawn, *common, *backend.flags)
     wait_until(lambda: _json(m1, "/role")["role"] == "leader", 20, "m1 elected")
-    # upstream's lists may write members as http://h:p
-    m2 = Master(spawn, *(f.replace("--etcd_endpoints=", "--etcd_endpoints=http://")
-                         for f in flags))
+    m2 = Master(spawn, *common, *backend.flags2)
     wait_until(lambda: _json(m2, "/role")["role"] == "standby", 20, "m2 standby")
     return m1, m2, cid
 
 
-def test_leader_and_standby(ha_pair, etcd_server):
+def test_leader_and_standby(ha_pair, backend):
     m1, m2, cid = ha_pair
     view = _json(m1, "/role")["view_version"]
     assert view > 0
@@ -81,7 +118,7 @@ def test_leader_and_standby(ha_pair, etcd_server):
                                                                   "ok")
     assert (h2["role"], h2["state"], h2["ready"]) == ("standby", "waiting", False)
     # upstream's key and value
-    assert etcd_server.get(f"mooncake-store/{cid}/master_view") == m1.addr.encode()
+    assert backend.leader_address(cid) == m1.addr.encode()
     # the leader's replies carry the view: PingReply.view_version (2) and view (15)
     hdr, body = _ping(m1.rpc_port)
     f = decode_fields(body)
@@ -95,10 +132,10 @@ def test_leader_and_standby(ha_pair, etcd_server):
     assert b"role=standby, state=waiting, service_ready=false" in line
 
 
-def test_resign_and_follow(spawn, ha_pair, etcd_server):
+def test_resign_and_follow(spawn, ha_pair, backend):
     m1, m2, cid = ha_pair
     view = _json(m1, "/role")["view_version"]
-    c = Ctl(spawn, f"etcd://{etcd_server.bare}", timeout_ms=20000)
+    c = Ctl(spawn, backend.locator, timeout_ms=20000)
     r = c("ping")
     assert r["status"] == 0 and r["view_version"] == view
     code, _ = m1.stop()  # SIGTERM: closes its gate, revokes its lease
@@ -106,7 +143,7 @@ def test_resign_and_follow(spawn, ha_pair, etcd_server):
     wait_until(lambda: _json(m2, "/role")["role"] == "leader", 10, "m2 elected")
     view2 = _json(m2, "/role")["view_version"]
     assert view2 > view
-    r = c("ping")  # the ctl follows the leader through etcd
+    r = c("ping")  # the ctl follows the leader through etcd / Redis
     assert r["status"] == 0 and r["view_version"] == view2
     assert c("mount", mc_master.segment())["status"] == 0
     c.close()
