@@ -106,6 +106,8 @@ static void *ha_main(void *arg)
                 mc_log(MC_LOG_INFO, TAG, "standby: the leader is %s (view %lld)", v.leader,
                        (long long)v.version);
             seen = v.version;
+            if (ha->o.on_standby)
+                ha->o.on_standby(ha->o.ctx, v.leader, v.version);
         } else if (rc != last_rc) {
             mc_log(MC_LOG_WARN, TAG, "campaign: %s (retrying every %u ms)", mc_strerror(rc),
                    ha->poll_ms);

@@ -35,6 +35,10 @@ typedef struct mc_master_ha_opts {
      * (resigned) and the campaign goes on. NULL: serve at once. */
     int (*on_promote)(void *ctx, int64_t view);
     void (*on_deposed)(void *ctx); /* after the gate closed for good; NULL: none          */
+    /* each poll round as a STANDBY, with the leader's address and view: where a standby
+     * will pull the leader's mutation log (index replication, not built yet) so that
+     * on_promote only has to apply the tail. NULL: none. */
+    void (*on_standby)(void *ctx, const char *leader, int64_t view);
     void *ctx;
 } mc_master_ha_opts;
 
