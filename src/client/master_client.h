@@ -95,7 +95,9 @@ MC_API const char *mc_master_client_address(const mc_master_client *c);
  * non-idempotent call that was in flight when its master failed returns the transport
  * code (logged: it may or may not have run). Every reply's view (proto field 15) is
  * checked: a reply older than the newest view seen (a lookup's or a reply's) is refused,
- * the call returns MC_UNAVAILABLE_IN_CURRENT_STATUS (or is resent when idempotent).
+ * the call returns MC_UNAVAILABLE_IN_CURRENT_STATUS (or is resent when idempotent). A
+ * call whose deadline passes while every master it reached refused it (a standby, a
+ * deposed leader, an older view) returns MC_UNAVAILABLE_IN_CURRENT_STATUS.
  * "k8s://" is refused (MC_NOT_SUPPORTED). */
 
 /* mc_master_client_set_leader_hook: fn(ctx) runs (on the calling thread of the call

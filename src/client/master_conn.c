@@ -418,10 +418,12 @@ int mc__rpc_run(mc_master_client *c, uint16_t op, size_t nreq, mc__rpc_build_fn 
         return run_once(c, op, nreq, build, desc, on_reply, ctx, deadline, &sent, &done);
     /* HA: follow the leader. A call is resent while nothing of it ran (refused by a
      * non-leader, or never sent) or when it is idempotent, until its deadline. */
+    bool refused = false; /* some attempt met a non-leader or an older view */
     for (;;) {
         int rc = run_once(c, op, nreq, build, desc, on_reply, ctx, deadline, &sent, &done);
         bool lost = rc == MC_UNAVAILABLE_IN_CURRENT_STATUS || rc == STALE_VIEW ||
                     rc == MC_RPC_FAIL || rc == MC_RPC_TIMEOUT;
+        refused |= rc == MC_UNAVAILABLE_IN_CURRENT_STATUS || rc == STALE_VIEW;
         if (!lost || done > 0)
             return rc == STALE_VIEW ? MC_UNAVAILABLE_IN_CURRENT_STATUS : rc;
         bool unexecuted = rc == MC_UNAVAILABLE_IN_CURRENT_STATUS || sent == 0;
@@ -434,8 +436,8 @@ int mc__rpc_run(mc_master_client *c, uint16_t op, size_t nreq, mc__rpc_build_fn 
             leader_refresh(c);
             return rc == STALE_VIEW ? MC_UNAVAILABLE_IN_CURRENT_STATUS : rc;
         }
-        if (mc_ms_left(deadline) == 0)
-            return rc == STALE_VIEW ? MC_UNAVAILABLE_IN_CURRENT_STATUS : rc;
+        if (mc_ms_left(deadline) == 0) /* no serving leader answered in time: say why */
+            return refused ? MC_UNAVAILABLE_IN_CURRENT_STATUS : rc;
         if (!leader_refresh(c)) {
             uint64_t left = mc_ms_left(deadline);
             mc_sleep_ms(left < LEADER_RETRY_MS ? left : LEADER_RETRY_MS);

@@ -9,7 +9,8 @@ election backend) (issue 12 item 2; the multi-host fault tests are test_ha_netns
   view; the leader key is upstream's (etcd: mooncake-store/<cluster_id>/master_view =
   host:port; Redis: the hash mooncake-store/{<cluster_id>}/master_view, leader_address);
 - a stopped leader resigns: the standby is elected with a larger view at once (no lease
-  wait), and a client given the etcd locator follows it.
+  wait), and a client given the etcd locator follows it;
+- the client's view check: replies of an older view than the leader key's are refused.
 """
 import socket
 
@@ -147,3 +148,71 @@ def test_resign_and_follow(spawn, ha_pair, backend):
     assert r["status"] == 0 and r["view_version"] == view2
     assert c("mount", mc_master.segment())["status"] == 0
     c.close()
+
+
+class _OldViewMaster:
+    """A peer on the master RPC port that answers every ping as a master of view `view`
+    would (PingReply with view_version and the reply view, field 15): it stands for a
+    deposed leader whose clock let it serve (the case the client's view check covers)."""
+
+    def __init__(self, view):
+        import threading
+        self.view = view
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.port = self.sock.getsockname()[1]
+        self.stop = False
+        self.t = threading.Thread(target=self._serve, daemon=True)
+        self.t.start()
+
+    def _serve(self):
+        self.sock.settimeout(0.2)
+        while not self.stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            with conn:
+                try:
+                    while not self.stop:
+                        hdr, _ = recv_frame(conn, timeout=5)
+                        body = (b"\x10" + mc_master._varint(self.view) + b"\x18\x01" +
+                                b"\x78" + mc_master._varint(self.view))
+                        conn.sendall(frame(hdr[3], body, request_id=hdr[6],
+                                           flags=mc_master.FLAG_REPLY))
+                except (OSError, ConnectionError):
+                    pass
+
+    def close(self):
+        self.stop = True
+        self.sock.close()
+        self.t.join(timeout=5)
+
+
+def test_client_refuses_an_older_view(spawn, etcd_server):
+    """The leader key names a peer whose replies carry an older view than the key's
+    create_revision: the client refuses them (UNAVAILABLE_IN_CURRENT_STATUS once its
+    deadline passed); the same peer answering with the key's view is accepted."""
+    import base64
+    etcd_server.clear()
+    key = "mooncake-store/mooncake_cluster/master_view"
+    for older in (True, False):
+        peer = _OldViewMaster(0)
+        try:
+            b64 = lambda s: base64.b64encode(s.encode()).decode()  # noqa: E731
+            etcd_server._call("/v3/kv/put",
+                              {"key": b64(key), "value": b64(f"127.0.0.1:{peer.port}")})
+            kv = etcd_server._call("/v3/kv/range", {"key": b64(key)})["kvs"][0]
+            rev = int(kv["create_revision"])
+            peer.view = rev - 1 if older else rev
+            c = Ctl(spawn, f"etcd://{etcd_server.bare}", timeout_ms=1500)
+            r = c("ping")
+            if older:
+                assert r["status"] == UNAVAILABLE, r
+            else:
+                assert r["status"] == 0 and r["view_version"] == rev, r
+            c.close()
+        finally:
+            peer.close()
+            etcd_server.clear()
