@@ -30,6 +30,7 @@ void mc__client_touch(mc_master_service *svc, mc_master_uuid id, uint64_t now)
     svc->clients[i].deadline = now + svc->client_ttl_ms;
     svc->clients[i].graced = false;
     pthread_mutex_unlock(&svc->client_mu);
+    mc__seg_confirm(svc, id); /* a restored client's segments are served again */
     mc__fence_writer_state(svc, id, false); /* back: it will acknowledge its fences */
 }
 
@@ -107,6 +108,8 @@ int mc_master_service_ping_fences(mc_master_service *svc, mc_master_uuid client_
         }
     }
     pthread_mutex_unlock(&svc->client_mu);
+    if (status == MC_MASTER_CLIENT_OK)
+        mc__seg_confirm(svc, client_id); /* a restored client is back */
     /* fences go to any caller, NEED_REMOUNT too: a writer that comes back under its id
      * after expiring gets its pending ones with its first ping */
     mc__fence_ping(svc, client_id, req, out, now);
@@ -199,6 +202,7 @@ static int mount_one(mc_master_service *svc, const mc_master_segment *d, mc_mast
     }
     svc->segs[freeslot] = s;
     svc->nmounted++;
+    mc__log_mount(svc, s);
     cadd(&svc->capacity, s->capacity);
     /* A segment of the same name and host mounted by another client belonged to a
      * previous engine of that name on that host: the name (its metadata entries, or in
@@ -231,6 +235,45 @@ static int mount_one(mc_master_service *svc, const mc_master_segment *d, mc_mast
     for (uint32_t k = 0; k < nstale; k++)
         unmount_finish(svc, stale[k]); /* without the table lock: it takes shard mutexes */
     return MC_OK;
+}
+
+int mc__seg_restore(mc_master_service *svc, const mc_master_segment *d, mc_master_uuid client,
+                    uint32_t *slot)
+{
+    int rc = mount_one(svc, d, client);
+    if (rc != MC_OK)
+        return rc;
+    pthread_rwlock_wrlock(&svc->seg_lock);
+    for (uint32_t i = 0; i < svc->nslots; i++) {
+        seg *s = svc->segs[i];
+        if (s && !s->unmounting && uuid_eq(s->id, d->id)) {
+            if (!s->pending) {
+                s->pending = true;
+                cadd(&svc->npending, 1);
+            }
+            *slot = i;
+            break;
+        }
+    }
+    pthread_rwlock_unlock(&svc->seg_lock);
+    return MC_OK;
+}
+
+void mc__seg_confirm(mc_master_service *svc, mc_master_uuid id)
+{
+    if (!cget(&svc->npending))
+        return;
+    pthread_rwlock_wrlock(&svc->seg_lock);
+    for (uint32_t i = 0; i < svc->nslots; i++) {
+        seg *s = svc->segs[i];
+        if (s && s->pending && uuid_eq(s->client, id)) {
+            s->pending = false;
+            csub(&svc->npending, 1);
+            mc_log(MC_LOG_INFO, TAG, "restored segment %s: its owner is back, served again",
+                   s->name);
+        }
+    }
+    pthread_rwlock_unlock(&svc->seg_lock);
 }
 
 int mc_master_service_mount_segment(mc_master_service *svc, const mc_master_segment *seg_desc,
@@ -322,6 +365,11 @@ static void unmount_finish(mc_master_service *svc, uint32_t slot)
  * finishes with unmount_finish. */
 static void unmount_mark_locked(mc_master_service *svc, seg *s)
 {
+    mc__log_unmount(svc, s);
+    if (s->pending) {
+        s->pending = false;
+        csub(&svc->npending, 1);
+    }
     s->unmounting = true;
     svc->nmounted--;
     csub(&svc->capacity, s->capacity);
@@ -352,6 +400,25 @@ int mc_master_service_unmount_segment(mc_master_service *svc, mc_master_uuid seg
         unmount_finish(svc, slot); /* without the table lock: it takes shard mutexes */
     count_op(svc, MC_MASTER_OP_UNMOUNT_SEGMENT, rc);
     return rc;
+}
+
+int mc__seg_unmount_id(mc_master_service *svc, mc_master_uuid id)
+{
+    uint32_t slot = UINT32_MAX;
+    pthread_rwlock_wrlock(&svc->seg_lock);
+    for (uint32_t i = 0; i < svc->nslots; i++) {
+        seg *s = svc->segs[i];
+        if (s && !s->unmounting && uuid_eq(s->id, id)) {
+            unmount_mark_locked(svc, s);
+            slot = i;
+            break;
+        }
+    }
+    pthread_rwlock_unlock(&svc->seg_lock);
+    if (slot == UINT32_MAX)
+        return MC_SEGMENT_NOT_FOUND;
+    unmount_finish(svc, slot);
+    return MC_OK;
 }
 
 /* ---- expiry ---- */

@@ -70,6 +70,7 @@ static void restart_in_place(mc_master_service *svc, shard *sh, obj *o, const pi
                              bool hard, mc_master_uuid client, uint64_t now,
                              mc_master_replica_list *out)
 {
+    mc__log_remove(svc, o); /* its bytes are being rewritten: not restorable any more */
     obj_unlist(o);
     apply_pins(svc, o, o, pin, hard);
     o->flags = (uint8_t)((o->flags | F_PROC) & ~F_LEASED);
@@ -231,6 +232,7 @@ static int do_end(mc_master_service *svc, mc_master_uuid client, const void *key
         }
         o->atime = now;
         obj_list(sh, o); /* into the lru or soft list */
+        mc__log_put(svc, o); /* the restart / standby view: before the reply */
     }
     pthread_mutex_unlock(&sh->mu);
     return rc;
@@ -250,6 +252,8 @@ static int end_op(mc_master_service *svc, mc_master_op op, mc_master_uuid client
                   const void *key, size_t len, bool revoke)
 {
     int rc = do_end(svc, client, key, len, key_hash(svc, key, len), revoke);
+    if (rc == MC_OK && !revoke)
+        mc__log_wait(svc); /* acknowledged once its log record is safe (--oplog_sync) */
     count_op(svc, op, rc);
     return rc;
 }
@@ -323,6 +327,8 @@ static int batch_end(mc_master_service *svc, mc_master_batch_op op, mc_master_uu
                              revoke);
         ahead_done(&a, statuses[i]);
     }
+    if (!revoke)
+        mc__log_wait(svc); /* one wait for the whole batch: its last record */
     return ahead_end(svc, &a, op);
 }
 
