@@ -543,8 +543,8 @@ void mc__grace_clients(mc_master_service *svc, uint64_t now, uint64_t gap_ms);
 int mc__seg_restore(mc_master_service *svc, const mc_master_segment *d, mc_master_uuid client,
                     uint32_t *slot);
 
-/* mc__seg_confirm: client id is back (a ping answered OK, a mount, a remount): its
- * pending segments are served again. Cheap when none is pending. Caller holds no lock. */
+/* mc__seg_confirm: client id is back (a mount or remount; its pings are answered
+ * NEED_REMOUNT while it has pending segments): its pending segments are served again. Cheap when none is pending. Caller holds no lock. */
 void mc__seg_confirm(mc_master_service *svc, mc_master_uuid id);
 
 /* mc__seg_unmount_id: unmounts segment id whoever owns it (applying a log record).

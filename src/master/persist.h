@@ -68,8 +68,10 @@ typedef struct mc_master_restore_info {
 
 /* mc_master_persist_start: opens dir; with opts->restore loads the state into svc
  * (which must be new and not serving yet): segments come back marked as awaiting their
- * owner (not read from, not placed on) and their clients get one client_ttl to ping
- * or remount, after which the usual client expiry drops them with their objects.
+ * owner (not read from, not placed on) and their clients get one client_ttl to remount
+ * (their pings are answered NEED_REMOUNT until they do; the remount also republishes
+ * their segment descriptors), after which the usual client expiry drops them with
+ * their objects.
  * Then starts logging every mutation of svc and the snapshot thread. *out = the
  * instance; info (may be NULL) = what the restore found. Returns MC_OK, or an error
  * with err (errlen bytes) naming the file and the reason (MC_INVALID_PARAMS bad

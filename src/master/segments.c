@@ -65,6 +65,19 @@ void mc__grace_clients(mc_master_service *svc, uint64_t now, uint64_t gap_ms)
            (unsigned long long)svc->client_ttl_ms);
 }
 
+/* Whether client id owns a segment restored and not confirmed yet. */
+static bool client_has_pending(mc_master_service *svc, mc_master_uuid id)
+{
+    bool any = false;
+    pthread_rwlock_rdlock(&svc->seg_lock);
+    for (uint32_t i = 0; i < svc->nslots && !any; i++) {
+        seg *s = svc->segs[i];
+        any = s && s->pending && uuid_eq(s->client, id);
+    }
+    pthread_rwlock_unlock(&svc->seg_lock);
+    return any;
+}
+
 int mc_master_service_ping(mc_master_service *svc, mc_master_uuid client_id,
                            mc_master_ping_result *out)
 {
@@ -108,8 +121,12 @@ int mc_master_service_ping_fences(mc_master_service *svc, mc_master_uuid client_
         }
     }
     pthread_mutex_unlock(&svc->client_mu);
-    if (status == MC_MASTER_CLIENT_OK)
-        mc__seg_confirm(svc, client_id); /* a restored client is back */
+    /* A restored client (snapshot.c) must remount before its segments are served
+     * again: the remount also makes it republish its segment descriptor, which a
+     * master-embedded metadata server lost with the previous master. */
+    if (status == MC_MASTER_CLIENT_OK && cget(&svc->npending) &&
+        client_has_pending(svc, client_id))
+        status = MC_MASTER_CLIENT_NEED_REMOUNT;
     /* fences go to any caller, NEED_REMOUNT too: a writer that comes back under its id
      * after expiring gets its pending ones with its first ping */
     mc__fence_ping(svc, client_id, req, out, now);
