@@ -4,6 +4,7 @@
  * service persisted into a temporary directory, restored from it (snapshot + log) and
  * replayed frame by frame into a third service through mc_master_log_apply (the standby
  * path). */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -279,12 +280,139 @@ static void test_persist_restore_apply(void **st)
     assert_int_equal(system(cmd), 0);
 }
 
+/* ---- concurrent mutations while snapshots are taken: the restore equals the end state */
+
+#define NKEYS 1500
+#define NTHREADS 3
+#define OPS 20000
+
+static mc_master_service *race_svc;
+static mc_master_persist *race_p;
+static volatile int race_stop;
+
+static void *race_worker(void *arg)
+{
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    char key[32];
+    for (int i = 0; i < OPS; i++) {
+        int k = (int)(rand_r(&seed) % NKEYS), what = (int)(rand_r(&seed) % 10);
+        snprintf(key, sizeof key, "r%d", k);
+        mc_master_put_config c;
+        mc_master_put_config_init(&c);
+        c.replica_num = 1 + rand_r(&seed) % 2;
+        mc_master_replica_list out;
+        uint64_t size = 512 + rand_r(&seed) % 8192;
+        if (what < 5) {
+            if (mc_master_service_put_start(race_svc, C1, key, strlen(key), size, &c, &out) ==
+                MC_OK)
+                mc_master_service_put_end(race_svc, C1, key, strlen(key));
+        } else if (what < 7) {
+            if (mc_master_service_upsert_start(race_svc, C1, key, strlen(key),
+                                               what == 5 ? size : 4096, &c, &out) == MC_OK)
+                mc_master_service_upsert_end(race_svc, C1, key, strlen(key));
+        } else if (what < 9) {
+            mc_master_service_remove(race_svc, key, strlen(key), true);
+        } else {
+            mc_master_key mk = {key, strlen(key)};
+            int st;
+            mc_master_service_batch_replica_clear(race_svc, C1, &mk, 1, "127.0.0.1:2", 11, &st);
+        }
+    }
+    return NULL;
+}
+
+static void *race_snapshots(void *arg)
+{
+    (void)arg;
+    while (!race_stop)
+        assert_int_equal(mc_master_persist_snapshot_now(race_p), MC_OK);
+    return NULL;
+}
+
+typedef struct state {
+    int rc;
+    uint32_t n;
+    uint64_t addr[MC_MASTER_MAX_REPLICAS];
+} state;
+
+static void dump(mc_master_service *svc, state *st)
+{
+    char key[32];
+    for (int k = 0; k < NKEYS; k++) {
+        snprintf(key, sizeof key, "r%d", k);
+        mc_master_replica_list out;
+        st[k].rc = mc_master_service_get_replica_list(svc, key, strlen(key), &out);
+        st[k].n = st[k].rc == MC_OK ? (uint32_t)out.n : 0;
+        for (uint32_t i = 0; i < st[k].n; i++)
+            st[k].addr[i] = out.replicas[i].address;
+    }
+}
+
+static void test_concurrent_snapshot_and_log(void **st)
+{
+    (void)st;
+    snprintf(dir, sizeof dir, "/tmp/mc-oplog-race-%d", (int)getpid());
+    mc_master_persist_opts o = {.dir = dir, .interval_s = 3600, .retention = 2,
+                                .sync = MC_MASTER_LOG_SYNC_NONE};
+    char err[256];
+    race_svc = make();
+    assert_int_equal(mc_master_persist_start(race_svc, &o, &race_p, NULL, err, sizeof err),
+                     MC_OK);
+    mc_master_segment s1 = SEG, s2 = SEG;
+    s2.id = (mc_master_uuid){10, 10};
+    s2.name = "127.0.0.1:2";
+    s2.base = 1ull << 40;
+    assert_int_equal(mc_master_service_mount_segment(race_svc, &s1, C1), MC_OK);
+    assert_int_equal(mc_master_service_mount_segment(race_svc, &s2, C1), MC_OK);
+    pthread_t w[NTHREADS], sn;
+    race_stop = 0;
+    assert_int_equal(pthread_create(&sn, NULL, race_snapshots, NULL), 0);
+    for (uintptr_t i = 0; i < NTHREADS; i++)
+        assert_int_equal(pthread_create(&w[i], NULL, race_worker, (void *)(i + 1)), 0);
+    for (int i = 0; i < NTHREADS; i++)
+        pthread_join(w[i], NULL);
+    race_stop = 1;
+    pthread_join(sn, NULL);
+    static state before[NKEYS], after[NKEYS];
+    dump(race_svc, before);
+    mc_master_persist_stop(race_p);
+    mc_master_service_destroy(race_svc);
+
+    mc_master_service *b = make();
+    o.restore = true;
+    mc_master_restore_info ri;
+    mc_master_persist *p = NULL;
+    assert_int_equal(mc_master_persist_start(b, &o, &p, &ri, err, sizeof err), MC_OK);
+    assert_int_equal(ri.dropped, 0);
+    fprintf(stderr, "race: snapshot lsn %llu, %llu records after it, %llu objects\n",
+            (unsigned long long)ri.snapshot_lsn, (unsigned long long)ri.records,
+            (unsigned long long)ri.objects);
+    mc_master_segment both[2] = {s1, s2};
+    assert_int_equal(mc_master_service_remount_segments(b, both, 2, C1), MC_OK);
+    dump(b, after);
+    int present = 0;
+    for (int k = 0; k < NKEYS; k++) {
+        assert_int_equal(after[k].rc, before[k].rc);
+        assert_int_equal(after[k].n, before[k].n);
+        for (uint32_t i = 0; i < before[k].n; i++) /* replica order is kept */
+            assert_int_equal(after[k].addr[i], before[k].addr[i]);
+        present += before[k].rc == MC_OK;
+    }
+    assert_true(present > 0 && present < NKEYS);
+    mc_master_persist_stop(p);
+    mc_master_service_destroy(b);
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_codec_round_trip),
         cmocka_unit_test(test_alloc_reserve),
         cmocka_unit_test(test_persist_restore_apply),
+        cmocka_unit_test(test_concurrent_snapshot_and_log),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
