@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "master/master_service.h"
@@ -23,8 +25,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static int one(void *ctx, uint64_t lsn, const Mclog__LogRecord *rec)
 {
-    (void)ctx;
     (void)lsn;
+    (void)rec;
     *(int *)ctx += 1;
     return 0;
 }
@@ -61,6 +63,22 @@ static void write_file(const char *path, const char *magic, const uint8_t *data,
     fclose(f);
 }
 
+/* Empties dir (files only: the persistence writes no subdirectory). */
+static void clear_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    char path[512];
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.') {
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            unlink(path);
+        }
+    closedir(d);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static int init;
@@ -82,11 +100,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (good > size - 1)
             abort();
     } else {
-        char dir[64], path[160], cmd[200];
+        char dir[64], path[160];
         snprintf(dir, sizeof dir, "/tmp/fuzz-master-log-%d", (int)getpid());
-        snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", dir, dir);
-        if (system(cmd) != 0)
-            abort();
+        mkdir(dir, 0700);
+        clear_dir(dir);
         snprintf(path, sizeof path, "%s/snapshot-%020d.snap", dir, 3);
         write_file(path, MC_MASTER_SNAP_MAGIC, data + 1, size - 1);
         snprintf(path, sizeof path, "%s/oplog-%020d.log", dir, 1);
@@ -98,9 +115,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (mc_master_persist_start(svc, &o, &p, NULL, err, sizeof err) != MC_OK)
             abort();
         mc_master_persist_stop(p);
-        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-        if (system(cmd) != 0)
-            abort();
+        clear_dir(dir);
+        rmdir(dir);
     }
     mc_master_service_destroy(svc);
     return 0;
