@@ -560,11 +560,12 @@ int main(int argc, char **argv)
         }
         if (popts.restore)
             printf("mooncake_master: restored from %s: snapshot lsn %llu, %llu log records, "
-                   "%llu segments, %llu objects, %llu dropped, %llu torn bytes cut\n",
+                   "%llu segments, %llu objects, %llu dropped, %llu unfinished writes "
+                   "quarantined, %llu torn bytes cut\n",
                    popts.dir, (unsigned long long)ri.snapshot_lsn,
                    (unsigned long long)ri.records, (unsigned long long)ri.segments,
                    (unsigned long long)ri.objects, (unsigned long long)ri.dropped,
-                   (unsigned long long)ri.truncated_bytes);
+                   (unsigned long long)ri.quarantined, (unsigned long long)ri.truncated_bytes);
         printf("mooncake_master: snapshots every %llds into %s (keeping %lld), mutation log "
                "sync %s\n",
                (long long)snapshot_interval, popts.dir, (long long)snapshot_retention,

@@ -553,8 +553,9 @@ int mc__seg_unmount_id(mc_master_service *svc, mc_master_uuid id);
 
 /* ---- oplog.c: one call per mutation (docs/ha.md "Mutation log and snapshots") ---- */
 
-/* mc__log_put_slow: o (complete) now holds its key with these replicas. Caller holds o's
- * shard mutex and not seg_lock. mc__log_remove_slow: o's key leaves the index (caller
+/* mc__log_put_slow: o now holds its key with these replicas: complete (a put record), or
+ * a write in flight just placed (a start record: the restore quarantines its ranges
+ * unless a put of the key follows). Caller holds o's shard mutex and not seg_lock. mc__log_remove_slow: o's key leaves the index (caller
  * holds its shard mutex). mc__log_mount_slow / _unmount_slow: s was mounted / is being
  * unmounted (caller holds seg_lock for writing). mc__log_wait_slow: waits until this
  * thread's last record is as safe as --oplog_sync promises (no lock held). */

@@ -102,8 +102,15 @@ size_t mc__log_encode_put_locked(mc_master_service *svc, obj *o, uint64_t now, u
     lo.n_replicas = n;
     lo.replicas = rp;
     Mclog__LogRecord rec = MCLOG__LOG_RECORD__INIT;
-    rec.op_case = MCLOG__LOG_RECORD__OP_PUT;
-    rec.put = &lo;
+    if (o->flags & F_PROC) { /* a write in flight: its writer, for the quarantine */
+        lo.writer_hi = o->owner.first;
+        lo.writer_lo = o->owner.second;
+        rec.op_case = MCLOG__LOG_RECORD__OP_START;
+        rec.start = &lo;
+    } else {
+        rec.op_case = MCLOG__LOG_RECORD__OP_PUT;
+        rec.put = &lo;
+    }
     size_t before = b->len;
     put_frame(b, 0, &rec);
     return b->len - before - MC_MASTER_LOG_HDR;

@@ -33,9 +33,9 @@ typedef struct mc__oplog {
     counter records, bytes, groups, fsyncs, write_errors;
 } mc__oplog;
 
-/* Encodes the PUT record of o (complete; caller holds its shard mutex and seg_lock for
- * reading) and appends its frame (lsn from the log) to b; lsn 0 writes a frame with lsn
- * 0 (snapshot files). Returns the payload bytes. */
+/* Encodes the record of o (caller holds its shard mutex and seg_lock for reading): PUT
+ * for a complete object, START (with its writer) for a write in flight; appends its
+ * frame with lsn 0 to b (the log seals the LSN in). Returns the payload bytes. */
 size_t mc__log_encode_put_locked(mc_master_service *svc, obj *o, uint64_t now, uint64_t wall,
                                  mc__buf *b);
 /* Appends s's MOUNT frame (lsn 0) to b. */

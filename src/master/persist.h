@@ -63,6 +63,8 @@ typedef struct mc_master_restore_info {
     uint64_t records;         /* log records replayed after the snapshot                  */
     uint64_t segments, objects; /* restored (awaiting their owners)                       */
     uint64_t dropped;         /* objects not restored (replica ranges that did not fit)    */
+    uint64_t quarantined;     /* ranges of writes started and never completed, reserved   */
+                              /* and quarantined (fence.c) until their writer is fenced   */
     uint64_t truncated_bytes; /* torn / corrupt log tail cut off                          */
 } mc_master_restore_info;
 
@@ -104,7 +106,9 @@ void mc_master_persist_stop(mc_master_persist *p);
  * reserved at their addresses; a replica on an unknown segment is left out, an object
  * left with none is not added); remove: the key leaves (its space freed); mount: the
  * segment is added awaiting its owner (SEGMENT_ALREADY_EXISTS is fine); unmount: the
- * segment goes with its replicas. header / end: ignored. Returns MC_OK, or
+ * segment goes with its replicas. start (a write in flight on the leader): ignored; a
+ * standby being promoted should quarantine the ranges of the writes still in flight, as
+ * the restore does (not done yet). header / end: ignored. Returns MC_OK, or
  * MC_INVALID_PARAMS for a malformed record, MC_NO_AVAILABLE_HANDLE when a replica range
  * is taken (the key is then absent). Caller: one thread applies a stream in order; the
  * service may serve reads meanwhile. */

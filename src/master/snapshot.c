@@ -73,6 +73,7 @@ typedef struct robj {
     uint8_t *key;
     uint32_t klen;
     uint64_t size, pin_wall;
+    mc_master_uuid writer; /* start entries */
     bool hard, soft;
     uint8_t nrep;
     rrep reps[MC_MASTER_MAX_REPLICAS];
@@ -83,6 +84,10 @@ typedef struct rmap {
     size_t nsegs, segs_cap;
     robj **b;
     size_t nb, n;
+    /* writes started and not completed (start records without a later put of their
+     * key): chained by key like b, the most recent first; may repeat a key */
+    robj **wb;
+    size_t nwb, nw;
     uint64_t lsn, records; /* last LSN applied; records applied */
 } rmap;
 
@@ -102,30 +107,69 @@ static void rmap_free(rmap *m)
             free(o);
         }
     free(m->b);
+    for (size_t i = 0; i < m->nwb; i++)
+        for (robj *o = m->wb[i], *nx; o; o = nx) {
+            nx = o->next;
+            free(o->key);
+            free(o);
+        }
+    free(m->wb);
     memset(m, 0, sizeof(*m));
 }
 
-static robj **rmap_slot(rmap *m, const uint8_t *key, size_t len, uint64_t h)
+static robj **chain_slot(robj **b, size_t nb, const uint8_t *key, size_t len, uint64_t h)
 {
-    robj **p = &m->b[h & (m->nb - 1)];
+    robj **p = &b[h & (nb - 1)];
     while (*p && !((*p)->h == h && (*p)->klen == len && !memcmp((*p)->key, key, len)))
         p = &(*p)->next;
     return p;
 }
 
+static robj **rmap_slot(rmap *m, const uint8_t *key, size_t len, uint64_t h)
+{
+    return chain_slot(m->b, m->nb, key, len, h);
+}
+
+/* Doubles a chained table (keeps each chain's order). */
+static void chain_grow(robj ***bp, size_t *nbp)
+{
+    size_t onb = *nbp, nb = onb ? onb * 2 : 1024;
+    robj **ob = *bp, **b = mc_xcalloc(nb, sizeof(*b));
+    for (size_t i = 0; i < onb; i++) {
+        /* walk in order, append at each new chain's end (keeps most-recent-first) */
+        for (robj *o = ob[i], *nx; o; o = nx) {
+            nx = o->next;
+            robj **t = &b[o->h & (nb - 1)];
+            while (*t)
+                t = &(*t)->next;
+            o->next = NULL;
+            *t = o;
+        }
+    }
+    free(ob);
+    *bp = b;
+    *nbp = nb;
+}
+
 static void rmap_grow(rmap *m)
 {
-    size_t nb = m->nb ? m->nb * 2 : 1024;
-    robj **b = mc_xcalloc(nb, sizeof(*b));
-    for (size_t i = 0; i < m->nb; i++)
-        for (robj *o = m->b[i], *nx; o; o = nx) {
-            nx = o->next;
-            o->next = b[o->h & (nb - 1)];
-            b[o->h & (nb - 1)] = o;
-        }
-    free(m->b);
-    m->b = b;
-    m->nb = nb;
+    chain_grow(&m->b, &m->nb);
+}
+
+/* The most recent unfinished write of key leaves (its put completed it). */
+static void writes_pop(rmap *m, const uint8_t *key, size_t len)
+{
+    if (!m->nwb)
+        return;
+    uint64_t h = XXH3_64bits(key, len);
+    robj **p = chain_slot(m->wb, m->nwb, key, len, h);
+    if (*p) {
+        robj *o = *p;
+        *p = o->next;
+        free(o->key);
+        free(o);
+        m->nw--;
+    }
 }
 
 static void rmap_remove(rmap *m, const uint8_t *key, size_t len)
@@ -162,12 +206,17 @@ static bool str_fits(const char *s, size_t max)
 static int rmap_apply(rmap *m, const Mclog__LogRecord *rec)
 {
     switch (rec->op_case) {
+    case MCLOG__LOG_RECORD__OP_START:
     case MCLOG__LOG_RECORD__OP_PUT: {
-        const Mclog__LogObject *lo = rec->put;
+        bool start = rec->op_case == MCLOG__LOG_RECORD__OP_START;
+        const Mclog__LogObject *lo = start ? rec->start : rec->put;
         if (!lo || !lo->key.len || lo->key.len > MC_MASTER_KEY_MAX ||
             lo->n_replicas > MC_MASTER_MAX_REPLICAS)
             return -1;
-        rmap_remove(m, lo->key.data, lo->key.len);
+        if (!start) {
+            writes_pop(m, lo->key.data, lo->key.len); /* that write completed */
+            rmap_remove(m, lo->key.data, lo->key.len);
+        }
         robj tmp = {0};
         for (size_t i = 0; i < lo->n_replicas; i++) {
             const Mclog__LogReplica *r = lo->replicas[i];
@@ -181,8 +230,12 @@ static int rmap_apply(rmap *m, const Mclog__LogRecord *rec)
         }
         if (!tmp.nrep)
             return 0;
-        if (m->n + 1 > m->nb)
-            rmap_grow(m);
+        if (start ? m->nw + 1 > m->nwb : m->n + 1 > m->nb) {
+            if (start)
+                chain_grow(&m->wb, &m->nwb);
+            else
+                rmap_grow(m);
+        }
         robj *o = mc_xmalloc(sizeof(*o));
         *o = tmp;
         o->h = XXH3_64bits(lo->key.data, lo->key.len);
@@ -193,10 +246,14 @@ static int rmap_apply(rmap *m, const Mclog__LogRecord *rec)
         o->hard = lo->hard_pin;
         o->soft = lo->soft_pin;
         o->pin_wall = lo->soft_pin_deadline_ms;
-        robj **p = &m->b[o->h & (m->nb - 1)];
-        o->next = *p;
+        o->writer = (mc_master_uuid){lo->writer_hi, lo->writer_lo};
+        robj **p = start ? &m->wb[o->h & (m->nwb - 1)] : &m->b[o->h & (m->nb - 1)];
+        o->next = *p; /* the most recent first */
         *p = o;
-        m->n++;
+        if (start)
+            m->nw++;
+        else
+            m->n++;
         return 0;
     }
     case MCLOG__LOG_RECORD__OP_REMOVE:
@@ -309,6 +366,7 @@ static int snap_cb(void *ctx, uint64_t lsn, const Mclog__LogRecord *rec)
         s->segs++;
         break;
     case MCLOG__LOG_RECORD__OP_PUT:
+    case MCLOG__LOG_RECORD__OP_START:
         s->objs++;
         break;
     default:
@@ -495,6 +553,11 @@ static void materialise(mc_master_service *svc, rmap *m, mc_master_restore_info 
     for (size_t i = 0; i < m->nsegs; i++)
         if (m->segs[i].live)
             mc__client_touch(svc, m->segs[i].client, now);
+    /* the writers of unfinished writes too: one that does not come back expires, which
+     * lets its quarantined ranges go after the release timeout (fence.c) */
+    for (size_t b = 0; b < m->nwb; b++)
+        for (robj *o = m->wb[b]; o; o = o->next)
+            mc__client_touch(svc, o->writer, now);
     for (size_t i = 0; i < m->nsegs; i++) {
         rseg *s = &m->segs[i];
         if (!s->live)
@@ -581,6 +644,36 @@ static void materialise(mc_master_service *svc, rmap *m, mc_master_restore_info 
                 info->objects++;
             }
             pthread_mutex_unlock(&sh->mu);
+        }
+    /* Writes that started and never completed: the old master's writer may still be
+     * sending bytes into their ranges (or their space was in quarantine): reserve each
+     * range that is still free (one that overlaps a restored object was reused after a
+     * release: the object wins) and quarantine it under its writer, as a discarded write
+     * is (fence.c: its writer and the segment's owner get a fence above every epoch of
+     * the old master before the range is reused). */
+    for (size_t b = 0; b < m->nwb; b++)
+        for (robj *o = m->wb[b]; o; o = o->next) {
+            if (!o->size)
+                continue;
+            for (uint32_t i = 0; i < o->nrep; i++) {
+                const rseg *rs = &m->segs[o->reps[i].seg];
+                if (!rs->live)
+                    continue;
+                pthread_rwlock_rdlock(&svc->seg_lock);
+                seg *s = svc->segs[rs->slot];
+                pthread_mutex_lock(&s->mu);
+                uint32_t hd = mc__alloc_reserve(s->alloc, o->reps[i].addr, o->size, NULL);
+                uint64_t bytes = hd != MC__ALLOC_NONE ? mc__alloc_block_size(s->alloc, hd) : 0;
+                pthread_mutex_unlock(&s->mu);
+                if (hd != MC__ALLOC_NONE) {
+                    cadd(&s->used, bytes);
+                    cadd(&svc->allocated, bytes);
+                    rep r = {.seg = rs->slot, .handle = hd, .addr = o->reps[i].addr};
+                    mc__quarantine_rep_locked(svc, o->writer, &r, s, now);
+                    info->quarantined++;
+                }
+                pthread_rwlock_unlock(&svc->seg_lock);
+            }
         }
 }
 
@@ -676,6 +769,7 @@ int mc_master_log_apply(mc_master_service *svc, uint64_t lsn, const Mclog__LogRe
             return MC_INVALID_PARAMS;
         mc__seg_unmount_id(svc, (mc_master_uuid){rec->unmount->id_hi, rec->unmount->id_lo});
         return MC_OK;
+    case MCLOG__LOG_RECORD__OP_START: /* writes in flight: see persist.h */
     default:
         return MC_OK;
     }
@@ -767,8 +861,8 @@ static int take_snapshot(mc_master_persist *p)
         pthread_rwlock_rdlock(&svc->seg_lock);
         for (uint32_t i = 0; i <= sh->mask; i++) {
             obj *o = slot_obj(sh->slots[i]);
-            if (!o || (o->flags & F_PROC))
-                continue;
+            if (!o)
+                continue; /* a write in flight goes in too, as a start frame */
             mc__log_encode_put_locked(svc, o, now, wall, &b);
             nobjs++;
         }
@@ -960,9 +1054,10 @@ int mc_master_persist_start(mc_master_service *svc, const mc_master_persist_opts
         mc_log(MC_LOG_INFO, TAG,
                "restore from %s: snapshot LSN %" PRIu64 ", %" PRIu64 " log record(s) to LSN "
                "%" PRIu64 ": %" PRIu64 " segment(s) and %" PRIu64 " object(s) await their "
-               "owners (%" PRIu64 " dropped, %" PRIu64 " torn byte(s) cut)",
+               "owners (%" PRIu64 " dropped, %" PRIu64 " unfinished write range(s) "
+               "quarantined, %" PRIu64 " torn byte(s) cut)",
                opts->dir, info->snapshot_lsn, info->records, info->last_lsn, info->segments,
-               info->objects, info->dropped, info->truncated_bytes);
+               info->objects, info->dropped, info->quarantined, info->truncated_bytes);
     } else {
         clear_dir(opts->dir);
     }

@@ -84,6 +84,7 @@ static void restart_in_place(mc_master_service *svc, shard *sh, obj *o, const pi
         o->reps[i].epoch = mc__fence_epoch_locked(svc, client, svc->segs[o->reps[i].seg]);
     mc__fill_list_locked(svc, o, MC_MASTER_REPLICA_PROCESSING, out);
     pthread_rwlock_unlock(&svc->seg_lock);
+    mc__log_put(svc, o); /* a start record: the space is being written */
 }
 
 /* put_start / upsert_start of one key with hash h. */
@@ -167,6 +168,7 @@ static int do_start(mc_master_service *svc, mc_master_uuid client, const void *k
                 mc__obj_erase(svc, sh, o, MC__SPACE_REPLACED);
             mc__ht_insert(sh, n);
             obj_list(sh, n);
+            mc__log_put(svc, n); /* a start record: the space is being written */
             cadd(&svc->keys, 1);
             cadd(&svc->proc_keys, 1);
             cadd(&svc->proc_bytes, obj_bytes(n));

@@ -207,6 +207,12 @@ static void test_persist_restore_apply(void **st)
     }
     assert_int_equal(mc_master_service_remove(a, "k3", 2, true), MC_OK);
     assert_int_equal(mc_master_service_remove(a, "k15", 3, true), MC_OK);
+    /* a write in flight at the stop: its range must not be handed out after the restore */
+    mc_master_put_config pc;
+    mc_master_put_config_init(&pc);
+    mc_master_replica_list fl;
+    assert_int_equal(mc_master_service_put_start(a, C1, "inflight", 8, 20000, &pc, &fl), MC_OK);
+    uint64_t fl_addr = fl.replicas[0].address;
     mc_master_persist_stop(p);
     mc_master_service_destroy(a);
 
@@ -217,6 +223,7 @@ static void test_persist_restore_apply(void **st)
     assert_int_equal(mc_master_persist_start(b, &o, &p, &ri, err, sizeof err), MC_OK);
     assert_int_equal(ri.objects, 18);
     assert_int_equal(ri.segments, 1);
+    assert_int_equal(ri.quarantined, 1);
     assert_true(ri.snapshot_lsn > 0);
     int rc;
     addr_of(b, "k0", &rc);
@@ -241,6 +248,9 @@ static void test_persist_restore_apply(void **st)
     for (int i = 0; i < 20; i++)
         if (i != 3 && i != 15)
             assert_true(na + 10000 <= addr[i] || na >= addr[i] + 10000 + (uint64_t)i);
+    assert_true(na + 10000 <= fl_addr || na >= fl_addr + 20000);
+    addr_of(b, "inflight", &rc);
+    assert_int_equal(rc, MC_OBJECT_NOT_FOUND); /* never completed: not an object */
     mc_master_persist_stop(p);
     mc_master_service_destroy(b);
 
