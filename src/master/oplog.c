@@ -143,12 +143,26 @@ void mc__log_encode_mount(const seg *s, mc__buf *b, uint64_t lsn)
 
 /* ---- appending ---- */
 
-/* Per-thread scratch for one frame (frames are small: a key and <= 8 replicas). */
+/* Per-thread scratch for one frame (frames are small: a key and <= 8 replicas), freed
+ * when the thread exits (a key's destructor holds its current buffer). */
 static _Thread_local mc__buf tl_scratch;
+static _Thread_local void *tl_registered;
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_key_make(void)
+{
+    MC_ASSERT(pthread_key_create(&scratch_key, free) == 0);
+}
 
 /* Appends the frame in tl_scratch (lsn still 0) with the next LSN. */
 static void append_scratch(mc__oplog *l)
 {
+    if (tl_scratch.p != tl_registered) { /* new or moved: the exit destructor frees it */
+        pthread_once(&scratch_once, scratch_key_make);
+        pthread_setspecific(scratch_key, tl_scratch.p);
+        tl_registered = tl_scratch.p;
+    }
     size_t flen = tl_scratch.len;
     pthread_mutex_lock(&l->mu);
     while (l->pend.len > OPLOG_PENDING_MAX && !l->failed && !l->stop)
