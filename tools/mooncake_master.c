@@ -15,6 +15,10 @@
  * server's /metadata need signed requests. Without it every server warns once that it is
  * open. The --http_* / --metrics_max_* / --http_metadata_server_max_* flags bound what a
  * peer can hold on the HTTP ports.
+ * Restart without HA (issue 12, docs/ha.md "Mutation log and snapshots"): --enable_snapshot
+ * logs every metadata mutation and snapshots the index into --snapshot_backup_dir (or
+ * MOONCAKE_SNAPSHOT_LOCAL_PATH); --enable_snapshot_restore loads it back at start
+ * (src/master/persist.h) and prints a "restored from" line.
  * Prints one line per listener on stdout when ready, then logs the upstream-style summary
  * ("Master Admin Metrics: ...") every --metric_report_interval_sec when
  * --enable_metric_reporting. Stops cleanly on SIGINT/SIGTERM (exit 0).

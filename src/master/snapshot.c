@@ -821,11 +821,14 @@ static int take_snapshot(mc_master_persist *p)
 {
     mc_master_service *svc = p->svc;
     pthread_mutex_lock(&p->snap_mu);
-    uint64_t lsn = mc__oplog_rotate(p->log);
-    if (lsn == p->snap_lsn) { /* nothing changed since the last one */
+    pthread_mutex_lock(&p->log->mu);
+    uint64_t last = p->log->last_lsn;
+    pthread_mutex_unlock(&p->log->mu);
+    if (last == p->snap_lsn) { /* nothing changed since the last one */
         pthread_mutex_unlock(&p->snap_mu);
         return MC_OK;
     }
+    uint64_t lsn = mc__oplog_rotate(p->log);
     char *path = mc__persist_path(p->dir, "snapshot-", lsn, ".snap");
     char *tmp = mc__persist_path(p->dir, "snapshot-", lsn, ".snap.tmp");
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
