@@ -50,6 +50,13 @@ typedef int (*mc_master_log_frame_cb)(void *ctx, uint64_t lsn, const Mclog__LogR
 mc_master_log_stop mc_master_log_parse(const uint8_t *buf, size_t len, mc_master_log_frame_cb cb,
                                        void *ctx, size_t *good, uint64_t *frames);
 
+/* mc_master_log_parse_after: the same, but frames whose lsn is at or below after are
+ * only checked (length, checksum), not decoded nor handed to cb: a replay that starts
+ * after a snapshot skips what the snapshot holds at the cost of a checksum. */
+mc_master_log_stop mc_master_log_parse_after(const uint8_t *buf, size_t len, uint64_t after,
+                                             mc_master_log_frame_cb cb, void *ctx,
+                                             size_t *good, uint64_t *frames);
+
 /* mc__log_frame_size: bytes the frame of rec takes (header + payload). */
 size_t mc__log_frame_size(const Mclog__LogRecord *rec);
 

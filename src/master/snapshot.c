@@ -70,13 +70,14 @@ typedef struct rrep {
 typedef struct robj {
     struct robj *next;
     uint64_t h;
-    uint8_t *key;
+    uint8_t *key; /* = the bytes after the record (one allocation) */
     uint32_t klen;
     uint64_t size, pin_wall;
     mc_master_uuid writer; /* start entries */
     bool hard, soft;
     uint8_t nrep;
     rrep reps[MC_MASTER_MAX_REPLICAS];
+    uint8_t kbuf[];
 } robj;
 
 typedef struct rmap {
@@ -103,14 +104,12 @@ static void rmap_free(rmap *m)
     for (size_t i = 0; i < m->nb; i++)
         for (robj *o = m->b[i], *nx; o; o = nx) {
             nx = o->next;
-            free(o->key);
             free(o);
         }
     free(m->b);
     for (size_t i = 0; i < m->nwb; i++)
         for (robj *o = m->wb[i], *nx; o; o = nx) {
             nx = o->next;
-            free(o->key);
             free(o);
         }
     free(m->wb);
@@ -166,7 +165,6 @@ static void writes_pop(rmap *m, const uint8_t *key, size_t len)
     if (*p) {
         robj *o = *p;
         *p = o->next;
-        free(o->key);
         free(o);
         m->nw--;
     }
@@ -181,7 +179,6 @@ static void rmap_remove(rmap *m, const uint8_t *key, size_t len)
     if (*p) {
         robj *o = *p;
         *p = o->next;
-        free(o->key);
         free(o);
         m->n--;
     }
@@ -236,11 +233,11 @@ static int rmap_apply(rmap *m, const Mclog__LogRecord *rec)
             else
                 rmap_grow(m);
         }
-        robj *o = mc_xmalloc(sizeof(*o));
+        robj *o = mc_xmalloc(sizeof(*o) + lo->key.len);
         *o = tmp;
         o->h = XXH3_64bits(lo->key.data, lo->key.len);
         o->klen = (uint32_t)lo->key.len;
-        o->key = mc_xmalloc(o->klen);
+        o->key = o->kbuf;
         memcpy(o->key, lo->key.data, o->klen);
         o->size = lo->size;
         o->hard = lo->hard_pin;
@@ -651,30 +648,48 @@ static void materialise(mc_master_service *svc, rmap *m, mc_master_restore_info 
      * release: the object wins) and quarantine it under its writer, as a discarded write
      * is (fence.c: its writer and the segment's owner get a fence above every epoch of
      * the old master before the range is reused). */
+    nref = cap = 0;
+    refs = NULL;
     for (size_t b = 0; b < m->nwb; b++)
-        for (robj *o = m->wb[b]; o; o = o->next) {
-            if (!o->size)
-                continue;
-            for (uint32_t i = 0; i < o->nrep; i++) {
-                const rseg *rs = &m->segs[o->reps[i].seg];
-                if (!rs->live)
+        for (robj *o = m->wb[b]; o; o = o->next)
+            for (uint32_t i = 0; i < o->nrep && o->size; i++) {
+                if (!m->segs[o->reps[i].seg].live)
                     continue;
-                pthread_rwlock_rdlock(&svc->seg_lock);
-                seg *s = svc->segs[rs->slot];
-                pthread_mutex_lock(&s->mu);
-                uint32_t hd = mc__alloc_reserve(s->alloc, o->reps[i].addr, o->size, NULL);
-                uint64_t bytes = hd != MC__ALLOC_NONE ? mc__alloc_block_size(s->alloc, hd) : 0;
-                pthread_mutex_unlock(&s->mu);
-                if (hd != MC__ALLOC_NONE) {
-                    cadd(&s->used, bytes);
-                    cadd(&svc->allocated, bytes);
-                    rep r = {.seg = rs->slot, .handle = hd, .addr = o->reps[i].addr};
-                    mc__quarantine_rep_locked(svc, o->writer, &r, s, now);
-                    info->quarantined++;
+                if (nref == cap) {
+                    cap = cap ? cap * 2 : 64;
+                    refs = mc_xrealloc(refs, cap * sizeof(*refs));
                 }
-                pthread_rwlock_unlock(&svc->seg_lock);
+                refs[nref++] = (rref){m->segs[o->reps[i].seg].slot, o->reps[i].addr, o, i};
             }
+    if (nref) /* by address, so one walk along each segment's blocks reserves them all */
+        qsort(refs, nref, sizeof(*refs), rref_cmp);
+    pthread_rwlock_rdlock(&svc->seg_lock);
+    cur_slot = UINT32_MAX;
+    cursor = MC__ALLOC_NONE;
+    for (size_t k = 0; k < nref; k++) {
+        if (refs[k].slot != cur_slot) {
+            cur_slot = refs[k].slot;
+            cursor = MC__ALLOC_NONE;
         }
+        seg *s = svc->segs[cur_slot];
+        robj *o = refs[k].o;
+        pthread_mutex_lock(&s->mu);
+        uint32_t prev = cursor;
+        uint32_t hd = mc__alloc_reserve(s->alloc, refs[k].addr, o->size, &cursor);
+        uint64_t bytes = hd != MC__ALLOC_NONE ? mc__alloc_block_size(s->alloc, hd) : 0;
+        pthread_mutex_unlock(&s->mu);
+        if (hd == MC__ALLOC_NONE) {
+            cursor = prev; /* still a live block before the next address */
+            continue;
+        }
+        cadd(&s->used, bytes);
+        cadd(&svc->allocated, bytes);
+        rep r = {.seg = cur_slot, .handle = hd, .addr = refs[k].addr};
+        mc__quarantine_rep_locked(svc, o->writer, &r, s, now);
+        info->quarantined++;
+    }
+    pthread_rwlock_unlock(&svc->seg_lock);
+    free(refs);
 }
 
 /* ---- mc_master_log_apply (a standby's path) ---- */
@@ -1000,8 +1015,9 @@ static uint64_t restore_files(const char *dir, rmap *m, mc_master_restore_info *
         mc_master_log_stop why = MC_MASTER_LOG_CORRUPT;
         if (len >= MC_MASTER_LOG_MAGIC_LEN &&
             !memcmp(buf, MC_MASTER_LOG_MAGIC, MC_MASTER_LOG_MAGIC_LEN))
-            why = mc_master_log_parse(buf + MC_MASTER_LOG_MAGIC_LEN,
-                                      len - MC_MASTER_LOG_MAGIC_LEN, log_cb, &r, &good, NULL);
+            why = mc_master_log_parse_after(buf + MC_MASTER_LOG_MAGIC_LEN,
+                                            len - MC_MASTER_LOG_MAGIC_LEN, slsn, log_cb, &r,
+                                            &good, NULL);
         free(buf);
         if (why == MC_MASTER_LOG_END)
             continue;
