@@ -543,6 +543,12 @@ void mc__grace_clients(mc_master_service *svc, uint64_t now, uint64_t gap_ms);
 int mc__seg_restore(mc_master_service *svc, const mc_master_segment *d, mc_master_uuid client,
                     uint32_t *slot);
 
+/* mc__clients_refresh: every known client's deadline becomes at least now + client_ttl,
+ * and the tick does not count the time until now as a stall (after a restore that took
+ * long: the restored owners get their whole TTL from when the master serves). Takes
+ * client_mu only. */
+void mc__clients_refresh(mc_master_service *svc, uint64_t now);
+
 /* mc__seg_confirm: client id is back (a mount or remount; its pings are answered
  * NEED_REMOUNT while it has pending segments): its pending segments are served again. Cheap when none is pending. Caller holds no lock. */
 void mc__seg_confirm(mc_master_service *svc, mc_master_uuid id);

@@ -34,6 +34,16 @@ void mc__client_touch(mc_master_service *svc, mc_master_uuid id, uint64_t now)
     mc__fence_writer_state(svc, id, false); /* back: it will acknowledge its fences */
 }
 
+void mc__clients_refresh(mc_master_service *svc, uint64_t now)
+{
+    pthread_mutex_lock(&svc->client_mu);
+    for (size_t i = 0; i < svc->nclients; i++)
+        if (svc->clients[i].deadline < now + svc->client_ttl_ms)
+            svc->clients[i].deadline = now + svc->client_ttl_ms;
+    pthread_mutex_unlock(&svc->client_mu);
+    atomic_store_explicit(&svc->last_tick, now, memory_order_relaxed); /* not a stall */
+}
+
 /* The tick is overdue by more than the stall threshold: the master (or its tick thread)
  * is stalled or has just resumed, and the tick that notices it has not run yet. */
 static bool tick_overdue(mc_master_service *svc, uint64_t now)

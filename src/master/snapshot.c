@@ -1114,6 +1114,8 @@ int mc_master_persist_start(mc_master_service *svc, const mc_master_persist_opts
         free(p);
         return MC_INTERNAL_ERROR;
     }
+    if (opts->restore) /* the owners' TTL runs from now, not from when the restore began */
+        mc__clients_refresh(svc, now_ms(svc));
     *out = p;
     return MC_OK;
 }
