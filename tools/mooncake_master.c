@@ -235,7 +235,7 @@ static const mc_option options[] = {
     {.name = "oplog_sync", .type = MC_OPT_STRING, .target = &oplog_sync, .def = "fsync",
      .help = "when a put_end is acknowledged: fsync (its log record's group was written and "
              "fdatasync'ed), write (written to the kernel: survives kill -9, not a power "
-             "loss) or none (at once; the record follows within milliseconds)"},
+             "loss) or none (at once; the record is written within 2 ms)"},
     IGNORED_STR("snapshot_child_timeout_seconds", 18, "300"),
     {.name = "snapshot_retention_count", .type = MC_OPT_INT, .target = &snapshot_retention,
      .def = "2", .bounded = true, .min = 1, .max = 1000,

@@ -8,7 +8,8 @@
  * (or segment) the log order is the order of its mutations, and a removal is in the log
  * before the space it freed can be given to a new object's put_end.
  *
- * Group commit: one writer thread takes every pending frame at once, writes them with
+ * Group commit: one writer thread takes every pending frame at once (woken when a caller
+ * waits for its record, when 256 KiB are pending, or 2 ms after the first), writes them with
  * one write() and (sync FSYNC) one fdatasync(), then publishes the last LSN of the
  * group as durable. A put_end waits (mc__log_wait, after its shard lock is released)
  * until its own record is durable; the puts that arrive while a group is being written
@@ -29,9 +30,17 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "mooncake/log.h"
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 /* The log and LSN of this thread's last appended record (mc__log_wait). */
 static _Thread_local mc__oplog *tl_log;
@@ -176,9 +185,15 @@ static void append_scratch(mc__oplog *l)
     uint8_t *at = mc__buf_room(&l->pend, flen);
     memcpy(at, tl_scratch.p, flen);
     mc__log_frame_seal(at, lsn, flen - MC_MASTER_LOG_HDR);
-    bool idle = l->pend.len == 0;
+    /* Wake the writer only when it sleeps with nothing pending (it then lingers for
+     * more), or when the group is large: most records join a group without a syscall.
+     * A caller that waits for its record kicks the writer (mc__log_wait_slow). */
+    bool wake = (l->pend.len == 0 && l->writer_idle) ||
+                (l->pend.len < OPLOG_KICK_BYTES && l->pend.len + flen >= OPLOG_KICK_BYTES);
+    if (l->pend.len == 0)
+        l->pend_since = mono_ns();
     l->pend.len += flen;
-    if (idle)
+    if (wake)
         pthread_cond_signal(&l->wake);
     pthread_mutex_unlock(&l->mu);
     cadd(&l->records, 1);
@@ -236,6 +251,10 @@ void mc__log_wait_slow(mc_master_service *svc)
     uint64_t lsn = tl_lsn;
     tl_lsn = 0;
     pthread_mutex_lock(&l->mu);
+    if (l->durable < lsn && !l->kick) {
+        l->kick = true; /* someone waits: the writer writes the group now */
+        pthread_cond_signal(&l->wake);
+    }
     while (l->durable < lsn && !l->failed && !l->stop)
         pthread_cond_wait(&l->done, &l->mu);
     pthread_mutex_unlock(&l->mu);
@@ -282,15 +301,36 @@ static int write_all(int fd, const uint8_t *p, size_t n)
     return 0;
 }
 
+/* Waits (l->mu held) until the pending group should be written: a caller waits for it
+ * (kick), it is large, it lingered OPLOG_LINGER_NS, or a rotation or stop is asked. */
+static void writer_wait(mc__oplog *l)
+{
+    for (;;) {
+        if (l->stop || l->rotate || l->kick || l->pend.len >= OPLOG_KICK_BYTES)
+            return;
+        if (!l->pend.len) {
+            l->writer_idle = true;
+            pthread_cond_wait(&l->wake, &l->mu);
+            l->writer_idle = false;
+            continue;
+        }
+        uint64_t due = l->pend_since + OPLOG_LINGER_NS, now = mono_ns();
+        if (now >= due)
+            return;
+        struct timespec ts = {(time_t)(due / 1000000000ull), (long)(due % 1000000000ull)};
+        pthread_cond_timedwait(&l->wake, &l->mu, &ts);
+    }
+}
+
 static void *writer_main(void *arg)
 {
     mc__oplog *l = arg;
     pthread_mutex_lock(&l->mu);
     for (;;) {
-        while (!l->pend.len && !l->stop && !l->rotate)
-            pthread_cond_wait(&l->wake, &l->mu);
+        writer_wait(l);
         if (!l->pend.len && l->stop)
             break;
+        l->kick = false; /* this group holds every record waited for so far */
         mc__buf group = l->pend;
         l->pend = l->spare;
         l->pend.len = 0;
@@ -346,7 +386,11 @@ mc__oplog *mc__oplog_open(mc_master_service *svc, const char *dir, uint64_t firs
     l->fd = -1;
     l->last_lsn = l->durable = first_lsn - 1;
     pthread_mutex_init(&l->mu, NULL);
-    pthread_cond_init(&l->wake, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the linger deadline's clock */
+    pthread_cond_init(&l->wake, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_cond_init(&l->done, NULL);
     if (open_log_file(l, first_lsn, err, errlen) != 0 ||
         pthread_create(&l->thr, NULL, writer_main, l) != 0) {

@@ -8,6 +8,9 @@
 #include "master/persist.h"
 
 #define OPLOG_PENDING_MAX (64u << 20) /* pending bytes before appenders wait for the writer */
+#define OPLOG_KICK_BYTES (256u << 10) /* pending bytes that wake the writer at once        */
+#define OPLOG_LINGER_NS 2000000ull    /* otherwise records nobody waits for are written    */
+                                      /* at most this long after the first of the group    */
 
 typedef struct mc__buf {
     uint8_t *p;
@@ -28,6 +31,9 @@ typedef struct mc__oplog {
     uint64_t last_lsn;   /* the last LSN given out                               */
     uint64_t durable;    /* the last LSN written in the mode `sync` promises     */
     bool stop, failed, rotate;
+    bool kick;           /* a caller waits for a record: write the group now       */
+    bool writer_idle;    /* the writer sleeps with nothing pending (signal it)     */
+    uint64_t pend_since; /* monotonic ns of the group's first record               */
     int fd;              /* the current log file (writer thread only)            */
     pthread_t thr;
     counter records, bytes, groups, fsyncs, write_errors;

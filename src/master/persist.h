@@ -37,8 +37,8 @@
  *          the machine); the default.
  *   WRITE  after the group was written to the kernel (survives kill -9 of the master,
  *          not a power loss).
- *   NONE   at once; the record follows within the next group (a crash may lose the
- *          last few milliseconds of puts). */
+ *   NONE   at once; the record is written within 2 ms (a crash may lose the last few
+ *          milliseconds of puts). */
 typedef enum mc_master_log_sync {
     MC_MASTER_LOG_SYNC_FSYNC = 0,
     MC_MASTER_LOG_SYNC_WRITE = 1,
