@@ -24,6 +24,11 @@ then PATH). Results: <out>/results.json and <out>/table.md.
 --baseline DIR: an A/B run: another build's mooncake_master (e.g. the previous commit's)
 runs right next to ours in every repeat (order alternating, same client binary), and each
 row adds its median items/s and ours/baseline, so a change is measured under the same load.
+--snapshot MODES: the cost of the mutation log (--enable_snapshot, docs/ha.md): every row
+is also run, in the same repeat, on a master with --enable_snapshot and
+--oplog_sync=<mode> for each mode of the comma list (fsync, write, none), snapshots every
+--snapshot-interval seconds into a temporary directory; each mode adds its median items/s
+and its ratio to the plain master of the same row. --no-redis skips the Redis anchor.
 """
 import argparse
 import json
@@ -34,6 +39,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -79,11 +85,17 @@ def stop(proc):
             proc.wait()
 
 
-def run_master_row(master_bin, ctl_bin, op, batch, threads, seconds, keys):
+def run_master_row(master_bin, ctl_bin, op, batch, threads, seconds, keys, log_mode=None,
+                   snap_interval=1):
     port, metrics = free_port(), free_port()
+    extra, tmp = [], None
+    if log_mode:
+        tmp = tempfile.TemporaryDirectory(prefix="bench-master-snap-")
+        extra = ["--enable_snapshot", f"--snapshot_backup_dir={tmp.name}",
+                 f"--oplog_sync={log_mode}", f"--snapshot_interval_seconds={snap_interval}"]
     m = subprocess.Popen([master_bin, f"--rpc_port={port}", "--rpc_address=127.0.0.1",
                           f"--metrics_port={metrics}", "--metrics_host=127.0.0.1",
-                          "--enable_metric_reporting=false"],
+                          "--enable_metric_reporting=false", *extra],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_port(port, m)
@@ -96,6 +108,8 @@ def run_master_row(master_bin, ctl_bin, op, batch, threads, seconds, keys):
         return json.loads(out.stdout.strip().splitlines()[-1])
     finally:
         stop(m)
+        if tmp:
+            tmp.cleanup()
 
 
 def run_redis(requests):
@@ -136,7 +150,14 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "out", "master"))
     ap.add_argument("--baseline", help="directory of another build's mooncake_master, "
                     "run alternately with ours (A/B)")
+    ap.add_argument("--snapshot", default="",
+                    help="comma list of --oplog_sync modes (fsync,write,none) to run each "
+                    "row with --enable_snapshot too (the log's cost)")
+    ap.add_argument("--snapshot-interval", type=int, default=1,
+                    help="--snapshot_interval_seconds of those runs")
+    ap.add_argument("--no-redis", action="store_true", help="skip the Redis anchor")
     args = ap.parse_args()
+    modes = [x for x in args.snapshot.split(",") if x]
     master_bin = find_tool("mooncake_master", args.bin)
     ctl_bin = find_tool("mooncake_master_ctl", args.bin)
     base_bin = None
@@ -157,19 +178,27 @@ def main():
     if base_bin:
         print(f"# baseline: {base_bin}")
         hdr += f" {'base items/s':>12} {'ours/base':>9}"
+    for mode in modes:
+        hdr += f" {'log=' + mode:>11} {'ratio':>6}"
     print(hdr)
     for op in ("put", "get"):
         for b in batches:
             for t in threads:
                 # alternate Redis and ours --repeat times; report the medians
-                peers, runs, base = [], [], []
+                peers, runs, base, logged = [], [], [], {}
                 for i in range(args.repeat):
-                    peers.append(run_redis(args.redis_requests)["SET" if op == "put" else "GET"])
+                    if not args.no_redis:
+                        peers.append(
+                            run_redis(args.redis_requests)["SET" if op == "put" else "GET"])
                     if base_bin and i % 2 == 0:
                         base.append(run_master_row(base_bin, ctl_bin, op, b, t, args.seconds,
                                                    args.keys)["items_per_s"])
                     runs.append(run_master_row(master_bin, ctl_bin, op, b, t, args.seconds,
                                                args.keys))
+                    for mode in modes:
+                        logged.setdefault(mode, []).append(run_master_row(
+                            master_bin, ctl_bin, op, b, t, args.seconds, args.keys,
+                            log_mode=mode, snap_interval=args.snapshot_interval))
                     if base_bin and i % 2 == 1:
                         base.append(run_master_row(base_bin, ctl_bin, op, b, t, args.seconds,
                                                    args.keys)["items_per_s"])
@@ -177,7 +206,7 @@ def main():
                 r = dict(runs[len(runs) // 2])
                 r["failures"] = sum(x["failures"] for x in runs)
                 r["all_items_per_s"] = [round(x["items_per_s"]) for x in runs]
-                peer = statistics.median(peers)
+                peer = statistics.median(peers) if peers else float("nan")
                 r["all_redis_ops_per_s"] = [round(x) for x in peers]
                 r["redis_ops_per_s"] = peer
                 r["ratio"] = r["items_per_s"] / peer
@@ -187,6 +216,13 @@ def main():
                     r["baseline_items_per_s"] = statistics.median(base)
                     extra = (f" {r['baseline_items_per_s']:>12.0f} "
                              f"{r['items_per_s'] / r['baseline_items_per_s']:>9.2f}")
+                for mode in modes:
+                    med = statistics.median(x["items_per_s"] for x in logged[mode])
+                    r[f"log_{mode}_items_per_s"] = med
+                    r[f"all_log_{mode}_items_per_s"] = [round(x["items_per_s"])
+                                                        for x in logged[mode]]
+                    r[f"log_{mode}_failures"] = sum(x["failures"] for x in logged[mode])
+                    extra += f" {med:>11.0f} {med / r['items_per_s']:>6.2f}"
                 rows.append(r)
                 print(f"{op:<4} {b:>5} {t:>7} {r['calls_per_s']:>10.0f} "
                       f"{r['items_per_s']:>11.0f} {peer:>11.0f} {r['ratio']:>6.2f}" + extra
@@ -196,8 +232,10 @@ def main():
         json.dump({"rows": rows}, f, indent=2)
     with open(os.path.join(args.out, "table.md"), "w") as f:
         ab = " baseline items/s | ours/baseline |" if base_bin else ""
+        ab += "".join(f" log={m} items/s | ratio |" for m in modes)
         f.write("| op | batch | threads | calls/s | items/s | Redis ops/s | ratio |" + ab + "\n")
-        f.write("|---|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if base_bin else "") + "\n")
+        f.write("|---|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if base_bin else "")
+                + "---:|---:|" * len(modes) + "\n")
         for r in rows:
             f.write(f"| {r['op']} | {r['batch']} | {r['threads']} | {r['calls_per_s']:.0f} | "
                     f"{r['items_per_s']:.0f} | {r['redis_ops_per_s']:.0f} | "
@@ -205,6 +243,9 @@ def main():
             if base_bin:
                 f.write(f" {r['baseline_items_per_s']:.0f} | "
                         f"{r['items_per_s'] / r['baseline_items_per_s']:.2f} |")
+            for m in modes:
+                f.write(f" {r[f'log_{m}_items_per_s']:.0f} | "
+                        f"{r[f'log_{m}_items_per_s'] / r['items_per_s']:.2f} |")
             f.write("\n")
     print(f"# results: {args.out}/results.json, table.md")
 

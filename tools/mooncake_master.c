@@ -17,6 +17,10 @@
  * open. The --http_* / --metrics_max_* / --http_metadata_server_max_* flags bound what a
  * peer can hold on the HTTP ports, the --rpc_max_* flags on the RPC port; mounts are
  * checked (base 0, overlaps, names of other live clients: docs/security.md).
+ * Restart without HA (issue 12, docs/ha.md "Mutation log and snapshots"): --enable_snapshot
+ * logs every metadata mutation and snapshots the index into --snapshot_backup_dir (or
+ * MOONCAKE_SNAPSHOT_LOCAL_PATH); --enable_snapshot_restore loads it back at start
+ * (src/master/persist.h) and prints a "restored from" line.
  * Prints one line per listener on stdout when ready, then logs the upstream-style summary
  * ("Master Admin Metrics: ...") every --metric_report_interval_sec when
  * --enable_metric_reporting. Stops cleanly on SIGINT/SIGTERM (exit 0).
@@ -42,6 +46,7 @@
 #include "master/admin.h"
 #include "master/ha.h"
 #include "master/master_service.h"
+#include "master/persist.h"
 #include "master/rpc_server.h"
 #include "mooncake/log.h"
 #include "mooncake/mc_time.h"
@@ -71,6 +76,10 @@ static uint64_t md_max_total, md_max_pending;
 static int64_t rpc_max_conns, rpc_max_conns_ip, rpc_auth_timeout_ms;
 static uint64_t rpc_max_request, rpc_max_pending, rpc_max_unread;
 static mc_auth_secret secret; /* outlives every server */
+/* snapshots and the mutation log (src/master/persist.h) */
+static bool enable_snapshot, enable_snapshot_restore, enable_oplog;
+static int64_t snapshot_interval, snapshot_retention;
+static char *oplog_sync, *snapshot_store, *snapshot_catalog, *snapshot_dir;
 
 /* ---- upstream flags accepted for compatibility, without effect here ---- */
 static bool ign_b[24];
@@ -256,18 +265,38 @@ static const mc_option options[] = {
     IGNORED_STR("dynamic_replication_mode", 12, "off"),
     IGNORED_BOOL("enable_kv_events", 7, "false"),
     IGNORED_STR("kv_events_bind_endpoint", 13, ""),
-    IGNORED_BOOL("enable_oplog", 8, "false"),
+    {.name = "enable_oplog", .type = MC_OPT_BOOL, .target = &enable_oplog, .def = "false",
+     .help = "the mutation log of every metadata change between snapshots; always on with "
+             "--enable_snapshot (alone: refused, the log lives in the snapshot directory)"},
     IGNORED_STR("oplog_poll_interval_ms", 14, "1000"),
     IGNORED_STR("oplog_batch_max_entries", 15, "1024"),
     IGNORED_STR("batch_oplog_retry_timeout_sec", 16, "180"),
-    IGNORED_BOOL("enable_snapshot", 9, "false"),
-    IGNORED_BOOL("enable_snapshot_restore", 10, "false"),
-    IGNORED_STR("snapshot_interval_seconds", 17, "600"),
+    {.name = "enable_snapshot", .type = MC_OPT_BOOL, .target = &enable_snapshot,
+     .def = "false",
+     .help = "write periodic snapshots of the index and segments plus a log of every "
+             "mutation between them into --snapshot_backup_dir (docs/ha.md)"},
+    {.name = "enable_snapshot_restore", .type = MC_OPT_BOOL, .target = &enable_snapshot_restore,
+     .def = "false",
+     .help = "at start, load the newest snapshot and replay the log after it (needs "
+             "--enable_snapshot); without it the directory's files are deleted"},
+    {.name = "snapshot_interval_seconds", .type = MC_OPT_INT, .target = &snapshot_interval,
+     .def = "600", .bounded = true, .min = 1, .max = 31536000, .unit = "s",
+     .help = "period of the snapshots (the log covers the time between them)"},
+    {.name = "oplog_sync", .type = MC_OPT_STRING, .target = &oplog_sync, .def = "write",
+     .help = "when a put_end is acknowledged: fsync (its log record's group was written and "
+             "fdatasync'ed), write (written to the kernel: survives kill -9, not a power "
+             "loss) or none (at once; the record is written within 2 ms)"},
     IGNORED_STR("snapshot_child_timeout_seconds", 18, "300"),
-    IGNORED_STR("snapshot_retention_count", 19, "2"),
-    IGNORED_STR("snapshot_object_store_type", 20, "local"),
-    IGNORED_STR("snapshot_catalog_store_type", 21, "embedded"),
-    IGNORED_STR("snapshot_backup_dir", 22, ""),
+    {.name = "snapshot_retention_count", .type = MC_OPT_INT, .target = &snapshot_retention,
+     .def = "2", .bounded = true, .min = 1, .max = 1000,
+     .help = "snapshots kept (older ones and the log they cover are deleted)"},
+    {.name = "snapshot_object_store_type", .type = MC_OPT_STRING, .target = &snapshot_store,
+     .def = "local", .help = "where snapshots go: local (s3 is refused)"},
+    {.name = "snapshot_catalog_store_type", .type = MC_OPT_STRING, .target = &snapshot_catalog,
+     .def = "embedded", .help = "snapshot catalog: embedded (redis is refused)"},
+    {.name = "snapshot_backup_dir", .type = MC_OPT_STRING, .target = &snapshot_dir, .def = "",
+     .help = "directory of the snapshots and the mutation log (default: "
+             "MOONCAKE_SNAPSHOT_LOCAL_PATH, upstream's local snapshot path)"},
     IGNORED_BOOL("enable_multi_tenants", 11, "false"),
     IGNORED_STR("tenant_quota_connector_type", 23, "file"),
     IGNORED_STR("tenant_quota_connector_uri", 24, ""),
@@ -307,9 +336,6 @@ static int refuse_unsupported(const char *prog)
         {"offload_on_evict", 4, "offload on eviction (no disk tier in the master yet)"},
         {"promotion_on_hit", 6, "promotion from disk on hit (no disk tier in the master yet)"},
         {"enable_kv_events", 7, "KV event publishing"},
-        {"enable_oplog", 8, "the HA op log (no HA yet)"},
-        {"enable_snapshot", 9, "index snapshots"},
-        {"enable_snapshot_restore", 10, "restoring the index from a snapshot"},
         {"enable_multi_tenants", 11, "multi-tenant quotas"},
         {"enable_cxl", 12, "CXL memory segments"},
     };
@@ -330,6 +356,55 @@ static int refuse_unsupported(const char *prog)
         return 2;
     }
     return 0;
+}
+
+/* The snapshot flags -> opts (dir borrowed from the flags or the environment). Returns 0,
+ * or 2 after printing what is wrong. */
+static int persist_flags(const char *prog, mc_master_persist_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    if (!enable_snapshot) {
+        if (enable_snapshot_restore || enable_oplog) {
+            fprintf(stderr,
+                    "%s: --%s needs --enable_snapshot (the snapshots and the mutation log "
+                    "live in its directory, --snapshot_backup_dir)\n",
+                    prog, enable_snapshot_restore ? "enable_snapshot_restore" : "enable_oplog");
+            return 2;
+        }
+        return 0;
+    }
+    if (strcmp(snapshot_store, "local") != 0) {
+        fprintf(stderr, "%s: --snapshot_object_store_type=%s: mooncake-c writes snapshots to a "
+                        "local directory only (local)\n", prog, snapshot_store);
+        return 2;
+    }
+    if (strcmp(snapshot_catalog, "embedded") != 0) {
+        fprintf(stderr, "%s: --snapshot_catalog_store_type=%s: mooncake-c keeps the catalog "
+                        "in the snapshot directory only (embedded)\n", prog, snapshot_catalog);
+        return 2;
+    }
+    const char *dir = *snapshot_dir ? snapshot_dir : getenv("MOONCAKE_SNAPSHOT_LOCAL_PATH");
+    if (!dir || !*dir) {
+        fprintf(stderr, "%s: --enable_snapshot needs a directory: --snapshot_backup_dir=DIR or "
+                        "MOONCAKE_SNAPSHOT_LOCAL_PATH\n", prog);
+        return 2;
+    }
+    if (!strcmp(oplog_sync, "fsync"))
+        o->sync = MC_MASTER_LOG_SYNC_FSYNC;
+    else if (!strcmp(oplog_sync, "write"))
+        o->sync = MC_MASTER_LOG_SYNC_WRITE;
+    else if (!strcmp(oplog_sync, "none"))
+        o->sync = MC_MASTER_LOG_SYNC_NONE;
+    else {
+        fprintf(stderr, "%s: invalid value '%s' for --oplog_sync: fsync, write or none\n", prog,
+                oplog_sync);
+        return 2;
+    }
+    o->dir = dir;
+    o->restore = enable_snapshot_restore;
+    o->interval_s = (uint64_t)snapshot_interval;
+    o->retention = (uint32_t)snapshot_retention;
+    return 1; /* on */
 }
 
 /* Upstream ParseDurationMs: raw milliseconds, or a number with ms/s/m/h. */
@@ -487,6 +562,8 @@ int main(int argc, char **argv)
     int exit_code = 1;
     mc_master_service *svc = NULL;
     mc_master_rpc_server *rpc = NULL;
+    mc_master_persist *persist = NULL;
+    mc_master_persist_opts popts;
     mc_master_admin *admin = NULL;
     mc_http_metadata_server *md = NULL;
     mc_master_ha *ha = NULL;
@@ -506,6 +583,20 @@ int main(int argc, char **argv)
         goto out;
     }
     if (refuse_unsupported(prog) != 0) {
+        exit_code = 2;
+        goto out;
+    }
+    int persist_on = persist_flags(prog, &popts);
+    if (persist_on == 2) {
+        exit_code = 2;
+        goto out;
+    }
+    if (persist_on && enable_ha) {
+        /* a standby would restore a snapshot its leader keeps writing, and a promoted one
+         * would need the leader's log (docs/ha.md: the log is the replication stream to
+         * come, not wired to the election yet) */
+        fprintf(stderr, "%s: --enable_snapshot together with --enable_ha is not implemented "
+                "in mooncake-c yet: use one of them (docs/ha.md)\n", prog);
         exit_code = 2;
         goto out;
     }
@@ -581,6 +672,27 @@ int main(int argc, char **argv)
     }
     if (enable_ha) /* a standby until elected: the gate is shut before the port opens */
         mc_master_service_ha_enable(svc);
+    if (persist_on) {
+        char err[512];
+        mc_master_restore_info ri;
+        rc = mc_master_persist_start(svc, &popts, &persist, &ri, err, sizeof err);
+        if (rc != MC_OK) {
+            fprintf(stderr, "%s: --enable_snapshot: %s\n", prog, err);
+            goto out;
+        }
+        if (popts.restore)
+            printf("mooncake_master: restored from %s: snapshot lsn %llu, %llu log records, "
+                   "%llu segments, %llu objects, %llu dropped, %llu unfinished writes "
+                   "quarantined, %llu torn bytes cut\n",
+                   popts.dir, (unsigned long long)ri.snapshot_lsn,
+                   (unsigned long long)ri.records, (unsigned long long)ri.segments,
+                   (unsigned long long)ri.objects, (unsigned long long)ri.dropped,
+                   (unsigned long long)ri.quarantined, (unsigned long long)ri.truncated_bytes);
+        printf("mooncake_master: snapshots every %llds into %s (keeping %lld), mutation log "
+               "sync %s\n",
+               (long long)snapshot_interval, popts.dir, (long long)snapshot_retention,
+               oplog_sync);
+    }
     mc_master_rpc_server_opts ro = {.host = rpc_address,
                                     .port = (uint16_t)rpc_port,
                                     .threads = (unsigned)rpc_thread_num,
@@ -718,6 +830,7 @@ out:
      * on_client_expired, which uses the metadata server: stop them in this order */
     mc_master_admin_destroy(admin);
     mc_master_rpc_server_destroy(rpc);
+    mc_master_persist_stop(persist); /* nothing mutates the service any more */
     atomic_store(&cleanup_md, NULL);
     mc_http_metadata_server_destroy(md);
     mc_master_service_destroy(svc);

@@ -243,6 +243,66 @@ uint32_t mc__alloc_alloc(mc__alloc *a, uint64_t size, uint64_t *addr)
     return i;
 }
 
+/* Splits free block i (taken off its class list) at g granules: i keeps the first g,
+ * a new free block (inserted) gets the rest. Returns i. */
+static uint32_t split_front(mc__alloc *a, uint32_t i, uint64_t g)
+{
+    if (a->nodes[i].size > g) {
+        uint32_t r = node_new(a); /* may move a->nodes */
+        node *n = &a->nodes[i];
+        node *rn = &a->nodes[r];
+        rn->off = n->off + g;
+        rn->size = n->size - g;
+        rn->prev_phys = i;
+        rn->next_phys = n->next_phys;
+        if (n->next_phys != MC__ALLOC_NONE)
+            a->nodes[n->next_phys].prev_phys = r;
+        n->next_phys = r;
+        n->size = g;
+        free_insert(a, r);
+    }
+    return i;
+}
+
+uint32_t mc__alloc_reserve(mc__alloc *a, uint64_t addr, uint64_t size, uint32_t *cursor)
+{
+    uint64_t mask = (1ull << a->shift) - 1;
+    if (size == 0 || addr < a->base || ((addr - a->base) & mask))
+        return MC__ALLOC_NONE;
+    uint64_t goff = (addr - a->base) >> a->shift, g = to_granules(a, size);
+    if (goff >= a->granules || g > a->granules - goff || !a->nodes_len)
+        return MC__ALLOC_NONE;
+    /* the block holding goff: from the cursor (a live block at or before it) or from the
+     * first block (node 0 always holds offset 0: merges and splits keep the lower node) */
+    uint32_t i = 0;
+    if (cursor && *cursor < a->nodes_len && (a->nodes[*cursor].size & USED_BIT) &&
+        a->nodes[*cursor].off <= goff)
+        i = *cursor;
+    while (i != MC__ALLOC_NONE &&
+           a->nodes[i].off + (a->nodes[i].size & ~USED_BIT) <= goff)
+        i = a->nodes[i].next_phys;
+    if (i == MC__ALLOC_NONE || (a->nodes[i].size & USED_BIT) ||
+        a->nodes[i].off + a->nodes[i].size < goff + g)
+        return MC__ALLOC_NONE; /* overlaps an allocation */
+    free_remove(a, i);
+    uint64_t lead = goff - a->nodes[i].off;
+    if (lead) { /* i keeps [off, goff) free; the rest becomes the block to take */
+        split_front(a, i, lead);
+        uint32_t r = a->nodes[i].next_phys;
+        free_insert(a, i);
+        free_remove(a, r);
+        i = r;
+    }
+    split_front(a, i, g);
+    node *n = &a->nodes[i];
+    n->size |= USED_BIT;
+    a->used += g;
+    a->n_used++;
+    if (cursor)
+        *cursor = i;
+    return i;
+}
+
 static inline bool live(const mc__alloc *a, uint32_t h)
 {
     return h < a->nodes_len && (a->nodes[h].size & USED_BIT);

@@ -45,6 +45,16 @@ void mc__alloc_destroy(mc__alloc *a);
  * free block is large enough (or size is 0). */
 uint32_t mc__alloc_alloc(mc__alloc *a, uint64_t size, uint64_t *addr);
 
+/* mc__alloc_reserve: reserves exactly [addr, addr + size rounded up to the alignment),
+ * which must lie in one free block (restoring a master's index from a snapshot, where
+ * the replicas' addresses are given). cursor (may be NULL): in/out, the handle of the
+ * previous reservation; reserving in ascending address order with the same cursor (and
+ * no free in between) makes each call O(1), otherwise a call walks the blocks by
+ * address from the start (O(blocks)). Returns the handle, or MC__ALLOC_NONE when
+ * size is 0, addr is unaligned or outside the range, or the range overlaps an
+ * allocation. */
+uint32_t mc__alloc_reserve(mc__alloc *a, uint64_t addr, uint64_t size, uint32_t *cursor);
+
 /* mc__alloc_free: releases the block of `handle` and merges it with free neighbours.
  * Returns 0, or -EINVAL for a handle that is not a live allocation (nothing changes). */
 int mc__alloc_free(mc__alloc *a, uint32_t handle);

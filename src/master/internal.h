@@ -18,6 +18,11 @@
  *   remove.c        remove, batch remove, remove by regex, remove all, batch replica
  *                   clear
  *   service.c       config, create/destroy, tick, stats, admin queries, op names
+ *   oplog.c         the mutation log (group commit on its writer thread) and the hooks
+ *                   below (mc__log_*), called once per mutation; no-ops when off
+ *   snapshot.c      snapshots (copied shard by shard, written on their own thread),
+ *                   restore and mc_master_log_apply (master/persist.h)
+ *   oplog_codec.c   the log / snapshot frames (master/oplog_codec.h)
  *
  * Layout
  *   - Index: `nshards` shards chosen by the low bits of XXH3-64(key); each shard has one
@@ -53,6 +58,8 @@
  *                  writers: raising an epoch, quarantining, acknowledging, reaping.
  *   evict_mu       serialises eviction passes (one at a time across the service).
  *   Counters (`counter`) are relaxed atomics and need no lock; sweep_pos is tick-only.
+ *   oplog->mu      (oplog.c) the log's pending frames and LSNs: a leaf, taken last, held
+ *                  only to copy a frame in (never across I/O).
  *
  * Lock order (take left before right; never the reverse):
  *   evict_mu -> shard.mu -> defer_mu -> seg_lock (read) -> fence_lock -> seg.mu
@@ -163,6 +170,8 @@ typedef struct seg {
     bool unmounting;               /* written under the table write lock     */
     uint64_t grace_deadline;       /* ms; a graceful unmount finishes then (0:   */
                                    /* none); under the table write lock          */
+    bool pending;                  /* restored, its owner not back yet: not  */
+                                   /* read from nor placed on (table lock)   */
 } seg;
 
 typedef struct client {
@@ -225,6 +234,10 @@ struct mc_master_service {
     counter nfence;            /* nfrecs, readable without the lock (fast paths)    */
     counter fence_pending;     /* (record, side) pairs not yet acknowledged         */
     counter quar_bytes, quar_entries, fences_issued, fences_acked;
+
+    /* oplog.c: the mutation log, NULL when off (set before serving, cleared after) */
+    struct mc__oplog *oplog;
+    counter npending; /* segments with `pending` set (0: the ping path skips a lock) */
 };
 
 /* ---- small helpers ---- */
@@ -535,6 +548,65 @@ void mc__expire_clients(mc_master_service *svc, uint64_t now);
 /* Finishes the graceful unmounts whose grace period ended (segments.c; tick). */
 void mc__graceful_unmount_reap(mc_master_service *svc, uint64_t now);
 void mc__grace_clients(mc_master_service *svc, uint64_t now, uint64_t gap_ms);
+
+/* mc__seg_restore: mounts d for client as a restored segment (pending until its owner
+ * pings or remounts); *slot = its slot. MC_OK or mount's errors. Caller holds no lock. */
+int mc__seg_restore(mc_master_service *svc, const mc_master_segment *d, mc_master_uuid client,
+                    uint32_t *slot);
+
+/* mc__clients_refresh: every known client's deadline becomes at least now + client_ttl,
+ * and the tick does not count the time until now as a stall (after a restore that took
+ * long: the restored owners get their whole TTL from when the master serves). Takes
+ * client_mu only. */
+void mc__clients_refresh(mc_master_service *svc, uint64_t now);
+
+/* mc__seg_confirm: client id is back (a mount or remount; its pings are answered
+ * NEED_REMOUNT while it has pending segments): its pending segments are served again. Cheap when none is pending. Caller holds no lock. */
+void mc__seg_confirm(mc_master_service *svc, mc_master_uuid id);
+
+/* mc__seg_unmount_id: unmounts segment id whoever owns it (applying a log record).
+ * MC_OK or SEGMENT_NOT_FOUND. Caller holds no lock. */
+int mc__seg_unmount_id(mc_master_service *svc, mc_master_uuid id);
+
+/* ---- oplog.c: one call per mutation (docs/ha.md "Mutation log and snapshots") ---- */
+
+/* mc__log_put_slow: o now holds its key with these replicas: complete (a put record), or
+ * a write in flight just placed (a start record: the restore quarantines its ranges
+ * unless a put of the key follows). Caller holds o's shard mutex and not seg_lock. mc__log_remove_slow: o's key leaves the index (caller
+ * holds its shard mutex). mc__log_mount_slow / _unmount_slow: s was mounted / is being
+ * unmounted (caller holds seg_lock for writing). mc__log_wait_slow: waits until this
+ * thread's last record is as safe as --oplog_sync promises (no lock held). */
+void mc__log_put_slow(mc_master_service *svc, obj *o);
+void mc__log_remove_slow(mc_master_service *svc, const obj *o);
+void mc__log_mount_slow(mc_master_service *svc, const seg *s);
+void mc__log_unmount_slow(mc_master_service *svc, const seg *s);
+void mc__log_wait_slow(mc_master_service *svc);
+
+static inline void mc__log_put(mc_master_service *svc, obj *o)
+{
+    if (svc->oplog)
+        mc__log_put_slow(svc, o);
+}
+static inline void mc__log_remove(mc_master_service *svc, const obj *o)
+{
+    if (svc->oplog)
+        mc__log_remove_slow(svc, o);
+}
+static inline void mc__log_mount(mc_master_service *svc, const seg *s)
+{
+    if (svc->oplog)
+        mc__log_mount_slow(svc, s);
+}
+static inline void mc__log_unmount(mc_master_service *svc, const seg *s)
+{
+    if (svc->oplog)
+        mc__log_unmount_slow(svc, s);
+}
+static inline void mc__log_wait(mc_master_service *svc)
+{
+    if (svc->oplog)
+        mc__log_wait_slow(svc);
+}
 
 /* ---- placement.c ---- */
 

@@ -32,7 +32,7 @@ static bool name_taken(const alloc_ctx *c, const seg *s)
 static bool try_slot(mc_master_service *svc, alloc_ctx *c, uint32_t slot)
 {
     seg *s = svc->segs[slot];
-    if (!s || s->unmounting || name_taken(c, s))
+    if (!s || s->unmounting || s->pending || name_taken(c, s))
         return false;
     rep r = {slot, MC__ALLOC_NONE, s->base}; /* a zero-size replica sits at the base */
     if (c->size) {
@@ -90,7 +90,7 @@ void mc__place_locked(mc_master_service *svc, alloc_ctx *c, const mc_master_put_
         for (uint32_t i = 0; i < ns && k < m; i++) {
             uint32_t slot = (start + i) % ns;
             const seg *s = svc->segs[slot];
-            if (!s || s->unmounting || !s->capacity)
+            if (!s || s->unmounting || s->pending || !s->capacity)
                 continue;
             cand[k].free_ratio = 1.0 - (double)cget((counter *)&s->used) / (double)s->capacity;
             cand[k++].slot = slot;

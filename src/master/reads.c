@@ -27,6 +27,8 @@ static int do_get(mc_master_service *svc, const void *key, size_t len, uint64_t 
         if (out) {
             mc__fill_list(svc, o, MC_MASTER_REPLICA_COMPLETE, out);
             out->lease_ttl_ms = svc->lease_ttl;
+            if (!out->n && o->nrep)
+                rc = MC_REPLICA_IS_NOT_READY; /* every replica awaits its owner */
         }
     }
     pthread_mutex_unlock(&sh->mu);

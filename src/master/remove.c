@@ -46,6 +46,7 @@ int mc_master_service_remove_by_regex(mc_master_service *svc, const char *patter
     }
     if (count)
         *count = n;
+    mc__log_wait(svc); /* an acknowledged removal stays removed after a restart */
     count_op(svc, MC_MASTER_OP_REMOVE_BY_REGEX, rc);
     return rc;
 }
@@ -55,6 +56,7 @@ int mc_master_service_remove_all(mc_master_service *svc, bool force, uint64_t *c
     uint64_t n = remove_where(svc, NULL, force);
     if (count)
         *count = n;
+    mc__log_wait(svc);
     count_op(svc, MC_MASTER_OP_REMOVE_ALL, MC_OK);
     return MC_OK;
 }
@@ -85,6 +87,8 @@ int mc_master_service_remove(mc_master_service *svc, const void *key, size_t key
                              bool force)
 {
     int rc = do_remove(svc, key, key_len, key_hash(svc, key, key_len), force);
+    if (rc == MC_OK)
+        mc__log_wait(svc);
     count_op(svc, MC_MASTER_OP_REMOVE, rc);
     return rc;
 }
@@ -100,6 +104,7 @@ int mc_master_service_batch_remove(mc_master_service *svc, const mc_master_key *
         statuses[i] = do_remove(svc, keys[i].data, keys[i].len, ahead_next(svc, &a, i), force);
         ahead_done(&a, statuses[i]);
     }
+    mc__log_wait(svc);
     return ahead_end(svc, &a, MC_MASTER_BATCH_REMOVE);
 }
 
@@ -154,6 +159,7 @@ int mc_master_service_batch_replica_clear(mc_master_service *svc, mc_master_uuid
         if (statuses[i] != MC_OK && nfail++ == 0)
             first = statuses[i];
     }
+    mc__log_wait(svc);
     mc__count_batch(svc, MC_MASTER_BATCH_REPLICA_CLEAR, n, nfail);
     return first;
 }

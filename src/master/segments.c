@@ -30,7 +30,18 @@ void mc__client_touch(mc_master_service *svc, mc_master_uuid id, uint64_t now)
     svc->clients[i].deadline = now + svc->client_ttl_ms;
     svc->clients[i].graced = false;
     pthread_mutex_unlock(&svc->client_mu);
+    mc__seg_confirm(svc, id); /* a restored client's segments are served again */
     mc__fence_writer_state(svc, id, false); /* back: it will acknowledge its fences */
+}
+
+void mc__clients_refresh(mc_master_service *svc, uint64_t now)
+{
+    pthread_mutex_lock(&svc->client_mu);
+    for (size_t i = 0; i < svc->nclients; i++)
+        if (svc->clients[i].deadline < now + svc->client_ttl_ms)
+            svc->clients[i].deadline = now + svc->client_ttl_ms;
+    pthread_mutex_unlock(&svc->client_mu);
+    atomic_store_explicit(&svc->last_tick, now, memory_order_relaxed); /* not a stall */
 }
 
 /* The tick is overdue by more than the stall threshold: the master (or its tick thread)
@@ -62,6 +73,19 @@ void mc__grace_clients(mc_master_service *svc, uint64_t now, uint64_t gap_ms)
            "one client_ttl (%llu ms) before they can expire",
            (unsigned long long)gap_ms, (unsigned long long)svc->stall_ms, n, total,
            (unsigned long long)svc->client_ttl_ms);
+}
+
+/* Whether client id owns a segment restored and not confirmed yet. */
+static bool client_has_pending(mc_master_service *svc, mc_master_uuid id)
+{
+    bool any = false;
+    pthread_rwlock_rdlock(&svc->seg_lock);
+    for (uint32_t i = 0; i < svc->nslots && !any; i++) {
+        seg *s = svc->segs[i];
+        any = s && s->pending && uuid_eq(s->client, id);
+    }
+    pthread_rwlock_unlock(&svc->seg_lock);
+    return any;
 }
 
 int mc_master_service_ping(mc_master_service *svc, mc_master_uuid client_id,
@@ -107,6 +131,12 @@ int mc_master_service_ping_fences(mc_master_service *svc, mc_master_uuid client_
         }
     }
     pthread_mutex_unlock(&svc->client_mu);
+    /* A restored client (snapshot.c) must remount before its segments are served
+     * again: the remount also makes it republish its segment descriptor, which a
+     * master-embedded metadata server lost with the previous master. */
+    if (status == MC_MASTER_CLIENT_OK && cget(&svc->npending) &&
+        client_has_pending(svc, client_id))
+        status = MC_MASTER_CLIENT_NEED_REMOUNT;
     /* fences go to any caller, NEED_REMOUNT too: a writer that comes back under its id
      * after expiring gets its pending ones with its first ping */
     mc__fence_ping(svc, client_id, req, out, now);
@@ -246,6 +276,7 @@ static int mount_one(mc_master_service *svc, const mc_master_segment *d, mc_mast
     }
     svc->segs[freeslot] = s;
     svc->nmounted++;
+    mc__log_mount(svc, s);
     cadd(&svc->capacity, s->capacity);
     /* A segment of the same name and host mounted by another client belonged to a
      * previous engine of that name on that host: the name (its metadata entries, or in
@@ -278,6 +309,45 @@ static int mount_one(mc_master_service *svc, const mc_master_segment *d, mc_mast
     for (uint32_t k = 0; k < nstale; k++)
         unmount_finish(svc, stale[k]); /* without the table lock: it takes shard mutexes */
     return MC_OK;
+}
+
+int mc__seg_restore(mc_master_service *svc, const mc_master_segment *d, mc_master_uuid client,
+                    uint32_t *slot)
+{
+    int rc = mount_one(svc, d, client);
+    if (rc != MC_OK)
+        return rc;
+    pthread_rwlock_wrlock(&svc->seg_lock);
+    for (uint32_t i = 0; i < svc->nslots; i++) {
+        seg *s = svc->segs[i];
+        if (s && !s->unmounting && uuid_eq(s->id, d->id)) {
+            if (!s->pending) {
+                s->pending = true;
+                cadd(&svc->npending, 1);
+            }
+            *slot = i;
+            break;
+        }
+    }
+    pthread_rwlock_unlock(&svc->seg_lock);
+    return MC_OK;
+}
+
+void mc__seg_confirm(mc_master_service *svc, mc_master_uuid id)
+{
+    if (!cget(&svc->npending))
+        return;
+    pthread_rwlock_wrlock(&svc->seg_lock);
+    for (uint32_t i = 0; i < svc->nslots; i++) {
+        seg *s = svc->segs[i];
+        if (s && s->pending && uuid_eq(s->client, id)) {
+            s->pending = false;
+            csub(&svc->npending, 1);
+            mc_log(MC_LOG_INFO, TAG, "restored segment %s: its owner is back, served again",
+                   s->name);
+        }
+    }
+    pthread_rwlock_unlock(&svc->seg_lock);
 }
 
 int mc_master_service_mount_segment(mc_master_service *svc, const mc_master_segment *seg_desc,
@@ -369,6 +439,11 @@ static void unmount_finish(mc_master_service *svc, uint32_t slot)
  * finishes with unmount_finish. */
 static void unmount_mark_locked(mc_master_service *svc, seg *s)
 {
+    mc__log_unmount(svc, s);
+    if (s->pending) {
+        s->pending = false;
+        csub(&svc->npending, 1);
+    }
     s->unmounting = true;
     svc->nmounted--;
     csub(&svc->capacity, s->capacity);
@@ -434,6 +509,25 @@ void mc__graceful_unmount_reap(mc_master_service *svc, uint64_t now)
         if (n < 16)
             return;
     }
+}
+
+int mc__seg_unmount_id(mc_master_service *svc, mc_master_uuid id)
+{
+    uint32_t slot = UINT32_MAX;
+    pthread_rwlock_wrlock(&svc->seg_lock);
+    for (uint32_t i = 0; i < svc->nslots; i++) {
+        seg *s = svc->segs[i];
+        if (s && !s->unmounting && uuid_eq(s->id, id)) {
+            unmount_mark_locked(svc, s);
+            slot = i;
+            break;
+        }
+    }
+    pthread_rwlock_unlock(&svc->seg_lock);
+    if (slot == UINT32_MAX)
+        return MC_SEGMENT_NOT_FOUND;
+    unmount_finish(svc, slot);
+    return MC_OK;
 }
 
 /* ---- expiry ---- */

@@ -71,6 +71,8 @@ uint64_t mc__reps_reserved_locked(mc_master_service *svc, const obj *o)
 
 void mc__obj_erase(mc_master_service *svc, shard *sh, obj *o, mc__space_why why)
 {
+    if (!(o->flags & F_PROC))
+        mc__log_remove(svc, o); /* before its space can go to anyone else */
     mc__ht_remove(sh, o);
     obj_unlist(o);
     pthread_rwlock_rdlock(&svc->seg_lock); /* shard.mu -> seg_lock (read): in order */
@@ -89,6 +91,7 @@ void mc__obj_remove(mc_master_service *svc, shard *sh, obj *o, uint64_t now)
     /* A reader may still be transferring from this space: the key goes now (new readers
      * miss, a put of the key may start), the space only at the lease deadline, so no put
      * can be given it while the reader may still be reading it. */
+    mc__log_remove(svc, o);
     mc__ht_remove(sh, o);
     obj_unlist(o);
     mc__account_gone(svc, o);
@@ -142,6 +145,7 @@ uint32_t mc__obj_clear_named(mc_master_service *svc, shard *sh, obj *o, const ch
     uint8_t *key = okey(o);
     memmove(o->reps + j, key, o->key_len); /* the key follows the replicas */
     o->nrep = (uint8_t)j;
+    mc__log_put(svc, o); /* the key now maps to the replicas left */
     return hit;
 }
 
@@ -212,10 +216,12 @@ void mc__defer_drop_slot(mc_master_service *svc, uint32_t slot)
 void mc__fill_list_locked(mc_master_service *svc, obj *o, int status,
                           mc_master_replica_list *out)
 {
-    out->n = o->nrep;
+    out->n = 0;
     for (uint32_t i = 0; i < o->nrep; i++) {
         const seg *s = svc->segs[o->reps[i].seg];
-        mc_master_replica *d = &out->replicas[i];
+        if (s->pending && status == MC_MASTER_REPLICA_COMPLETE)
+            continue; /* restored, its owner not back yet (snapshot.c): not read from */
+        mc_master_replica *d = &out->replicas[out->n++];
         d->segment_id = s->id;
         d->address = o->reps[i].addr;
         d->size = o->size;

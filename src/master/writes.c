@@ -70,6 +70,7 @@ static void restart_in_place(mc_master_service *svc, shard *sh, obj *o, const pi
                              bool hard, mc_master_uuid client, uint64_t now,
                              mc_master_replica_list *out)
 {
+    mc__log_remove(svc, o); /* its bytes are being rewritten: not restorable any more */
     obj_unlist(o);
     apply_pins(svc, o, o, pin, hard);
     o->flags = (uint8_t)((o->flags | F_PROC) & ~F_LEASED);
@@ -83,6 +84,7 @@ static void restart_in_place(mc_master_service *svc, shard *sh, obj *o, const pi
         o->reps[i].epoch = mc__fence_epoch_locked(svc, client, svc->segs[o->reps[i].seg]);
     mc__fill_list_locked(svc, o, MC_MASTER_REPLICA_PROCESSING, out);
     pthread_rwlock_unlock(&svc->seg_lock);
+    mc__log_put(svc, o); /* a start record: the space is being written */
 }
 
 /* put_start / upsert_start of one key with hash h. */
@@ -166,6 +168,7 @@ static int do_start(mc_master_service *svc, mc_master_uuid client, const void *k
                 mc__obj_erase(svc, sh, o, MC__SPACE_REPLACED);
             mc__ht_insert(sh, n);
             obj_list(sh, n);
+            mc__log_put(svc, n); /* a start record: the space is being written */
             cadd(&svc->keys, 1);
             cadd(&svc->proc_keys, 1);
             cadd(&svc->proc_bytes, obj_bytes(n));
@@ -231,6 +234,7 @@ static int do_end(mc_master_service *svc, mc_master_uuid client, const void *key
         }
         o->atime = now;
         obj_list(sh, o); /* into the lru or soft list */
+        mc__log_put(svc, o); /* the restart / standby view: before the reply */
     }
     pthread_mutex_unlock(&sh->mu);
     return rc;
@@ -250,6 +254,8 @@ static int end_op(mc_master_service *svc, mc_master_op op, mc_master_uuid client
                   const void *key, size_t len, bool revoke)
 {
     int rc = do_end(svc, client, key, len, key_hash(svc, key, len), revoke);
+    if (rc == MC_OK && !revoke)
+        mc__log_wait(svc); /* acknowledged once its log record is safe (--oplog_sync) */
     count_op(svc, op, rc);
     return rc;
 }
@@ -323,6 +329,8 @@ static int batch_end(mc_master_service *svc, mc_master_batch_op op, mc_master_uu
                              revoke);
         ahead_done(&a, statuses[i]);
     }
+    if (!revoke)
+        mc__log_wait(svc); /* one wait for the whole batch: its last record */
     return ahead_end(svc, &a, op);
 }
 

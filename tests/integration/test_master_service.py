@@ -440,7 +440,7 @@ def test_upstream_flags_and_config_file(spawn, tmp_path):
 
 
 @pytest.mark.parametrize("flag", ["--enable_offload=true", "--root_fs_dir=/tmp/mc-fs",
-                                  "--enable_snapshot"])
+                                  "--enable_cxl"])
 def test_unimplemented_features_are_refused(flag):
     # a flag we would otherwise accept and ignore is refused, naming it and what to do
     r = subprocess.run([tool("mooncake_master"), "--rpc_address=127.0.0.1",
