@@ -420,6 +420,7 @@ void mc__expire_clients(mc_master_service *svc, uint64_t now)
          * keys are free for other writers (issue 10 fault 6) */
         unmount_client(svc, dead[k], svc->cfg.on_client_expired != NULL, &names, &nnames);
         mc__discard_client_puts(svc, dead[k]);
+        mc__offload_client_gone(svc, dead[k]); /* its disk tier goes with it */
         mc__fence_writer_state(svc, dead[k], true);
         if (svc->cfg.on_client_expired)
             svc->cfg.on_client_expired(svc->cfg.on_client_expired_ctx, dead[k],
