@@ -194,6 +194,21 @@ enum { READ_DONE, READ_QUEUED, READ_SKIP };
 static int read_replica(mc__xfer *x, const ritem *r, rstate *q, const mc_master_replica *rp,
                         size_t k, rattempt *a, rsets *ss)
 {
+    if (rp->type == MC_MASTER_REPLICA_LOCAL_DISK) {
+        /* our own disk tier: read and verified there (offload.c); another client's disk
+         * is not readable from here (remote disk reads are not implemented): a miss */
+        int rc = mc__offload_is_own(x->s, rp)
+                     ? mc__offload_read_own(x->s, r->key, r->klen, r->iov, r->niov, q->size)
+                     : MC_OBJECT_NOT_FOUND;
+        if (rc == MC_OK)
+            return READ_DONE;
+        q->last_err = rc;
+        return READ_SKIP;
+    }
+    if (rp->type != MC_MASTER_REPLICA_MEMORY) {
+        q->last_err = MC_OBJECT_NOT_FOUND;
+        return READ_SKIP;
+    }
     if (mc__in_own_segment(x->s, rp->transport_endpoint, rp->address, rp->size)) {
         read_own(r, rp, q->size);
         return READ_DONE;
