@@ -570,7 +570,13 @@ static int end_register(mc_master_service *svc, mc_master_uuid client,
     pthread_mutex_lock(&sh->mu);
     obj *o = ht_find(sh, h32, it->key, it->key_len);
     int rc = MC_OK;
-    if (o) {
+    if (o && (o->flags & F_DISK) && !(o->flags & F_PROC) && o->size == it->size) {
+        /* a disk copy recorded under the client's previous identity (it was closed and
+         * set up again on the same directory before the old one expired): ours now */
+        pthread_mutex_lock(&f->mu);
+        map_put(f, h, it->key, it->key_len, client);
+        pthread_mutex_unlock(&f->mu);
+    } else if (o) {
         rc = MC_OBJECT_ALREADY_EXISTS;
     } else {
         o = mc__obj_new(0, it->key, it->key_len, h32);

@@ -1,0 +1,143 @@
+"""The client-owned disk tier (issue 14, docs/ssd-tier.md): LOCAL_DISK replicas recorded
+by the master (--enable_offload --offload_on_evict), written by the owning client into its
+src/disk store, read back byte for byte, promoted after N hits, lost with their owner,
+served again by an owner restarted on the same directory, refused when the disk is full;
+a corrupt record fails its read cleanly. Real processes: a mooncake_master, store clients
+in their own processes (store_proc.StoreProc), temporary directories."""
+import os
+
+import pytest
+
+from conftest import wait_until
+from store_proc import StoreCluster, StoreProc
+
+OBJ = 256 << 10          # bytes per object
+SEG = 4 << 20            # each owner's segment: 16 objects
+N = 24                   # objects put: more than a segment holds
+KEYS = [f"ssd-{i:03d}" for i in range(N)]
+ENV = {"MC_OFFLOAD_POLL_MS": "50", "MC_STORE_HEARTBEAT_MS": "200"}
+# Short read leases: a get (get_replica_desc too) leases the object, and a leased object
+# is not evicted, so polls of the replica kinds must not keep the objects in memory.
+FLAGS = ("--enable_offload=true", "--offload_on_evict=true", "--default_kv_lease_ttl=200")
+
+
+def disk_only_keys(c):
+    """The master's count of disk-only objects (no lease taken)."""
+    return c.master.metrics().get("master_disk_only_keys", 0)
+
+
+def owner(c, path, env=None, segment=SEG):
+    args = c.setup_args(segment=segment, local_buffer=8 << 20) + (None, True, str(path))
+    p = StoreProc(args, env={**ENV, **(env or {})}, funcs_from="ssd_funcs")
+    assert p.setup_rc == 0
+    return p
+
+
+def bucket_bytes(path):
+    return sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path)
+               if f != "LOCK")
+
+
+def flip_byte_of(path, key):
+    """Flips one byte inside the value of key's record in its bucket file."""
+    for f in sorted(os.listdir(path)):
+        p = os.path.join(path, f)
+        with open(p, "r+b") as fh:
+            data = fh.read()
+            at = data.find(key.encode())
+            if at >= 0:
+                pos = at + len(key) + OBJ // 2
+                fh.seek(pos)
+                fh.write(bytes([data[pos] ^ 0xFF]))
+                fh.flush()
+                os.fsync(fh.fileno())
+                return
+    pytest.fail(f"{key} not found in the bucket files")
+
+
+def test_offload_read_back_promotion_and_corruption(spawn, tmp_path):
+    c = StoreCluster(spawn, *FLAGS, "--promotion_on_hit=true",
+                     "--promotion_admission_threshold=2")
+    a = owner(c, tmp_path)
+    try:
+        assert a.fn("put_until", KEYS, OBJ, 60) == [0] * N
+        # the oldest objects went to disk before their memory replicas were dropped
+        wait_until(lambda: disk_only_keys(c) >= 4, 30, "objects on disk only")
+        only = wait_until(lambda: a.fn("disk_only", KEYS), 30, "disk-only keys", step=0.5)
+        k = only[0]
+        assert a.fn("kinds", k) == ["local_disk"]
+        assert bucket_bytes(tmp_path) >= len(a.fn("disk_only", KEYS)) * OBJ
+        # every object reads back byte for byte, from memory or from the disk
+        assert a.fn("check", KEYS, OBJ) == ["ok"] * N
+        m = c.master.metrics()
+        assert m["master_offload_successes_total"] >= 1 and m["master_disk_hits_total"] >= 1
+        # promotion: after two hits (the read above was one) a memory replica is back
+        k2 = wait_until(lambda: [x for x in a.fn("disk_only", KEYS) if x != k], 30,
+                        "a second disk-only object", step=0.5)[0]
+        assert a.fn("check", [k2, k2], OBJ) == ["ok", "ok"]
+        wait_until(lambda: a.fn("kinds", k2) == ["local_disk", "memory"], 30,
+                   "the promoted memory replica", step=0.5)
+        assert a.fn("check", [k2], OBJ) == ["ok"]
+        assert c.master.metrics()["master_promotion_successes_total"] >= 1
+        # a flipped byte in a record: that read fails cleanly, the others still read
+        bad = wait_until(lambda: [x for x in a.fn("disk_only", KEYS) if x != k2], 30,
+                         "a disk-only object to corrupt", step=0.5)[0]
+        flip_byte_of(tmp_path, bad)
+        assert a.fn("check", [bad], OBJ) == ["miss"]
+        others = [x for x in a.fn("disk_only", KEYS) if x != bad]
+        assert others and a.fn("check", others, OBJ) == ["ok"] * len(others)
+    finally:
+        a.close()
+
+
+def test_owner_death_and_restart(spawn, tmp_path):
+    c = StoreCluster(spawn, *FLAGS, "--client_ttl=2")
+    da, db = tmp_path / "a", tmp_path / "b"
+    a, b = owner(c, da), owner(c, db)
+    keys = [f"{k}-{i}" for k in KEYS for i in range(2)]
+    try:
+        assert a.fn("put_until", keys, OBJ, 60) == [0] * len(keys)
+        # placement spreads the objects over both segments: each owner offloads those
+        # in its own segment
+        def both():
+            o = b.fn("disk_owners", keys)
+            return o if set(o.values()) == {a.hostname, b.hostname} else None
+
+        wait_until(lambda: disk_only_keys(c) >= 8, 30, "objects on disk only")
+        owners = wait_until(both, 30, "objects on both disks", step=0.5)
+        on_a = sorted(k for k, h in owners.items() if h == a.hostname)
+        on_b = sorted(k for k, h in owners.items() if h == b.hostname)
+        a.kill()  # a crashed owner: after client_ttl its disk replicas are gone
+        wait_until(lambda: b.fn("check", on_a, OBJ) == ["miss"] * len(on_a), 30,
+                   "a's disk replicas dropped")
+        assert b.fn("check", on_b, OBJ) == ["ok"] * len(on_b)
+        # a restarted on the same directory registers and serves its disk objects again
+        a = owner(c, da)
+        wait_until(lambda: a.fn("disk_only", on_a) == on_a, 30, "a's objects registered",
+                   step=0.5)
+        assert a.fn("check", on_a, OBJ) == ["ok"] * len(on_a)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_full_disk_refuses_offload_and_keeps_memory(spawn, tmp_path):
+    # no watermark eviction: only a put that finds no space evicts, so what a refused
+    # offload leaves behind stays until the next such put
+    c = StoreCluster(spawn, *FLAGS, "--eviction_high_watermark_ratio=1.0")
+    a = owner(c, tmp_path, env={"MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES": "65536"})
+    try:
+        fit = SEG // OBJ
+        assert a.fn("put_until", KEYS[:fit], OBJ, 30) == [0] * fit
+        assert a.call("put", KEYS[fit], b"x" * OBJ) != 0  # no room: an offload is asked
+        wait_until(lambda: c.master.metrics()["master_offload_failures_total"] >= 1, 30,
+                   "the refused offload")
+        # the disk refused it: the memory replica is kept and still reads
+        assert a.fn("kinds", KEYS[0]) == ["memory"]
+        assert a.fn("check", KEYS[:fit], OBJ) == ["ok"] * fit
+        assert bucket_bytes(tmp_path) <= 65536
+        # eviction then falls back as before (the refused object may be dropped)
+        assert a.fn("put_until", [KEYS[fit]], OBJ, 30) == [0]
+        assert c.master.metrics()["master_offload_successes_total"] == 0
+    finally:
+        a.close()
