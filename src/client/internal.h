@@ -245,6 +245,11 @@ struct mc_store {
     bool off_stop;
     uint32_t off_interval_ms;
     atomic_bool off_warned;         /* the master refused the tier (logged once) */
+    int disk_lfd;                   /* the disk-read server's listening socket, or -1 */
+    pthread_t disk_srv;
+    bool disk_srv_started;
+    char disk_ep[MC_MASTER_NAME_MAX]; /* "host:port" of that server: our LOCAL_DISK    */
+                                      /* replicas' endpoint                            */
     atomic_uint_fast64_t off_writes, off_write_failures, off_promotions,
         off_promotion_failures, off_registered, off_deletes, disk_reads, disk_read_failures;
 };
@@ -362,6 +367,13 @@ int mc__offload_read_own(mc_store *s, const void *key, size_t klen, const mc_sto
                          size_t niov, uint64_t size);
 /* True when replica r is a LOCAL_DISK replica of ours. */
 bool mc__offload_is_own(const mc_store *s, const mc_master_replica *r);
+/* Reads another client's LOCAL_DISK replica r of key through that client's disk-read
+ * server (its endpoint) into iov (size bytes). Blocking, on the caller's thread, bounded
+ * by deadline_ms (monotonic). MC_OK, or MC_TRANSFER_FAIL (unreachable, timed out,
+ * protocol error), or the owner's disk code (OBJECT_NOT_FOUND, CHECKSUM_MISMATCH). */
+int mc__offload_read_remote(mc_store *s, const mc_master_replica *r, const void *key,
+                            size_t klen, const mc_store_iov *iov, size_t niov, uint64_t size,
+                            uint64_t deadline_ms);
 
 /* ---- user buffers (user_buffers.c) ---- */
 

@@ -21,8 +21,8 @@
  * dropped from the disk.
  * Reads (read.c): a LOCAL_DISK replica of ours is read from the disk directly
  * (mc__offload_read_own, verified by the store's xxhash: a corrupt record is an error,
- * never wrong bytes). Another client's LOCAL_DISK replica is not readable from here yet
- * (remote disk reads through the owner: not implemented; such a read misses).
+ * never wrong bytes). Another client's LOCAL_DISK replica is read through that client's
+ * disk-read server (below), whose "host:port" is the replica's endpoint.
  *
  * Environment: MOONCAKE_OFFLOAD_FILE_STORAGE_PATH, the store's MOONCAKE_OFFLOAD_* knobs
  * (disk.h mc_disk_config_from_env), MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS (poll
@@ -35,12 +35,18 @@
 #include <string.h>
 #include <time.h>
 
+#include <poll.h>
+#include <unistd.h>
+
 #include "client/internal.h"
 #include "common/env.h"
 #include "common/xalloc.h"
 #include "disk/disk.h"
 #include "mooncake/log.h"
+#include "mooncake/mc_time.h"
 #include "mooncake/status.h"
+#include "net/frame.h"
+#include "net/sock.h"
 
 #define TAG MC__STORE_TAG
 
@@ -55,7 +61,111 @@ bool mc__offload_is_own(const mc_store *s, const mc_master_replica *r)
     return s->disk && r->type == MC_MASTER_REPLICA_LOCAL_DISK &&
            ((r->segment_id.first == s->client_id.first &&
              r->segment_id.second == s->client_id.second) ||
-            strcmp(r->transport_endpoint, s->name) == 0);
+            (s->disk_ep[0] && strcmp(r->transport_endpoint, s->disk_ep) == 0));
+}
+
+/* ---- remote disk reads: the owner's disk-read server ----
+ *
+ * A reader of another client's LOCAL_DISK replica connects to the owner's disk-read
+ * server (the replica's endpoint, "host:port", a TCP port of the owner's host picked at
+ * setup; upstream has a coro_rpc server in the owner for the same, batch_get_offload_
+ * object) and sends [u32 DR_MAGIC][u32 key length][key]; the owner reads and verifies
+ * the record on its disk store and answers [i32 status][u32 0][u64 length][value]. One
+ * request per connection. The owner serves requests one at a time on one thread (its
+ * disk store's threads do the I/O), each bounded by DR_IO_MS. Trust: like the transfer
+ * engine's data port (no authentication; bound to the segment's host). */
+#define DR_MAGIC 0x5244434Du /* "MCDR" */
+#define DR_IO_MS 10000u
+
+static void serve_one(mc_store *s, int fd)
+{
+    uint64_t deadline = mc_now_ms() + DR_IO_MS;
+    uint8_t hdr[8], key[MC_MASTER_KEY_MAX];
+    if (mc_sock_recv_all(fd, hdr, sizeof hdr, deadline) != 0 || mc_get_le32(hdr) != DR_MAGIC)
+        return;
+    uint32_t klen = mc_get_le32(hdr + 4);
+    if (klen == 0 || klen > sizeof key || mc_sock_recv_all(fd, key, klen, deadline) != 0)
+        return;
+    uint64_t size = 0;
+    int rc = mc_disk_lookup(s->disk, key, klen, &size);
+    void *buf = NULL;
+    if (rc == MC_OK) {
+        buf = malloc(size ? size : 1);
+        rc = buf ? mc__offload_read_own(s, key, klen, &(mc_store_iov){buf, size}, 1, size)
+                 : MC_NO_AVAILABLE_HANDLE;
+    }
+    uint8_t rep[16];
+    mc_put_le32(rep, (uint32_t)rc);
+    mc_put_le32(rep + 4, 0);
+    mc_put_le64(rep + 8, rc == MC_OK ? size : 0);
+    if (mc_sock_send_all(fd, rep, sizeof rep, deadline) == 0 && rc == MC_OK)
+        mc_sock_send_all(fd, buf, (size_t)size, deadline);
+    free(buf);
+}
+
+static void *disk_srv_main(void *arg)
+{
+    mc_store *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->off_mu);
+        bool stop = s->off_stop;
+        pthread_mutex_unlock(&s->off_mu);
+        if (stop)
+            break;
+        struct pollfd p = {.fd = s->disk_lfd, .events = POLLIN};
+        if (poll(&p, 1, 100) <= 0) /* wakes up to look at off_stop */
+            continue;
+        int fd = mc_sock_accept(s->disk_lfd, false);
+        if (fd < 0)
+            continue;
+        serve_one(s, fd);
+        close(fd);
+    }
+    return NULL;
+}
+
+int mc__offload_read_remote(mc_store *s, const mc_master_replica *r, const void *key,
+                            size_t klen, const mc_store_iov *iov, size_t niov, uint64_t size,
+                            uint64_t deadline_ms)
+{
+    (void)s;
+    char host[MC_MASTER_NAME_MAX];
+    uint16_t port = 0;
+    if (mc_sock_parse_hostport(r->transport_endpoint, host, sizeof host, &port, 0) != 0 ||
+        !port || klen > MC_MASTER_KEY_MAX)
+        return MC_TRANSFER_FAIL;
+    uint64_t d = mc_now_ms() + DR_IO_MS; /* a disk read is not bound by the memory lease */
+    if (deadline_ms > d)
+        d = deadline_ms;
+    int fd = mc_sock_connect_tcp(host, port, (int)DR_IO_MS);
+    if (fd < 0)
+        return MC_TRANSFER_FAIL;
+    int rc = MC_TRANSFER_FAIL;
+    uint8_t hdr[8], rep[16];
+    mc_put_le32(hdr, DR_MAGIC);
+    mc_put_le32(hdr + 4, (uint32_t)klen);
+    if (mc_sock_send_all(fd, hdr, sizeof hdr, d) != 0 || mc_sock_send_all(fd, key, klen, d) != 0 ||
+        mc_sock_recv_all(fd, rep, sizeof rep, d) != 0)
+        goto out;
+    rc = (int32_t)mc_get_le32(rep);
+    if (rc != MC_OK)
+        goto out;
+    if (mc_get_le64(rep + 8) != size) {
+        rc = MC_OBJECT_NOT_FOUND; /* another copy of another size: not this object */
+        goto out;
+    }
+    uint64_t off = 0;
+    for (size_t p = 0; p < niov && off < size; p++) {
+        uint64_t l = iov[p].len < size - off ? iov[p].len : size - off;
+        if (l && mc_sock_recv_all(fd, iov[p].base, (size_t)l, d) != 0) {
+            rc = MC_TRANSFER_FAIL;
+            goto out;
+        }
+        off += l;
+    }
+out:
+    close(fd);
+    return rc;
 }
 
 int mc__offload_read_own(mc_store *s, const void *key, size_t klen, const mc_store_iov *iov,
@@ -122,7 +232,7 @@ static void register_all(mc_store *s)
     size_t stale = 0, ok = 0;
     for (size_t i = 0; i < r.n; i += MC_MASTER_MAX_OFFLOAD_TASKS) {
         size_t m = r.n - i < MC_MASTER_MAX_OFFLOAD_TASKS ? r.n - i : MC_MASTER_MAX_OFFLOAD_TASKS;
-        int rc = mc_master_client_offload_end(s->mc, s->client_id, s->name, r.v + i, m, st);
+        int rc = mc_master_client_offload_end(s->mc, s->client_id, s->disk_ep, r.v + i, m, st);
         if (rc != MC_OK) {
             mc_log(MC_LOG_WARN, TAG, "registering disk objects with the master failed: %s",
                    mc_strerror(rc));
@@ -189,7 +299,7 @@ static bool run_task(mc_store *s, const mc_master_offload_item *t, mc_master_off
 /* One poll: the tasks, their results. Returns the number of tasks run (0: wait). */
 static uint32_t poll_once(mc_store *s, mc_master_offload_tasks *t, mc_master_offload_item *res)
 {
-    int rc = mc_master_client_offload_heartbeat(s->mc, s->client_id, s->name,
+    int rc = mc_master_client_offload_heartbeat(s->mc, s->client_id, s->disk_ep,
                                                 MC_MASTER_MAX_OFFLOAD_TASKS, t);
     if (rc != MC_OK) {
         if (rc == MC_NOT_SUPPORTED && !atomic_exchange(&s->off_warned, true))
@@ -206,7 +316,7 @@ static uint32_t poll_once(mc_store *s, mc_master_offload_tasks *t, mc_master_off
         if (run_task(s, &t->items[i], &res[nres]))
             nres++;
     if (nres) {
-        rc = mc_master_client_offload_end(s->mc, s->client_id, s->name, res, nres, NULL);
+        rc = mc_master_client_offload_end(s->mc, s->client_id, s->disk_ep, res, nres, NULL);
         if (rc != MC_OK)
             mc_log(MC_LOG_WARN, TAG, "reporting %zu offload result(s) failed: %s", nres,
                    mc_strerror(rc));
@@ -283,28 +393,50 @@ int mc__offload_start(mc_store *s, const mc_store_config *c, uint32_t hb_ms)
         s->disk = NULL;
         return rc;
     }
+    /* the disk-read server for other clients' reads of our LOCAL_DISK replicas */
+    uint16_t port = 0;
+    s->disk_lfd = mc_sock_listen_tcp(s->host, 0, 64, false, &port);
+    if (s->disk_lfd < 0) {
+        mc_log(MC_LOG_ERROR, TAG, "setup: cannot listen for disk reads on %s: %s", s->host,
+               strerror(-s->disk_lfd));
+        s->disk_lfd = -1;
+        return MC_INTERNAL_ERROR;
+    }
+    snprintf(s->disk_ep, sizeof s->disk_ep, strchr(s->host, ':') ? "[%s]:%u" : "%s:%u",
+             s->host, (unsigned)port);
     s->off_stop = false;
+    if (pthread_create(&s->disk_srv, NULL, disk_srv_main, s) != 0) {
+        mc_log(MC_LOG_ERROR, TAG, "setup: cannot start the disk-read server");
+        return MC_INTERNAL_ERROR;
+    }
+    s->disk_srv_started = true;
     atomic_store(&s->off_warned, false);
     if (pthread_create(&s->off_thread, NULL, offload_main, s) != 0) {
         mc_log(MC_LOG_ERROR, TAG, "setup: cannot start the offload thread");
         return MC_INTERNAL_ERROR;
     }
     s->off_started = true;
-    mc_log(MC_LOG_INFO, TAG, "disk tier in %s (polling the master every %u ms)", s->disk_path,
-           s->off_interval_ms);
+    mc_log(MC_LOG_INFO, TAG, "disk tier in %s (polling the master every %u ms, disk reads "
+           "served at %s)", s->disk_path, s->off_interval_ms, s->disk_ep);
     return MC_OK;
 }
 
 void mc__offload_stop(mc_store *s)
 {
-    if (!s->off_started)
-        return;
     pthread_mutex_lock(&s->off_mu);
     s->off_stop = true;
     pthread_cond_broadcast(&s->off_cond);
     pthread_mutex_unlock(&s->off_mu);
-    pthread_join(s->off_thread, NULL);
+    if (s->off_started)
+        pthread_join(s->off_thread, NULL);
     s->off_started = false;
+    if (s->disk_srv_started)
+        pthread_join(s->disk_srv, NULL);
+    s->disk_srv_started = false;
+    if (s->disk_lfd >= 0)
+        close(s->disk_lfd);
+    s->disk_lfd = -1;
+    s->disk_ep[0] = '\0';
 }
 
 void mc__offload_close(mc_store *s)

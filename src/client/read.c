@@ -95,6 +95,8 @@ typedef struct rstate {
     uint64_t hedge_at; /* when the hedge may start (ms); 0: none planned */
     bool done;         /* bytes are in place */
     bool failed;
+    bool from_disk;    /* read from a LOCAL_DISK replica: verified by its checksum, the */
+                       /* lease (which guards memory from reuse) does not apply        */
 } rstate;
 
 /* Copies replica rp (own memory) into the item's destination. */
@@ -195,13 +197,16 @@ static int read_replica(mc__xfer *x, const ritem *r, rstate *q, const mc_master_
                         size_t k, rattempt *a, rsets *ss)
 {
     if (rp->type == MC_MASTER_REPLICA_LOCAL_DISK) {
-        /* our own disk tier: read and verified there (offload.c); another client's disk
-         * is not readable from here (remote disk reads are not implemented): a miss */
+        /* our own disk tier: read and verified there; another client's: through its
+         * disk-read server (offload.c). Both block this (the caller's) thread. */
         int rc = mc__offload_is_own(x->s, rp)
                      ? mc__offload_read_own(x->s, r->key, r->klen, r->iov, r->niov, q->size)
-                     : MC_OBJECT_NOT_FOUND;
-        if (rc == MC_OK)
+                     : mc__offload_read_remote(x->s, rp, r->key, r->klen, r->iov, r->niov,
+                                               q->size, q->deadline);
+        if (rc == MC_OK) {
+            q->from_disk = true;
             return READ_DONE;
+        }
         q->last_err = rc;
         return READ_SKIP;
     }
@@ -427,7 +432,7 @@ static void read_lease_check(ritem *it, const size_t *idx, size_t m, const rstat
             mc__store_hook(MC__STORE_HOOK_READ_DONE, keys[k].data, keys[k].len);
             hooked = true;
         }
-        if (rs[k].size > 0 && mc_now_ms() > rs[k].deadline)
+        if (rs[k].size > 0 && !rs[k].from_disk && mc_now_ms() > rs[k].deadline)
             it[idx[k]].result = MC_LEASE_EXPIRED;
         else
             it[idx[k]].result = (int64_t)rs[k].size;

@@ -156,6 +156,7 @@ int mc_store_create(mc_store **out)
     pthread_mutex_init(&s->hb_lock, NULL);
     mc_cond_init_monotonic(&s->hb_cond);
     pthread_mutex_init(&s->off_mu, NULL);
+    s->disk_lfd = -1;
     mc_cond_init_monotonic(&s->off_cond);
     *out = s;
     return MC_OK;

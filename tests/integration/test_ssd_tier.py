@@ -38,6 +38,13 @@ def bucket_bytes(path):
                if f != "LOCK")
 
 
+def keys_in(path, keys):
+    """The keys whose records lie in the bucket files under path."""
+    data = b"".join(open(os.path.join(path, f), "rb").read() for f in os.listdir(path)
+                    if f != "LOCK")
+    return sorted(k for k in keys if k.encode() in data)
+
+
 def flip_byte_of(path, key):
     """Flips one byte inside the value of key's record in its bucket file."""
     for f in sorted(os.listdir(path)):
@@ -93,15 +100,19 @@ def test_owner_death_and_restart(spawn, tmp_path):
     try:
         assert a.fn("put_until", keys, OBJ, 60) == [0] * len(keys)
         # placement spreads the objects over both segments: each owner offloads those
-        # in its own segment
+        # in its own segment (the descriptor names the owner's disk-read endpoint)
         def both():
             o = b.fn("disk_owners", keys)
-            return o if set(o.values()) == {a.hostname, b.hostname} else None
+            return o if len(set(o.values())) == 2 else None
 
         wait_until(lambda: disk_only_keys(c) >= 8, 30, "objects on disk only")
         owners = wait_until(both, 30, "objects on both disks", step=0.5)
-        on_a = sorted(k for k, h in owners.items() if h == a.hostname)
-        on_b = sorted(k for k, h in owners.items() if h == b.hostname)
+        on_a = keys_in(da, owners)
+        on_b = keys_in(db, owners)
+        assert on_a and on_b and sorted(on_a + on_b) == sorted(owners)
+        # remote reads: each reads the other's disk replicas through the owner
+        assert b.fn("check", on_a, OBJ) == ["ok"] * len(on_a)
+        assert a.fn("check", on_b, OBJ) == ["ok"] * len(on_b)
         a.kill()  # a crashed owner: after client_ttl its disk replicas are gone
         wait_until(lambda: b.fn("check", on_a, OBJ) == ["miss"] * len(on_a), 30,
                    "a's disk replicas dropped")
