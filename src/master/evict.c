@@ -160,6 +160,11 @@ uint64_t mc__evict_locked(mc_master_service *svc, uint64_t target)
     return freed;
 }
 
+uint64_t mc__evict_prefetch_locked(mc_master_service *svc, uint64_t target)
+{
+    return evict_phase(svc, 1, target); /* mc__offload_evict sees svc->off's prefetch */
+}
+
 /* The watermark rule (upstream BatchEvict, §4.5): free max(ratio, used - hw + ratio) of
  * the capacity. */
 static uint64_t watermark_target(mc_master_service *svc)

@@ -561,6 +561,11 @@ void mc__place_locked(mc_master_service *svc, alloc_ctx *c, const mc_master_put_
  * evict_mu and no shard lock. Returns the bytes freed. */
 uint64_t mc__evict_locked(mc_master_service *svc, uint64_t target);
 
+/* The same selection without dropping anything nor counting a pass: with the disk tier's
+ * prefetch mode on (offload.c), the objects eviction would pick next are queued for
+ * offload ahead of need. Caller holds evict_mu and no shard lock. */
+uint64_t mc__evict_prefetch_locked(mc_master_service *svc, uint64_t target);
+
 /* ---- reads.c: the regex helper (shared with remove.c) ---- */
 
 typedef struct mc__regex mc__regex;

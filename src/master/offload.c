@@ -66,7 +66,10 @@ struct mc__offload {
     size_t nb, count;
     counter queued, requests, successes, failures, hits, preq, pok, pfail, lost;
     counter disk_bytes, disk_only;
+    bool prefetch; /* a prefetch pass runs (under evict_mu): queue, never drop */
 };
+
+#define PREFETCH_MAX_QUEUED 64 /* no prefetch pass while this many tasks are queued */
 
 #define TASK_BUDGET_BYTES (256ull << 20) /* WRITE/PROMOTE bytes per heartbeat reply */
 
@@ -302,6 +305,11 @@ bool mc__offload_evict(mc_master_service *svc, shard *sh, obj *o, uint64_t *free
     *freed = 0;
     if (!svc->off)
         return false;
+    if (svc->off->prefetch) { /* (evict_mu held) offload ahead of need, drop nothing */
+        if (!(o->flags & (F_DISK | F_NOOFF | F_OFFQ)))
+            queue_write(svc, o);
+        return true;
+    }
     if (o->flags & F_DISK) { /* already on disk: drop the memory, keep the record */
         *freed = obj_bytes(o);
         drop_memory(svc, sh, o);
@@ -727,10 +735,32 @@ static void collect(gone_key **g, size_t *n, size_t *cap, const dtask *t)
     (*n)++;
 }
 
+/* Offload ahead of need: with offload_on_evict, once the pool is within two eviction
+ * ratios of the high watermark, the objects eviction would take next are queued for
+ * their owners' disks, so that a put which finds no space can drop memory that is on
+ * disk already instead of waiting for an offload (its put would fail meanwhile). */
+static void prefetch(mc_master_service *svc)
+{
+    struct mc__offload *f = svc->off;
+    double cap = (double)cget(&svc->capacity), used = (double)cget(&svc->allocated);
+    double start = svc->cfg.eviction_high_watermark_ratio - 2 * svc->cfg.eviction_ratio;
+    if (!svc->cfg.offload_on_evict || cap <= 0 || used < start * cap ||
+        cget(&f->queued) >= PREFETCH_MAX_QUEUED || svc->cfg.eviction_ratio <= 0)
+        return;
+    pthread_mutex_lock(&svc->evict_mu);
+    f->prefetch = true;
+    mc__evict_prefetch_locked(svc, (uint64_t)(svc->cfg.eviction_ratio * cap));
+    f->prefetch = false;
+    pthread_mutex_unlock(&svc->evict_mu);
+}
+
 void mc__offload_tick(mc_master_service *svc, uint64_t now)
 {
     struct mc__offload *f = svc->off;
-    if (!f || !cget(&f->queued))
+    if (!f)
+        return;
+    prefetch(svc);
+    if (!cget(&f->queued))
         return;
     uint64_t tmo = svc->cfg.offload_task_timeout_ms;
     gone_key *g = NULL;
