@@ -26,8 +26,9 @@
  *
  * Environment: MOONCAKE_OFFLOAD_FILE_STORAGE_PATH, the store's MOONCAKE_OFFLOAD_* knobs
  * (disk.h mc_disk_config_from_env), MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS (poll
- * period, 1..3600 s; default: the store's heartbeat interval) and MC_OFFLOAD_POLL_MS
- * (ours, 10..60000 ms, wins over the former). The disk store's own watermark eviction is
+ * period while idle, 1..3600 s; default 100 ms, or the store's heartbeat interval when
+ * shorter: eviction waits for these offloads) and MC_OFFLOAD_POLL_MS (ours, 10..60000 ms,
+ * wins over the former). The WRITEs of one poll run concurrently. The disk store's own watermark eviction is
  * off unless MOONCAKE_OFFLOAD_ENABLE_DISK_WATERMARK_EVICTION=true (the master is not
  * told of what the disk store evicts: such a read then misses). */
 #include <stdio.h>
@@ -296,6 +297,74 @@ static bool run_task(mc_store *s, const mc_master_offload_item *t, mc_master_off
     }
 }
 
+/* The WRITEs of one poll run concurrently on the disk store's threads: the offload
+ * thread submits them all, then waits for the last completion. */
+typedef struct wbatch {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    size_t pending;
+} wbatch;
+
+typedef struct wctx {
+    wbatch *b;
+    mc_master_offload_item *res;
+} wctx;
+
+static void write_done(void *ctx, int status, uint64_t size)
+{
+    (void)size;
+    wctx *w = ctx;
+    w->res->status = status;
+    pthread_mutex_lock(&w->b->mu);
+    if (--w->b->pending == 0)
+        pthread_cond_signal(&w->b->cv);
+    pthread_mutex_unlock(&w->b->mu);
+}
+
+static void run_writes(mc_store *s, const mc_master_offload_tasks *t,
+                       mc_master_offload_item *res, size_t *nres)
+{
+    wbatch b = {.pending = 1}; /* one for the submitter, dropped after the loop */
+    pthread_mutex_init(&b.mu, NULL);
+    pthread_cond_init(&b.cv, NULL);
+    wctx *w = mc_xmalloc((t->n ? t->n : 1) * sizeof *w);
+    struct iovec *iov = mc_xmalloc((t->n ? t->n : 1) * sizeof *iov);
+    for (uint32_t i = 0; i < t->n; i++) {
+        const mc_master_offload_item *it = &t->items[i];
+        if (it->op != MC_MASTER_OFFLOAD_WRITE)
+            continue;
+        mc_master_offload_item *r = &res[(*nres)++];
+        *r = *it;
+        r->status = MC_OK;
+        if (!in_own_segment(s, it->address, it->size)) {
+            r->status = MC_INVALID_PARAMS;
+            continue;
+        }
+        iov[i] = (struct iovec){(void *)(uintptr_t)it->address, (size_t)it->size};
+        w[i] = (wctx){&b, r};
+        pthread_mutex_lock(&b.mu);
+        b.pending++;
+        pthread_mutex_unlock(&b.mu);
+        int rc = mc_disk_put_async(s->disk, it->key, it->key_len, &iov[i], it->size ? 1 : 0,
+                                   write_done, &w[i]);
+        if (rc != MC_OK) { /* not submitted: its callback will not run */
+            r->status = rc;
+            pthread_mutex_lock(&b.mu);
+            b.pending--;
+            pthread_mutex_unlock(&b.mu);
+        }
+    }
+    pthread_mutex_lock(&b.mu);
+    b.pending--;
+    while (b.pending)
+        pthread_cond_wait(&b.cv, &b.mu);
+    pthread_mutex_unlock(&b.mu);
+    pthread_cond_destroy(&b.cv);
+    pthread_mutex_destroy(&b.mu);
+    free(iov);
+    free(w);
+}
+
 /* One poll: the tasks, their results. Returns the number of tasks run (0: wait). */
 static uint32_t poll_once(mc_store *s, mc_master_offload_tasks *t, mc_master_offload_item *res)
 {
@@ -311,9 +380,18 @@ static uint32_t poll_once(mc_store *s, mc_master_offload_tasks *t, mc_master_off
     }
     if (t->fresh)
         register_all(s);
-    size_t nres = 0;
+    size_t nres = 0, nw = 0;
+    run_writes(s, t, res, &nres);
+    for (size_t i = 0; i < nres; i++) {
+        nw += res[i].status == MC_OK;
+        if (res[i].status != MC_OK)
+            mc_log(MC_LOG_DEBUG, TAG, "offload of a %llu-byte object refused: %s",
+                   (unsigned long long)res[i].size, mc_strerror(res[i].status));
+    }
+    atomic_fetch_add(&s->off_writes, nw);
+    atomic_fetch_add(&s->off_write_failures, nres - nw);
     for (uint32_t i = 0; i < t->n; i++)
-        if (run_task(s, &t->items[i], &res[nres]))
+        if (t->items[i].op != MC_MASTER_OFFLOAD_WRITE && run_task(s, &t->items[i], &res[nres]))
             nres++;
     if (nres) {
         rc = mc_master_client_offload_end(s->mc, s->client_id, s->disk_ep, res, nres, NULL);
@@ -382,7 +460,7 @@ int mc__offload_start(mc_store *s, const mc_store_config *c, uint32_t hb_ms)
     uint64_t secs = 0, poll_ms;
     if (mc_env_u64("MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS", 0, 1, 3600, &secs) != 0)
         return MC_INVALID_PARAMS; /* the variable was named in the log */
-    poll_ms = secs ? secs * 1000 : hb_ms;
+    poll_ms = secs ? secs * 1000 : (hb_ms < 100 ? hb_ms : 100);
     if (mc_env_u64("MC_OFFLOAD_POLL_MS", poll_ms, 10, 60000, &poll_ms) != 0)
         return MC_INVALID_PARAMS;
     s->off_interval_ms = (uint32_t)poll_ms;

@@ -69,7 +69,8 @@ struct mc__offload {
     bool prefetch; /* a prefetch pass runs (under evict_mu): queue, never drop */
 };
 
-#define PREFETCH_MAX_QUEUED 64 /* no prefetch pass while this many tasks are queued */
+#define PREFETCH_MAX_QUEUED 512 /* no prefetch pass while this many tasks are queued */
+#define PREFETCH_RATIOS 4       /* the reserve kept on disk ahead of eviction, in ratios */
 
 #define TASK_BUDGET_BYTES (256ull << 20) /* WRITE/PROMOTE bytes per heartbeat reply */
 
@@ -735,21 +736,24 @@ static void collect(gone_key **g, size_t *n, size_t *cap, const dtask *t)
     (*n)++;
 }
 
-/* Offload ahead of need: with offload_on_evict, once the pool is within two eviction
- * ratios of the high watermark, the objects eviction would take next are queued for
- * their owners' disks, so that a put which finds no space can drop memory that is on
- * disk already instead of waiting for an offload (its put would fail meanwhile). */
+/* Offload ahead of need: with offload_on_evict, once the pool is within PREFETCH_RATIOS
+ * eviction ratios of the high watermark, the oldest PREFETCH_RATIOS x eviction_ratio of
+ * the pool (the objects eviction would take next) are kept on their owners' disks too,
+ * so that a put which finds no space can drop memory that is on disk already instead of
+ * waiting for an offload (its put would fail meanwhile). A pass queues only what of that
+ * reserve is not on disk yet. */
 static void prefetch(mc_master_service *svc)
 {
     struct mc__offload *f = svc->off;
     double cap = (double)cget(&svc->capacity), used = (double)cget(&svc->allocated);
-    double start = svc->cfg.eviction_high_watermark_ratio - 2 * svc->cfg.eviction_ratio;
+    double start =
+        svc->cfg.eviction_high_watermark_ratio - PREFETCH_RATIOS * svc->cfg.eviction_ratio;
     if (!svc->cfg.offload_on_evict || cap <= 0 || used < start * cap ||
         cget(&f->queued) >= PREFETCH_MAX_QUEUED || svc->cfg.eviction_ratio <= 0)
         return;
     pthread_mutex_lock(&svc->evict_mu);
     f->prefetch = true;
-    mc__evict_prefetch_locked(svc, (uint64_t)(svc->cfg.eviction_ratio * cap));
+    mc__evict_prefetch_locked(svc, (uint64_t)(PREFETCH_RATIOS * svc->cfg.eviction_ratio * cap));
     f->prefetch = false;
     pthread_mutex_unlock(&svc->evict_mu);
 }
