@@ -266,7 +266,10 @@ static bool read_next(mc__xfer *x, ritem *r, rstate *q, const mc_master_replica_
     for (;;) {
         uint64_t now = mc_now_ms();
         int c = pick_replica(x->s, rl, q);
-        if (c < 0 || now >= q->deadline) {
+        /* a disk replica is read whatever the lease says (the lease guards memory from
+         * reuse; a disk record is verified by its checksum) */
+        bool disk = c >= 0 && rl->replicas[c].type != MC_MASTER_REPLICA_MEMORY;
+        if (c < 0 || (now >= q->deadline && !disk)) {
             if (j == 0) {
                 q->failed = true;
                 r->result = c < 0 ? read_failure(q) : MC_LEASE_EXPIRED;
@@ -277,7 +280,7 @@ static bool read_next(mc__xfer *x, ritem *r, rstate *q, const mc_master_replica_
         unsigned rest = 0; /* replicas left after this one */
         for (uint32_t i = 0; i < rl->n; i++)
             rest += !(q->tried & (1u << i));
-        uint64_t share = (q->deadline - now) / (rest + 1);
+        uint64_t share = q->deadline > now ? (q->deadline - now) / (rest + 1) : 0;
         rattempt *a = &q->att[j];
         a->deadline = now + (share ? share : 1);
         switch (read_replica(x, r, q, &rl->replicas[c], k, a, ss)) {

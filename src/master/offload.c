@@ -553,7 +553,8 @@ static int end_write(mc_master_service *svc, mc_master_uuid client,
         pthread_mutex_unlock(&f->mu);
         cadd(&f->disk_bytes, o->size);
         cadd(&f->successes, 1);
-        atomic_store(&svc->need_evict, true); /* its memory can go now, if wanted */
+        /* (no eviction asked for here: the watermark rule drops its memory when the pool
+         * needs room; asking on every confirmation would empty the pool) */
     }
     bool on_disk = o && (o->flags & F_DISK);
     pthread_mutex_unlock(&sh->mu);
