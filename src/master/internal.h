@@ -656,6 +656,9 @@ obj *mc__offload_on_get(mc_master_service *svc, shard *sh, obj *o);
 /* Appends o's LOCAL_DISK descriptor to out when it has one (COMPLETE lists only). Caller
  * holds o's shard mu and seg_lock for reading. */
 void mc__offload_fill_locked(mc_master_service *svc, obj *o, mc_master_replica_list *out);
+/* An unmount dropped every memory replica of o (F_DISK, nrep now 0): it stays, disk-only
+ * (unlisted, pins and pending flags cleared). Caller holds o's shard mu. */
+void mc__offload_disk_only(mc_master_service *svc, obj *o);
 /* Adds the disk-tier gauges and counters to out. */
 void mc__offload_stats(mc_master_service *svc, mc_master_stats *out);
 

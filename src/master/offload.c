@@ -301,6 +301,16 @@ static obj *drop_memory(mc_master_service *svc, shard *sh, obj *o)
     return n;
 }
 
+void mc__offload_disk_only(mc_master_service *svc, obj *o)
+{
+    obj_unlist(o);
+    o->flags &= (uint8_t)~(F_OFFQ | F_NOOFF | F_LEASED);
+    if (o->flags & F_SOFT)
+        mc__set_soft(svc, o, false);
+    if (svc->off)
+        cadd(&svc->off->disk_only, 1);
+}
+
 bool mc__offload_evict(mc_master_service *svc, shard *sh, obj *o, uint64_t *freed)
 {
     *freed = 0;

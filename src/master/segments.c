@@ -288,7 +288,9 @@ static void drop_slot(mc_master_service *svc, shard *sh, uint32_t slot)
         if (o->flags & F_PROC)
             csub(&svc->proc_bytes, o->size * dropped);
         o->nrep = (uint8_t)j;
-        if (!j) /* removed after the walk: a removal moves entries between slots */
+        if (!j && (o->flags & F_DISK))
+            mc__offload_disk_only(svc, o); /* its disk replica stays (offload.c) */
+        else if (!j) /* removed after the walk: a removal moves entries between slots */
             mc__objvec_push(&gone, o);
     }
     for (size_t k = 0; k < gone.n; k++) {
