@@ -70,7 +70,7 @@ struct mc__offload {
 };
 
 #define PREFETCH_MAX_QUEUED 512 /* no prefetch pass while this many tasks are queued */
-#define PREFETCH_RATIOS 4       /* the reserve kept on disk ahead of eviction, in ratios */
+#define PREFETCH_RATIOS 8       /* the reserve kept on disk ahead of eviction, in ratios */
 
 #define TASK_BUDGET_BYTES (256ull << 20) /* WRITE/PROMOTE bytes per heartbeat reply */
 

@@ -147,3 +147,31 @@ def test_full_disk_refuses_offload_and_keeps_memory(spawn, tmp_path):
         assert c.master.metrics()["master_offload_successes_total"] == 0
     finally:
         a.close()
+
+
+def test_replay_reports_memory_and_disk_hits(tmp_path):
+    # the main job shows the tier: a pool too small for the trace, a disk tier that
+    # holds it, hits split by tier, every block read back verified
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    out.mkdir()
+    r = subprocess.run([sys.executable, "-m", "mooncake.trace_replay", "--no-progress",
+                        "--out", str(out), "--synthetic-requests", "300", "--block-bytes",
+                        "16KiB", "--nodes", "1", "--segment-size", "16MiB",
+                        "--ssd-offload-path", str(tmp_path / "disk"), "--ssd-size", "1GiB"],
+                       capture_output=True, text=True, timeout=180, cwd=str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.load(open(out / "replay.json"))
+    res, ref = doc["results"], doc["reference"]
+    t = res["tiers"]
+    assert res["errors"] == 0 and res["corrupt_blocks"] == 0
+    assert t["disk_hits"] > 0 and t["offload_successes"] > 0
+    assert t["memory_hits"] + t["disk_hits"] == res["block_hits"]
+    assert t["misses"] == res["blocks"] - res["block_hits"]
+    # memory + disk hold the whole trace: more hits than memory alone could give
+    assert res["block_hits"] > ref["lru"]["block_hits"]
+    assert ref["lru_memory_disk"]["block_hits"] == ref["ideal"]["block_hits"]
+    assert "hits by tier" in r.stdout
