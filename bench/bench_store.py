@@ -29,6 +29,12 @@ A cell runs its calls for --seconds (at least --min-calls calls, at most 4x --se
 figures: values/s, GB/s (1e9 bytes), per-call p50/p99 latency. Every value read is
 checked against what was written on the first get call of a cell (untimed).
 
+--auth: each of our backends runs twice in the same run, as given and again as
+"<label>+auth" with a cluster secret (a 0600 token file named in MC_AUTH_TOKEN_FILE for
+every process: the master's RPC handshake and signed metadata requests, and whatever
+else of ours checks it); the table gets an "authentication cost" part comparing the two
+per cell (docs/security.md).
+
 Output: a table on stdout (the parameters on every line, the ratios of the targets),
 <out>/results.json, <out>/table.md, <out>/store-bench.png; a full run (not --quick) also
 rewrites the generated part of docs/store-bench.md and docs/store-bench.png (--no-docs
@@ -65,7 +71,8 @@ FULL_BATCHES = [1, 16, 128]
 QUICK_SIZES = [4 * KiB, 1 * MiB, 4 * MiB]
 QUICK_BATCHES = [1, 128]
 BACKENDS = ("ours", "ours-tcp", "upstream")
-PATHS = {"ours": "same-host", "ours-tcp": "tcp (MC_FORCE_TCP=1)", "upstream": "tcp"}
+PATHS = {"ours": "same-host", "ours-tcp": "tcp (MC_FORCE_TCP=1)", "upstream": "tcp",
+         "ours+auth": "same-host, secret", "ours-tcp+auth": "tcp, secret"}
 DOC_MD = os.path.join(REPO, "docs", "store-bench.md")
 DOC_PNG = os.path.join(REPO, "docs", "store-bench.png")
 BEGIN, END = "<!-- bench_store:begin -->", "<!-- bench_store:end -->"
@@ -697,7 +704,7 @@ def analyse(res):
             r = {}
             g = c.get("gbps")
             if g is not None:
-                if label == "ours":
+                if label in ("ours", "ours+auth"):
                     r["memcpy"] = g / mcp[c["size"]] if mcp.get(c["size"]) else None
                 else:
                     r["raw_tcp"] = g / tcp[c["size"]] if tcp.get(c["size"]) else None
@@ -825,6 +832,23 @@ def target_lines(res):
     return out
 
 
+def auth_lines(res):
+    """Per cell of ours / ours-tcp that also ran with the secret: both throughputs, the
+    ratio and the p50 latencies."""
+    out = []
+    for label in ("ours", "ours-tcp"):
+        plain = {cell_key(c): c for c in res["backends"].get(label, {}).get("cells", [])}
+        for c in res["backends"].get(label + "+auth", {}).get("cells", []):
+            p = plain.get(cell_key(c))
+            if not p or not p.get("values_per_s") or not c.get("values_per_s"):
+                continue
+            out.append(f"  {label:8} {c['op']:4} {c['api']:15} {human(c['size']):>7} "
+                       f"x{c['batch']:<4} {p['values_per_s']:>10.0f} -> "
+                       f"{c['values_per_s']:>10.0f} values/s ({c['values_per_s'] / p['values_per_s']:.2f}x), "
+                       f"p50 {fmt(p.get('p50_ms'))} -> {fmt(c.get('p50_ms'))} ms")
+    return out
+
+
 def summary_lines(res):
     out = []
     groups = {}
@@ -850,10 +874,12 @@ def plot(res, path):
         return False
     sizes = res["params"]["sizes"]
     fig, axes = plt.subplots(1, 2, figsize=(13, 5.2), sharey=True)
-    colors = {"ours": "tab:blue", "ours-tcp": "tab:green", "upstream": "tab:red"}
+    colors = {"ours": "tab:blue", "ours-tcp": "tab:green", "upstream": "tab:red",
+              "ours+auth": "tab:cyan", "ours-tcp+auth": "tab:olive"}
     uv = (res["backends"].get("upstream", {}).get("version") or "").split(" ")[-1]
     names = {"ours": "ours, same host", "ours-tcp": "ours, TCP (MC_FORCE_TCP=1)",
-             "upstream": f"upstream {uv}, TCP".replace("  ", " ")}
+             "upstream": f"upstream {uv}, TCP".replace("  ", " "),
+             "ours+auth": "ours, same host, secret", "ours-tcp+auth": "ours, TCP, secret"}
     a = res["anchors"]
     for ax, op in zip(axes, ("get", "put")):
         for key, lab, col in (("memcpy_gbps", "memcpy", "black"),
@@ -971,6 +997,9 @@ def main(argv=None) -> int:
                          "remove_all(force=True), and our master keeps a leased object's "
                          "space until its lease ends, which the next cell waits for)")
     ap.add_argument("--timeout", type=int, help="seconds per backend (default 900; quick 120)")
+    ap.add_argument("--auth", action="store_true",
+                    help="run each of our backends also with a cluster secret (label "
+                         "<backend>+auth) and report the cost of authentication per cell")
     ap.add_argument("--out", default=os.path.join(REPO, "bench", "out", "store"))
     ap.add_argument("--no-docs", action="store_true",
                     help="do not rewrite docs/store-bench.{md,png} after a full run")
@@ -990,7 +1019,8 @@ def main(argv=None) -> int:
     if any(s < 8 or s % 8 for s in args.sizes) or any(b < 1 for b in args.batches):
         ap.error("sizes must be multiples of 8 bytes, batches >= 1")
     args.seconds = args.seconds or (0.3 if q else 1.0)
-    bad = [b for b in args.backends.split(",") if b.strip() and b.strip() not in BACKENDS]
+    known = BACKENDS + ("ours+auth", "ours-tcp+auth")   # the latter internal (--auth)
+    bad = [b for b in args.backends.split(",") if b.strip() and b.strip() not in known]
     if bad:
         ap.error(f"unknown backend(s) {', '.join(bad)}; known: {', '.join(BACKENDS)}")
     if args.role == "backend":
@@ -1070,11 +1100,22 @@ def drive(args) -> int:
         measure_anchors(args, group, res, np, "before")
         # ---- store backends
         wanted = [b.strip() for b in args.backends.split(",") if b.strip()]
+        if args.auth:
+            wanted = [w for b in wanted for w in ((b, b + "+auth") if b in ("ours", "ours-tcp")
+                                                  else (b,))]
+            token = os.path.join(log_dir, "cluster.token")
+            fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.write(fd, os.urandom(32).hex().encode() + b"\n")
+            os.close(fd)
+            res["params"]["auth"] = True
         ours_py, ours_why = find_ours_python(args.ours_python)
         for label in wanted:
             b = res["backends"][label] = {"path": PATHS[label]}
             env = dict(os.environ)
             env.pop("MC_FORCE_TCP", None)
+            env.pop("MC_AUTH_TOKEN_FILE", None)
+            if label.endswith("+auth"):
+                env["MC_AUTH_TOKEN_FILE"] = token
             if label == "upstream":
                 py = args.upstream_python
                 if not os.path.exists(py):
@@ -1090,7 +1131,7 @@ def drive(args) -> int:
                     b["unavailable"] = ours_why
                     print(f"  [{label}] skipped: {ours_why}", flush=True)
                     continue
-                if label == "ours-tcp":
+                if label.startswith("ours-tcp"):
                     env["MC_FORCE_TCP"] = "1"
             jpath = os.path.join(args.out, f"{label}.json")
             if os.path.exists(jpath):
@@ -1143,6 +1184,11 @@ def drive(args) -> int:
     print("\n".join(targets))
     print()
     print("\n".join(summary))
+    auth = auth_lines(res)
+    if auth:
+        print("\nAuthentication cost (same run; values/s with the secret / without):")
+        print("\n".join(auth))
+        res["auth_cost"] = auth
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(res, f, indent=1)
     md = markdown(res, table, targets, summary)

@@ -11,10 +11,12 @@
  *     keys there (upstream ClientMonitorFunc, upstream-mooncake.md §4.7; the cluster part
  *     comes from MC_METADATA_CLUSTER_ID, as the clients' keys do).
  * Trust (issue 11, docs/security.md): --auth_token_file (or MC_AUTH_TOKEN_FILE) names the
- * cluster secret; with it the admin port's key-listing routes and the embedded metadata
+ * cluster secret; with it every RPC connection must complete the handshake of
+ * common/auth.h first, and the admin port's key-listing routes and the embedded metadata
  * server's /metadata need signed requests. Without it every server warns once that it is
  * open. The --http_* / --metrics_max_* / --http_metadata_server_max_* flags bound what a
- * peer can hold on the HTTP ports.
+ * peer can hold on the HTTP ports, the --rpc_max_* flags on the RPC port; mounts are
+ * checked (base 0, overlaps, names of other live clients: docs/security.md).
  * Prints one line per listener on stdout when ready, then logs the upstream-style summary
  * ("Master Admin Metrics: ...") every --metric_report_interval_sec when
  * --enable_metric_reporting. Stops cleanly on SIGINT/SIGTERM (exit 0).
@@ -60,6 +62,8 @@ static char *auth_token_file;
 static int64_t md_max_keys, md_max_conns, md_max_conns_ip, admin_max_conns, admin_max_conns_ip;
 static int64_t http_header_timeout_ms, http_request_timeout_ms;
 static uint64_t md_max_total, md_max_pending;
+static int64_t rpc_max_conns, rpc_max_conns_ip, rpc_auth_timeout_ms;
+static uint64_t rpc_max_request, rpc_max_pending, rpc_max_unread;
 static mc_auth_secret secret; /* outlives every server */
 
 /* ---- upstream flags accepted for compatibility, without effect here ---- */
@@ -82,6 +86,30 @@ static const mc_option options[] = {
     {.name = "rpc_thread_num", .type = MC_OPT_INT, .target = &rpc_thread_num, .def = "0",
      .bounded = true, .min = 0, .max = 64,
      .help = "threads serving RPC connections (0: min(4, CPU cores))"},
+    {.name = "rpc_max_connections", .type = MC_OPT_INT, .target = &rpc_max_conns,
+     .def = "4096", .bounded = true, .min = 1, .max = 1000000,
+     .help = "open RPC connections in all; more are closed at accept "
+             "(master_rpc_refused_total{reason=\"conn_limit\"})"},
+    {.name = "rpc_max_connections_per_ip", .type = MC_OPT_INT, .target = &rpc_max_conns_ip,
+     .def = "256", .bounded = true, .min = 1, .max = 1000000,
+     .help = "open RPC connections from one source address (reason per_ip_limit)"},
+    {.name = "rpc_max_request_bytes", .type = MC_OPT_SIZE, .target = &rpc_max_request,
+     .def = "16mb", .bounded = true, .min = 65536, .max = 16777216.0, .unit = "bytes",
+     .help = "one RPC request body (what one connection may have pending); a larger one "
+             "closes the connection before its body is read"},
+    {.name = "rpc_max_pending_request_bytes", .type = MC_OPT_SIZE, .target = &rpc_max_pending,
+     .def = "256mb", .bounded = true, .min = 65536, .max = 1099511627776.0, .unit = "bytes",
+     .help = "RPC request bodies being received, all connections together; a header "
+             "beyond it closes its connection (reason pending_bytes)"},
+    {.name = "rpc_max_unread_reply_bytes", .type = MC_OPT_SIZE, .target = &rpc_max_unread,
+     .def = "128mb", .bounded = true, .min = 1048576, .max = 1099511627776.0,
+     .unit = "bytes",
+     .help = "replies one RPC connection leaves unread before it is closed (reason "
+             "reply_backlog); from 1 MiB (or half this) on it is not read until they drain"},
+    {.name = "rpc_auth_timeout_ms", .type = MC_OPT_INT, .target = &rpc_auth_timeout_ms,
+     .def = "5000", .bounded = true, .min = 100, .max = 600000, .unit = "ms",
+     .help = "with a cluster secret: an RPC connection must complete the handshake within "
+             "this of its accept (reason handshake_timeout)"},
     {.name = "max_threads", .type = MC_OPT_INT, .target = &max_threads, .def = "16",
      .bounded = true, .min = 0, .max = 1024,
      .help = "deprecated upstream alias of the RPC thread count; ignored (use "
@@ -107,7 +135,8 @@ static const mc_option options[] = {
      .def = "0.0.0.0", .help = "address of the embedded HTTP metadata server"},
     {.name = "auth_token_file", .type = MC_OPT_STRING, .target = &auth_token_file, .def = "",
      .help = "file holding the cluster secret (mode 0600, owned by this user); with it the "
-             "HTTP ports check signed requests (docs/security.md). Default: "
+             "RPC port requires the handshake and the HTTP ports check signed requests "
+             "(docs/security.md). Default: "
              "MC_AUTH_TOKEN_FILE; neither: open, with a warning"},
     {.name = "http_metadata_server_max_total_size", .type = MC_OPT_SIZE, .target = &md_max_total,
      .def = "256mb", .bounded = true, .min = 1, .max = 1099511627776.0, .unit = "bytes",
@@ -479,6 +508,7 @@ int main(int argc, char **argv)
     cfg.promotion_on_hit = promotion_on_hit;
     cfg.promotion_admission_threshold = (uint32_t)promotion_threshold;
     cfg.offload_task_timeout_ms = (uint64_t)offload_task_timeout;
+    cfg.check_segments = true; /* base 0, overlaps, foreign names (docs/security.md) */
     if (enable_md_cleanup && !enable_http_md)
         mc_log(MC_LOG_WARN, TAG,
                "--enable_metadata_cleanup_on_timeout cleans the embedded metadata server "
@@ -500,12 +530,27 @@ int main(int argc, char **argv)
     mc_master_rpc_server_opts ro = {.host = rpc_address,
                                     .port = (uint16_t)rpc_port,
                                     .threads = (unsigned)rpc_thread_num,
-                                    .tick_ms = TICK_MS};
+                                    .tick_ms = TICK_MS,
+                                    .auth = &secret,
+                                    .handshake_timeout_ms = (unsigned)rpc_auth_timeout_ms,
+                                    .max_connections = (unsigned)rpc_max_conns,
+                                    .max_connections_per_ip = (unsigned)rpc_max_conns_ip,
+                                    .max_body = (uint32_t)rpc_max_request,
+                                    .max_pending_request_bytes = rpc_max_pending,
+                                    .max_unread_reply_bytes = rpc_max_unread};
     rc = mc_master_rpc_server_start(svc, &ro, &rpc);
     if (rc != 0) {
         exit_code = mc_tool_listen_failed(prog, "rpc_address", rpc_address, "rpc_port",
                                   (long long)rpc_port, rc);
         goto out;
+    }
+    if (!mc_auth_enabled(&secret)) {
+        char where[320];
+        snprintf(where, sizeof where, "%s:%u", rpc_address,
+                 (unsigned)mc_master_rpc_server_port(rpc));
+        mc_auth_warn_open(TAG, "master RPC", where,
+                          "mount and unmount segments, read, write and remove objects, and "
+                          "call remove_all");
     }
     if (enable_http_md) {
         mc_http_metadata_server_opts mo = {

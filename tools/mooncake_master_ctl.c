@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "client/master_client.h"
+#include "common/auth.h"
 #include "common/xalloc.h"
 #include "mooncake/log.h"
 #include "mooncake/mc_time.h"
@@ -799,9 +800,20 @@ int main(int argc, char **argv)
         client_id = mc_ctl_random_uuid();
     }
     int64_t conns = bench_opts.threads > 4 ? bench_opts.threads : 4;
+    /* the cluster secret, as every client: the file MC_AUTH_TOKEN_FILE names (none: no
+     * handshake; docs/security.md) */
+    static mc_auth_secret secret;
+    char aerr[512];
+    if (mc_auth_load(NULL, &secret, aerr, sizeof aerr) != 0) {
+        fprintf(stderr, "mooncake_master_ctl: %s\n", aerr);
+        mc_options_free(options, N_OPTIONS);
+        return 2;
+    }
     mc_master_client_opts o = {.rpc_timeout_ms = (uint32_t)rpc_timeout_ms,
-                               .max_conns = (uint32_t)conns};
+                               .max_conns = (uint32_t)conns,
+                               .auth = &secret};
     int rc = mc_master_client_create(master_addr, &o, &cli);
+    mc_auth_secret_wipe(&secret); /* copied by the client */
     if (rc != MC_OK) {
         fprintf(stderr, "mooncake_master_ctl: cannot reach the master at %s: %s\n",
                 master_addr, mc_strerror(rc));

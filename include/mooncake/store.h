@@ -168,6 +168,15 @@ typedef struct mc_store_config {
     /* Ours: */
     uint32_t heartbeat_interval_ms; /* 0 = MC_STORE_HEARTBEAT_MS or 1000; 10..60000 */
     uint32_t rpc_timeout_ms;      /* per master RPC; 0 = the master client's default */
+    /* The cluster secret (issue 11, docs/security.md), first of: auth_token (the secret
+       itself, NUL-terminated, 16..1024 bytes, one trailing newline stripped; copied),
+       auth_token_file (a token file: mode 0600, owned by this user), the file that
+       MC_AUTH_TOKEN_FILE names; none: no secret (open cluster). The store holds one
+       copy, used for the master RPC handshake (and, once the engine takes it, for the
+       engine's ports and the metadata HTTP backend). A token or file that fails its
+       checks fails setup with MC_INVALID_PARAMS, the reason logged. */
+    const char *auth_token;
+    const char *auth_token_file;
 } mc_store_config;
 
 /* mc_store_config_init: NULL strings, sizes 16 MiB / 16 MiB, protocol "tcp",
@@ -693,5 +702,49 @@ MC_API int mc_store_batch_put_commit(mc_store *s, const mc_store_key *keys, size
                                      int *results);
 MC_API int mc_store_batch_put_abort(mc_store *s, const mc_store_key *keys, size_t n,
                                     int *results);
+
+/* ---- extra segments (segments.c): upstream RealClient::mountSegment & co. ---- */
+
+/* A segment id as text: "<hi>-<lo>", two 16-digit lower-case hex numbers (the master's
+ * 128-bit segment UUID), NUL included. */
+#define MC_STORE_SEGMENT_ID_LEN 34u
+#define MC_STORE_MAX_EXTRA_SEGMENTS 1024u /* extra segments one client holds at once */
+
+/* mc_store_mount_segment: maps [offset, offset + size) of the file at path (a regular
+ * file or /dev/shm object the caller created, at least offset + size bytes; MAP_SHARED,
+ * read-write), registers it with the transfer engine and mounts it on the master as one
+ * more segment of this client (name = this client's "host:port"), which the master then
+ * allocates replicas in. offset: a multiple of the page size. size: >=
+ * MC_STORE_MIN_SEGMENT_SIZE. protocol: NULL/"" means the client's; it must be the
+ * client's protocol (only one transport per client). location: NULL/""/"*"/"cpu:N"
+ * (CPU memory only). id_out (>= MC_STORE_SEGMENT_ID_LEN bytes) receives the new id.
+ * Returns MC_OK; MC_INVALID_PARAMS (not set up, bad arguments, file cannot be opened or
+ * mapped, too many segments); the engine's or the master's code (nothing is left mapped
+ * or mounted then). The mapping is the client's until the segment is unmounted or the
+ * client closes (the file itself is the caller's). Threads: any. */
+MC_API int mc_store_mount_segment(mc_store *s, const char *path, uint64_t size, uint64_t offset,
+                                  const char *protocol, const char *location, char *id_out);
+
+/* mc_store_allocate_and_mount_segment: as mc_store_mount_segment over size bytes of new
+ * shared memory the client allocates (the transfer engine's mc_te_alloc_shared, so
+ * same-host peers map it directly). *allocated receives the bytes allocated (= size). */
+MC_API int mc_store_allocate_and_mount_segment(mc_store *s, uint64_t size, const char *protocol,
+                                               const char *location, char *id_out,
+                                               uint64_t *allocated);
+
+/* mc_store_unmount_segment: unmounts an extra segment (either kind) by id. grace_ms 0:
+ * at once (the master drops its replicas; objects left with none are erased), then the
+ * memory is unregistered and released. grace_ms > 0 (upstream GracefulUnmountSegment):
+ * the segment takes no new allocation from now on, its replicas stay readable for
+ * grace_ms, then the master drops them; the client keeps the memory registered until
+ * then (plus one second for the master's tick) and releases it at its next segment call
+ * after that or at close. Returns MC_OK; MC_SEGMENT_NOT_FOUND (no such extra segment of
+ * this client, or already unmounting; the global segment of setup is not one);
+ * MC_INVALID_PARAMS (not set up, bad id, grace over 24 h); the master's code (the
+ * segment then stays mounted). Threads: any. */
+MC_API int mc_store_unmount_segment(mc_store *s, const char *id, uint64_t grace_ms);
+
+/* mc_store_extra_segment_count: extra segments held (mounted or in their grace period). */
+MC_API size_t mc_store_extra_segment_count(mc_store *s);
 
 #endif

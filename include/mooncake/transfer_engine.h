@@ -50,6 +50,24 @@
  *   MC_HANDSHAKE_MAX_LENGTH  largest handshake frame in bytes (default 1 MiB; up to 128 MiB)
  *   MC_TCP_BIND_ADDRESS      address the listeners bind (default: local_hostname's host)
  *   MC_MIN_RPC_PORT / MC_MAX_RPC_PORT  range for the rpc port (default 15000..17000)
+ *   MC_AUTH_TOKEN_FILE       the cluster secret's token file (common/auth.h; read once by
+ *                            mc_te_create when mc_te_opts.auth is NULL)
+ *   MC_TE_AUTH_TIMEOUT_MS    ms an accepted connection has to authenticate (default 10000)
+ *   MC_TE_MAX_CONNECTIONS    data connections served at once (default 4096)
+ *   MC_TE_MAX_CONNECTIONS_PER_IP  of those, from one source address (default 512)
+ *   MC_TE_MAX_PENDING_BYTES  reply bytes a served connection may leave unread before the
+ *                            engine stops reading its requests (default 64 MiB)
+ *   MC_TE_SHM_ALLOWED_GIDS   gids ("100,200") whose processes may use the same-host
+ *                            socket besides our own uid (with a secret only)
+ *
+ * Security (issue 11, docs/security.md): with a cluster secret (mc_te_opts.auth or
+ * MC_AUTH_TOKEN_FILE) every connection to the data port, the handshake port and the
+ * same-host socket proves it holds the secret (common/auth.h's challenge-response,
+ * labels "te-data", "te-handshake", "te-shm") before any byte of the port's protocol is
+ * read, and the same-host socket also requires SO_PEERCRED: our uid or an allowed gid.
+ * This engine's own connections authenticate the same way. Without one the ports are
+ * open as upstream (one WARN at initialize) and a peer that sends a handshake is told
+ * the server has no secret; mixed clusters fail at connect with a message on each side.
  */
 #ifndef MOONCAKE_TRANSFER_ENGINE_H
 #define MOONCAKE_TRANSFER_ENGINE_H
@@ -130,6 +148,31 @@ typedef struct mc_te_opts {
      * idle timeouts of served connections and socket timeouts stay on the real clock. */
     mc_te_clock_fn clock;
     void *clock_ctx;              /* passed to clock; borrowed, must outlive the engine */
+    /* The cluster secret (common/auth.h). Borrowed: must outlive the engine (the store
+     * client passes the one it loaded). NULL: the secret in the file named by
+     * MC_AUTH_TOKEN_FILE, loaded once by mc_te_create (a bad file fails the create with
+     * MC_INVALID_PARAMS and an ERROR naming the file and what to fix); neither = no
+     * secret. Non-NULL with len 0: no secret, whatever the environment says. */
+    const struct mc_auth_secret *auth;
+    uint64_t auth_timeout_ms;     /* 0: MC_TE_AUTH_TIMEOUT_MS or 10000; an accepted
+                                     connection that has not authenticated by then is
+                                     closed (counted in auth_refused) */
+    unsigned max_connections;     /* data connections served at once; 0:
+                                     MC_TE_MAX_CONNECTIONS or 4096; beyond: refused at
+                                     accept (conn_limit_refused) */
+    unsigned max_connections_per_ip; /* of those from one source address; 0:
+                                     MC_TE_MAX_CONNECTIONS_PER_IP or 512 (per_ip_refused);
+                                     the handshake port (256 connections in all) takes
+                                     this value or 64, whichever is smaller */
+    uint64_t max_pending_bytes;   /* bytes; 0: MC_TE_MAX_PENDING_BYTES or 64 MiB: replies
+                                     one served connection may leave unread before its
+                                     requests stop being read (backpressure), and the
+                                     NOTIFY bodies all connections may be receiving at once
+                                     (beyond: the NOTIFY is drained and refused, counted in
+                                     pending_refused) */
+    const char *shm_allowed_gids; /* "gid,gid" (borrowed during create); NULL:
+                                     MC_TE_SHM_ALLOWED_GIDS; with a secret the same-host
+                                     socket serves our uid and these gids only */
 } mc_te_opts;
 
 #define MC_TE_DEFAULT_TIMEOUT_S 30
@@ -144,7 +187,8 @@ typedef struct mc_te_opts {
 /* ---------------------------------------------------------------------------------- */
 
 /* mc_te_create: a new engine, not yet initialized (upstream TransferEngine()).
- *   opts: NULL = everything from the environment / defaults; borrowed.
+ *   opts: NULL = everything from the environment / defaults (the secret included);
+ *     borrowed (opts->auth: for the engine's life).
  *   out: receives the engine; free with mc_te_destroy.
  * Returns MC_OK or MC_INVALID_PARAMS (an option or environment value out of range; the
  * reason is logged). */
@@ -418,6 +462,17 @@ typedef struct mc_te_stats {
                                       (mc_te_fence_writer), each drained, answered -ESTALE */
     uint64_t stale_sends_refused;  /* writer side: our WRITE slices / same-host copies not
                                       started because of mc_te_fence_target */
+    /* issue 11 (docs/security.md): refusals on this engine's ports */
+    uint64_t auth_refused;       /* served side: connections refused by the secret check on
+                                    the data, handshake or same-host port (no or wrong
+                                    secret, replay, a handshake to an open engine, the
+                                    authentication deadline) */
+    uint64_t auth_failed;        /* initiator side: our connections whose handshake failed */
+    uint64_t conn_limit_refused; /* connections refused at accept: max_connections (data
+                                    port), 256 (handshake port) */
+    uint64_t per_ip_refused;     /* ... : max_connections_per_ip (see mc_te_opts) */
+    uint64_t peercred_refused;   /* same-host connections of another uid (SO_PEERCRED) */
+    uint64_t pending_refused;    /* NOTIFYs refused: max_pending_bytes of bodies in flight */
 } mc_te_stats;
 
 /* mc_te_get_stats: a snapshot of the counters (relaxed reads). */

@@ -8,6 +8,7 @@
  * paths' state. */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -115,13 +116,14 @@ static int ping_acks(mc_store *s, mc_master_ping_result *pr)
  * republish our descriptor (a master-embedded metadata server lost it too). */
 static void remount(mc_store *s)
 {
-    mc_master_segment seg;
+    /* the global segment, then the extra ones (segments.c) */
+    mc_master_segment *segs = mc_xcalloc(1 + MC_STORE_MAX_EXTRA_SEGMENTS, sizeof *segs);
     size_t n = 0;
-    if (s->seg_base) {
-        mc__store_fill_segment(s, &seg);
-        n = 1;
-    }
-    int rc = mc_master_client_remount_segments(s->mc, n ? &seg : NULL, n, s->client_id);
+    if (s->seg_base)
+        mc__store_fill_segment(s, &segs[n++]);
+    n += mc__xseg_fill(s, segs + n, MC_STORE_MAX_EXTRA_SEGMENTS);
+    int rc = mc_master_client_remount_segments(s->mc, n ? segs : NULL, n, s->client_id);
+    free(segs);
     if (rc != MC_OK) {
         mc_log(MC_LOG_WARN, TAG, "remount after NEED_REMOUNT failed: %s (retrying)",
                mc_strerror(rc));

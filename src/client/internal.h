@@ -41,7 +41,9 @@
 #include <stdint.h>
 
 #include "alloc/allocator.h"
+#include "common/list.h"
 #include "client/master_client.h"
+#include "common/auth.h"
 #include "master.pb-c.h"
 #include "mooncake/store.h"
 
@@ -181,6 +183,8 @@ struct mc_store {
     mc_te *te;
     bool own_te;
     mc_master_client *mc;
+    mc_auth_secret auth;            /* the one cluster secret (len 0: none); setup loads it,
+                                       teardown wipes it */
     mc_master_uuid client_id;
     char name[MC_STORE_NAME_MAX];   /* segment name "host:port" */
     char host[MC__HOST_MAX];        /* host part of name */
@@ -252,7 +256,24 @@ struct mc_store {
                                       /* replicas' endpoint                            */
     atomic_uint_fast64_t off_writes, off_write_failures, off_promotions,
         off_promotion_failures, off_registered, off_deletes, disk_reads, disk_read_failures;
+    /* Extra segments (segments.c: mount_segment & co.), a list of mc__xseg guarded by
+     * xseg_lock (segment calls run under life shared; teardown under exclusive). */
+    pthread_mutex_t xseg_lock;
+    mc_list xsegs;
+    size_t n_xsegs;
 };
+
+/* ---- extra segments (segments.c) ---- */
+
+/* Initialises / destroys the extra-segment state (create / destroy). */
+void mc__xseg_init(mc_store *s);
+void mc__xseg_deinit(mc_store *s);
+/* Unmounts (when the master answers: ping_ok) and releases every extra segment. Caller
+ * holds life exclusively (teardown), before the engine and master client go. */
+void mc__xseg_teardown(mc_store *s);
+/* Fills segs[0..cap) with the mounted extra segments (strings borrowed from s; valid
+ * under life, which the heartbeat's caller guarantees); returns how many. */
+size_t mc__xseg_fill(mc_store *s, mc_master_segment *segs, size_t cap);
 
 /* ---- shared small helpers (setup.c unless inline) ---- */
 

@@ -11,6 +11,15 @@
  * calls larger than MC_MASTER_RPC_MAX_BATCH items are split into several requests that
  * are pipelined on one connection (all sent, then all replies read).
  *
+ * Trust (issue 11, docs/security.md): with opts.auth holding the cluster secret, every
+ * connection (the first, and each reconnection) runs the client side of the
+ * common/auth.h handshake (label "master-rpc") right after connecting, within the
+ * call's deadline, before any request. A master that refuses it (another secret, or
+ * none: a mixed cluster), or a master that requires a secret this client lacks (it
+ * answers the first request with a handshake RESULT), fails the call with
+ * MC_ILLEGAL_CLIENT and an ERROR line naming the master, the reason from this side's
+ * point of view and what to check (MC_AUTH_TOKEN_FILE / --auth_token_file).
+ *
  * Failures and reconnection: a connection that fails (connect refused, reset, timeout,
  * malformed reply) is closed and the call returns MC_RPC_FAIL (MC_RPC_TIMEOUT when the
  * deadline passed); the next call opens a new connection, so a restarted master is
@@ -57,6 +66,7 @@
 #define MC_MASTER_CLIENT_MAX_CONNS 64u
 
 typedef struct mc_master_client mc_master_client;
+struct mc_auth_secret; /* common/auth.h */
 
 typedef struct mc_master_client_opts {
     uint32_t rpc_timeout_ms;     /* per call; 0 = env MC_RPC_TIMEOUT_MS, else 30000      */
@@ -64,6 +74,8 @@ typedef struct mc_master_client_opts {
     uint32_t max_conns;          /* pooled connections, 1..64; 0 = 4                      */
     uint32_t max_reply_body;     /* bytes; larger replies fail the call (RPC_FAIL);       */
                                  /* 0 = MC_MASTER_RPC_MAX_REPLY_BODY (64 MiB)             */
+    const struct mc_auth_secret *auth; /* the cluster secret (common/auth.h), copied at   */
+                                 /* create; NULL or empty = none (no handshake)          */
 } mc_master_client_opts;
 
 /* mc_master_client_create: a client for the master at `address` ("host:port", "host"
@@ -73,7 +85,8 @@ typedef struct mc_master_client_opts {
  * that is not an integer in 1..86400000 fails the create with MC_INVALID_PARAMS, logged
  * naming the variable. Returns MC_OK with *out set (free with _destroy);
  * MC_INVALID_PARAMS (bad address, opts or MC_RPC_TIMEOUT_MS); MC_RPC_FAIL (cannot
- * connect); MC_RPC_TIMEOUT (connect timed out). On error *out is untouched. */
+ * connect); MC_RPC_TIMEOUT (connect timed out); MC_ILLEGAL_CLIENT (the handshake was
+ * refused: the secrets differ or one side has none, logged). On error *out is untouched. */
 MC_API int mc_master_client_create(const char *address, const mc_master_client_opts *opts,
                                    mc_master_client **out);
 
@@ -125,6 +138,12 @@ MC_API int mc_master_client_remount_segments(mc_master_client *c, const mc_maste
  * SEGMENT_NOT_FOUND, ILLEGAL_CLIENT). */
 MC_API int mc_master_client_unmount_segment(mc_master_client *c, mc_master_uuid segment_id,
                                             mc_master_uuid client_id);
+/* mc_master_client_unmount_segment_grace: grace_ms 0 as above; > 0 a graceful unmount
+ * (mc_master_service_unmount_segment_grace: no new allocations at once, replicas
+ * readable for grace_ms, then unmounted by the master's tick). */
+MC_API int mc_master_client_unmount_segment_grace(mc_master_client *c,
+                                                  mc_master_uuid segment_id,
+                                                  mc_master_uuid client_id, uint64_t grace_ms);
 
 /* ---- writes ---- */
 

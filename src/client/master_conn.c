@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/auth.h"
 #include "common/env.h"
 #include "common/sync.h"
 #include "common/xalloc.h"
@@ -34,6 +35,7 @@ typedef struct conn_slot {
     bool busy;        /* guarded by the client lock */
     uint64_t next_id; /* request ids on this connection */
     uint64_t last_ms; /* monotonic ms of the last completed call */
+    bool fresh;       /* connected, no reply read yet: it may be a handshake RESULT */
     mc__arena ar;     /* reply decoding */
     ProtobufCAllocator alloc;
     uint8_t *sbuf;    /* one packed request */
@@ -51,6 +53,7 @@ struct mc_master_client {
     pthread_cond_t cond; /* a slot became idle */
     unsigned n;
     conn_slot *slots;
+    mc_auth_secret auth; /* len 0 = none */
 };
 
 /* ---- connections ---- */
@@ -87,8 +90,46 @@ static int slot_connect(mc_master_client *c, conn_slot *s, uint64_t deadline)
         mc_log(MC_LOG_DEBUG, TAG, "connect %s: %s", c->address, strerror(-fd));
         return transport_code(fd);
     }
+    if (mc_auth_enabled(&c->auth)) {
+        char err[256];
+        int rc = mc_auth_client_fd(fd, &c->auth, "master-rpc", deadline, err, sizeof err);
+        if (rc != MC_AUTH_OK) {
+            close(fd);
+            if (rc == -MC_AUTH_TIMEOUT || rc == -MC_AUTH_IO) {
+                mc_log(MC_LOG_WARN, TAG, "master RPC at %s: the cluster-secret handshake "
+                       "did not complete: %s", c->address, err);
+                return rc == -MC_AUTH_TIMEOUT ? MC_RPC_TIMEOUT : MC_RPC_FAIL;
+            }
+            mc_log(MC_LOG_ERROR, TAG, "master RPC at %s refused this client: %s (check that "
+                   "this client's MC_AUTH_TOKEN_FILE / auth_token and the master's "
+                   "--auth_token_file hold the same secret; docs/security.md)", c->address,
+                   err);
+            return MC_ILLEGAL_CLIENT;
+        }
+    }
     s->fd = fd;
+    s->fresh = !mc_auth_enabled(&c->auth);
     return MC_OK;
+}
+
+/* A fresh connection of a client without a secret whose first reply starts with the
+ * handshake's magic: a master that requires the secret answered RESULT. Reads the rest of
+ * that frame (hb holds its first `have` bytes) and logs what it says. */
+static int refused_by_secret(mc_master_client *c, conn_slot *s, uint8_t *hb, size_t have,
+                             uint64_t deadline)
+{
+    uint8_t f[MC_AUTH_FRAME_MAX];
+    memcpy(f, hb, have);
+    size_t need = MC_AUTH_HEADER + 1; /* a RESULT */
+    if (have < need && mc_sock_recv_all(s->fd, f + have, need - have, deadline) < 0)
+        have = 0;
+    mc_auth_frame fr;
+    int code = MC_AUTH_CLIENT_NO_SECRET;
+    if (have && mc_auth_frame_parse(f, need, &fr) > 0 && fr.type == MC_AUTH_RESULT)
+        code = fr.code;
+    mc_log(MC_LOG_ERROR, TAG, "master RPC at %s refused this client: %s (docs/security.md)",
+           c->address, mc_auth_error_text(code, true));
+    return MC_ILLEGAL_CLIENT;
 }
 
 static void abs_timespec(uint64_t deadline_ms, struct timespec *ts)
@@ -196,7 +237,21 @@ static int recv_one(mc_master_client *c, conn_slot *s, uint16_t op, uint64_t id,
                     const ProtobufCMessage **reply)
 {
     uint8_t hb[MC_FRAME_HEADER_SIZE];
-    int rc = mc_sock_recv_all(s->fd, hb, sizeof hb, deadline);
+    int rc;
+    if (s->fresh) {
+        /* the first bytes of a fresh connection's first reply: a handshake RESULT (9
+         * bytes) is shorter than a frame header */
+        s->fresh = false;
+        rc = mc_sock_recv_all(s->fd, hb, MC_AUTH_HEADER, deadline);
+        if (rc < 0)
+            return transport_code(rc);
+        if (!memcmp(hb, MC_AUTH_MAGIC, 4))
+            return refused_by_secret(c, s, hb, MC_AUTH_HEADER, deadline);
+        rc = mc_sock_recv_all(s->fd, hb + MC_AUTH_HEADER, sizeof hb - MC_AUTH_HEADER,
+                              deadline);
+    } else {
+        rc = mc_sock_recv_all(s->fd, hb, sizeof hb, deadline);
+    }
     if (rc < 0)
         return transport_code(rc);
     mc_frame_header h;
@@ -268,7 +323,7 @@ int mc__rpc_run(mc_master_client *c, uint16_t op, size_t nreq, mc__rpc_build_fn 
 out:
     if (rc != MC_OK && sent > done)
         ok = false; /* replies still in flight: the connection is out of step */
-    if (rc == MC_RPC_FAIL || rc == MC_RPC_TIMEOUT)
+    if (rc == MC_RPC_FAIL || rc == MC_RPC_TIMEOUT || rc == MC_ILLEGAL_CLIENT)
         ok = false;
     release(c, s, ok);
     return rc;
@@ -346,6 +401,8 @@ int mc_master_client_create(const char *address, const mc_master_client_opts *op
         o.connect_timeout_ms ? o.connect_timeout_ms : MC_MASTER_CLIENT_DEFAULT_CONNECT_TIMEOUT_MS;
     c->max_reply = o.max_reply_body ? o.max_reply_body : MC_MASTER_RPC_MAX_REPLY_BODY;
     c->n = o.max_conns ? o.max_conns : MC_MASTER_CLIENT_DEFAULT_MAX_CONNS;
+    if (mc_auth_enabled(o.auth))
+        c->auth = *o.auth;
     c->slots = mc_xcalloc(c->n, sizeof *c->slots);
     for (unsigned i = 0; i < c->n; i++) {
         c->slots[i].fd = -1;
@@ -374,6 +431,7 @@ void mc_master_client_destroy(mc_master_client *c)
         free(c->slots[i].rbuf);
     }
     free(c->slots);
+    mc_auth_secret_wipe(&c->auth);
     pthread_cond_destroy(&c->cond);
     pthread_mutex_destroy(&c->lock);
     free(c->address);

@@ -212,6 +212,12 @@ int mc_master_client_remount_segments(mc_master_client *c, const mc_master_segme
 int mc_master_client_unmount_segment(mc_master_client *c, mc_master_uuid segment_id,
                                      mc_master_uuid client_id)
 {
+    return mc_master_client_unmount_segment_grace(c, segment_id, client_id, 0);
+}
+
+int mc_master_client_unmount_segment_grace(mc_master_client *c, mc_master_uuid segment_id,
+                                           mc_master_uuid client_id, uint64_t grace_ms)
+{
     if (!c)
         return MC_INVALID_PARAMS;
     Mcrpc__Uuid sid, cid;
@@ -220,6 +226,7 @@ int mc_master_client_unmount_segment(mc_master_client *c, mc_master_uuid segment
     Mcrpc__UnmountSegmentRequest req = MCRPC__UNMOUNT_SEGMENT_REQUEST__INIT;
     req.segment_id = &sid;
     req.client_id = &cid;
+    req.grace_period_ms = grace_ms;
     return mc__rpc_single(c, MCRPC__OPCODE__OP_UNMOUNT_SEGMENT, &req.base,
                       &mcrpc__status_reply__descriptor, take_status, NULL);
 }

@@ -158,6 +158,7 @@ int mc_store_create(mc_store **out)
     pthread_mutex_init(&s->off_mu, NULL);
     s->disk_lfd = -1;
     mc_cond_init_monotonic(&s->off_cond);
+    mc__xseg_init(s);
     *out = s;
     return MC_OK;
 }
@@ -172,6 +173,7 @@ static int teardown(mc_store *s)
     mc__offload_stop(s); /* the disk tier's thread uses the master client and segment */
     mc__hb_stop(s);
     mc__hb_flush(s); /* fences applied but not yet acknowledged */
+    mc__xseg_teardown(s); /* mount_segment & co. (segments.c) */
     if (s->seg_mounted) {
         /* After failed pings the master is unreachable (and will expire us by
          * client_ttl): do not wait for it. */
@@ -213,7 +215,33 @@ static int teardown(mc_store *s)
     }
     atomic_store(&s->ping_ok, false);
     s->name[0] = s->host[0] = '\0';
+    mc_auth_secret_wipe(&s->auth);
+    s->auth.len = 0;
     return rc;
+}
+
+/* The store's one cluster secret: auth_token, else auth_token_file, else the file
+ * MC_AUTH_TOKEN_FILE names, else none. */
+static int load_secret(mc_store *s, const mc_store_config *c)
+{
+    char err[512];
+    int rc;
+    const char *from;
+    if (c->auth_token && *c->auth_token) {
+        from = "auth_token";
+        rc = mc_auth_secret_set(&s->auth, c->auth_token, strlen(c->auth_token), err,
+                                sizeof err);
+    } else {
+        from = c->auth_token_file && *c->auth_token_file ? "auth_token_file"
+                                                         : MC_AUTH_ENV;
+        rc = mc_auth_load(c->auth_token_file, &s->auth, err, sizeof err);
+    }
+    if (rc != 0) {
+        mc_log(MC_LOG_ERROR, TAG, "setup: the cluster secret (%s) is not usable: %s", from,
+               err);
+        return MC_INVALID_PARAMS;
+    }
+    return MC_OK;
 }
 
 #define BAD(...)                                                                           \
@@ -374,7 +402,11 @@ static int start_engine(mc_store *s, const mc_store_config *c, const setup_args 
         }
         join_host_port(hp, sizeof hp, a->host, port);
         mc_te *te = NULL;
-        rc = mc_te_create(NULL, &te);
+        /* the engine's ports and its metadata client use the store's one secret (len 0:
+         * none, and the engine does not look at MC_AUTH_TOKEN_FILE again); everything
+         * else from the environment, as mc_te_create(NULL) would */
+        mc_te_opts to = {.auth = &s->auth};
+        rc = mc_te_create(&to, &te);
         if (rc != MC_OK)
             return rc;
         rc = mc_te_initialize(te, hp, c->metadata_server, proto, dev);
@@ -453,6 +485,10 @@ static int setup_locked(mc_store *s, const mc_store_config *c, const setup_args 
         mc_log(MC_LOG_WARN, TAG, "setup: the client HTTP server is not implemented "
                                  "(client_http_port %d ignored)", c->client_http_port);
 
+    /* 0. the cluster secret, before anything connects */
+    if ((rc = load_secret(s, c)) != MC_OK)
+        return rc;
+
     /* 1. engine */
     if (c->engine) {
         const char *nm = mc_te_segment_name(c->engine);
@@ -479,11 +515,19 @@ static int setup_locked(mc_store *s, const mc_store_config *c, const setup_args 
         s->host_id[0] = '\0';
 
     /* 2. master */
-    mc_master_client_opts mo = {.rpc_timeout_ms = a->rpc_timeout_ms};
+    mc_master_client_opts mo = {.rpc_timeout_ms = a->rpc_timeout_ms, .auth = &s->auth};
     rc = mc_master_client_create(a->master, &mo, &s->mc);
     if (rc == MC_INVALID_PARAMS) {
         /* the master client named the address it could not parse */
         mc_log(MC_LOG_ERROR, TAG, "setup: master_server_addr '%s' is not usable", a->master);
+        return rc;
+    }
+    if (rc == MC_ILLEGAL_CLIENT) {
+        mc_log(MC_LOG_ERROR, TAG, "setup: the master at %s refused this client's "
+               "connection (the cluster secret: the line above says which side lacks it or "
+               "that they differ; give setup auth_token / auth_token_file or set "
+               "MC_AUTH_TOKEN_FILE to the cluster's token file, docs/security.md)",
+               a->master);
         return rc;
     }
     if (rc != MC_OK) {
@@ -630,6 +674,7 @@ void mc_store_destroy(mc_store *s)
     pthread_cond_destroy(&s->hb_cond);
     pthread_mutex_destroy(&s->off_mu);
     pthread_cond_destroy(&s->off_cond);
+    mc__xseg_deinit(s);
     free(s);
 }
 

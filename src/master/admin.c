@@ -216,6 +216,17 @@ char *mc_master_metrics_text(mc_master_service *svc, mc_master_rpc_server *rpc, 
         metric(&b, "master_rpc_refused_frames_total", "counter",
                "RPC requests refused (unknown opcode or undecodable body)",
                rs.frames_refused);
+        metric(&b, "master_rpc_authenticated_total", "counter",
+               "RPC connections that proved they hold the cluster secret",
+               rs.authenticated_total);
+        metric(&b, "master_rpc_pending_request_bytes", "gauge",
+               "Bytes of RPC request bodies being received", rs.pending_request_bytes);
+        sb_printf(&b, "# HELP master_rpc_refused_total RPC connections refused or closed by "
+                      "the handshake or a limit, by reason\n"
+                      "# TYPE master_rpc_refused_total counter\n");
+        for (int i = 0; i < MC_RPC_REFUSED_COUNT; i++)
+            sb_printf(&b, "master_rpc_refused_total{reason=\"%s\"} %" PRIu64 "\n",
+                      mc_master_rpc_refusal_name(i), rs.refused[i]);
     }
     if (len)
         *len = b.len;

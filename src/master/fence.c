@@ -183,6 +183,22 @@ void mc__quarantine_rep_locked(mc_master_service *svc, mc_master_uuid writer, re
     if (e >= f->epoch)
         f->epoch = e + 1;
     pend_update(svc, f, before);
+    if (f->owner_acked >= e + 1 && f->writer_acked >= e + 1) {
+        /* both sides applied a fence above this write already (an earlier failure of
+         * the same writer to the same segment raised it, and both acknowledged): the
+         * old write is refused on every path, so the space is reusable now instead of
+         * at the next reap (quar_done's first two rules) */
+        pthread_rwlock_unlock(&svc->fence_lock);
+        free(q);
+        pthread_mutex_lock(&s->mu);
+        mc__alloc_free(s->alloc, r->handle);
+        pthread_mutex_unlock(&s->mu);
+        csub(&s->used, b);
+        if (!s->unmounting)
+            csub(&svc->allocated, b);
+        r->handle = MC__ALLOC_NONE;
+        return;
+    }
     q->rec = f;
     q->slot = r->seg;
     q->handle = r->handle;

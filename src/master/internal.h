@@ -169,6 +169,8 @@ typedef struct seg {
     mc__alloc *alloc;
     counter used;                  /* bytes reserved                         */
     bool unmounting;               /* written under the table write lock     */
+    uint64_t grace_deadline;       /* ms; a graceful unmount finishes then (0:   */
+                                   /* none); under the table write lock          */
 } seg;
 
 typedef struct client {
@@ -534,6 +536,8 @@ void mc__expire_clients(mc_master_service *svc, uint64_t now);
  * client's deadline becomes at least now + client_ttl, except a client already graced
  * that has not pinged since (one grace per silence, so repeated stalls cannot keep a dead
  * client forever). Tick only; takes client_mu only. */
+/* Finishes the graceful unmounts whose grace period ended (segments.c; tick). */
+void mc__graceful_unmount_reap(mc_master_service *svc, uint64_t now);
 void mc__grace_clients(mc_master_service *svc, uint64_t now, uint64_t gap_ms);
 
 /* ---- placement.c ---- */

@@ -106,6 +106,14 @@ typedef struct mc_master_config {
     uint32_t promotion_admission_threshold; /* 2 (>= 1)                                    */
     uint64_t offload_task_timeout_ms; /* 30000: a task handed out and not reported by then */
                                /* is given up (the object becomes evictable as before)    */
+    bool check_segments;       /* false (the default: upstream's checks only); true (what */
+                               /* mooncake_master sets; docs/security.md, issue 11): a    */
+                               /* mount is refused with INVALID_PARAMS when its base is 0 */
+                               /* or its range overlaps another live segment of the same */
+                               /* client (another id), and with ILLEGAL_CLIENT when its   */
+                               /* name is mounted by another client and the host ids do  */
+                               /* not prove a restart on the same host (both non-empty   */
+                               /* and equal: then the older one is taken over, as before) */
 } mc_master_config;
 
 /* mc_master_config_init: fills *cfg with the defaults above. */
@@ -132,7 +140,9 @@ MC_API void mc_master_service_destroy(mc_master_service *svc);
 /* mc_master_service_mount_segment: creates an allocator over [base, base+size) owned
  * by client_id and marks the client alive (its TTL starts now).
  * Returns OK; SEGMENT_ALREADY_EXISTS (the id is mounted); INVALID_PARAMS (bad name,
- * size, range or string lengths). */
+ * size, range or string lengths; with cfg.check_segments also base 0 or a range that
+ * overlaps another of the client's live segments); ILLEGAL_CLIENT (cfg.check_segments:
+ * the name is mounted by another client from another or an unknown host). */
 MC_API int mc_master_service_mount_segment(mc_master_service *svc,
                                            const mc_master_segment *seg,
                                            mc_master_uuid client_id);
@@ -152,6 +162,19 @@ MC_API int mc_master_service_remount_segments(mc_master_service *svc,
 MC_API int mc_master_service_unmount_segment(mc_master_service *svc,
                                              mc_master_uuid segment_id,
                                              mc_master_uuid client_id);
+
+/* mc_master_service_unmount_segment_grace: grace_ms 0 is mc_master_service_unmount_segment.
+ * grace_ms > 0 is upstream's GracefulUnmountSegment: from now on placement skips the
+ * segment (no new allocation) and its capacity leaves the gauges, but its replicas stay
+ * readable until now + grace_ms, when the tick finishes the unmount (replicas dropped,
+ * objects left with none erased). A segment in its grace period counts as absent for a
+ * second unmount (SEGMENT_NOT_FOUND). grace_ms is capped at
+ * MC_MASTER_MAX_UNMOUNT_GRACE_MS (INVALID_PARAMS above it). Codes otherwise as
+ * mc_master_service_unmount_segment. Threads: any. */
+#define MC_MASTER_MAX_UNMOUNT_GRACE_MS (24ull * 3600 * 1000)
+MC_API int mc_master_service_unmount_segment_grace(mc_master_service *svc,
+                                                   mc_master_uuid segment_id,
+                                                   mc_master_uuid client_id, uint64_t grace_ms);
 
 /* mc_master_service_ping: heartbeat. A known, live client gets CLIENT_OK and its TTL is
  * extended to now + client_ttl; an unknown or expired one gets CLIENT_NEED_REMOUNT (it

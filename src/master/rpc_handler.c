@@ -6,14 +6,18 @@
  * malloc in the steady state; the arena is reset before each request. Replies are built
  * in the same arena and packed into one reusable buffer. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/xalloc.h"
+#include "mooncake/log.h"
 #include "master.pb-c.h"
 #include "master/rpc_server.h"
 #include "rpc/arena.h"
 #include "rpc/master_rpcs.h"
+
+#define TAG "master-rpc"
 
 #ifndef MC_VERSION_STRING
 #define MC_VERSION_STRING "unknown"
@@ -33,7 +37,13 @@ struct mc_master_rpc_handler {
     uint32_t *slots; /* open addressing: index + 1, 0 = empty */
     size_t nslots;
     const ProtobufCMessageDescriptor *want_reply; /* the current opcode's reply type */
+    bool open; /* the server has no cluster secret (mc_master_rpc_handler_set_open) */
 };
+
+void mc_master_rpc_handler_set_open(mc_master_rpc_handler *h, bool open)
+{
+    h->open = open;
+}
 
 mc_master_rpc_handler *mc_master_rpc_handler_create(mc_master_service *svc)
 {
@@ -397,14 +407,15 @@ static int shape_REMOUNT(mc_master_rpc_handler *h, remount_fn fn,
     return REPLY(r);
 }
 
-typedef int (*unmount_fn)(mc_master_service *, mc_master_uuid, mc_master_uuid);
+typedef int (*unmount_fn)(mc_master_service *, mc_master_uuid, mc_master_uuid, uint64_t);
 
 static int shape_UNMOUNT(mc_master_rpc_handler *h, unmount_fn fn,
                          const Mcrpc__UnmountSegmentRequest *req, OUT)
 {
     DECODED(req);
     Mcrpc__StatusReply r = MCRPC__STATUS_REPLY__INIT;
-    r.status = fn(h->svc, uuid_from_pb(req->segment_id), uuid_from_pb(req->client_id));
+    r.status = fn(h->svc, uuid_from_pb(req->segment_id), uuid_from_pb(req->client_id),
+                  req->grace_period_ms);
     return REPLY(r);
 }
 
@@ -739,6 +750,14 @@ static int shape_REMOVE_ALL(mc_master_rpc_handler *h, remove_all_fn fn,
                             const Mcrpc__RemoveAllRequest *req, OUT)
 {
     DECODED(req);
+    /* Authorisation (docs/security.md): with a secret every connection that reaches this
+     * point proved it holds it, and any holder may clear the cache; open, anyone who
+     * reaches the port may, as upstream: said once per process. */
+    static atomic_bool warned;
+    if (h->open && !atomic_exchange(&warned, true))
+        mc_log(MC_LOG_WARN, TAG, "remove_all from an unauthenticated connection: this "
+               "master has no cluster secret, so anyone who reaches its RPC port may clear "
+               "it (set --auth_token_file; docs/security.md). Logged once");
     uint64_t count = 0;
     Mcrpc__CountReply r = MCRPC__COUNT_REPLY__INIT;
     r.status = fn(h->svc, req->force, &count);

@@ -138,6 +138,39 @@ void mc__seg_free(seg *s)
 static void unmount_mark_locked(mc_master_service *svc, seg *s);
 static void unmount_finish(mc_master_service *svc, uint32_t slot);
 
+/* cfg.check_segments, under the table's write lock: s (not in the table yet, its id not
+ * mounted) against every live segment. A segment's client is live while it is mounted
+ * (an expired client's segments are unmounted at its expiry). */
+static int check_against_live(mc_master_service *svc, const seg *s)
+{
+    for (uint32_t i = 0; i < svc->nslots; i++) {
+        const seg *o = svc->segs[i];
+        if (!o || o->unmounting)
+            continue;
+        bool mine = uuid_eq(o->client, s->client);
+        if (mine && s->base < o->base + o->size && o->base < s->base + s->size) {
+            mc_log(MC_LOG_WARN, TAG,
+                   "mount of segment %s [0x%llx, +%llu) by client %016llx%016llx refused: it "
+                   "overlaps its segment %s [0x%llx, +%llu)", s->name,
+                   (unsigned long long)s->base, (unsigned long long)s->size,
+                   (unsigned long long)s->client.first, (unsigned long long)s->client.second,
+                   o->name, (unsigned long long)o->base, (unsigned long long)o->size);
+            return MC_INVALID_PARAMS;
+        }
+        if (!mine && o->name_hash == s->name_hash && !strcmp(o->name, s->name) &&
+            !(*s->host_id && !strcmp(o->host_id, s->host_id))) {
+            mc_log(MC_LOG_WARN, TAG,
+                   "mount of segment %s by client %016llx%016llx refused: the name is "
+                   "mounted by live client %016llx%016llx %s", s->name,
+                   (unsigned long long)s->client.first, (unsigned long long)s->client.second,
+                   (unsigned long long)o->client.first, (unsigned long long)o->client.second,
+                   *s->host_id ? "from another host" : "(and this mount names no host)");
+            return MC_ILLEGAL_CLIENT;
+        }
+    }
+    return MC_OK;
+}
+
 static int mount_one(mc_master_service *svc, const mc_master_segment *d, mc_master_uuid client)
 {
     if (!d || !str_ok(d->name, MC_MASTER_NAME_MAX, true) ||
@@ -146,6 +179,12 @@ static int mount_one(mc_master_service *svc, const mc_master_segment *d, mc_mast
         !str_ok(d->host_id, MC_MASTER_NAME_MAX, false) || d->size == 0 ||
         d->size > MC_MASTER_SEGMENT_MAX_SIZE || d->base > UINT64_MAX - d->size)
         return MC_INVALID_PARAMS;
+    if (svc->cfg.check_segments && d->base == 0) {
+        mc_log(MC_LOG_WARN, TAG, "mount of segment %s by client %016llx%016llx refused: "
+               "base address 0 (no mapped memory starts there)", d->name,
+               (unsigned long long)client.first, (unsigned long long)client.second);
+        return MC_INVALID_PARAMS;
+    }
     /* defaults: the endpoint is the segment name, the protocol tcp */
     const char *ep = d->te_endpoint && *d->te_endpoint ? d->te_endpoint : d->name;
     const char *proto = d->protocol && *d->protocol ? d->protocol : "tcp";
@@ -188,6 +227,14 @@ static int mount_one(mc_master_service *svc, const mc_master_segment *d, mc_mast
             pthread_rwlock_unlock(&svc->seg_lock);
             mc__seg_free(s);
             return MC_SEGMENT_ALREADY_EXISTS;
+        }
+    }
+    if (svc->cfg.check_segments) {
+        int rc = check_against_live(svc, s);
+        if (rc != MC_OK) {
+            pthread_rwlock_unlock(&svc->seg_lock);
+            mc__seg_free(s);
+            return rc;
         }
     }
     if (freeslot == UINT32_MAX) {
@@ -330,11 +377,16 @@ static void unmount_mark_locked(mc_master_service *svc, seg *s)
     csub(&svc->allocated, cget(&s->used));
 }
 
-int mc_master_service_unmount_segment(mc_master_service *svc, mc_master_uuid segment_id,
-                                      mc_master_uuid client_id)
+int mc_master_service_unmount_segment_grace(mc_master_service *svc, mc_master_uuid segment_id,
+                                            mc_master_uuid client_id, uint64_t grace_ms)
 {
     int rc = MC_SEGMENT_NOT_FOUND;
     uint32_t slot = 0;
+    if (grace_ms > MC_MASTER_MAX_UNMOUNT_GRACE_MS) {
+        count_op(svc, MC_MASTER_OP_UNMOUNT_SEGMENT, MC_INVALID_PARAMS);
+        return MC_INVALID_PARAMS;
+    }
+    uint64_t now = now_ms(svc);
     pthread_rwlock_wrlock(&svc->seg_lock);
     for (uint32_t i = 0; i < svc->nslots; i++) {
         seg *s = svc->segs[i];
@@ -343,6 +395,8 @@ int mc_master_service_unmount_segment(mc_master_service *svc, mc_master_uuid seg
                 rc = MC_ILLEGAL_CLIENT;
             } else {
                 unmount_mark_locked(svc, s);
+                /* graceful: the tick (mc__graceful_unmount_reap) finishes it later */
+                s->grace_deadline = grace_ms ? now + grace_ms : 0;
                 slot = i;
                 rc = MC_OK;
             }
@@ -350,10 +404,38 @@ int mc_master_service_unmount_segment(mc_master_service *svc, mc_master_uuid seg
         }
     }
     pthread_rwlock_unlock(&svc->seg_lock);
-    if (rc == MC_OK)
+    if (rc == MC_OK && !grace_ms)
         unmount_finish(svc, slot); /* without the table lock: it takes shard mutexes */
     count_op(svc, MC_MASTER_OP_UNMOUNT_SEGMENT, rc);
     return rc;
+}
+
+int mc_master_service_unmount_segment(mc_master_service *svc, mc_master_uuid segment_id,
+                                      mc_master_uuid client_id)
+{
+    return mc_master_service_unmount_segment_grace(svc, segment_id, client_id, 0);
+}
+
+void mc__graceful_unmount_reap(mc_master_service *svc, uint64_t now)
+{
+    uint32_t due[16];
+    for (;;) {
+        uint32_t n = 0;
+        /* claim (deadline to 0) under the write lock, finish without it */
+        pthread_rwlock_wrlock(&svc->seg_lock);
+        for (uint32_t i = 0; i < svc->nslots && n < 16; i++) {
+            seg *s = svc->segs[i];
+            if (s && s->unmounting && s->grace_deadline && s->grace_deadline <= now) {
+                s->grace_deadline = 0;
+                due[n++] = i;
+            }
+        }
+        pthread_rwlock_unlock(&svc->seg_lock);
+        for (uint32_t k = 0; k < n; k++)
+            unmount_finish(svc, due[k]);
+        if (n < 16)
+            return;
+    }
 }
 
 /* ---- expiry ---- */

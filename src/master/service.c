@@ -202,6 +202,7 @@ void mc_master_service_tick(mc_master_service *svc)
     notice_stall(svc); /* before expiry: it is what expiry must not act on */
     mc__defer_reap(svc, now_ms(svc));
     mc__expire_clients(svc, now_ms(svc));
+    mc__graceful_unmount_reap(svc, now_ms(svc));
     mc__release_stale_puts(svc);
     mc__quarantine_reap(svc, now_ms(svc)); /* the release-timeout rule; acks reap in ping */
     mc__offload_tick(svc, now_ms(svc));    /* disk-tier tasks never reported */

@@ -15,6 +15,8 @@ struct mc_conn {
     int fd;
     uint32_t max_body;
     size_t max_backlog;
+    size_t pause_backlog; /* 0 = never pause reading */
+    bool paused;          /* not reading: the peer leaves too many replies unread */
     mc_conn_callbacks cbs;
     void *arg;
     /* input: header bytes first, then the body once its length is known */
@@ -69,9 +71,14 @@ static int flush(mc_conn *c)
     if (c->out_off == c->out_len)
         c->out_off = c->out_len = 0;
     bool want = c->out_len > 0;
-    if (want != c->want_write) {
+    bool pause = c->pause_backlog && c->out_len - c->out_off >= c->pause_backlog;
+    if (want != c->want_write || pause != c->paused) {
         c->want_write = want;
-        mc_loop_mod(c->loop, c->fd, EPOLLIN | EPOLLRDHUP | (want ? EPOLLOUT : 0));
+        c->paused = pause;
+        /* paused: no EPOLLIN nor EPOLLRDHUP (level-triggered, they would fire at once
+         * again); EPOLLHUP / EPOLLERR always come */
+        mc_loop_mod(c->loop, c->fd,
+                    (pause ? 0 : EPOLLIN | EPOLLRDHUP) | (want ? EPOLLOUT : 0));
     }
     return 0;
 }
@@ -79,7 +86,7 @@ static int flush(mc_conn *c)
 /* Reads what is available; delivers whole frames. Returns 0, or -errno to close. */
 static int on_readable(mc_conn *c)
 {
-    for (int rounds = 0; rounds < 64 && !c->closing; rounds++) {
+    for (int rounds = 0; rounds < 64 && !c->closing && !c->paused; rounds++) {
         void *dst;
         size_t want;
         if (c->hdr_have < MC_FRAME_HEADER_SIZE) {
@@ -105,6 +112,8 @@ static int on_readable(mc_conn *c)
                 continue;
             int rc = mc_frame_decode_header(c->hdr_buf, c->max_body, &c->hdr);
             if (rc)
+                return rc;
+            if (c->cbs.on_header && (rc = c->cbs.on_header(c, &c->hdr, c->arg)) != 0)
                 return rc;
             c->body_have = 0;
             if (c->hdr.body_len) {
@@ -137,7 +146,10 @@ static void on_io(mc_loop *loop, int fd, uint32_t events, void *arg)
         if (rc)
             conn_fail(c, rc);
     }
-    if (!c->closing && (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
+    if (!c->closing && c->paused && (events & (EPOLLHUP | EPOLLERR)))
+        conn_fail(c, -ECONNRESET);
+    if (!c->closing && !c->paused &&
+        (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
         int rc = on_readable(c);
         if (rc == 1)
             conn_fail(c, 0);
@@ -152,15 +164,27 @@ static void on_io(mc_loop *loop, int fd, uint32_t events, void *arg)
 mc_conn *mc_conn_create(mc_loop *loop, int fd, uint32_t max_body, size_t max_backlog,
                         const mc_conn_callbacks *cbs, void *arg)
 {
-    if (mc_sock_set_nonblock(fd, true) < 0) {
+    mc_conn_opts o = {.max_body = max_body, .max_backlog = max_backlog};
+    return mc_conn_create_opts(loop, fd, &o, cbs, arg);
+}
+
+mc_conn *mc_conn_create_opts(mc_loop *loop, int fd, const mc_conn_opts *o,
+                             const mc_conn_callbacks *cbs, void *arg)
+{
+    if (o->prefix_len >= MC_FRAME_HEADER_SIZE || mc_sock_set_nonblock(fd, true) < 0) {
         close(fd);
         return NULL;
     }
     mc_conn *c = mc_xcalloc(1, sizeof *c);
     c->loop = loop;
     c->fd = fd;
-    c->max_body = max_body ? max_body : MC_FRAME_DEFAULT_MAX_BODY;
-    c->max_backlog = max_backlog ? max_backlog : (256u << 20);
+    c->max_body = o->max_body ? o->max_body : MC_FRAME_DEFAULT_MAX_BODY;
+    c->max_backlog = o->max_backlog ? o->max_backlog : (256u << 20);
+    c->pause_backlog = o->pause_backlog;
+    if (o->prefix_len) {
+        memcpy(c->hdr_buf, o->prefix, o->prefix_len);
+        c->hdr_have = o->prefix_len;
+    }
     c->cbs = *cbs;
     c->arg = arg;
     if (mc_loop_add(loop, fd, EPOLLIN | EPOLLRDHUP, on_io, c) < 0) {
@@ -220,6 +244,11 @@ void mc_conn_close(mc_conn *c)
     conn_fail(c, 0);
     if (c->depth == 0)
         conn_free(c);
+}
+
+size_t mc_conn_backlog(const mc_conn *c)
+{
+    return c->out_len - c->out_off;
 }
 
 int mc_conn_fd(const mc_conn *c)

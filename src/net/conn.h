@@ -25,13 +25,37 @@ typedef struct mc_conn_callbacks {
      * (-EPROTO bad frame, -EMSGSIZE too large, -ECONNRESET, -ENOBUFS write backlog).
      * Called exactly once; the conn is freed right after it returns. May be NULL. */
     void (*on_close)(mc_conn *c, int err, void *arg);
+    /* A frame header arrived (checked, body_len <= max_body), before its body is
+     * buffered. Return 0 to go on, or -errno to close the connection with that error
+     * (the server's memory budget for pending bodies). May be NULL. */
+    int (*on_header)(mc_conn *c, const mc_frame_header *hdr, void *arg);
 } mc_conn_callbacks;
+
+/* Extra settings of mc_conn_create_opts (all 0 = the defaults of mc_conn_create). */
+typedef struct mc_conn_opts {
+    uint32_t max_body;     /* bytes of one incoming body; 0 = MC_FRAME_DEFAULT_MAX_BODY   */
+    size_t max_backlog;    /* queued outgoing bytes beyond which the conn closes with
+                              -ENOBUFS; 0 = 256 MiB                                       */
+    size_t pause_backlog;  /* queued outgoing bytes at or above which the conn stops
+                              reading (no new request is taken while the peer does not
+                              read its replies); reading resumes below it; 0 = never     */
+    const uint8_t *prefix; /* bytes already read from fd (the start of the first frame's
+                              header, at most MC_FRAME_HEADER_SIZE); copied             */
+    size_t prefix_len;
+} mc_conn_opts;
 
 /* mc_conn_create: takes ownership of fd (made non-blocking; closed when the conn is
  * freed), registers it on loop. max_body bounds incoming bodies; max_backlog bounds
  * queued outgoing bytes (0 = 256 MiB). Returns NULL (fd closed) on failure. */
 mc_conn *mc_conn_create(mc_loop *loop, int fd, uint32_t max_body, size_t max_backlog,
                         const mc_conn_callbacks *cbs, void *arg);
+
+/* mc_conn_create_opts: mc_conn_create with the settings of o (borrowed). */
+mc_conn *mc_conn_create_opts(mc_loop *loop, int fd, const mc_conn_opts *o,
+                             const mc_conn_callbacks *cbs, void *arg);
+
+/* mc_conn_backlog: queued outgoing bytes not yet written. */
+size_t mc_conn_backlog(const mc_conn *c);
 
 /* mc_conn_send: queues header + body (copied) and flushes what the socket takes now.
  * hdr->body_len is set from len. Returns 0, -ENOBUFS (backlog exceeded: the conn is

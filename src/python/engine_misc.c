@@ -171,7 +171,7 @@ static PyObject *te_stats(TEObject *self, PyObject *noargs)
     memset(&st, 0, sizeof(st));
     if (te)
         mc_te_get_stats(te, &st);
-    return Py_BuildValue("{sKsKsKsKsKsKsKsKsK}", "tcp_bytes_sent",
+    PyObject *d = Py_BuildValue("{sKsKsKsKsKsKsKsKsK}", "tcp_bytes_sent",
                          (unsigned long long)st.tcp_bytes_sent, "tcp_bytes_received",
                          (unsigned long long)st.tcp_bytes_received, "shm_bytes",
                          (unsigned long long)st.shm_bytes, "served_bytes",
@@ -181,6 +181,23 @@ static PyObject *te_stats(TEObject *self, PyObject *noargs)
                          (unsigned long long)st.tasks_failed, "connections_opened",
                          (unsigned long long)st.connections_opened, "connections_failed",
                          (unsigned long long)st.connections_failed);
+    if (!d)
+        return NULL;
+    /* issue 11: refusals on this engine's ports (transfer_engine.h mc_te_stats) */
+    PyObject *more = Py_BuildValue("{sKsKsKsKsKsK}", "auth_refused",
+                                   (unsigned long long)st.auth_refused, "auth_failed",
+                                   (unsigned long long)st.auth_failed, "conn_limit_refused",
+                                   (unsigned long long)st.conn_limit_refused,
+                                   "per_ip_refused", (unsigned long long)st.per_ip_refused,
+                                   "peercred_refused", (unsigned long long)st.peercred_refused,
+                                   "pending_refused", (unsigned long long)st.pending_refused);
+    if (!more || PyDict_Update(d, more) < 0) {
+        Py_XDECREF(more);
+        Py_DECREF(d);
+        return NULL;
+    }
+    Py_DECREF(more);
+    return d;
 }
 
 /* _mc_te: the capsule of a fresh get_engine() handle (the handle itself is dropped; the
@@ -203,6 +220,32 @@ static PyObject *te_get_segment_name(TEObject *self, void *c)
     return PyUnicode_FromString(te ? mc_te_segment_name(te) : "");
 }
 
+/* The CUDA-stream transfers (upstream: TransferEnginePy::transferWriteOnCuda and kin,
+ * CUDA builds only, enqueueing a host callback on the given stream). This build moves
+ * host memory only, so each raises RuntimeError naming itself and what to use instead;
+ * the arguments are not looked at. */
+static PyObject *te_cuda_only(const char *fn)
+{
+    PyErr_Format(PyExc_RuntimeError,
+                 "mooncake.engine: TransferEngine.%s() needs a CUDA build (it enqueues the "
+                 "transfer on a CUDA stream); this build of mooncake-c moves host memory "
+                 "only: use transfer_sync_write/transfer_sync_read or batch_transfer_sync_* "
+                 "on host buffers", fn);
+    return NULL;
+}
+
+#define MCPY_TE_CUDA_ONLY(NAME)                                                                \
+    static PyObject *te_##NAME(TEObject *self, PyObject *args, PyObject *kw)                  \
+    {                                                                                          \
+        (void)self, (void)args, (void)kw;                                                      \
+        return te_cuda_only(#NAME);                                                            \
+    }
+MCPY_TE_CUDA_ONLY(transfer_write_on_cuda)
+MCPY_TE_CUDA_ONLY(transfer_read_on_cuda)
+MCPY_TE_CUDA_ONLY(batch_transfer_write_on_cuda)
+MCPY_TE_CUDA_ONLY(batch_transfer_read_on_cuda)
+#undef MCPY_TE_CUDA_ONLY
+
 #define KW (PyCFunction)(void (*)(void))
 
 PyMethodDef mcpy_te_misc_methods[] = {
@@ -210,6 +253,21 @@ PyMethodDef mcpy_te_misc_methods[] = {
      "get_first_buffer_address(segment_name: str) -> int\n\n"
      "The address of the first buffer the named peer segment registered, or 0 when it "
      "has none or cannot be found. Upstream: TransferEnginePy::getFirstBufferAddress."},
+#define MCPY_TE_CUDA_ROW(NAME, SIG)                                                            \
+    {#NAME, KW te_##NAME, KWFLAGS,                                                             \
+     #NAME SIG " -> None\n\nCUDA builds only (upstream enqueues the transfer on a CUDA "       \
+     "stream); raises RuntimeError on this host-memory build."},
+    MCPY_TE_CUDA_ROW(transfer_write_on_cuda, "(target_hostname, buffer, peer_buffer_address, "
+                                             "length, stream_ptr=0, transport_hint='')")
+    MCPY_TE_CUDA_ROW(transfer_read_on_cuda, "(target_hostname, buffer, peer_buffer_address, "
+                                            "length, stream_ptr=0, transport_hint='')")
+    MCPY_TE_CUDA_ROW(batch_transfer_write_on_cuda, "(target_hostname, buffers, "
+                                                   "peer_buffer_addresses, lengths, "
+                                                   "stream_ptr=0, transport_hint='')")
+    MCPY_TE_CUDA_ROW(batch_transfer_read_on_cuda, "(target_hostname, buffers, "
+                                                  "peer_buffer_addresses, lengths, "
+                                                  "stream_ptr=0, transport_hint='')")
+#undef MCPY_TE_CUDA_ROW
     {"get_notifies", (PyCFunction)te_get_notifies, METH_NOARGS,
      "get_notifies() -> List[TransferNotify]\n\nDrains the notifications peers sent to "
      "this engine (transfer_sync/batch_transfer_sync with notify=), oldest first. "

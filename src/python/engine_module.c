@@ -227,7 +227,7 @@ static int engine_exec(PyObject *m)
     if (!st->notify_type || !st->inner_type || !st->te_type)
         return -1;
     static const char *const flags[] = {"SUPPORT_EFA", "SUPPORT_HIP", "SUPPORT_MNNVL",
-                                        "SUPPORT_INTRA_NVLINK", "SUPPORT_CUDA"};
+                                        "SUPPORT_INTRA_NVLINK", "SUPPORT_CUDA", "SUPPORT_MUSA"};
     for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
         if (PyModule_AddObjectRef(m, flags[i], Py_False) < 0)
             return -1;

@@ -76,6 +76,7 @@ static void store_dealloc(PyObject *o)
         Py_END_ALLOW_THREADS
     }
     Py_CLEAR(self->engine_keep);
+    Py_CLEAR(self->dummy);
     tp->tp_free(o);
     Py_DECREF(tp);
 }
@@ -90,7 +91,8 @@ static PyMethodDef *all_store_methods(void)
         return all;
     PyMethodDef *const families[] = {mcpy_setup_methods,      mcpy_write_methods,
                                      mcpy_read_methods,       mcpy_query_methods,
-                                     mcpy_range_methods,      mcpy_tensor_put_methods,
+                                     mcpy_range_methods,      mcpy_segment_methods,
+                                     mcpy_dummy_methods,      mcpy_tensor_put_methods,
                                      mcpy_tensor_get_methods, mcpy_pyext_methods};
     size_t n = 0;
     for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
@@ -120,6 +122,7 @@ static PyType_Slot store_slots[] = {
     {Py_tp_new, store_new},
     {Py_tp_init, store_init},
     {Py_tp_dealloc, store_dealloc},
+    {Py_tp_getattro, mcpy_store_getattro},
     {Py_tp_members, store_members},
     {Py_tp_methods, NULL}, /* all_store_methods(), filled in by store_exec */
     {0, NULL},

@@ -16,6 +16,9 @@
  *   store_tensor.c     tensor core: codec access, TP keys, the tensor write batch
  *   store_tensor_put.c tensor writers;  store_tensor_get.c tensor readers
  *   store_ranges.c     get_into_ranges, *_multi_buffer_ranges, put/get sessions
+ *   store_segments.c   mount_segment, unmount_segment, allocate_and_mount_segment,
+ *                      unmount_and_free_segment
+ *   store_dummy.c      setup_dummy, alloc_from_mem_pool, the dummy view's getattro
  *   store_pyext.c      methods written in Python (mooncake/_store_extras.py: parallel
  *                      tensor IO, safetensors, CUDA-only readers), allocator hooks
  *
@@ -80,6 +83,7 @@ typedef struct {
     PyObject *get_sessions; /* dict key bytes -> lease bytes (store_ranges.c); GIL      */
     PyObject *put_sessions; /* dict key bytes -> reservation bytes (store_ranges.c); GIL */
     PyObject *weakreflist;
+    PyObject *dummy; /* setup_dummy's view (store_dummy.c), or NULL; GIL */
 } mcpy_store;
 
 /* Method families of MooncakeDistributedStore, NULL-terminated; store_module.c joins
@@ -89,6 +93,10 @@ extern PyMethodDef mcpy_write_methods[];      /* store_write.c */
 extern PyMethodDef mcpy_read_methods[];       /* store_read.c */
 extern PyMethodDef mcpy_query_methods[];      /* store_query.c */
 extern PyMethodDef mcpy_range_methods[];      /* store_ranges.c */
+extern PyMethodDef mcpy_segment_methods[];    /* store_segments.c */
+extern PyMethodDef mcpy_dummy_methods[];      /* store_dummy.c */
+/* tp_getattro of the store: public names go to the dummy view when there is one. */
+PyObject *mcpy_store_getattro(PyObject *o, PyObject *name);
 extern PyMethodDef mcpy_pyext_methods[];      /* store_pyext.c (Python-written methods) */
 extern PyMethodDef mcpy_tensor_put_methods[]; /* store_tensor_put.c, then ... */
 extern PyMethodDef mcpy_tensor_get_methods[]; /* ... store_tensor_get.c */

@@ -42,9 +42,9 @@ static PyObject *setup_dict(mcpy_store *self, PyObject *dict)
         "local_hostname", "metadata_server", "global_segment_size", "local_buffer_size",
         "protocol", "rdma_devices", "master_server_addr", "ipc_socket_path",
         "enable_ssd_offload", "ssd_offload_path", "tenant_id", "enable_client_http_server",
-        "client_http_port", NULL,
+        "client_http_port", "auth_token", "auth_token_file", NULL,
     };
-    enum { N = 13 }; /* val[i] is the str() of known[i], borrowed from strs[i] */
+    enum { N = 15 }; /* val[i] is the str() of known[i], borrowed from strs[i] */
     PyObject *strs[N] = {0};
     const char *val[N] = {0};
     PyObject *k, *v;
@@ -123,6 +123,10 @@ static PyObject *setup_dict(mcpy_store *self, PyObject *dict)
             cfg.client_http_port = (int)p;
         }
     }
+    if (val[13] && *val[13])
+        cfg.auth_token = val[13];
+    if (val[14] && *val[14])
+        cfg.auth_token_file = val[14];
     if (bad) {
         ret = PyLong_FromLong(MC_INVALID_PARAMS);
         goto out;
@@ -151,13 +155,14 @@ static PyObject *store_setup(PyObject *o, PyObject *args, PyObject *kwds)
                          "local_buffer_size", "protocol", "rdma_devices",
                          "master_server_addr", "engine", "enable_ssd_offload",
                          "ssd_offload_path", "tenant_id", "enable_client_http_server",
-                         "client_http_port", NULL};
+                         "client_http_port", "auth_token", "auth_token_file", NULL};
     PyObject *a_host, *a_meta, *a_gseg, *a_lbuf, *a_proto, *a_dev, *a_master;
     PyObject *a_engine = Py_None, *a_ssd = Py_False, *a_ssd_path = NULL, *a_tenant = NULL;
-    PyObject *a_http = Py_False, *a_http_port = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOO|OOOOOO:setup", kw, &a_host, &a_meta,
-                                     &a_gseg, &a_lbuf, &a_proto, &a_dev, &a_master, &a_engine,
-                                     &a_ssd, &a_ssd_path, &a_tenant, &a_http, &a_http_port))
+    PyObject *a_http = Py_False, *a_http_port = NULL, *a_token = NULL, *a_token_file = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOO|OOOOOO$OO:setup", kw, &a_host,
+                                     &a_meta, &a_gseg, &a_lbuf, &a_proto, &a_dev, &a_master,
+                                     &a_engine, &a_ssd, &a_ssd_path, &a_tenant, &a_http,
+                                     &a_http_port, &a_token, &a_token_file))
         return NULL;
     mc_store_config cfg;
     mc_store_config_init(&cfg);
@@ -194,7 +199,39 @@ static PyObject *store_setup(PyObject *o, PyObject *args, PyObject *kwds)
             return NULL;
         cfg.engine = te;
     }
-    return run_setup(self, &cfg, keep);
+    /* auth_token: the secret itself, str or bytes (no NUL inside); None = not given */
+    PyObject *tok_bytes = NULL;
+    if (a_token && a_token != Py_None) {
+        if (PyUnicode_Check(a_token)) {
+            tok_bytes = PyUnicode_AsUTF8String(a_token);
+            if (!tok_bytes) {
+                Py_XDECREF(keep);
+                return NULL;
+            }
+        } else if (PyBytes_Check(a_token)) {
+            tok_bytes = Py_NewRef(a_token);
+        } else {
+            PyErr_SetString(PyExc_TypeError, "setup(): auth_token must be str or bytes");
+            Py_XDECREF(keep);
+            return NULL;
+        }
+        if ((size_t)PyBytes_GET_SIZE(tok_bytes) != strlen(PyBytes_AS_STRING(tok_bytes))) {
+            Py_DECREF(tok_bytes);
+            PyErr_SetString(PyExc_ValueError, "setup(): auth_token must not contain NUL");
+            Py_XDECREF(keep);
+            return NULL;
+        }
+        cfg.auth_token = PyBytes_AS_STRING(tok_bytes);
+    }
+    if (a_token_file && a_token_file != Py_None &&
+        mcpy_cstr(a_token_file, "setup", "auth_token_file", &cfg.auth_token_file) < 0) {
+        Py_XDECREF(tok_bytes);
+        Py_XDECREF(keep);
+        return NULL;
+    }
+    PyObject *ret = run_setup(self, &cfg, keep);
+    Py_XDECREF(tok_bytes);
+    return ret;
 }
 
 /* init_all(protocol, device_name, mount_segment_size=16 MiB): legacy setup. */
@@ -271,8 +308,12 @@ PyMethodDef mcpy_setup_methods[] = {
       "setup(local_hostname: str, metadata_server: str, global_segment_size: int, "
       "local_buffer_size: int, protocol: str, rdma_devices: str, master_server_addr: str, "
       "engine=None, enable_ssd_offload=False, ssd_offload_path='', tenant_id='default', "
-      "enable_client_http_server=False, client_http_port=9300) -> int\n"
+      "enable_client_http_server=False, client_http_port=9300, *, "
+      "auth_token: str | bytes | None = None, auth_token_file: str | None = None) -> int\n"
       "setup(config: dict) -> int\n\n"
+      "auth_token: the cluster secret itself (str or bytes); auth_token_file: a token file "
+      "(mode 0600); neither: the file MC_AUTH_TOKEN_FILE names; none: open (docs/"
+      "security.md). "
       "Connects to the master and contributes global_segment_size bytes (0: none) to the "
       "pool. local_hostname without ':port' gets a free port in 12300-14300. engine: the "
       "handle of mooncake.engine.TransferEngine().get_engine() to share. The dict form "

@@ -58,7 +58,7 @@
     X(MOUNT_SEGMENT, 10, "mount_segment", "mount", mount_segment_request, status_reply,     \
       MOUNT, mc_master_service_mount_segment, OP)                                           \
     X(UNMOUNT_SEGMENT, 12, "unmount_segment", "unmount", unmount_segment_request,           \
-      status_reply, UNMOUNT, mc_master_service_unmount_segment, OP)                         \
+      status_reply, UNMOUNT, mc_master_service_unmount_segment_grace, OP)                   \
     X(REMOUNT_SEGMENT, 11, "remount_segment", "remount", remount_segment_request,           \
       status_reply, REMOUNT, mc_master_service_remount_segments, OP)                        \
     X(PING, 1, "ping", "ping", ping_request, ping_reply,                                    \

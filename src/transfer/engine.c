@@ -29,7 +29,7 @@ int mc_te_create(const mc_te_opts *opts, mc_te **out)
     if (opts)
         o = *opts;
     /* common/env.h's policy: a set but bad value fails the call, naming the variable */
-    uint64_t timeout_s, slice, conns, nio, hs_max;
+    uint64_t timeout_s, slice, conns, nio, hs_max, auth_to, max_conns, max_ip, max_pending;
     bool force_tcp;
     if (mc_env_u64("MC_TRANSFER_TIMEOUT", MC_TE_DEFAULT_TIMEOUT_S, 1, 86400 * 365,
                    &timeout_s) < 0 ||
@@ -39,16 +39,74 @@ int mc_te_create(const mc_te_opts *opts, mc_te **out)
         mc_env_u64("MC_TE_IO_THREADS", 1, 1, TE_MAX_IO, &nio) < 0 ||
         mc_env_size("MC_HANDSHAKE_MAX_LENGTH", MC_TE_HS_DEFAULT_MAX, 64, MC_TE_HS_LIMIT,
                     &hs_max) < 0 ||
-        mc_env_bool("MC_FORCE_TCP", false, &force_tcp) < 0)
+        mc_env_bool("MC_FORCE_TCP", false, &force_tcp) < 0 ||
+        mc_env_u64("MC_TE_AUTH_TIMEOUT_MS", 10000, 10, 3600000, &auth_to) < 0 ||
+        mc_env_u64("MC_TE_MAX_CONNECTIONS", 4096, 1, 1u << 20, &max_conns) < 0 ||
+        mc_env_u64("MC_TE_MAX_CONNECTIONS_PER_IP", 512, 1, 1u << 20, &max_ip) < 0 ||
+        mc_env_size("MC_TE_MAX_PENDING_BYTES", 64ull << 20, 1u << 20, 1ull << 40,
+                    &max_pending) < 0)
         return MC_INVALID_PARAMS;
+    const char *gids_text = o.shm_allowed_gids ? o.shm_allowed_gids
+                                               : mc_env_str("MC_TE_SHM_ALLOWED_GIDS");
+    uint32_t *gids;
+    size_t n_gids;
+    if (mc__te_parse_gids(gids_text, &gids, &n_gids) < 0) {
+        mc_log(MC_LOG_ERROR, TE_TAG,
+               "mc_te_create: %s \"%s\" is not a list of gids (write e.g. \"100,200\")",
+               o.shm_allowed_gids ? "shm_allowed_gids" : "MC_TE_SHM_ALLOWED_GIDS", gids_text);
+        return MC_INVALID_PARAMS;
+    }
+    if (o.max_pending_bytes && o.max_pending_bytes < (1u << 20)) {
+        free(gids);
+        mc_log(MC_LOG_ERROR, TE_TAG, "mc_te_create: max_pending_bytes below 1 MiB");
+        return MC_INVALID_PARAMS;
+    }
+    /* the cluster secret: given (borrowed), else MC_AUTH_TOKEN_FILE, loaded once here */
+    mc_auth_secret *own = NULL;
+    const mc_auth_secret *auth = o.auth;
+    if (!auth) {
+        own = mc_xmalloc(sizeof *own);
+        char err[512];
+        if (mc_auth_load(NULL, own, err, sizeof err) < 0) {
+            mc_log(MC_LOG_ERROR, TE_TAG, "mc_te_create: the cluster secret: %s", err);
+            free(own);
+            free(gids);
+            return MC_INVALID_PARAMS;
+        }
+        auth = own;
+    }
+    if (!mc_auth_enabled(auth)) {
+        if (own) {
+            mc_auth_secret_wipe(own);
+            free(own);
+        }
+        own = NULL;
+        auth = NULL;
+    }
     if ((o.slice_size && (o.slice_size < 4096 || o.slice_size > MC_TE_MAX_SLICE)) ||
         o.conns_per_peer > TE_MAX_CONNS || o.io_threads > TE_MAX_IO ||
         (o.handshake_max_length && (o.handshake_max_length < 64 ||
                                     o.handshake_max_length > MC_TE_HS_LIMIT))) {
         mc_log(MC_LOG_ERROR, TE_TAG, "mc_te_create: option out of range");
+        if (own) {
+            mc_auth_secret_wipe(own);
+            free(own);
+        }
+        free(gids);
         return MC_INVALID_PARAMS;
     }
     mc_te *te = mc_xcalloc(1, sizeof *te);
+    te->auth = auth;
+    te->auth_own = own;
+    te->auth_timeout_ms = o.auth_timeout_ms ? o.auth_timeout_ms : auth_to;
+    te->max_conns = o.max_connections ? o.max_connections : (uint32_t)max_conns;
+    te->max_conns_per_ip =
+        o.max_connections_per_ip ? o.max_connections_per_ip : (uint32_t)max_ip;
+    te->max_pending = o.max_pending_bytes ? o.max_pending_bytes : max_pending;
+    te->shm_gids = gids;
+    te->n_shm_gids = n_gids;
+    mc__te_iplimit_init(&te->data_ips);
+    mc__te_iplimit_init(&te->hs_ips);
     te->timeout_ms = o.transfer_timeout_ms ? o.transfer_timeout_ms : timeout_s * 1000;
     te->slice_size = o.slice_size ? o.slice_size : slice;
     te->conns_per_peer = o.conns_per_peer ? o.conns_per_peer : (unsigned)conns;
@@ -85,8 +143,11 @@ static void io_tick(void *arg)
 {
     te_io *io = arg;
     mc__te_cconn_tick(io);
-    if (io->idx == 0)
+    mc__te_sconn_tick(io);
+    if (io->idx == 0) {
         mc__te_hs_tick(io);
+        mc__te_shm_tick(io);
+    }
 }
 
 static te_peer *peer_at(mc_te *te, size_t i)
@@ -326,7 +387,11 @@ int mc_te_initialize(mc_te *te, const char *local_hostname, const char *metadata
     if (mc_env_u64("MC_MIN_RPC_PORT", 15000, 1, 65535, &port_lo) < 0 ||
         mc_env_u64("MC_MAX_RPC_PORT", 17000, 1, 65535, &port_hi) < 0)
         return MC_INVALID_PARAMS;
-    rc = mc_metadata_create(metadata_conn, &te->md);
+    /* the metadata client signs with the engine's secret: the same one on every port
+     * (none configured: a len-0 secret, so it does not read MC_AUTH_TOKEN_FILE again) */
+    static const mc_auth_secret no_secret; /* len 0 */
+    mc_metadata_opts mo = {.auth_secret = te->auth ? te->auth : &no_secret};
+    rc = mc_metadata_create_opts(metadata_conn, &mo, &te->md);
     if (rc != MC_OK)
         return rc;
     te->p2p = mc_metadata_is_p2p(te->md);
@@ -430,9 +495,17 @@ int mc_te_initialize(mc_te *te, const char *local_hostname, const char *metadata
             mc_metadata_remove_rpc_meta(te->md, te->name);
         goto fail;
     }
-    mc_log(MC_LOG_INFO, TE_TAG, "engine %s: rpc port %u, data port %u, metadata %s%s",
+    mc_log(MC_LOG_INFO, TE_TAG, "engine %s: rpc port %u, data port %u, metadata %s%s%s",
            te->name, rpc_port, data_port, mc_metadata_kind_name(mc_metadata_kind_of(te->md)),
-           te->shm_path[0] ? ", same-host shm on" : "");
+           te->shm_path[0] ? ", same-host shm on" : "",
+           te->auth ? ", cluster secret required on every port" : "");
+    if (!te->auth) {
+        char where[MC_METADATA_MAX_HOST + 64];
+        snprintf(where, sizeof where, "%s (handshake port %u, data port %u)", bind,
+                 rpc_port, data_port);
+        mc_auth_warn_open(TE_TAG, "the transfer engine", where,
+                          "read and write every range this engine registered");
+    }
     return MC_OK;
 fail:
     te_shutdown(te, false);
@@ -477,6 +550,12 @@ void mc_te_get_stats(mc_te *te, mc_te_stats *out)
     out->shm_peers_lost = LOAD(shm_lost);
     out->stale_writes_refused = LOAD(stale_writes);
     out->stale_sends_refused = LOAD(stale_sends);
+    out->auth_refused = LOAD(auth_refused);
+    out->auth_failed = LOAD(auth_failed);
+    out->conn_limit_refused = LOAD(conn_limit);
+    out->per_ip_refused = LOAD(ip_limit);
+    out->peercred_refused = LOAD(peercred);
+    out->pending_refused = LOAD(pending_limit);
 #undef LOAD
 }
 
@@ -507,6 +586,13 @@ void mc_te_destroy(mc_te *te)
     mc_segment_desc_deinit(&te->desc);
     free(te->desc_json);
     mc__te_fence_free(te);
+    mc__te_iplimit_free(&te->data_ips);
+    mc__te_iplimit_free(&te->hs_ips);
+    free(te->shm_gids);
+    if (te->auth_own) {
+        mc_auth_secret_wipe(te->auth_own);
+        free(te->auth_own);
+    }
     mc_metadata_destroy(te->md);
     pthread_mutex_destroy(&te->publish_lock);
     pthread_mutex_destroy(&te->desc_lock);

@@ -4,7 +4,11 @@
  *   Metadata (1) -> this engine's descriptor JSON;  Notify (2) -> "{}" once stored, or
  *   {"error": ...};  Probe (3) -> "{}";  anything else -> {"error": ...} of the same type,
  *   then the connection closes. A length of 0 or above MC_HANDSHAKE_MAX_LENGTH closes
- *   the connection without an answer (the stream cannot be resynchronised). */
+ *   the connection without an answer (the stream cannot be resynchronised).
+ * With a cluster secret every connection authenticates first (peerauth.c, label
+ * "te-handshake"; the server reads nothing of a frame before that), on both sides; an
+ * open server answers a handshake HELLO with RESULT SERVER_NO_SECRET (its first bytes,
+ * "MCAU", could only start an upstream frame longer than any we accept). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +25,7 @@
 #include "transfer/internal.h"
 
 #define HS_MAX_CONNS 256
+#define HS_MAX_PER_IP 64 /* of those from one source address (or max_connections_per_ip) */
 #define HS_IDLE_MS 30000
 
 /* ---- notifications ---- */
@@ -79,6 +84,8 @@ static void hs_close(te_hsconn *c)
     close(c->fd);
     mc_list_remove(&c->link);
     c->io->n_hsconns--;
+    mc__te_iplimit_release(&c->io->te->hs_ips, &c->ip);
+    mc__te_auth_srv_free(c->io, c->auth);
     free(c->in);
     free(c->out);
     free(c);
@@ -169,6 +176,14 @@ static int hs_flush(te_hsconn *c)
 static int hs_process(te_hsconn *c)
 {
     mc_te *te = c->io->te;
+    if (!c->checked_first && c->in_len >= 4) {
+        c->checked_first = true;
+        if (!te->auth && mc_auth_looks_like_frame(c->in, 4)) {
+            mc__te_auth_answer_open(te, c->fd, "handshake port");
+            hs_close(c);
+            return -1;
+        }
+    }
     while (!c->close_after && c->out_len <= (4u << 20)) {
         mc__te_hs_frame f;
         long long used = mc__te_hs_parse(c->in, c->in_len, te->hs_max, &f);
@@ -193,6 +208,18 @@ static void hs_io(mc_loop *loop, int fd, uint32_t events, void *arg)
     te_hsconn *c = arg;
     mc_te *te = c->io->te;
     c->last_ms = mc_now_ms();
+    if (c->auth) { /* not authenticated yet: nothing but the handshake is read */
+        int rc = mc__te_auth_srv_io(te, c->auth, c->fd);
+        if (rc < 0) {
+            hs_close(c);
+            return;
+        }
+        if (rc == 0)
+            return;
+        mc__te_auth_srv_free(c->io, c->auth);
+        c->auth = NULL;
+        events |= EPOLLIN; /* frames may already wait behind the handshake */
+    }
     if (events & EPOLLOUT) {
         if (hs_flush(c) < 0)
             return;
@@ -244,19 +271,32 @@ static void hs_accept(mc_loop *loop, int lfd, uint32_t events, void *arg)
         int fd = mc_sock_accept(lfd, true);
         if (fd < 0)
             return;
+        mc_te *te = io->te;
         if (io->n_hsconns >= HS_MAX_CONNS) {
+            atomic_fetch_add(&te->st.conn_limit, 1);
+            close(fd);
+            continue;
+        }
+        uint32_t per_ip =
+            te->max_conns_per_ip < HS_MAX_PER_IP ? te->max_conns_per_ip : HS_MAX_PER_IP;
+        te_ipkey ip;
+        if (!mc__te_iplimit_acquire(&te->hs_ips, fd, per_ip, &ip)) {
+            atomic_fetch_add(&te->st.ip_limit, 1);
             close(fd);
             continue;
         }
         te_hsconn *c = mc_xcalloc(1, sizeof *c);
         c->io = io;
         c->fd = fd;
+        c->ip = ip;
         c->last_ms = mc_now_ms();
         if (mc_loop_add(loop, fd, EPOLLIN, hs_io, c) < 0) {
+            mc__te_iplimit_release(&te->hs_ips, &ip);
             close(fd);
             free(c);
             continue;
         }
+        c->auth = mc__te_auth_srv_new(io, TE_AUTH_HS, "handshake port");
         mc_list_push_front(&io->hsconns, &c->link);
         io->n_hsconns++;
     }
@@ -273,7 +313,8 @@ void mc__te_hs_tick(te_io *io)
     uint64_t now = mc_now_ms();
     te_hsconn *c;
     MC_LIST_FOREACH_ENTRY(c, &io->hsconns, te_hsconn, link)
-        if (now - c->last_ms > HS_IDLE_MS)
+        if (now - c->last_ms > HS_IDLE_MS ||
+            (c->auth && mc__te_auth_expired(io->te, c->auth, c->fd, now)))
             hs_close(c);
 }
 
@@ -286,9 +327,24 @@ void mc__te_hs_close_all(te_io *io)
 
 /* ---- client ---- */
 
-int mc__te_hs_request(const char *host, uint16_t port, uint8_t type, const void *payload,
-                      size_t len, uint32_t max_len, uint64_t timeout_ms, char **reply,
-                      size_t *reply_len)
+/* The reply prefix is an authentication RESULT (it has the same 9 bytes): the peer
+ * requires the secret and we have none. Logs why; returns -EACCES. */
+_Static_assert(MC_TE_HS_PREFIX == MC_AUTH_HEADER + 1, "a RESULT frame fills the prefix");
+static int hs_refused(mc_te *te, const uint8_t *pre, const char *host, uint16_t port)
+{
+    int code = MC_AUTH_MALFORMED;
+    mc_auth_frame f;
+    if (mc_auth_frame_parse(pre, MC_TE_HS_PREFIX, &f) > 0 && f.type == MC_AUTH_RESULT)
+        code = f.code;
+    char peer[MC_METADATA_MAX_HOST + 16];
+    snprintf(peer, sizeof peer, "%s:%u", host, port);
+    mc__te_auth_client_log(te, "the handshake port", peer, code);
+    return -EACCES;
+}
+
+int mc__te_hs_request(mc_te *te, const char *host, uint16_t port, uint8_t type,
+                      const void *payload, size_t len, uint32_t max_len, uint64_t timeout_ms,
+                      char **reply, size_t *reply_len)
 {
     uint64_t deadline = mc_deadline_ms(timeout_ms);
     int fd = mc_sock_connect_tcp(host, port,
@@ -297,6 +353,17 @@ int mc__te_hs_request(const char *host, uint16_t port, uint8_t type, const void 
                                            : TE_HS_CONNECT_TIMEOUT_MS));
     if (fd < 0)
         return fd;
+    if (te->auth) {
+        char err[256];
+        int a = mc_auth_client_fd(fd, te->auth, TE_AUTH_HS, deadline, err, sizeof err);
+        if (a != MC_AUTH_OK) {
+            close(fd);
+            char peer[MC_METADATA_MAX_HOST + 16];
+            snprintf(peer, sizeof peer, "%s:%u", host, port);
+            mc__te_auth_client_log(te, "the handshake port", peer, a);
+            return a == -MC_AUTH_TIMEOUT ? -ETIMEDOUT : -EACCES;
+        }
+    }
     uint8_t pre[MC_TE_HS_PREFIX];
     mc__te_hs_encode_prefix(pre, type, len);
     struct iovec iov[2] = {{.iov_base = pre, .iov_len = sizeof pre},
@@ -306,6 +373,11 @@ int mc__te_hs_request(const char *host, uint16_t port, uint8_t type, const void 
     if (rc == 0)
         rc = mc_sock_recv_all(fd, rp, sizeof rp, deadline);
     if (rc < 0) {
+        close(fd);
+        return rc;
+    }
+    if (mc_auth_looks_like_frame(rp, 4)) {
+        rc = hs_refused(te, rp, host, port);
         close(fd);
         return rc;
     }

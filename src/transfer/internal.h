@@ -7,7 +7,8 @@
  * fetch and cache, probe), submit.c (submit and the sync/async helpers), batch.c
  * (batches and task states), tcp_client.c / tcp_server.c (the TCP data path, initiator
  * and serving side), handshake.c (handshake port, notifications), shm.c (same-host path),
- * wire.c (data-port and handshake framing).
+ * wire.c (data-port and handshake framing), peerauth.c (the cluster secret on every port,
+ * the per-address connection limit), authstep.c (the handshake as a byte-stream machine).
  *
  * Threads: user threads call the public API; each engine runs `nio` I/O loops (net/loop.h).
  * Loop 0 owns the listeners (handshake, data, shm); accepted data connections are
@@ -27,6 +28,8 @@
  * deadline, user threads only) and while posting to a loop (net/loop's own lock).
  * Loop threads take only reg_lock (read), desc_lock (handshake answers), peer->lock
  * (inbox, stale flag), batch->lock and notify_lock, and never block on I/O under any.
+ * te->data_ips.lock / te->hs_ips.lock (peerauth.c) are leaves, held around one table
+ * update at accept and at close.
  * te->fence.lock (fence.c) is a leaf: taken under seg_lock (new peers read the target
  * table) and by loop threads (per-connection fence cache refresh), never held while
  * taking another lock.
@@ -41,11 +44,13 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include "common/auth.h"
 #include "common/list.h"
 #include "mooncake/mc_time.h"
 #include "mooncake/metadata.h"
 #include "mooncake/transfer_engine.h"
 #include "net/loop.h"
+#include "transfer/authstep.h"
 #include "transfer/wire.h"
 
 #define TE_TAG "te"
@@ -179,9 +184,11 @@ typedef struct te_cconn {
     uint32_t events;         /* current epoll mask */
     bool ever_ready;
     te_slice hello;          /* the HELLO request, first on the connection (no task) */
+    struct te_auth_cli *auth; /* TE_CC_AUTH: the handshake in progress */
 } te_cconn;
 
-enum { TE_CC_CONNECTING = 1, TE_CC_READY = 2 };
+/* CONNECTING -> (AUTH, with a secret) -> READY: no transfer byte is sent before READY. */
+enum { TE_CC_CONNECTING = 1, TE_CC_READY = 2, TE_CC_AUTH = 3 };
 
 /* A lane: the share of a peer's TCP connections one I/O loop owns (tcp_client.c). A
  * peer has min(io threads, conns_per_peer) lanes on consecutive loops starting at its
@@ -241,6 +248,19 @@ struct te_peer {
 
 /* ---- server-side connections ---- */
 
+/* A source address (IPv4 as v4-mapped IPv6), the key of the per-address limit. */
+typedef struct te_ipkey {
+    uint8_t a[16];
+} te_ipkey;
+
+/* Connections per source address (peerauth.c): a small chained hash, own lock (a leaf;
+ * taken by loop 0 at accept and by any loop at close). */
+typedef struct te_iplimit {
+    pthread_mutex_t lock;
+    struct te_ipent **buckets; /* TE_IP_BUCKETS; lock */
+} te_iplimit;
+#define TE_IP_BUCKETS 1024
+
 typedef struct te_out {
     struct te_out *next;
     uint8_t hdr[MC_TE_REP_SIZE];
@@ -271,6 +291,9 @@ typedef struct te_sconn {
     uint64_t writer_hi, writer_lo; /* from HELLO (0,0 until then) */
     uint64_t fence_gen;      /* te->fence.gen when fence_min was looked up; 0 = never */
     uint64_t fence_min;      /* the writer's minimum epoch at fence_gen */
+    struct te_auth_srv *auth; /* non-NULL while the peer has not authenticated yet */
+    te_ipkey ip;             /* source address, counted in te->data_ips */
+    size_t notify_held;      /* bytes of te->notify_pending this connection holds */
 } te_sconn;
 
 typedef struct te_hsconn {
@@ -283,6 +306,9 @@ typedef struct te_hsconn {
     size_t out_len, out_off;
     uint64_t last_ms;
     bool close_after;
+    bool checked_first;      /* open server: the first bytes were looked at (HELLO?) */
+    te_ipkey ip;             /* source address, counted in te->hs_ips */
+    struct te_auth_srv *auth; /* non-NULL while the peer has not authenticated yet */
 } te_hsconn;
 
 typedef struct te_shmconn {
@@ -291,6 +317,7 @@ typedef struct te_shmconn {
     int fd;
     uint8_t in[16];
     size_t in_len;
+    struct te_auth_srv *auth; /* non-NULL while the peer has not authenticated yet */
 } te_shmconn;
 
 struct te_io {
@@ -303,6 +330,7 @@ struct te_io {
     mc_list hsconns;        /* te_hsconn.link; loop (io 0) */
     size_t n_hsconns;
     mc_list shmconns;       /* te_shmconn.link; loop (io 0) */
+    size_t n_authing;       /* connections of this loop still authenticating; loop */
     char *scratch;          /* 64 KiB discard buffer; loop */
 };
 
@@ -316,6 +344,18 @@ struct mc_te {
     unsigned nio;
     uint32_t hs_max;
     bool force_tcp;
+    /* issue 11: the cluster secret and per-peer bounds (immutable after create) */
+    const mc_auth_secret *auth;    /* NULL: open (no secret); else borrowed or auth_own */
+    mc_auth_secret *auth_own;      /* loaded from MC_AUTH_TOKEN_FILE at create; owned */
+    uint64_t auth_timeout_ms;      /* an unauthenticated connection's deadline */
+    uint32_t max_conns, max_conns_per_ip; /* data port, served connections */
+    uint64_t max_pending;          /* per served connection: unread reply bytes */
+    uint32_t *shm_gids;            /* gids allowed on the same-host socket besides our uid */
+    size_t n_shm_gids;
+    te_iplimit data_ips;           /* served data connections per source address */
+    te_iplimit hs_ips;             /* handshake-port connections per source address */
+    _Atomic uint64_t notify_pending; /* NOTIFY body bytes being received, all connections */
+    _Atomic uint64_t auth_log_ms;  /* rate limit of refusal log lines (peerauth.c) */
     mc_te_clock_fn clock;   /* NULL = mc_now_ms; see mc__te_now_ms */
     void *clock_ctx;
 
@@ -374,6 +414,8 @@ struct mc_te {
         atomic_uint_fast64_t tcp_sent, tcp_recv, shm, served, refused, done, failed, conn_open,
             conn_fail, shm_lost;
         atomic_uint_fast64_t stale_writes, stale_sends; /* fence refusals (fence.c) */
+        atomic_uint_fast64_t auth_refused, auth_failed, conn_limit, ip_limit, peercred,
+            pending_limit; /* issue 11 (peerauth.c) */
     } st;
 
     /* fencing (fence.c) */
@@ -516,14 +558,72 @@ static inline bool mc__te_send_fenced(te_peer *p, uint64_t epoch)
 int mc__te_hs_start(mc_te *te);
 void mc__te_hs_tick(te_io *io);
 void mc__te_hs_close_all(te_io *io);
-int mc__te_hs_request(const char *host, uint16_t port, uint8_t type, const void *payload,
-                      size_t len, uint32_t max_len, uint64_t timeout_ms, char **reply,
-                      size_t *reply_len);
+/* A blocking request on a peer's handshake port (user threads): with te's secret the
+ * connection authenticates first (-EACCES when refused, logged). */
+int mc__te_hs_request(mc_te *te, const char *host, uint16_t port, uint8_t type,
+                      const void *payload, size_t len, uint32_t max_len, uint64_t timeout_ms,
+                      char **reply, size_t *reply_len);
 /* notify store (handshake.c): 0 or -ENOSPC when full. Takes name/msg on success. */
 int mc__te_notify_push(mc_te *te, char *name, char *msg, size_t msg_len);
 
+/* peerauth.c: the cluster secret on the engine's ports (docs/security.md).
+ * Port labels of the handshake (mc_auth_hs_init): */
+#define TE_AUTH_DATA "te-data"
+#define TE_AUTH_HS "te-handshake"
+#define TE_AUTH_SHM "te-shm"
+
+/* The server side of one connection's handshake, driven by a loop thread from the
+ * connection's readiness events (never blocks): it reads only the handshake's bytes. */
+typedef struct te_auth_srv {
+    te_authstep st;
+    const char *what;       /* "data port", ... (static) */
+    uint64_t deadline_ms;   /* mc_now_ms clock */
+} te_auth_srv;
+
+/* The client side on a non-blocking connection (tcp_client.c, loop thread). */
+typedef struct te_auth_cli {
+    te_authstep st;
+} te_auth_cli;
+
+/* mc__te_auth_srv_new: a handshake for a connection accepted on io's loop (counted in
+ * io->n_authing until freed). NULL when te has no secret. */
+te_auth_srv *mc__te_auth_srv_new(te_io *io, const char *label, const char *what);
+/* mc__te_auth_srv_free: NULL ok; uncounts it from io->n_authing. */
+void mc__te_auth_srv_free(te_io *io, te_auth_srv *a);
+/* mc__te_auth_srv_io: reads what fd has of the handshake (never past the frame being
+ * read) and answers. Returns 1 (authenticated: the port's protocol follows), 0 (wait
+ * for more), or a negative mc_auth_code (refused: counted, logged rate-limited, the
+ * RESULT already sent; the caller closes). */
+int mc__te_auth_srv_io(mc_te *te, te_auth_srv *a, int fd);
+/* mc__te_auth_expired: an unauthenticated connection past its deadline: counts and
+ * logs it (the caller closes). */
+bool mc__te_auth_expired(mc_te *te, te_auth_srv *a, int fd, uint64_t now_ms);
+/* mc__te_auth_answer_open: an open server (no secret) saw a HELLO: answers RESULT
+ * SERVER_NO_SECRET, counts and logs it. The caller closes. */
+void mc__te_auth_answer_open(mc_te *te, int fd, const char *what);
+/* Client side, non-blocking: _start sends the HELLO (0 or a negative mc_auth_code);
+ * _io reads and answers: 1 authenticated, 0 wait, a negative code: failed (logged). */
+int mc__te_auth_cli_start(mc_te *te, te_auth_cli *a, int fd, const char *label);
+int mc__te_auth_cli_io(mc_te *te, te_auth_cli *a, int fd, const char *peer);
+/* mc__te_auth_client_log: logs a failed client handshake (rate-limited). */
+void mc__te_auth_client_log(mc_te *te, const char *what, const char *peer, int code);
+/* Formats fd's peer address ("ip:port", "?" when unknown) into buf. */
+void mc__te_peer_addr(int fd, char *buf, size_t len);
+/* mc__te_log_limited: true at most once per 10 s per engine (refusal log lines). */
+bool mc__te_log_limited(mc_te *te);
+
+/* Per-address connection limit: fills *k with fd's source address and counts it;
+ * false (nothing counted) when `max` connections from it are already open. */
+void mc__te_iplimit_init(te_iplimit *l);
+void mc__te_iplimit_free(te_iplimit *l);
+bool mc__te_iplimit_acquire(te_iplimit *l, int fd, uint32_t max, te_ipkey *k);
+void mc__te_iplimit_release(te_iplimit *l, const te_ipkey *k);
+/* Parses a list of gids ("100,200", spaces allowed; NULL/"" = none): 0 or -EINVAL. */
+int mc__te_parse_gids(const char *text, uint32_t **out, size_t *n);
+
 /* shm.c */
 int mc__te_shm_start(mc_te *te);
+void mc__te_shm_tick(te_io *io);
 void mc__te_shm_close_all(te_io *io);
 /* Same-host copy. Returns 0 (*handled says whether it was done), 1 (range unknown: a
  * newer descriptor may have it), or -ESTALE (*handled true: a WRITE refused by the

@@ -74,13 +74,14 @@ static int fetch_desc(mc_te *te, const char *name, mc_segment_desc *out, char *h
             return MC_INVALID_PARAMS; /* not valid UTF-8 */
         char *reply = NULL;
         size_t rlen = 0;
-        int rc = mc__te_hs_request(host, port, MC_TE_HS_METADATA, req, strlen(req),
+        int rc = mc__te_hs_request(te, host, port, MC_TE_HS_METADATA, req, strlen(req),
                                    MC_SEGMENT_MAX_JSON + 64, TE_HS_CONNECT_TIMEOUT_MS, &reply,
                                    &rlen);
         free(req);
         if (rc < 0) {
-            mc_log(MC_LOG_WARN, TE_TAG, "segment %s: handshake failed: %s", name,
-                   strerror(-rc));
+            if (rc != -EACCES) /* a refused authentication is logged with its reason */
+                mc_log(MC_LOG_WARN, TE_TAG, "segment %s: handshake failed: %s", name,
+                       strerror(-rc));
             return rc == -ETIMEDOUT ? MC_RPC_TIMEOUT : MC_SEGMENT_NOT_FOUND;
         }
         char err[160];
@@ -270,7 +271,7 @@ int mc_te_send_probe(mc_te *te, const char *server)
     }
     char *reply = NULL;
     size_t rlen = 0;
-    int rc = mc__te_hs_request(host, port, MC_TE_HS_PROBE, "{}", 2, 4096,
+    int rc = mc__te_hs_request(te, host, port, MC_TE_HS_PROBE, "{}", 2, 4096,
                                TE_HS_CONNECT_TIMEOUT_MS, &reply, &rlen);
     free(reply);
     if (rc == -ETIMEDOUT)

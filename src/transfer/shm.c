@@ -9,7 +9,12 @@
  * For a request inside one of its shm buffers, the fd is fetched once, mapped once
  * (cached per peer) and the transfer is one memcpy in the submitting thread. The range
  * is checked against the descriptor and against the mapping. The loop watches the Unix
- * connection: when the owner goes away, mappings are dropped before the next use. */
+ * connection: when the owner goes away, mappings are dropped before the next use.
+ * With a cluster secret the owner serves only processes of its own uid or of a gid in
+ * shm_allowed_gids (SO_PEERCRED, checked at accept before a byte is read), and only
+ * after they authenticated (peerauth.c, label "te-shm"); the initiator authenticates
+ * right after connecting. No fd is handed out before both checks passed. An owner
+ * without a secret answers a handshake with RESULT SERVER_NO_SECRET. */
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -35,6 +40,7 @@
 
 static void shm_close(te_shmconn *c)
 {
+    mc__te_auth_srv_free(c->io, c->auth);
     mc_loop_del(c->io->loop, c->fd);
     close(c->fd);
     mc_list_remove(&c->link);
@@ -66,6 +72,17 @@ static void shm_io(mc_loop *loop, int fd, uint32_t events, void *arg)
     (void)events;
     te_shmconn *c = arg;
     mc_te *te = c->io->te;
+    if (c->auth) { /* not authenticated yet: nothing but the handshake is read */
+        int rc = mc__te_auth_srv_io(te, c->auth, c->fd);
+        if (rc < 0) {
+            shm_close(c);
+            return;
+        }
+        if (rc == 0)
+            return;
+        mc__te_auth_srv_free(c->io, c->auth);
+        c->auth = NULL;
+    }
     for (;;) {
         ssize_t k = mc_sock_recv_nb(c->fd, c->in + c->in_len, sizeof c->in - c->in_len);
         if (k == 0)
@@ -79,6 +96,8 @@ static void shm_io(mc_loop *loop, int fd, uint32_t events, void *arg)
             continue;
         c->in_len = 0;
         if (mc_get_le32(c->in) != SHM_MAGIC || mc_get_le32(c->in + 4) != SHM_OP_MAP) {
+            if (!te->auth && mc_auth_looks_like_frame(c->in, 4))
+                mc__te_auth_answer_open(te, c->fd, "same-host socket");
             shm_close(c);
             return;
         }
@@ -99,6 +118,28 @@ static void shm_io(mc_loop *loop, int fd, uint32_t events, void *arg)
     }
 }
 
+/* With a secret: the peer runs as our uid or with an allowed gid (SO_PEERCRED). */
+static bool peer_allowed(mc_te *te, int fd)
+{
+    struct ucred cr;
+    socklen_t len = sizeof cr;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0 || len != sizeof cr)
+        return false;
+    if (cr.uid == geteuid())
+        return true;
+    for (size_t i = 0; i < te->n_shm_gids; i++)
+        if (cr.gid == te->shm_gids[i])
+            return true;
+    atomic_fetch_add(&te->st.peercred, 1);
+    if (mc__te_log_limited(te))
+        mc_log(MC_LOG_WARN, TE_TAG,
+               "same-host socket: refused process %d of uid %u gid %u: only uid %u and the "
+               "gids of MC_TE_SHM_ALLOWED_GIDS may map this engine's memory (further "
+               "refusals within 10 s are only counted: mc_te_stats.peercred_refused)",
+               (int)cr.pid, (unsigned)cr.uid, (unsigned)cr.gid, (unsigned)geteuid());
+    return false;
+}
+
 static void shm_accept(mc_loop *loop, int lfd, uint32_t events, void *arg)
 {
     (void)events;
@@ -111,6 +152,10 @@ static void shm_accept(mc_loop *loop, int lfd, uint32_t events, void *arg)
             close(fd);
             continue;
         }
+        if (io->te->auth && !peer_allowed(io->te, fd)) {
+            close(fd);
+            continue;
+        }
         te_shmconn *c = mc_xcalloc(1, sizeof *c);
         c->io = io;
         c->fd = fd;
@@ -119,6 +164,7 @@ static void shm_accept(mc_loop *loop, int lfd, uint32_t events, void *arg)
             free(c);
             continue;
         }
+        c->auth = mc__te_auth_srv_new(io, TE_AUTH_SHM, "same-host socket");
         mc_list_push_front(&io->shmconns, &c->link);
     }
 }
@@ -127,6 +173,17 @@ int mc__te_shm_start(mc_te *te)
 {
     mc_sock_set_nonblock(te->shm_lfd, true);
     return mc_loop_add(te->io[0].loop, te->shm_lfd, EPOLLIN, shm_accept, &te->io[0]);
+}
+
+void mc__te_shm_tick(te_io *io)
+{
+    if (!io->n_authing)
+        return;
+    uint64_t now = mc_now_ms();
+    te_shmconn *c;
+    MC_LIST_FOREACH_ENTRY(c, &io->shmconns, te_shmconn, link)
+        if (c->auth && mc__te_auth_expired(io->te, c->auth, c->fd, now))
+            shm_close(c); /* unlinks c only */
 }
 
 void mc__te_shm_close_all(te_io *io)
@@ -212,6 +269,15 @@ static te_map *map_buffer(mc_te *te, te_peer *p, uint64_t base, uint64_t desc_le
         int fd = mc_sock_connect_unix(p->desc.shm_socket, TE_HS_CONNECT_TIMEOUT_MS);
         if (fd < 0)
             return NULL;
+        if (te->auth) {
+            int a = mc_auth_client_fd(fd, te->auth, TE_AUTH_SHM,
+                                      mc_deadline_ms(TE_HS_CONNECT_TIMEOUT_MS), NULL, 0);
+            if (a != MC_AUTH_OK) {
+                close(fd);
+                mc__te_auth_client_log(te, "the same-host socket", p->name, a);
+                return NULL; /* TCP then (which authenticates too) */
+            }
+        }
         p->shm_fd = fd;
         post_watch(p, fd, false);
     }
@@ -275,7 +341,6 @@ static te_map *map_buffer(mc_te *te, te_peer *p, uint64_t base, uint64_t desc_le
     }
     p->maps[p->n_maps++] = m;
     pthread_rwlock_unlock(&p->shm_rw);
-    (void)te;
     return m;
 broken_fd:
     if (memfd >= 0)

@@ -15,7 +15,12 @@
  * server's wire version). A READ reply's header is decoded before its payload is
  * received: only a successful payload lands in the caller's buffer, a refused one is
  * drained into scratch. A WRITE refused by the target fence (fence.c) before its header
- * was sent goes out as a PING instead (keeping the wire order) and fails -ESTALE. */
+ * was sent goes out as a PING instead (keeping the wire order) and fails -ESTALE.
+ * With a cluster secret a connection authenticates (peerauth.c, state TE_CC_AUTH)
+ * before its HELLO: no request byte is sent before the server has accepted our proof
+ * and proved its own. A failed handshake fails the connection's slices (no retry: the
+ * next connection would fail the same way) and is logged with the reason; so is the
+ * RESULT an engine with a secret answers our HELLO with when we have none. */
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -124,6 +129,7 @@ static void cconn_fail(te_cconn *c, int err, bool retry)
         s = next;
     }
     te_lane *l = c->lane;
+    free(c->auth);
     free(c->in.buf);
     free(c);
     if (again)
@@ -147,7 +153,7 @@ static te_cconn *cconn_new(te_lane *l)
         return NULL;
     mc_sock_set_nodelay(fd);
     mc_sock_set_keepalive(fd, 60, 10, 6);
-    int state = TE_CC_READY;
+    int state = te->auth ? TE_CC_AUTH : TE_CC_READY;
     if (connect(fd, (struct sockaddr *)&sa, salen) < 0) {
         if (errno != EINPROGRESS) {
             close(fd);
@@ -168,8 +174,20 @@ static te_cconn *cconn_new(te_lane *l)
     c->state = state;
     c->ever_ready = state == TE_CC_READY;
     c->events = EPOLLIN | (state == TE_CC_CONNECTING ? EPOLLOUT : 0);
+    if (state == TE_CC_AUTH) { /* connected at once: the handshake's HELLO goes first */
+        c->auth = mc_xmalloc(sizeof *c->auth);
+        if (mc__te_auth_cli_start(te, c->auth, fd, TE_AUTH_DATA) != 0) {
+            close(fd);
+            free(c->auth);
+            free(c->in.buf);
+            free(c);
+            atomic_fetch_add(&te->st.conn_fail, 1);
+            return NULL;
+        }
+    }
     if (mc_loop_add(c->io->loop, fd, c->events, cconn_io, c) < 0) {
         close(fd);
+        free(c->auth);
         free(c->in.buf);
         free(c);
         return NULL;
@@ -302,6 +320,21 @@ static void reply_done(te_cconn *c, te_slice *s)
  * slice's rhdr (decoded once complete), then a READ's payload, copied into the caller's
  * buffer only when its status is 0 (else dropped). Bytes that no request sent so far
  * can be answered by are a protocol error. Returns 0, or -1 when c was closed. */
+/* Our HELLO was answered with an authentication RESULT (the server requires the
+ * secret and we have none): returns 0 while the frame is incomplete, else logs why and
+ * fails c (returns -1). */
+static int hello_refused(te_cconn *c, te_slice *s)
+{
+    mc_auth_frame f;
+    int n = mc_auth_frame_parse(s->rhdr, (size_t)c->recv_off, &f);
+    if (n == 0 && c->recv_off < MC_TE_REP_SIZE)
+        return 0;
+    int code = n > 0 && f.type == MC_AUTH_RESULT ? f.code : MC_AUTH_MALFORMED;
+    mc__te_auth_client_log(c->peer->te, "the data port", c->peer->name, code);
+    cconn_fail(c, -EACCES, false);
+    return -1;
+}
+
 static int cconn_parse(te_cconn *c)
 {
     te_rbuf *in = &c->in;
@@ -320,6 +353,8 @@ static int cconn_parse(te_cconn *c)
             memcpy(s->rhdr + c->recv_off, p, take);
             c->recv_off += take;
             in->pos += take;
+            if (s == &c->hello && c->recv_off >= 4 && mc_auth_looks_like_frame(s->rhdr, 4))
+                return hello_refused(c, s);
             if (c->recv_off < MC_TE_REP_SIZE)
                 return 0;
             if (reply_header(c, s) < 0)
@@ -404,10 +439,39 @@ static void cconn_io(mc_loop *loop, int fd, uint32_t events, void *arg)
         }
         if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
             return;
+        mc_te *te = c->peer->te;
+        if (te->auth) {
+            c->state = TE_CC_AUTH;
+            c->auth = mc_xmalloc(sizeof *c->auth);
+            if (mc__te_auth_cli_start(te, c->auth, c->fd, TE_AUTH_DATA) != 0) {
+                mc__te_auth_client_log(te, "the data port", c->peer->name, MC_AUTH_IO);
+                cconn_fail(c, -EACCES, false);
+                return;
+            }
+            set_events(c, EPOLLIN);
+            return;
+        }
         c->state = TE_CC_READY;
         c->ever_ready = true;
         if (cconn_flush(c) < 0)
             return;
+    }
+    if (c->state == TE_CC_AUTH) {
+        if (!(events & (EPOLLIN | EPOLLERR | EPOLLHUP)))
+            return;
+        int rc = mc__te_auth_cli_io(c->peer->te, c->auth, c->fd, c->peer->name);
+        if (rc < 0) {
+            cconn_fail(c, -EACCES, false);
+            return;
+        }
+        if (rc == 0)
+            return;
+        free(c->auth);
+        c->auth = NULL;
+        c->state = TE_CC_READY;
+        c->ever_ready = true;
+        cconn_flush(c); /* HELLO and what was queued meanwhile */
+        return;
     }
     if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
         if (cconn_recv(c) < 0)

@@ -15,7 +15,15 @@
  * another wire version is answered -EPROTONOSUPPORT and the connection closed. Replies
  * are queued and gathered into one sendmsg after the read; parsing pauses while too
  * many replies wait to be sent. HELLO (the connection's writer id) is handled in one
- * place, sconn_hello. */
+ * place, sconn_hello.
+ *
+ * Before all that, with a cluster secret, a connection authenticates (peerauth.c): until
+ * it has, only the handshake's own bytes are read from it (no request header is looked
+ * at), and it is closed when the handshake fails or its deadline passes. An engine
+ * without a secret that sees a handshake where the first header should be answers
+ * RESULT SERVER_NO_SECRET (looked at only when the header's version byte is not ours,
+ * so the open path costs nothing). Accepting counts connections in all and per source
+ * address (max_connections, max_connections_per_ip) and refuses beyond them. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,14 +36,13 @@
 
 #include "common/xalloc.h"
 #include "mooncake/log.h"
+#include "mooncake/mc_time.h"
 #include "net/sock.h"
 #include "transfer/internal.h"
 
 #define IOV_BATCH 256 /* iovecs per reply sendmsg (headers and READ payloads) */
 #define SCRATCH 65536
 #define OUT_MAX_COUNT 4096
-#define OUT_MAX_BYTES (64ull << 20)
-#define MAX_SCONNS 4096 /* data connections served per engine */
 
 static const char zeros[SCRATCH];
 
@@ -47,9 +54,20 @@ static void set_events(te_sconn *c, uint32_t ev)
         c->events = ev;
 }
 
+static void notify_unhold(te_sconn *c)
+{
+    if (c->notify_held) {
+        atomic_fetch_sub(&c->io->te->notify_pending, c->notify_held);
+        c->notify_held = 0;
+    }
+}
+
 static void sconn_close(te_sconn *c)
 {
     atomic_fetch_sub(&c->io->te->n_sconns, 1);
+    mc__te_iplimit_release(&c->io->te->data_ips, &c->ip);
+    mc__te_auth_srv_free(c->io, c->auth);
+    notify_unhold(c);
     mc_loop_del(c->io->loop, c->fd);
     close(c->fd);
     if (c->state == TE_S_PAYLOAD)
@@ -219,10 +237,19 @@ static int process_header(te_sconn *c, const uint8_t *h)
         }
         return 0;
     case MC_TE_WOP_NOTIFY:
-        c->dst = mc_xmalloc(q->len); /* bounded by mc__te_req_decode */
         c->off = 0;
-        c->state = TE_S_NOTIFY;
         c->in.big = q->len > TE_RBUF_COPY_MAX;
+        /* bodies being received, all connections: at most max_pending bytes */
+        if (atomic_fetch_add(&te->notify_pending, q->len) + q->len > te->max_pending) {
+            atomic_fetch_sub(&te->notify_pending, q->len);
+            atomic_fetch_add(&te->st.pending_limit, 1);
+            c->pending_status = -ENOSPC;
+            c->state = TE_S_DISCARD;
+            return 0;
+        }
+        c->notify_held = q->len;
+        c->dst = mc_xmalloc(q->len); /* bounded by mc__te_req_decode */
+        c->state = TE_S_NOTIFY;
         return 0;
     case MC_TE_WOP_PING:
         out_push(c, 0, q->id, NULL, 0, NULL);
@@ -240,6 +267,12 @@ static int check_version(te_sconn *c, const uint8_t *h)
 {
     unsigned version = 0;
     uint64_t id = 0;
+    mc_te *te = c->io->te;
+    if (!te->auth && mc_auth_looks_like_frame(h, 4)) {
+        /* a client with a secret, an engine without: say so, on both sides */
+        mc__te_auth_answer_open(te, c->fd, "data port");
+        return -1;
+    }
     if (mc__te_req_prefix(h, &version, &id) != -EPROTONOSUPPORT)
         return 0; /* ours, or garbage that the full decode refuses */
     char peer[INET6_ADDRSTRLEN + 8] = "?";
@@ -299,6 +332,7 @@ static void finish_current(te_sconn *c)
         }
         free(c->dst);
         c->dst = NULL;
+        notify_unhold(c);
         out_push(c, st, q->id, NULL, 0, NULL);
         break;
     }
@@ -308,7 +342,7 @@ static void finish_current(te_sconn *c)
 
 static bool backpressured(const te_sconn *c)
 {
-    return c->out_count >= OUT_MAX_COUNT || c->out_bytes >= OUT_MAX_BYTES;
+    return c->out_count >= OUT_MAX_COUNT || c->out_bytes >= c->io->te->max_pending;
 }
 
 /* Consumes what c->in holds: payload bytes of the current request (copied into its
@@ -411,6 +445,18 @@ static void sconn_io(mc_loop *loop, int fd, uint32_t events, void *arg)
     (void)loop;
     (void)fd;
     te_sconn *c = arg;
+    if (c->auth) { /* not authenticated yet: nothing but the handshake is read */
+        int rc = mc__te_auth_srv_io(c->io->te, c->auth, c->fd);
+        if (rc < 0) {
+            sconn_close(c);
+            return;
+        }
+        if (rc == 0)
+            return;
+        mc__te_auth_srv_free(c->io, c->auth);
+        c->auth = NULL;
+        events |= EPOLLIN; /* requests may already wait behind the handshake */
+    }
     if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
         if (sconn_read(c) < 0)
             return;
@@ -418,7 +464,7 @@ static void sconn_io(mc_loop *loop, int fd, uint32_t events, void *arg)
     if (c->out_head && sconn_flush(c) < 0)
         return;
     uint32_t ev = 0;
-    if (c->out_count < OUT_MAX_COUNT && c->out_bytes < OUT_MAX_BYTES)
+    if (!backpressured(c))
         ev |= EPOLLIN;
     if (c->out_head)
         ev |= EPOLLOUT;
@@ -437,6 +483,7 @@ static void sconn_io(mc_loop *loop, int fd, uint32_t events, void *arg)
 typedef struct adopt {
     te_io *io;
     int fd;
+    te_ipkey ip;
 } adopt;
 
 static void sconn_adopt(void *arg)
@@ -445,18 +492,33 @@ static void sconn_adopt(void *arg)
     te_sconn *c = mc_xcalloc(1, sizeof *c);
     c->io = a->io;
     c->fd = a->fd;
+    c->ip = a->ip;
     c->events = EPOLLIN;
     c->in.buf = mc_xmalloc(TE_RBUF_SIZE);
     if (mc_loop_add(c->io->loop, c->fd, c->events, sconn_io, c) < 0) {
         atomic_fetch_sub(&c->io->te->n_sconns, 1);
+        mc__te_iplimit_release(&c->io->te->data_ips, &c->ip);
         close(c->fd);
         free(c->in.buf);
         free(c);
         free(a);
         return;
     }
+    c->auth = mc__te_auth_srv_new(c->io, TE_AUTH_DATA, "data port");
     mc_list_push_front(&c->io->sconns, &c->link);
     free(a);
+}
+
+static void refused_log(mc_te *te, int fd, const char *limit, uint32_t value)
+{
+    if (!mc__te_log_limited(te))
+        return;
+    char peer[INET6_ADDRSTRLEN + 16];
+    mc__te_peer_addr(fd, peer, sizeof peer);
+    mc_log(MC_LOG_WARN, TE_TAG,
+           "data port: refused a connection from %s: %s (%u) reached (further refusals "
+           "within 10 s are only counted in mc_te_stats)",
+           peer, limit, value);
 }
 
 static void data_accept(mc_loop *loop, int lfd, uint32_t events, void *arg)
@@ -468,8 +530,18 @@ static void data_accept(mc_loop *loop, int lfd, uint32_t events, void *arg)
         int fd = mc_sock_accept(lfd, true);
         if (fd < 0)
             return;
-        if (atomic_fetch_add(&te->n_sconns, 1) >= MAX_SCONNS) {
+        if (atomic_fetch_add(&te->n_sconns, 1) >= (int)te->max_conns) {
             atomic_fetch_sub(&te->n_sconns, 1);
+            atomic_fetch_add(&te->st.conn_limit, 1);
+            refused_log(te, fd, "max_connections", te->max_conns);
+            close(fd);
+            continue;
+        }
+        te_ipkey ip;
+        if (!mc__te_iplimit_acquire(&te->data_ips, fd, te->max_conns_per_ip, &ip)) {
+            atomic_fetch_sub(&te->n_sconns, 1);
+            atomic_fetch_add(&te->st.ip_limit, 1);
+            refused_log(te, fd, "max_connections_per_ip", te->max_conns_per_ip);
             close(fd);
             continue;
         }
@@ -479,10 +551,12 @@ static void data_accept(mc_loop *loop, int lfd, uint32_t events, void *arg)
         adopt *a = mc_xmalloc(sizeof *a);
         a->io = &te->io[idx];
         a->fd = fd;
+        a->ip = ip;
         if (idx == 0) {
             sconn_adopt(a);
         } else if (mc_loop_post(a->io->loop, sconn_adopt, a) < 0) {
             atomic_fetch_sub(&te->n_sconns, 1);
+            mc__te_iplimit_release(&te->data_ips, &a->ip);
             close(fd);
             free(a);
         }
@@ -493,6 +567,17 @@ int mc__te_data_accept_start(mc_te *te)
 {
     mc_sock_set_nonblock(te->data_lfd, true);
     return mc_loop_add(te->io[0].loop, te->data_lfd, EPOLLIN, data_accept, te);
+}
+
+void mc__te_sconn_tick(te_io *io)
+{
+    if (!io->n_authing) /* the usual case: nothing to walk */
+        return;
+    uint64_t now = mc_now_ms();
+    te_sconn *c;
+    MC_LIST_FOREACH_ENTRY(c, &io->sconns, te_sconn, link)
+        if (c->auth && mc__te_auth_expired(io->te, c->auth, c->fd, now))
+            sconn_close(c); /* unlinks c only */
 }
 
 void mc__te_sconn_close_all(te_io *io)

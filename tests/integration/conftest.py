@@ -101,6 +101,78 @@ def sign_urllib(req):
     return req
 
 
+# ---- the framed ports' handshake (src/common/auth.h), for tests that speak a framed
+# protocol over a raw socket ----
+
+HS_MAGIC = b"MCAU"
+HS_HELLO, HS_CHALLENGE, HS_RESPONSE, HS_RESULT = 1, 2, 3, 4
+
+
+def hs_frame(ftype, body):
+    return HS_MAGIC + bytes([1, ftype]) + len(body).to_bytes(2, "big") + body
+
+
+def hs_read(sock, timeout=10.0):
+    """One handshake frame: (type, body); b"" body and type None when the peer closed."""
+    import struct
+    sock.settimeout(timeout)
+    buf = b""
+    while len(buf) < 8:
+        part = sock.recv(8 - len(buf))
+        if not part:
+            return None, buf
+        buf += part
+    assert buf[:4] == HS_MAGIC, buf
+    n = struct.unpack(">H", buf[6:8])[0]
+    body = b""
+    while len(body) < n:
+        part = sock.recv(n - len(body))
+        if not part:
+            return None, body
+        body += part
+    return buf[5], body
+
+
+def hs_mac(secret, role, label, cn, sn):
+    import hashlib
+    import hmac
+    msg = b"mooncake-auth-v1 " + role + b"\0" + label + b"\0" + cn + sn
+    return hmac.new(secret, msg, hashlib.sha256).digest()
+
+
+def rpc_handshake(sock, secret, label=b"master-rpc", record=None):
+    """The client side of the handshake on a connected socket; returns the RESULT code
+    (0 = authenticated). record (a list) receives the frames this side sent."""
+    cn = secrets.token_bytes(32)
+    hello = hs_frame(HS_HELLO, cn + bytes([len(label)]) + label)
+    sock.sendall(hello)
+    t, body = hs_read(sock)
+    if t == HS_RESULT:
+        return body[0]
+    assert t == HS_CHALLENGE, (t, body)
+    sn, smac = body[:32], body[32:64]
+    assert smac == hs_mac(secret, b"server", label, cn, sn), "the server's proof is wrong"
+    resp = hs_frame(HS_RESPONSE, hs_mac(secret, b"client", label, cn, sn))
+    sock.sendall(resp)
+    if record is not None:
+        record += [hello, resp]
+    t, body = hs_read(sock)
+    assert t == HS_RESULT, (t, body)
+    return body[0]
+
+
+def rpc_connect(port, secret=None, timeout=10):
+    """A connection to a master RPC port, authenticated with secret (None: the suite's,
+    and no handshake when there is none)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    secret = secret if secret is not None else auth_secret()
+    if secret:
+        code = rpc_handshake(sock, secret)
+        assert code == 0, f"handshake refused: {code}"
+        sock.settimeout(timeout)
+    return sock
+
+
 if AUTH_MODE:
     _plain_request = requests.Session.request
 

@@ -131,8 +131,15 @@ class Ctl:
         self.proc.wait(timeout=10)
 
 
-def segment(name="127.0.0.1:17001", base=1 << 32, size=64 << 20, **kw):
-    """A SEG object for the ctl's mount / remount commands."""
+def segment(name="127.0.0.1:17001", base=None, size=64 << 20, **kw):
+    """A SEG object for the ctl's mount / remount commands. The default base is 4 GiB for
+    the default name and a distinct 64 GiB-aligned address per other name, so that one
+    client's segments of different names never overlap (the master refuses that:
+    docs/security.md)."""
+    if base is None:
+        import zlib
+        base = 1 << 32 if name == "127.0.0.1:17001" else \
+            (1 << 32) + ((zlib.crc32(name.encode()) % 65536) + 1 << 36)
     return {"name": name, "base": base, "size": size, **kw}
 
 

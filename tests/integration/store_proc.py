@@ -7,7 +7,8 @@ metadata server, and store clients running in their own processes.
   ``metadata`` connection string (etcd, Redis, P2PHANDSHAKE), the master runs without
   its HTTP metadata server and clients use that string.
 - ``StoreProc(master_addr, metadata, ...)``: a ``MooncakeDistributedStore`` set up in a
-  separate (spawned) process. ``call(method, *args, **kw)`` runs a store method there and
+  separate (spawned) process (setup args ``("__dummy__", pool, lbuf, address)``: a dummy
+  client, ``setup_dummy``). ``call(method, *args, **kw)`` runs a store method there and
   returns its result (handles and descriptors are turned into plain values);
   ``fn(name, ...)`` runs one of the helper functions below with the store as first
   argument. Every call has a deadline; ``kill()`` sends SIGKILL (a crashed client),
@@ -225,7 +226,10 @@ def _serve(conn, setup_args, env, funcs_from=None):
 
     store = ms.MooncakeDistributedStore()
     try:
-        rc = store.setup(*setup_args)
+        if setup_args and setup_args[0] == "__dummy__":  # a dummy client (setup_dummy)
+            rc = store.setup_dummy(*setup_args[1:])
+        else:
+            rc = store.setup(*setup_args)
     except Exception:  # noqa: BLE001 - reported to the parent
         conn.send(("exc", traceback.format_exc()))
         return

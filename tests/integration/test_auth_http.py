@@ -125,7 +125,10 @@ def rest_service(spawn, tmp_path):
     if not has_store:
         pytest.skip("needs MooncakeDistributedStore")
     token = token_file(tmp_path)
-    master = real_master(spawn)
+    # the service's store client holds the secret: its master must hold it too (the RPC
+    # port checks it; a mixed cluster fails at connect)
+    master = real_master(lambda args: spawn(args + [f"--auth_token_file={token}"],
+                                            env=env_with()))
     port = free_port()
     env = env_with(token)
     env.update(MOONCAKE_MASTER=master, MOONCAKE_LOCAL_HOSTNAME="127.0.0.1",

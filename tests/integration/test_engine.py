@@ -415,7 +415,7 @@ def test_module_items():
     assert TransferEngine.TransferOpcode is TransferOpcode
     assert int(ErrorCode.INVALID_PARAMS) == -600
     for flag in ("SUPPORT_EFA", "SUPPORT_HIP", "SUPPORT_MNNVL", "SUPPORT_INTRA_NVLINK",
-                 "SUPPORT_CUDA"):
+                 "SUPPORT_CUDA", "SUPPORT_MUSA"):
         assert getattr(me, flag) is False
     for name in ("initialize", "initialize_ext", "get_rpc_port", "register_memory",
                  "unregister_memory", "batch_register_memory", "batch_unregister_memory",
@@ -432,6 +432,19 @@ def test_module_items():
         assert doc and name in doc and "Upstream" in doc, name
     with pytest.raises(TypeError):
         InnerTransferEngine()
+
+
+def test_cuda_stream_transfers_fail_clearly():
+    # upstream's *_on_cuda transfers exist only in CUDA builds; ours has them and each
+    # raises naming itself and the host-memory calls to use, whatever the arguments
+    te = TransferEngine()
+    for name, args in (("transfer_write_on_cuda", ("peer", 0, 0, 8)),
+                       ("transfer_read_on_cuda", ("peer", 0, 0, 8, 0)),
+                       ("batch_transfer_write_on_cuda", ("peer", [0], [0], [8])),
+                       ("batch_transfer_read_on_cuda", ("peer", [0], [0], [8], 0, ""))):
+        with pytest.raises(RuntimeError, match=f"{name}.*CUDA build.*transfer_sync_write"):
+            getattr(te, name)(*args)
+        assert "CUDA builds only" in getattr(TransferEngine, name).__doc__
 
 
 def test_engine_methods(pair, meta):

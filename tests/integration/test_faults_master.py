@@ -28,7 +28,7 @@ import urllib.request
 
 import pytest
 
-from conftest import BIN_DIR, _Spawner, free_port, tool
+from conftest import BIN_DIR, _Spawner, free_port, sign_urllib, tool
 from store_proc import StoreCluster, StoreProc, value_for
 
 import mooncake.store as store_module
@@ -62,7 +62,8 @@ def md_get(cluster, key):
     """(HTTP status, body) of GET key on the cluster's metadata server."""
     url = f"{cluster.metadata}?key={urllib.parse.quote(key, safe='')}"
     try:
-        with urllib.request.urlopen(url, timeout=10) as r:
+        with urllib.request.urlopen(sign_urllib(urllib.request.Request(url)),
+                                    timeout=10) as r:
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
@@ -70,7 +71,7 @@ def md_get(cluster, key):
 
 def md_put(cluster, key, body):
     url = f"{cluster.metadata}?key={urllib.parse.quote(key, safe='')}"
-    req = urllib.request.Request(url, data=body, method="PUT")
+    req = sign_urllib(urllib.request.Request(url, data=body, method="PUT"))
     with urllib.request.urlopen(req, timeout=10) as r:
         return r.status
 

@@ -13,7 +13,8 @@ import urllib.request
 
 import pytest
 
-from conftest import free_port, read_until, sign_urllib, tool, wait_port, wait_until
+from conftest import (free_port, read_until, rpc_connect, sign_urllib, tool, wait_port,
+                      wait_until)
 from mc_master import (FLAG_REPLY, INVALID_PARAMS, NOT_SUPPORTED, OBJECT_NOT_FOUND, OK,
                        OP_PING, OP_PUT_START, Ctl, Master, closed_by_peer, decode_fields,
                        frame, ping_body, recv_frame, segment, zigzag)
@@ -142,7 +143,7 @@ def test_master_down_gives_rpc_fail_then_recovers(spawn):
 
 
 def _connect(m):
-    return socket.create_connection(("127.0.0.1", m.rpc_port), timeout=10)
+    return rpc_connect(m.rpc_port)  # with the handshake under MC_TEST_AUTH=1
 
 
 def test_bad_frames_are_refused_and_others_keep_being_served(spawn):

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "client/master_client.h"
+#include "common/auth.h"
 #include "master.pb-c.h"
 #include "master/admin.h"
 #include "master/rpc_server.h"
@@ -340,6 +341,79 @@ static void test_timeout_and_unreachable(void **state)
     close(lfd);
 }
 
+/* The cluster secret on the RPC port (issue 11): the right secret works (and again after
+ * the server restarts: the handshake runs on every reconnection); another secret, none
+ * on the client, or none on the server fail with ILLEGAL_CLIENT; refusals are counted. */
+static void test_auth_handshake(void **state)
+{
+    (void)state;
+    mc_auth_secret good, bad;
+    char err[256];
+    assert_int_equal(mc_auth_secret_set(&good, "unit-test-cluster-secret-1", 26, err,
+                                        sizeof err), 0);
+    assert_int_equal(mc_auth_secret_set(&bad, "unit-test-cluster-secret-2", 26, err,
+                                        sizeof err), 0);
+    mc_master_config cfg;
+    mc_master_config_init(&cfg);
+    mc_master_service *svc;
+    assert_int_equal(mc_master_service_create(&cfg, &svc), MC_OK);
+    mc_master_rpc_server_opts so = {.host = "127.0.0.1", .threads = 2, .auth = &good};
+    mc_master_rpc_server *srv;
+    assert_int_equal(mc_master_rpc_server_start(svc, &so, &srv), 0);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", (unsigned)mc_master_rpc_server_port(srv));
+    mc_master_client *c;
+    mc_master_client_opts co = {.rpc_timeout_ms = 5000, .max_conns = 2, .auth = &good};
+    assert_int_equal(mc_master_client_create(addr, &co, &c), MC_OK);
+    char ver[64];
+    assert_int_equal(mc_master_client_service_ready(c, ver, sizeof ver), MC_OK);
+    /* another secret, and none */
+    mc_master_client *x;
+    mc_master_client_opts xo = {.rpc_timeout_ms = 5000, .auth = &bad};
+    assert_int_equal(mc_master_client_create(addr, &xo, &x), MC_ILLEGAL_CLIENT);
+    mc_master_client_opts no = {.rpc_timeout_ms = 5000};
+    assert_int_equal(mc_master_client_create(addr, &no, &x), MC_OK); /* connect only */
+    assert_int_equal(mc_master_client_service_ready(x, ver, sizeof ver), MC_ILLEGAL_CLIENT);
+    mc_master_client_destroy(x);
+    /* the server counts a refusal after sending its RESULT: wait for it (bounded) */
+    mc_master_rpc_server_stats st;
+    uint64_t until = mc_now_ms() + 5000;
+    do {
+        mc_master_rpc_server_get_stats(srv, &st);
+    } while ((!st.refused[MC_RPC_REFUSED_BAD_MAC] ||
+              !st.refused[MC_RPC_REFUSED_CLIENT_NO_SECRET]) &&
+             mc_now_ms() < until && usleep(1000) == 0);
+    assert_true(st.refused[MC_RPC_REFUSED_BAD_MAC] >= 1);
+    assert_true(st.refused[MC_RPC_REFUSED_CLIENT_NO_SECRET] >= 1);
+    assert_true(st.authenticated_total >= 1);
+    /* the server restarts on the same port: the client's next call reconnects and
+     * authenticates again */
+    uint16_t port = mc_master_rpc_server_port(srv);
+    mc_master_rpc_server_destroy(srv);
+    so.port = port;
+    assert_int_equal(mc_master_rpc_server_start(svc, &so, &srv), 0);
+    int rc = mc_master_client_service_ready(c, ver, sizeof ver);
+    if (rc != MC_OK) /* a connection closed under an in-flight call fails that call */
+        rc = mc_master_client_service_ready(c, ver, sizeof ver);
+    assert_int_equal(rc, MC_OK);
+    mc_master_rpc_server_destroy(srv);
+    /* an open server: the client with a secret is told at connect */
+    so.auth = NULL;
+    so.port = 0;
+    assert_int_equal(mc_master_rpc_server_start(svc, &so, &srv), 0);
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", (unsigned)mc_master_rpc_server_port(srv));
+    assert_int_equal(mc_master_client_create(addr, &co, &x), MC_ILLEGAL_CLIENT);
+    until = mc_now_ms() + 5000;
+    do {
+        mc_master_rpc_server_get_stats(srv, &st);
+    } while (!st.refused[MC_RPC_REFUSED_SERVER_NO_SECRET] && mc_now_ms() < until &&
+             usleep(1000) == 0);
+    assert_int_equal(st.refused[MC_RPC_REFUSED_SERVER_NO_SECRET], 1);
+    mc_master_client_destroy(c);
+    mc_master_rpc_server_destroy(srv);
+    mc_master_service_destroy(svc);
+}
+
 /* The handler on its own: malformed bodies for every opcode never crash and get
  * INVALID_PARAMS (or a reply when the bytes happen to decode); limits are enforced. */
 static void test_handler_malformed(void **state)
@@ -498,6 +572,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_threads_share_a_client, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reconnect_after_server_restart, setup, teardown),
         cmocka_unit_test(test_timeout_and_unreachable),
+        cmocka_unit_test(test_auth_handshake),
         cmocka_unit_test_setup_teardown(test_handler_malformed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_metrics_and_summary, setup, teardown),
     };

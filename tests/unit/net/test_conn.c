@@ -1,6 +1,9 @@
 /* Framed connections: frames round-trip (pipelined, large), a bad magic, another
  * version or an oversized body closes the server side with the right error before the
- * body is buffered, and the loop keeps serving a new connection afterwards. */
+ * body is buffered, and the loop keeps serving a new connection afterwards. With
+ * mc_conn_create_opts: bytes read before the conn existed (prefix) start its first
+ * frame, and a peer that does not read its replies is not read either until it does
+ * (back-pressure), after which every reply arrives in order. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -36,7 +39,7 @@ static void on_close(mc_conn *c, int err, void *arg)
     g_closed_err = err;
 }
 
-static const mc_conn_callbacks cbs = {echo_frame, on_close};
+static const mc_conn_callbacks cbs = {echo_frame, on_close, NULL};
 
 typedef struct {
     mc_loop *loop;
@@ -169,10 +172,92 @@ static void test_conn(void **state)
     close(s.lfd);
 }
 
+/* ---- mc_conn_create_opts: bytes read before (prefix), and back-pressure ---- */
+
+static uint8_t g_big[1 << 20];
+static int g_frames;
+
+static void big_reply(mc_conn *c, const mc_frame_header *hdr, const uint8_t *body, void *arg)
+{
+    (void)body;
+    (void)arg;
+    __atomic_add_fetch(&g_frames, 1, __ATOMIC_SEQ_CST);
+    mc_frame_header r = *hdr;
+    r.flags = MC_FRAME_REPLY;
+    mc_conn_send(c, &r, g_big, sizeof g_big);
+}
+
+static const mc_conn_callbacks big_cbs = {big_reply, on_close, NULL};
+
+static void on_accept_opts(mc_loop *loop, int fd, uint32_t events, void *arg)
+{
+    (void)events;
+    (void)arg;
+    int cfd = mc_sock_accept(fd, true);
+    if (cfd < 0)
+        return;
+    /* the first 4 bytes of the first header are read here, as a server that sniffs its
+     * peer's first bytes does; the conn gets them as its prefix */
+    uint8_t pre[4];
+    size_t got = 0;
+    while (got < sizeof pre) {
+        ssize_t n = recv(cfd, pre + got, sizeof pre - got, 0);
+        if (n <= 0) {
+            close(cfd);
+            return;
+        }
+        got += (size_t)n;
+    }
+    mc_conn_opts o = {.max_body = 1 << 20, .max_backlog = 64u << 20,
+                      .pause_backlog = 256u << 10, .prefix = pre, .prefix_len = got};
+    mc_conn_create_opts(loop, cfd, &o, &big_cbs, NULL);
+}
+
+static void add_listener_opts(void *arg)
+{
+    server *s = arg;
+    mc_loop_add(s->loop, s->lfd, EPOLLIN, on_accept_opts, NULL);
+}
+
+static void test_conn_opts(void **state)
+{
+    (void)state;
+    server s;
+    uint16_t port;
+    g_closed = 0;
+    assert_int_equal(mc_loop_create(&s.loop), 0);
+    s.lfd = mc_sock_listen_tcp("127.0.0.1", 0, 16, false, &port);
+    assert_true(s.lfd >= 0);
+    assert_int_equal(mc_loop_start_thread(s.loop, "srv"), 0);
+    assert_int_equal(mc_loop_post(s.loop, add_listener_opts, &s), 0);
+    int fd = mc_sock_connect_tcp("127.0.0.1", port, 2000);
+    assert_true(fd >= 0);
+    /* 32 requests of 1 MiB replies, none read until all are sent: the server stops
+     * reading once 256 KiB of replies wait (its peer is not reading), and takes the
+     * rest once they drain; every reply arrives, in order */
+    for (uint64_t i = 0; i < 32; i++)
+        send_frame(fd, 3, 1000 + i, "x", 1);
+    static uint8_t back[1 << 20];
+    for (uint64_t i = 0; i < 32; i++) {
+        mc_frame_header hdr;
+        recv_frame(fd, &hdr, back, sizeof back);
+        assert_int_equal(hdr.request_id, 1000 + i);
+        assert_int_equal(hdr.body_len, sizeof g_big);
+    }
+    assert_int_equal(__atomic_load_n(&g_frames, __ATOMIC_SEQ_CST), 32);
+    close(fd);
+    assert_int_equal(wait_closed(1), 1);
+    assert_int_equal(g_closed_err, 0);
+    assert_int_equal(mc_loop_join(s.loop), 0);
+    mc_loop_destroy(s.loop);
+    close(s.lfd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conn),
+        cmocka_unit_test(test_conn_opts),
     };
     return cmocka_run_group_tests_name("conn", tests, NULL, NULL);
 }
