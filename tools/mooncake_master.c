@@ -20,9 +20,14 @@
  * Prints one line per listener on stdout when ready, then logs the upstream-style summary
  * ("Master Admin Metrics: ...") every --metric_report_interval_sec when
  * --enable_metric_reporting. Stops cleanly on SIGINT/SIGTERM (exit 0).
+ * HA (--enable_ha, docs/ha.md, master/ha.h): the master starts as a standby (its RPC
+ * answers UNAVAILABLE_IN_CURRENT_STATUS), campaigns for the etcd leader key
+ * mooncake-store/<cluster_id>/master_view with its --rpc_address:port, and serves once
+ * elected; /health, /role, /leader and the summary line say role and view.
  * Exit codes: 1 when a port cannot be bound (the message names the flag and the reason,
- * e.g. "Address already in use") or a feature we do not have is asked for (--enable_ha);
- * 2 for a bad flag. */
+ * e.g. "Address already in use") or etcd refuses the election setup; 2 for a bad flag;
+ * 3 when this master was the HA leader and lost its lease (it stopped serving first;
+ * restart it to rejoin as a standby). */
 #include <errno.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -31,15 +36,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/auth.h"
 #include "master/admin.h"
+#include "master/ha.h"
 #include "master/master_service.h"
 #include "master/rpc_server.h"
 #include "mooncake/log.h"
 #include "mooncake/mc_time.h"
 #include "mooncake/metadata.h"
 #include "mooncake/options.h"
+#include "metadata/election.h"
 #include "tool_util.h"
 
 #define TAG "master"
@@ -53,6 +61,7 @@ static char *max_soft_pin_ttl, *allocation_strategy, *memory_allocator, *config_
 static char *ha_backend_type, *ha_backend_connstring, *etcd_endpoints, *cluster_id;
 static bool enable_http_md, allow_evict_soft, enable_ha, enable_metric_reporting;
 static bool enable_md_cleanup;
+static int64_t ha_lease_ttl;
 static double eviction_ratio, eviction_hwm;
 /* the disk tier (docs/ssd-tier.md, src/master/offload.c) */
 static bool enable_offload, offload_on_evict, promotion_on_hit;
@@ -222,15 +231,27 @@ static const mc_option options[] = {
     {.name = "memory_allocator", .type = MC_OPT_STRING, .target = &memory_allocator,
      .def = "offset", .help = "per-segment allocator: offset (cachelib is accepted as offset)"},
     {.name = "enable_ha", .type = MC_OPT_BOOL, .target = &enable_ha, .def = "false",
-     .help = "leader election and failover (not supported yet: exits with an error)"},
+     .help = "leader election through etcd or Redis: start as a standby, serve once elected "
+             "(docs/ha.md; the new leader starts with an empty index: objects are lost on "
+             "failover)"},
     {.name = "ha_backend_type", .type = MC_OPT_STRING, .target = &ha_backend_type,
-     .def = "etcd", .help = "HA backend (with --enable_ha)"},
+     .def = "etcd",
+     .help = "HA backend: etcd or redis (k8s is refused: not implemented)"},
     {.name = "ha_backend_connstring", .type = MC_OPT_STRING, .target = &ha_backend_connstring,
-     .def = "", .help = "HA backend endpoints (with --enable_ha)"},
+     .def = "",
+     .help = "where the election runs (with --enable_ha): etcd endpoints \"h:2379;h:2379\", or "
+             "\"redis://[:password@]h:6379[/db]\" with --ha_backend_type=redis"},
     {.name = "etcd_endpoints", .type = MC_OPT_STRING, .target = &etcd_endpoints, .def = "",
-     .help = "';'-separated etcd endpoints (with --enable_ha)"},
+     .help = "legacy name of --ha_backend_connstring: ';'-separated etcd endpoints"},
     {.name = "cluster_id", .type = MC_OPT_STRING, .target = &cluster_id,
-     .def = "mooncake_cluster", .help = "cluster name (with --enable_ha)"},
+     .def = "mooncake_cluster",
+     .help = "cluster name, [0-9A-Za-z_.-]{1,128}: the leader key is "
+             "mooncake-store/<cluster_id>/master_view (with --enable_ha)"},
+    {.name = "ha_lease_ttl_sec", .type = MC_OPT_INT, .target = &ha_lease_ttl, .def = "5",
+     .bounded = true, .min = 2, .max = 3600, .unit = "s",
+     .help = "etcd lease of the leader (mooncake-c flag): a standby takes over about this "
+             "long after the leader dies; the leader stops serving max(TTL/4, 250 ms) "
+             "before its lease can lapse"},
     {.name = "v", .type = MC_OPT_INT, .target = &verbosity, .def = "0", .bounded = true,
      .min = 0, .max = 9, .help = "verbose logging (glog -v): 1 = DEBUG, 2+ = TRACE"},
     {.name = "config_path", .type = MC_OPT_STRING, .target = &config_path, .def = "",
@@ -393,6 +414,64 @@ static void on_client_expired(void *ctx, mc_master_uuid client, const char *cons
     }
 }
 
+/* HA: the HA thread reports that we lost the leadership; main exits with code 3. */
+static atomic_bool deposed;
+
+static void on_deposed(void *ctx)
+{
+    (void)ctx;
+    atomic_store(&deposed, true);
+    kill(getpid(), SIGTERM); /* wakes main's sigtimedwait (blocked everywhere else) */
+}
+
+/* --enable_ha checks: backend etcd, endpoints given, a cluster id upstream accepts, an
+ * --rpc_address clients can reach. Returns 0 or 2 after printing why. */
+static char ha_conn_buf[4096];
+
+static int ha_flags(const char *prog, const char **conn)
+{
+    bool redis = strcmp(ha_backend_type, "redis") == 0;
+    if (!redis && strcmp(ha_backend_type, "etcd") != 0) {
+        fprintf(stderr,
+                "%s: --ha_backend_type=%s is not implemented by mooncake-c: the election runs "
+                "on etcd or redis (k8s leases are not implemented)\n",
+                prog, ha_backend_type);
+        return 2;
+    }
+    *conn = *ha_backend_connstring ? ha_backend_connstring : redis ? "" : etcd_endpoints;
+    if (!**conn) {
+        fprintf(stderr, "%s: --enable_ha needs the %s: --ha_backend_connstring=%s\n", prog,
+                redis ? "Redis server" : "etcd endpoints",
+                redis ? "redis://h:6379" : "h:2379[;h:2379] (or --etcd_endpoints)");
+        return 2;
+    }
+    bool has_redis = strncmp(*conn, "redis://", 8) == 0;
+    if (redis && !has_redis && !strstr(*conn, "://")) {
+        snprintf(ha_conn_buf, sizeof ha_conn_buf, "redis://%s", *conn); /* bare h:p */
+        *conn = ha_conn_buf;
+        has_redis = true;
+    }
+    if (redis != has_redis) {
+        fprintf(stderr, "%s: --ha_backend_type=%s does not match --ha_backend_connstring=%s\n",
+                prog, ha_backend_type, *conn);
+        return 2;
+    }
+    if (!mc_election_cluster_id_ok(cluster_id)) {
+        fprintf(stderr, "%s: --cluster_id='%s' must be 1..128 of [0-9A-Za-z_.-]\n", prog,
+                cluster_id);
+        return 2;
+    }
+    if (!*rpc_address || strcmp(rpc_address, "0.0.0.0") == 0 ||
+        strcmp(rpc_address, "::") == 0) {
+        fprintf(stderr,
+                "%s: --enable_ha publishes --rpc_address for clients to reach the leader: "
+                "give this host's routable address (not %s)\n",
+                prog, *rpc_address ? rpc_address : "empty");
+        return 2;
+    }
+    return 0;
+}
+
 static char *md_metrics(void *ctx, size_t *len)
 {
     return mc_http_metadata_server_metrics_text(ctx, len);
@@ -424,6 +503,8 @@ int main(int argc, char **argv)
     mc_master_rpc_server *rpc = NULL;
     mc_master_admin *admin = NULL;
     mc_http_metadata_server *md = NULL;
+    mc_master_ha *ha = NULL;
+    const char *ha_conn = NULL;
 
     if (argc > 1) {
         fprintf(stderr, "%s: unexpected argument '%s'\n", prog, argv[1]);
@@ -434,12 +515,8 @@ int main(int argc, char **argv)
         mc_log_set_level(MC_LOG_TRACE);
     else if (verbosity == 1)
         mc_log_set_level(MC_LOG_DEBUG);
-    if (enable_ha) {
-        fprintf(stderr,
-                "%s: --enable_ha is not supported yet: mooncake-c has no leader election "
-                "(etcd/redis/k8s) nor master failover. Run a single master without "
-                "--enable_ha.\n",
-                prog);
+    if (enable_ha && ha_flags(prog, &ha_conn) != 0) {
+        exit_code = 2;
         goto out;
     }
     if (refuse_unsupported(prog) != 0) {
@@ -527,6 +604,8 @@ int main(int argc, char **argv)
         exit_code = 2;
         goto out;
     }
+    if (enable_ha) /* a standby until elected: the gate is shut before the port opens */
+        mc_master_service_ha_enable(svc);
     mc_master_rpc_server_opts ro = {.host = rpc_address,
                                     .port = (uint16_t)rpc_port,
                                     .threads = (unsigned)rpc_thread_num,
@@ -585,6 +664,30 @@ int main(int argc, char **argv)
                                   (long long)metrics_port, rc);
         goto out;
     }
+    if (enable_ha) {
+        char self[MC_ELECTION_ADDR_MAX];
+        bool v6 = strchr(rpc_address, ':') != NULL;
+        snprintf(self, sizeof self, "%s%s%s:%u", v6 ? "[" : "", rpc_address, v6 ? "]" : "",
+                 (unsigned)mc_master_rpc_server_port(rpc));
+        mc_master_ha_opts ho = {.conn = ha_conn,
+                                .cluster_id = cluster_id,
+                                .self = self,
+                                .ttl_s = (uint32_t)ha_lease_ttl,
+                                .on_deposed = on_deposed};
+        rc = mc_master_ha_start(svc, &ho, &ha);
+        if (rc != MC_OK) {
+            fprintf(stderr, "%s: cannot start the HA election on %s: %s\n", prog,
+                    ha_backend_type, mc_strerror(rc));
+            exit_code = rc == MC_INVALID_PARAMS || rc == MC_NOT_SUPPORTED ? 2 : 1;
+            goto out;
+        }
+        static mc_metadata_conn shown; /* the canonical form: never a password */
+        if (mc_metadata_parse_conn(ha_conn, &shown, NULL, 0) != MC_OK)
+            snprintf(shown.url, sizeof shown.url, "%s", ha_backend_type);
+        printf("mooncake_master: HA standby of cluster %s, campaigning on %s as %s "
+               "(lease %llds)\n",
+               cluster_id, shown.url, self, (long long)ha_lease_ttl);
+    }
     printf("mooncake_master: RPC listening on %s:%u (%u threads)\n", rpc_address,
            (unsigned)mc_master_rpc_server_port(rpc), mc_master_rpc_server_threads(rpc));
     printf("mooncake_master: metrics on http://%s:%u/metrics (also /health, /get_all_keys, "
@@ -623,9 +726,19 @@ int main(int argc, char **argv)
                 prev_ms = mc_now_ms();
         }
     }
+    if (atomic_load(&deposed)) {
+        /* the gate is shut for good; stay one lease so clients still connected get a
+         * clear UNAVAILABLE_IN_CURRENT_STATUS rather than a reset, then exit 3 */
+        struct timespec ts = {(time_t)ha_lease_ttl, 0};
+        (void)sigtimedwait(&stop, NULL, &ts); /* a SIGINT/SIGTERM now ends it early */
+        mc_log(MC_LOG_ERROR, TAG, "deposed leader: exiting (code 3)");
+        exit_code = 3;
+        goto out;
+    }
     mc_log(MC_LOG_INFO, TAG, "signal %d: stopping", sig);
     exit_code = 0;
 out:
+    mc_master_ha_destroy(ha); /* closes the gate, then revokes the lease */
     /* admin reads the RPC server's counters; the RPC server's tick thread may call
      * on_client_expired, which uses the metadata server: stop them in this order */
     mc_master_admin_destroy(admin);

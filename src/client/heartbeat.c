@@ -178,10 +178,12 @@ static void *heartbeat_main(void *arg)
         ts.tv_nsec = (long)(ns % 1000000000ull);
         /* Sleep one interval (monotonic clock); a 0 return is a wake-up that may be
          * spurious, so wait again until the deadline unless stop was asked. */
-        while (!s->hb_stop && pthread_cond_timedwait(&s->hb_cond, &s->hb_lock, &ts) == 0) {
+        while (!s->hb_stop && !s->hb_kick &&
+               pthread_cond_timedwait(&s->hb_cond, &s->hb_lock, &ts) == 0) {
         }
         if (s->hb_stop)
             break;
+        s->hb_kick = false;
         pthread_mutex_unlock(&s->hb_lock); /* no lock held while talking to the master */
         heartbeat_once(s);
         pthread_mutex_lock(&s->hb_lock);
@@ -202,6 +204,15 @@ int mc__hb_start(mc_store *s, uint32_t interval_ms)
     }
     s->hb_started = true;
     return MC_OK;
+}
+
+void mc__hb_kick(void *ctx)
+{
+    mc_store *s = ctx;
+    pthread_mutex_lock(&s->hb_lock);
+    s->hb_kick = true;
+    pthread_cond_broadcast(&s->hb_cond);
+    pthread_mutex_unlock(&s->hb_lock);
 }
 
 void mc__hb_stop(mc_store *s)

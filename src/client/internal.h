@@ -204,9 +204,10 @@ struct mc_store {
     /* heartbeat (heartbeat.c) */
     pthread_t hb_thread;
     bool hb_started;
-    pthread_mutex_t hb_lock;        /* guards hb_stop */
-    pthread_cond_t hb_cond;         /* CLOCK_MONOTONIC; signalled by mc__hb_stop */
+    pthread_mutex_t hb_lock;        /* guards hb_stop, hb_kick */
+    pthread_cond_t hb_cond;         /* CLOCK_MONOTONIC; signalled by mc__hb_stop/_kick */
     bool hb_stop;
+    bool hb_kick;                   /* HA: ping now (a new leader: remount without waiting) */
     uint32_t hb_interval_ms;
     atomic_bool ping_ok;            /* last ping succeeded */
     atomic_uint_fast64_t remounts;  /* NEED_REMOUNT handled */
@@ -359,6 +360,10 @@ void mc__store_fill_segment(const mc_store *s, mc_master_segment *seg);
 int mc__hb_start(mc_store *s, uint32_t interval_ms);
 /* Stops and joins it when it runs. Caller holds life exclusive. */
 void mc__hb_stop(mc_store *s);
+/* mc__hb_kick: the next heartbeat runs now rather than after its interval (the master
+ * client's leader hook: a new HA leader learns our segments at once). Any thread; ctx is
+ * the mc_store. */
+void mc__hb_kick(void *ctx);
 /* After mc__hb_stop: reports the fences applied but not acknowledged yet in one last
  * ping (so the master need not wait for our expiry to free quarantined space), then
  * forgets the fence state (the next setup is a new client id). Caller holds life
@@ -480,5 +485,21 @@ void mc__xatt_end(mc_te *te, mc__xatt *a);
 bool mc__in_own_segment(const mc_store *s, const char *ep, uint64_t addr, uint64_t len);
 /* How close a replica is: 0 own segment, 1 same host, 2 elsewhere. */
 int mc__replica_rank(const mc_store *s, const mc_master_replica *r);
+
+/* ---- HA leader lookup (leader.c; docs/ha.md) ---- */
+
+typedef struct mc__leader mc__leader;
+
+/* True when address is a leader locator ("etcd://...", "redis://...", also "k8s://",
+ * which mc__leader_create refuses) rather than a master's host:port. */
+bool mc__leader_locator(const char *address);
+/* A lookup client for locator address (borrowed). MC_OK with *out; MC_NOT_SUPPORTED
+ * (neither etcd nor Redis), MC_INVALID_PARAMS (bad endpoints or MC_MASTER_CLUSTER_ID);
+ * logged. */
+int mc__leader_create(const char *address, mc__leader **out);
+void mc__leader_destroy(mc__leader *l);
+/* The leader now: addr ("host:port", len bytes with the NUL) and its view. MC_OK,
+ * MC_OBJECT_NOT_FOUND (between two leaders), or a transport code. Thread-safe. */
+int mc__leader_resolve(mc__leader *l, char *addr, size_t len, int64_t *view);
 
 #endif

@@ -26,8 +26,10 @@
  * reached again without any action from the caller. A connection idle for 10 ms or more
  * is checked before use (one poll) and replaced when the master closed it meanwhile, so
  * the first call after a master restart does not fail for that reason (a restart takes
- * longer than 10 ms). No request is ever resent. Each call has a deadline of rpc_timeout_ms
- * (env MC_RPC_TIMEOUT_MS, default 30000) covering connect, send and receive.
+ * longer than 10 ms). With a host:port no request is ever resent (an etcd:// address
+ * follows HA masters and resends what is safe: "HA" below). Each call has a deadline of
+ * rpc_timeout_ms (env MC_RPC_TIMEOUT_MS, default 30000) covering connect, send and
+ * receive.
  *
  * Return values: upstream status codes (include/mooncake/status.h): MC_OK or the code the
  * master returned (documented per RPC in master_service.h); MC_RPC_FAIL / MC_RPC_TIMEOUT
@@ -95,6 +97,29 @@ MC_API void mc_master_client_destroy(mc_master_client *c);
 
 /* mc_master_client_address: the "host:port" given to create (borrowed, lives as c). */
 MC_API const char *mc_master_client_address(const mc_master_client *c);
+
+/* ---- HA (docs/ha.md) ----
+ * An address "etcd://h:p;h:p" or "redis://h:p" (where the masters elect; cluster id
+ * from env MC_MASTER_CLUSTER_ID, default "mooncake_cluster") makes the client follow the
+ * leader: create waits up to rpc_timeout_ms for one; a call that finds no serving master
+ * (connection failure, a standby's or deposed leader's UNAVAILABLE_IN_CURRENT_STATUS)
+ * looks the leader up again and is resent while none of it ran, or when it is
+ * idempotent (ping, service_ready, gets, exists, remount), until its deadline; a
+ * non-idempotent call that was in flight when its master failed returns the transport
+ * code (logged: it may or may not have run). Every reply's view (proto field 15) is
+ * checked: a reply older than the newest view seen (a lookup's or a reply's) is refused,
+ * the call returns MC_UNAVAILABLE_IN_CURRENT_STATUS (or is resent when idempotent). A
+ * call whose deadline passes while every master it reached refused it (a standby, a
+ * deposed leader, an older view) returns MC_UNAVAILABLE_IN_CURRENT_STATUS.
+ * "k8s://" is refused (MC_NOT_SUPPORTED). */
+
+/* mc_master_client_set_leader_hook: fn(ctx) runs (on the calling thread of the call
+ * that found it) after every leader change. Set before calls start. */
+MC_API void mc_master_client_set_leader_hook(mc_master_client *c, void (*fn)(void *ctx),
+                                             void *ctx);
+
+/* mc_master_client_view: the newest view seen (0 without HA). */
+MC_API int64_t mc_master_client_view(const mc_master_client *c);
 
 /* ---- service ---- */
 

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 #include "common/xalloc.h"
 #include "rpc/arena.h"
 #include "rpc/limits.h"
+#include "rpc/master_rpcs.h"
 #include "mooncake/log.h"
 #include "mooncake/mc_time.h"
 #include "net/frame.h"
@@ -42,6 +44,7 @@ typedef struct conn_slot {
     size_t scap;
     uint8_t *rbuf;    /* one reply body */
     size_t rcap;
+    uint64_t gen;     /* HA: the leader generation fd was connected to */
 } conn_slot;
 
 struct mc_master_client {
@@ -54,7 +57,19 @@ struct mc_master_client {
     unsigned n;
     conn_slot *slots;
     mc_auth_secret auth; /* len 0 = none */
+    /* HA (leader.c, docs/ha.md): NULL for a plain host:port. With a leader lookup,
+     * host/port/gen/leader_view are guarded by lock and change when the leader does. */
+    mc__leader *leader;
+    uint64_t gen;             /* bumped on a leader change: older slots reconnect */
+    int64_t leader_view;      /* the view of host:port as the lookup gave it */
+    _Atomic int64_t max_view; /* the newest view seen in a lookup or a reply */
+    void (*on_change)(void *ctx); /* set before calls start */
+    void *change_ctx;
 };
+
+/* An internal result of recv_one: the reply carries an older view than one already seen
+ * (a deposed master's): it may have executed the request. */
+#define STALE_VIEW 1
 
 /* ---- connections ---- */
 
@@ -79,15 +94,17 @@ static bool slot_stale(const conn_slot *s)
     return poll(&p, 1, 0) != 0;
 }
 
-static int slot_connect(mc_master_client *c, conn_slot *s, uint64_t deadline)
+static int slot_connect_to(mc_master_client *c, conn_slot *s, const char *host, uint16_t port,
+                           uint64_t deadline)
 {
     uint64_t left = mc_ms_left(deadline);
     if (left == 0)
         return MC_RPC_TIMEOUT;
     uint64_t t = left < c->connect_timeout_ms ? left : c->connect_timeout_ms;
-    int fd = mc_sock_connect_tcp(c->host, c->port, (int)t);
+    int fd = mc_sock_connect_tcp(host, port, (int)t);
     if (fd < 0) {
-        mc_log(MC_LOG_DEBUG, TAG, "connect %s: %s", c->address, strerror(-fd));
+        mc_log(MC_LOG_DEBUG, TAG, "connect %s (%s:%u): %s", c->address, host, (unsigned)port,
+               strerror(-fd));
         return transport_code(fd);
     }
     if (mc_auth_enabled(&c->auth)) {
@@ -132,6 +149,11 @@ static int refused_by_secret(mc_master_client *c, conn_slot *s, uint8_t *hb, siz
     return MC_ILLEGAL_CLIENT;
 }
 
+static int slot_connect(mc_master_client *c, conn_slot *s, uint64_t deadline)
+{
+    return slot_connect_to(c, s, c->host, c->port, deadline);
+}
+
 static void abs_timespec(uint64_t deadline_ms, struct timespec *ts)
 {
     ts->tv_sec = (time_t)(deadline_ms / 1000);
@@ -170,13 +192,21 @@ static int acquire(mc_master_client *c, uint64_t deadline, conn_slot **out)
         }
     }
     s->busy = true;
+    /* HA: a connection to an earlier leader is replaced; the address is read here */
+    bool old_gen = s->gen != c->gen;
+    char host[MC_MASTER_NAME_MAX];
+    memcpy(host, c->host, sizeof host);
+    uint16_t port = c->port;
+    s->gen = c->gen;
     pthread_mutex_unlock(&c->lock);
+    if (old_gen)
+        slot_close(s);
     /* Checked only after a pause: a master restart takes longer than that, and the poll
      * would cost a syscall per call in a busy loop. */
     if (s->fd >= 0 && mc_now_ms() - s->last_ms >= STALE_CHECK_IDLE_MS && slot_stale(s))
         slot_close(s);
     if (s->fd < 0) {
-        int rc = slot_connect(c, s, deadline);
+        int rc = slot_connect_to(c, s, host, port, deadline);
         if (rc != MC_OK) {
             pthread_mutex_lock(&c->lock);
             s->busy = false;
@@ -232,6 +262,42 @@ static int send_one(mc_master_client *c, conn_slot *s, uint16_t op, const Protob
     return rc < 0 ? transport_code(rc) : MC_OK;
 }
 
+/* HA: the view a reply carries (`int64 view = 15` in every reply message, proto); 0
+ * when absent. */
+static int64_t reply_view(const ProtobufCMessageDescriptor *desc, const ProtobufCMessage *m)
+{
+    const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field(desc, 15);
+    if (!f || f->type != PROTOBUF_C_TYPE_INT64 || f->label != PROTOBUF_C_LABEL_NONE)
+        return 0;
+    int64_t v;
+    memcpy(&v, (const char *)m + f->offset, sizeof v);
+    return v;
+}
+
+/* Raises c->max_view to v (never lowers it). */
+static void see_view(mc_master_client *c, int64_t v)
+{
+    int64_t cur = atomic_load(&c->max_view);
+    while (v > cur && !atomic_compare_exchange_weak(&c->max_view, &cur, v)) {
+    }
+}
+
+/* HA: a reply from an older view than the newest seen is refused (STALE_VIEW): only the
+ * current leader's replies count, so a deposed master's writes are never accepted. */
+static int check_view(mc_master_client *c, const ProtobufCMessageDescriptor *desc,
+                      const ProtobufCMessage *m)
+{
+    int64_t v = reply_view(desc, m);
+    int64_t max = atomic_load(&c->max_view);
+    if (v < max) {
+        mc_log(MC_LOG_WARN, TAG, "%s: refused a reply of view %lld (the newest seen is %lld)",
+               c->address, (long long)v, (long long)max);
+        return STALE_VIEW;
+    }
+    see_view(c, v);
+    return MC_OK;
+}
+
 static int recv_one(mc_master_client *c, conn_slot *s, uint16_t op, uint64_t id,
                     const ProtobufCMessageDescriptor *desc, uint64_t deadline, int *frame_status,
                     const ProtobufCMessage **reply)
@@ -269,6 +335,8 @@ static int recv_one(mc_master_client *c, conn_slot *s, uint16_t op, uint64_t id,
     }
     *frame_status = h.status;
     *reply = NULL;
+    if (c->leader && h.status == MC_UNAVAILABLE_IN_CURRENT_STATUS)
+        return MC_UNAVAILABLE_IN_CURRENT_STATUS; /* not the leader: nothing ran */
     if (h.status != 0)
         return MC_OK;
     /* Decoded into the slot's arena, bounded so that a hostile body cannot make us
@@ -282,17 +350,18 @@ static int recv_one(mc_master_client *c, conn_slot *s, uint16_t op, uint64_t id,
                (unsigned)op);
         return MC_RPC_FAIL;
     }
-    return MC_OK;
+    return c->leader ? check_view(c, desc, *reply) : MC_OK;
 }
 
 /* Runs nreq requests of one opcode on one connection, pipelined (at most
  * PIPELINE_WINDOW outstanding), handing each reply to on_reply in order. Returns MC_OK
  * (results went to on_reply), or a transport / local code for the whole call. */
-int mc__rpc_run(mc_master_client *c, uint16_t op, size_t nreq, mc__rpc_build_fn build,
-                const ProtobufCMessageDescriptor *desc, mc__rpc_reply_fn on_reply, void *ctx)
+static int run_once(mc_master_client *c, uint16_t op, size_t nreq, mc__rpc_build_fn build,
+                    const ProtobufCMessageDescriptor *desc, mc__rpc_reply_fn on_reply,
+                    void *ctx, uint64_t deadline, size_t *sent_out, size_t *done_out)
 {
-    uint64_t deadline = mc_deadline_ms(c->timeout_ms);
     conn_slot *s;
+    *sent_out = *done_out = 0;
     int rc = acquire(c, deadline, &s);
     if (rc != MC_OK)
         return rc;
@@ -319,14 +388,116 @@ int mc__rpc_run(mc_master_client *c, uint16_t op, size_t nreq, mc__rpc_build_fn 
         if (rc != MC_OK)
             goto out;
         done++;
+        *done_out = done;
     }
 out:
+    *sent_out = sent;
     if (rc != MC_OK && sent > done)
         ok = false; /* replies still in flight: the connection is out of step */
-    if (rc == MC_RPC_FAIL || rc == MC_RPC_TIMEOUT || rc == MC_ILLEGAL_CLIENT)
-        ok = false;
+    if (rc == MC_RPC_FAIL || rc == MC_RPC_TIMEOUT || rc == MC_ILLEGAL_CLIENT ||
+        rc == MC_UNAVAILABLE_IN_CURRENT_STATUS || rc == STALE_VIEW)
+        ok = false; /* out of step, refused, or (HA) no longer the leader */
     release(c, s, ok);
     return rc;
+}
+
+static const char *op_label(uint16_t op)
+{
+    switch (op) {
+#define MC__RPC_LABEL(ID, CODE, NAME, ...)                                                 \
+    case CODE:                                                                             \
+        return NAME;
+        MC_MASTER_RPC_TABLE(MC__RPC_LABEL)
+#undef MC__RPC_LABEL
+    default:
+        return "?";
+    }
+}
+
+/* HA: calls that may run twice with the same outcome, so they are resent when the
+ * master failed while they were in flight. */
+static bool idempotent(uint16_t op)
+{
+    switch (op) {
+    case MC_MASTER_RPC_OPCODE_PING:
+    case MC_MASTER_RPC_OPCODE_SERVICE_READY:
+    case MC_MASTER_RPC_OPCODE_GET_REPLICA_LIST:
+    case MC_MASTER_RPC_OPCODE_GET_REPLICA_LIST_BY_REGEX:
+    case MC_MASTER_RPC_OPCODE_BATCH_GET_REPLICA_LIST:
+    case MC_MASTER_RPC_OPCODE_EXIST_KEY:
+    case MC_MASTER_RPC_OPCODE_BATCH_EXIST_KEY:
+    case MC_MASTER_RPC_OPCODE_REMOUNT_SEGMENT:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* HA: looks the leader up; a new address moves the pool there (every slot reconnects)
+ * and calls on_change. Returns true when the leader changed. */
+static bool leader_refresh(mc_master_client *c)
+{
+    char addr[MC_MASTER_NAME_MAX], host[MC_MASTER_NAME_MAX];
+    int64_t view = 0;
+    uint16_t port;
+    if (mc__leader_resolve(c->leader, addr, sizeof addr, &view) != MC_OK ||
+        mc_sock_parse_hostport(addr, host, sizeof host, &port, MC_MASTER_DEFAULT_PORT) != 0)
+        return false;
+    see_view(c, view);
+    pthread_mutex_lock(&c->lock);
+    bool changed = view != c->leader_view || port != c->port || strcmp(host, c->host) != 0;
+    if (changed) {
+        memcpy(c->host, host, sizeof c->host);
+        c->port = port;
+        c->leader_view = view;
+        c->gen++;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (changed) {
+        mc_log(MC_LOG_INFO, TAG, "%s: the leader is %s (view %lld)", c->address, addr,
+               (long long)view);
+        if (c->on_change)
+            c->on_change(c->change_ctx);
+    }
+    return changed;
+}
+
+#define LEADER_RETRY_MS 100u /* between two lookups while no leader answers */
+
+int mc__rpc_run(mc_master_client *c, uint16_t op, size_t nreq, mc__rpc_build_fn build,
+                const ProtobufCMessageDescriptor *desc, mc__rpc_reply_fn on_reply, void *ctx)
+{
+    uint64_t deadline = mc_deadline_ms(c->timeout_ms);
+    size_t sent, done;
+    if (!c->leader)
+        return run_once(c, op, nreq, build, desc, on_reply, ctx, deadline, &sent, &done);
+    /* HA: follow the leader. A call is resent while nothing of it ran (refused by a
+     * non-leader, or never sent) or when it is idempotent, until its deadline. */
+    bool refused = false; /* some attempt met a non-leader or an older view */
+    for (;;) {
+        int rc = run_once(c, op, nreq, build, desc, on_reply, ctx, deadline, &sent, &done);
+        bool lost = rc == MC_UNAVAILABLE_IN_CURRENT_STATUS || rc == STALE_VIEW ||
+                    rc == MC_RPC_FAIL || rc == MC_RPC_TIMEOUT;
+        refused |= rc == MC_UNAVAILABLE_IN_CURRENT_STATUS || rc == STALE_VIEW;
+        if (!lost || done > 0)
+            return rc == STALE_VIEW ? MC_UNAVAILABLE_IN_CURRENT_STATUS : rc;
+        bool unexecuted = rc == MC_UNAVAILABLE_IN_CURRENT_STATUS || sent == 0;
+        if (!unexecuted && !idempotent(op)) {
+            mc_log(MC_LOG_WARN, TAG,
+                   "%s: %s was in flight when its master %s (%s): it may or may not have "
+                   "run there; not resent",
+                   c->address, op_label(op),
+                   rc == STALE_VIEW ? "turned out deposed" : "failed", mc_strerror(rc));
+            leader_refresh(c);
+            return rc == STALE_VIEW ? MC_UNAVAILABLE_IN_CURRENT_STATUS : rc;
+        }
+        if (mc_ms_left(deadline) == 0) /* no serving leader answered in time: say why */
+            return refused ? MC_UNAVAILABLE_IN_CURRENT_STATUS : rc;
+        if (!leader_refresh(c)) {
+            uint64_t left = mc_ms_left(deadline);
+            mc_sleep_ms(left < LEADER_RETRY_MS ? left : LEADER_RETRY_MS);
+        }
+    }
 }
 
 /* Single request, single reply: the reply's status field is read by on_reply. */
@@ -376,6 +547,34 @@ int mc__master_env_timeout(uint32_t *out)
     return rc;
 }
 
+/* HA: address is a leader locator: the lookup client and the first leader (waiting up
+ * to timeout_ms for one: a failover may be under way). */
+static int leader_open(mc_master_client *c, const char *address, uint32_t timeout_ms)
+{
+    int rc = mc__leader_create(address, &c->leader);
+    if (rc != MC_OK)
+        return rc;
+    uint64_t deadline = mc_deadline_ms(timeout_ms);
+    char addr[MC_MASTER_NAME_MAX];
+    int64_t view = 0;
+    while ((rc = mc__leader_resolve(c->leader, addr, sizeof addr, &view)) != MC_OK &&
+           mc_ms_left(deadline) > 0)
+        mc_sleep_ms(LEADER_RETRY_MS);
+    if (rc == MC_OK && mc_sock_parse_hostport(addr, c->host, sizeof c->host, &c->port,
+                                              MC_MASTER_DEFAULT_PORT) != 0)
+        rc = MC_RPC_FAIL;
+    if (rc != MC_OK) {
+        mc_log(MC_LOG_ERROR, TAG, "%s: no leader found (%s)", address, mc_strerror(rc));
+        mc__leader_destroy(c->leader);
+        return rc == MC_OBJECT_NOT_FOUND ? MC_RPC_FAIL : rc;
+    }
+    c->leader_view = view;
+    atomic_init(&c->max_view, view);
+    mc_log(MC_LOG_INFO, TAG, "%s: the leader is %s (view %lld)", address, addr,
+           (long long)view);
+    return MC_OK;
+}
+
 int mc_master_client_create(const char *address, const mc_master_client_opts *opts,
                             mc_master_client **out)
 {
@@ -388,8 +587,14 @@ int mc_master_client_create(const char *address, const mc_master_client_opts *op
     if (!timeout_ms && mc__master_env_timeout(&timeout_ms) != 0)
         return MC_INVALID_PARAMS; /* logged by the env reader */
     mc_master_client *c = mc_xcalloc(1, sizeof *c);
-    if (mc_sock_parse_hostport(address, c->host, sizeof c->host, &c->port,
-                               MC_MASTER_DEFAULT_PORT) != 0) {
+    if (mc__leader_locator(address)) {
+        int lrc = leader_open(c, address, timeout_ms);
+        if (lrc != MC_OK) {
+            free(c);
+            return lrc;
+        }
+    } else if (mc_sock_parse_hostport(address, c->host, sizeof c->host, &c->port,
+                                      MC_MASTER_DEFAULT_PORT) != 0) {
         mc_log(MC_LOG_ERROR, TAG, "master address '%s' is not \"host\", \"host:port\" or "
                "\"[v6]:port\"", address);
         free(c);
@@ -434,8 +639,20 @@ void mc_master_client_destroy(mc_master_client *c)
     mc_auth_secret_wipe(&c->auth);
     pthread_cond_destroy(&c->cond);
     pthread_mutex_destroy(&c->lock);
+    mc__leader_destroy(c->leader);
     free(c->address);
     free(c);
+}
+
+void mc_master_client_set_leader_hook(mc_master_client *c, void (*fn)(void *ctx), void *ctx)
+{
+    c->on_change = fn;
+    c->change_ctx = ctx;
+}
+
+int64_t mc_master_client_view(const mc_master_client *c)
+{
+    return atomic_load(&((mc_master_client *)c)->max_view);
 }
 
 const char *mc_master_client_address(const mc_master_client *c)

@@ -315,10 +315,12 @@ static int validate(const mc_store_config *c, setup_args *a)
         BAD("rdma_devices is too long");
     a->master = (c->master_server_addr && *c->master_server_addr) ? c->master_server_addr
                                                                    : DEFAULT_MASTER;
-    if (strstr(a->master, "://")) {
+    if (strstr(a->master, "://") && strncmp(a->master, "etcd://", 7) != 0 &&
+        strncmp(a->master, "redis://", 8) != 0) {
         mc_log(MC_LOG_ERROR, TAG,
-               "setup: master_server_addr '%s': HA master discovery is not supported; give "
-               "the master as host:port",
+               "setup: master_server_addr '%s': HA masters are followed through etcd or "
+               "Redis only; give \"etcd://h:2379[;h:2379]\", \"redis://h:6379\" or the master "
+               "as host:port",
                a->master);
         return MC_NOT_SUPPORTED;
     }
@@ -535,6 +537,8 @@ static int setup_locked(mc_store *s, const mc_store_config *c, const setup_args 
                mc_strerror(rc));
         return rc;
     }
+    /* HA: a new leader knows none of our segments: ping (and remount) at once */
+    mc_master_client_set_leader_hook(s->mc, mc__hb_kick, s);
     /* A put that finds its key in flight by another writer waits up to the transfer
      * timeout for it (write.c: settle_contested); an unusable value was refused by the
      * engine already, or is the engine's own business: the default then. */

@@ -257,6 +257,14 @@ static uint64_t delta(uint64_t cur, uint64_t prev)
     return cur >= prev ? cur - prev : 0;
 }
 
+/* HA (ha_gate.c): what a role means for serving. */
+static const char *ha_state(int role)
+{
+    return role == MC_MASTER_ROLE_LEADER    ? "serving"
+           : role == MC_MASTER_ROLE_STANDBY ? "waiting"
+                                            : "fenced";
+}
+
 size_t mc_master_format_summary(const mc_master_stats *prev, const mc_master_stats *cur,
                                 double secs, char *buf, size_t len)
 {
@@ -275,8 +283,10 @@ size_t mc_master_format_summary(const mc_master_stats *prev, const mc_master_sta
     double pct = cur->total_capacity_bytes
                      ? 100.0 * (double)cur->allocated_bytes / (double)cur->total_capacity_bytes
                      : 0.0;
+    sb_printf(&b, "Master Admin Metrics: role=%s, state=%s, service_ready=%s, ",
+              mc_master_role_name(cur->role), ha_state(cur->role),
+              cur->role == MC_MASTER_ROLE_LEADER ? "true" : "false");
     sb_printf(&b,
-              "Master Admin Metrics: role=leader, state=serving, service_ready=true, "
               "master={Mem Storage: %s / %s (%.1f%%) | SSD Storage: 0 B / 0 B | Keys: %" PRIu64
               " (soft-pinned: %" PRIu64 ") | Clients: %" PRIu64
               " | Requests (Success/Total per sec): ",
@@ -335,6 +345,9 @@ size_t mc_master_format_summary(const mc_master_stats *prev, const mc_master_sta
               delta(cur->put_start_partial_allocations, prev->put_start_partial_allocations),
               delta(cur->evicted_keys, prev->evicted_keys), evsize, released,
               released + discarded, staging);
+    if (cur->view_version) /* HA: upstream appends the leader and the view */
+        sb_printf(&b, ", leader=%s, view_version=%lld", cur->leader,
+                  (long long)cur->view_version);
     size_t need = b.len;
     if (len) {
         size_t n = need < len - 1 ? need : len - 1;
@@ -349,7 +362,8 @@ size_t mc_master_format_summary(const mc_master_stats *prev, const mc_master_sta
 /* ---- HTTP ---- */
 
 /* Routes answered without the cluster secret (counts, never names). */
-static const char *const open_paths[] = {"/metrics", "/metrics/summary", "/health", NULL};
+static const char *const open_paths[] = {"/metrics",  "/metrics/summary", "/health",
+                                         "/role",     "/leader",          NULL};
 
 struct mc_master_admin {
     mc_master_service *svc;
@@ -451,6 +465,34 @@ static int do_query_key(mc_master_admin *a, mc_httpd_req *c)
     return mc_httpd_reply_json(c, 200, j);
 }
 
+/* /health, /role, /leader (upstream names; HA: docs/ha.md). /health answers 200 with
+ * {"status","role","state","ready","view_version","leader"}; ready (and "status":"ok")
+ * only on a serving leader, so a load balancer's probe finds the leader. /role:
+ * {"role","view_version"}. /leader: {"leader","view_version"} ("leader" "" when
+ * unknown). A leader whose lease deadline passed reports state "fenced". */
+static int do_ha_route(mc_master_admin *a, mc_httpd_req *c, const char *url)
+{
+    mc_master_stats st;
+    memset(&st, 0, sizeof st);
+    mc_master_service_ha_info(a->svc, &st);
+    bool serving = mc_master_service_serving(a->svc);
+    const char *state = st.role == MC_MASTER_ROLE_LEADER && !serving ? "fenced"
+                                                                     : ha_state(st.role);
+    json_t *j;
+    if (strcmp(url, "/role") == 0)
+        j = json_pack("{s:s,s:I}", "role", mc_master_role_name(st.role), "view_version",
+                      (json_int_t)st.view_version);
+    else if (strcmp(url, "/leader") == 0)
+        j = json_pack("{s:s,s:I}", "leader", st.leader, "view_version",
+                      (json_int_t)st.view_version);
+    else
+        j = json_pack("{s:s,s:s,s:s,s:b,s:I,s:s}", "status", serving ? "ok" : "unavailable",
+                      "role", mc_master_role_name(st.role), "state",
+                      serving ? "serving" : state, "ready", serving, "view_version",
+                      (json_int_t)st.view_version, "leader", st.leader);
+    return mc_httpd_reply_json(c, 200, j);
+}
+
 /* A complete request (any body was discarded by httpd). */
 static int handler(void *ctx, mc_httpd_req *c)
 {
@@ -489,11 +531,9 @@ static int handler(void *ctx, mc_httpd_req *c)
         strcat(line, "\n");
         return mc_httpd_reply_take(c, 200, "text/plain", line, need + 1);
     }
-    if (strcmp(url, "/health") == 0) {
-        json_t *j = json_pack("{s:s,s:s,s:s,s:b}", "status", "ok", "role", "leader", "state",
-                              "serving", "ready", 1);
-        return mc_httpd_reply_json(c, 200, j);
-    }
+    if (strcmp(url, "/health") == 0 || strcmp(url, "/role") == 0 ||
+        strcmp(url, "/leader") == 0)
+        return do_ha_route(a, c, url);
     if (strcmp(url, "/get_all_segments") == 0) {
         sbuf b = {0};
         sb_reserve(&b, 0);

@@ -223,6 +223,13 @@ struct mc_master_service {
     uint32_t *fidx;            /* open addressing over frecs: index + 1, 0 = empty */
     size_t fidx_cap;           /* power of two (0: none yet)                        */
     mc_list quarantine;        /* quarantined allocations, oldest first; fence_lock */
+    /* ha_gate.c: the HA role (docs/ha.md). Zero = no HA: a leader that always serves. */
+    atomic_bool ha_enabled;      /* set once before serving */
+    atomic_int ha_role;          /* mc_master_role */
+    _Atomic int64_t ha_view;     /* view version; 0 without HA */
+    _Atomic uint64_t ha_until;   /* monotonic ms: requests are served only before it */
+    pthread_mutex_t ha_mu;
+    char ha_leader[MC_MASTER_NAME_MAX]; /* the leader's RPC address; ha_mu */
     counter nfence;            /* nfrecs, readable without the lock (fast paths)    */
     counter fence_pending;     /* (record, side) pairs not yet acknowledged         */
     counter quar_bytes, quar_entries, fences_issued, fences_acked;

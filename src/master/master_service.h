@@ -507,6 +507,11 @@ typedef struct mc_master_stats {
     uint64_t promotion_successes;
     uint64_t promotion_failures;
     uint64_t disk_replicas_lost;     /* counter: dropped with their client (expiry)       */
+    /* HA (ha_gate.c): mc_master_role, the view version (0 without HA), the leader's
+     * RPC address ("" when unknown) */
+    int role;
+    int64_t view_version;
+    char leader[MC_MASTER_NAME_MAX];
 } mc_master_stats;
 
 /* mc_master_value_size_bound: upper bound (bytes, inclusive: Prometheus `le`) of bucket i
@@ -596,5 +601,45 @@ MC_API int mc_master_service_offload_end(mc_master_service *svc, mc_master_uuid 
 
 /* mc_master_service_now_ms: the service's clock (what leases are measured on). */
 MC_API uint64_t mc_master_service_now_ms(mc_master_service *svc);
+
+/* ---- HA role and fencing (ha_gate.c; docs/ha.md) ----
+ *
+ * Without HA a service is a leader that always serves (role LEADER, view 0). With HA
+ * (master/ha.c drives it from the election) the RPC handler serves a request only while
+ * mc_master_service_serving(): the role is LEADER and the monotonic clock is before the
+ * deadline the last lease renewal gave (fencing by time, metadata/election.h); every
+ * other request is refused with MC_UNAVAILABLE_IN_CURRENT_STATUS before it runs, and
+ * every served reply carries the view version. */
+typedef enum mc_master_role {
+    MC_MASTER_ROLE_LEADER = 0,  /* serving (the only role without HA) */
+    MC_MASTER_ROLE_STANDBY = 1, /* waiting for the leader's lease to lapse */
+    MC_MASTER_ROLE_DEPOSED = 2, /* was the leader, lost the lease: serves nothing again */
+} mc_master_role;
+
+/* mc_master_role_name: "leader", "standby", "deposed" (static). */
+MC_API const char *mc_master_role_name(int role);
+
+/* mc_master_service_ha_enable: turns the gate on (role STANDBY, serving nothing). Once,
+ * before the RPC server starts. */
+MC_API void mc_master_service_ha_enable(mc_master_service *svc);
+
+/* mc_master_service_ha_set: the election's outcome: role, view (ours as LEADER, the
+ * leader's otherwise; 0 = unknown), leader address (borrowed, copied; NULL = keep),
+ * until_ms: monotonic ms up to which a LEADER serves. Any thread. */
+MC_API void mc_master_service_ha_set(mc_master_service *svc, mc_master_role role, int64_t view,
+                                     const char *leader, uint64_t until_ms);
+
+/* mc_master_service_ha_extend: moves a LEADER's serve deadline to until_ms (a renewal). */
+MC_API void mc_master_service_ha_extend(mc_master_service *svc, uint64_t until_ms);
+
+/* mc_master_service_serving: true when a request may run now (see above). Any thread;
+ * two atomic loads and a clock read. */
+MC_API bool mc_master_service_serving(mc_master_service *svc);
+
+/* mc_master_service_view: the view version replies carry (0 without HA). */
+MC_API int64_t mc_master_service_view(mc_master_service *svc);
+
+/* mc_master_service_ha_info: role, view and leader address into out's HA fields. */
+MC_API void mc_master_service_ha_info(mc_master_service *svc, mc_master_stats *out);
 
 #endif

@@ -248,13 +248,37 @@ static mc_master_key *keys_from_pb(mc_master_rpc_handler *h, const ProtobufCBina
     return keys;
 }
 
+/* HA (docs/ha.md): every reply message has `int64 view_version = 15` (proto), which the
+ * master sets here for all of them at once: the field's tag and varint appended to the
+ * packed body (protobuf reads a field appended to a message as part of it). Nothing
+ * without HA (view 0), so those replies stay byte-identical. Returns the bytes added;
+ * the caller leaves MC_VIEW_FIELD_MAX bytes of room. */
+#define MC_VIEW_FIELD 15
+#define MC_VIEW_FIELD_MAX 11 /* one tag byte + a 10-byte varint */
+
+static size_t append_view(mc_master_rpc_handler *h, uint8_t *p, size_t room)
+{
+    int64_t view = mc_master_service_view(h->svc);
+    if (view == 0 || room < MC_VIEW_FIELD_MAX)
+        return 0;
+    size_t n = 0;
+    p[n++] = (uint8_t)(MC_VIEW_FIELD << 3); /* wire type 0: varint */
+    uint64_t v = (uint64_t)view;
+    while (v >= 0x80) {
+        p[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    p[n++] = (uint8_t)v;
+    return n;
+}
+
 /* Packs msg into h->out (grown by doubling). msg must be of the reply type the RPC
  * table gives the opcode: a wrong row is a bug of ours, caught here. */
 static int pack_reply(mc_master_rpc_handler *h, const ProtobufCMessage *msg,
                       const uint8_t **reply, size_t *reply_len)
 {
     MC_ASSERT(msg->descriptor == h->want_reply);
-    size_t need = protobuf_c_message_get_packed_size(msg);
+    size_t need = protobuf_c_message_get_packed_size(msg) + MC_VIEW_FIELD_MAX;
     if (need > h->out_cap) {
         size_t cap = h->out_cap ? h->out_cap : 4096;
         while (cap < need)
@@ -265,7 +289,7 @@ static int pack_reply(mc_master_rpc_handler *h, const ProtobufCMessage *msg,
     }
     size_t got = protobuf_c_message_pack(msg, h->out);
     *reply = h->out;
-    *reply_len = got;
+    *reply_len = got + append_view(h, h->out + got, h->out_cap - got);
     return 0;
 }
 
@@ -333,7 +357,7 @@ static int shape_PING(mc_master_rpc_handler *h, ping_fn fn, const Mcrpc__PingReq
     pr->n_writer_fences = pr->n_target_fences = 0;
     Mcrpc__PingReply r = MCRPC__PING_REPLY__INIT;
     r.status = fn(h->svc, uuid_from_pb(req->client_id), &acks, pr);
-    r.view_version = pr->view_version;
+    r.view_version = mc_master_service_view(h->svc); /* ha_gate.c */
     r.client_status = (Mcrpc__ClientStatus)pr->client_status;
     uint32_t nw = pr->n_writer_fences <= MC_MASTER_MAX_FENCES ? pr->n_writer_fences : 0;
     uint32_t nt = pr->n_target_fences <= MC_MASTER_MAX_FENCES ? pr->n_target_fences : 0;
@@ -877,7 +901,11 @@ int mc_master_rpc_handle(mc_master_rpc_handler *h, uint16_t opcode, const uint8_
     static const uint8_t empty[1];
     if (!body)
         body = empty; /* protobuf-c wants a pointer even for an empty body */
-    int rc = dispatch(h, opcode, body, len, reply, reply_len);
+    /* HA fencing (ha_gate.c): a standby, or a leader past its lease deadline, runs
+     * nothing; the client looks the leader up again */
+    int rc = mc_master_service_serving(h->svc) ? dispatch(h, opcode, body, len, reply,
+                                                          reply_len)
+                                               : MC_UNAVAILABLE_IN_CURRENT_STATUS;
     if (rc != 0) { /* a refused request gets no body */
         *reply = h->out;
         *reply_len = 0;

@@ -124,6 +124,7 @@ int mc_master_service_create(const mc_master_config *cfg, mc_master_service **ou
     pthread_rwlock_init(&svc->fence_lock, NULL);
     mc_list_init(&svc->quarantine);
     mc__offload_create(svc); /* the disk tier's state, with enable_offload */
+    pthread_mutex_init(&svc->ha_mu, NULL); /* ha_gate.c */
     *out = svc;
     return MC_OK;
 }
@@ -153,6 +154,7 @@ void mc_master_service_destroy(mc_master_service *svc)
     pthread_mutex_destroy(&svc->client_mu);
     pthread_mutex_destroy(&svc->evict_mu);
     pthread_mutex_destroy(&svc->defer_mu);
+    pthread_mutex_destroy(&svc->ha_mu);
     mc__fence_destroy(svc);
     mc__offload_destroy(svc);
     free(svc);

@@ -14,6 +14,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "mooncake/metadata.h"
 
 typedef struct mc_metadata_ops {
@@ -56,6 +58,37 @@ typedef struct mc__md_body {
 
 /* mc__md_body_write: CURLOPT_WRITEFUNCTION for an mc__md_body (CURLOPT_WRITEDATA). */
 size_t mc__md_body_write(char *ptr, size_t size, size_t nmemb, void *ud);
+
+/* Shared by the etcd backend and the leader election (election.c; both over etcd's
+ * v3 JSON gateway; defined in backend_etcd.c). */
+
+/* mc__md_b64_encode: RFC 4648 base64 of data[0..len), padded; new NUL-terminated string. */
+char *mc__md_b64_encode(const void *data, size_t len);
+/* mc__md_b64_decode: s[0..len) (padded base64) into a new NUL-terminated buffer
+ * (*out, *outlen bytes before the NUL). 0, or -1 for bad base64. */
+int mc__md_b64_decode(const char *s, size_t len, char **out, size_t *outlen);
+/* mc__md_etcd_call: one POST of req (JSON, borrowed) to `path` ("/v3/kv/txn", ...) on
+ * md's endpoints in turn (md must be an etcd client). op/key: for messages. On MC_OK
+ * *out is the answer's JSON object (caller decrefs). Returns MC_OK, MC_BUFFER_OVERFLOW,
+ * MC_INVALID_PARAMS (a 4xx every member would give), MC_RPC_TIMEOUT / MC_RPC_FAIL (no
+ * endpoint answered; logged). Any thread (no shared state but the endpoint cursor). */
+int mc__md_etcd_call(mc_metadata *md, const char *path, json_t *req, const char *op,
+                     const char *key, json_t **out);
+/* mc__md_json_i64: an int64 field the gateway writes as a string ("1") or a number;
+ * 0 when absent or neither. */
+long long mc__md_json_i64(json_t *v);
+
+#ifdef MC_HAVE_HIREDIS
+struct redisReply;
+/* mc__md_redis_run: one command (argv[0..argc), lens bytes each) on md's Redis
+ * connection (md must be a Redis client), connecting (AUTH, SELECT) and reconnecting once
+ * as backend_redis.c says; op/key: for messages. On MC_OK *out is the reply (caller
+ * freeReplyObject's it; may be an error reply). Else MC_RPC_FAIL / MC_RPC_TIMEOUT /
+ * MC_INVALID_PARAMS (a refused login). Thread-safe (one lock per client). Defined in
+ * backend_redis.c; used by the leader election (election.c). */
+int mc__md_redis_run(mc_metadata *md, int argc, const char **argv, const size_t *lens,
+                     const char *op, const char *key, struct redisReply **out);
+#endif
 
 int mc__metadata_http_open(mc_metadata *md);
 int mc__metadata_p2p_open(mc_metadata *md);

@@ -44,7 +44,7 @@ typedef struct etcd_impl {
 /* ---- base64 (RFC 4648 with padding, what the gateway reads and writes): OpenSSL's
  * EVP_EncodeBlock / EVP_DecodeBlock (libcrypto is linked for the cluster secret) ---- */
 
-static char *b64_encode(const void *data, size_t len)
+char *mc__md_b64_encode(const void *data, size_t len)
 {
     char *out = mc_xmalloc((len + 2) / 3 * 4 + 1);
     EVP_EncodeBlock((unsigned char *)out, data, (int)len); /* NUL-terminates */
@@ -53,7 +53,7 @@ static char *b64_encode(const void *data, size_t len)
 
 /* Decodes s[0..len) into a new NUL-terminated buffer. -1 when s is not padded base64
  * (the gateway always pads) or too long for one call. */
-static int b64_decode(const char *s, size_t len, char **out, size_t *outlen)
+int mc__md_b64_decode(const char *s, size_t len, char **out, size_t *outlen)
 {
     if (len % 4 != 0 || len > INT_MAX)
         return -1;
@@ -144,7 +144,7 @@ static void errs_add(char *errs, const char *where, const char *fmt, ...)
  * Returns MC_OK, MC_BUFFER_OVERFLOW (answer larger than allowed, or etcd's "too large"),
  * MC_INVALID_PARAMS (another 4xx: the request would fail on every member),
  * MC_RPC_TIMEOUT / MC_RPC_FAIL (no endpoint answered; logged with each one's error). */
-static int etcd_call(mc_metadata *md, const char *path, json_t *req, const char *op,
+int mc__md_etcd_call(mc_metadata *md, const char *path, json_t *req, const char *op,
                      const char *key, json_t **out)
 {
     etcd_impl *e = md->impl;
@@ -219,7 +219,7 @@ static int etcd_call(mc_metadata *md, const char *path, json_t *req, const char 
 }
 
 /* An int64 field, which the gateway writes as a string ("1") and may read as either. */
-static long long json_i64(json_t *v)
+long long mc__md_json_i64(json_t *v)
 {
     if (json_is_integer(v))
         return (long long)json_integer_value(v);
@@ -244,7 +244,7 @@ static int first_value(mc_metadata *md, json_t *r, const char *key, char **value
         return MC_OBJECT_NOT_FOUND;
     json_t *v = json_object_get(kv, "value"); /* absent: an empty value */
     const char *s = v ? json_string_value(v) : "";
-    if (!s || b64_decode(s, strlen(s), value, len) != 0) {
+    if (!s || mc__md_b64_decode(s, strlen(s), value, len) != 0) {
         mc_log(MC_LOG_WARN, TAG, "etcd get %s on %s: the value is not base64", key,
                md->conn.url);
         return MC_RPC_FAIL;
@@ -261,7 +261,7 @@ static int first_value(mc_metadata *md, json_t *r, const char *key, char **value
 
 static json_t *key_req(const char *key)
 {
-    char *k = b64_encode(key, strlen(key));
+    char *k = mc__md_b64_encode(key, strlen(key));
     json_t *req = json_pack("{s:s}", "key", k);
     free(k);
     if (!req)
@@ -272,7 +272,7 @@ static json_t *key_req(const char *key)
 static int etcd_get(mc_metadata *md, const char *key, char **value, size_t *len)
 {
     json_t *req = key_req(key), *r = NULL;
-    int rc = etcd_call(md, "/v3/kv/range", req, "get", key, &r);
+    int rc = mc__md_etcd_call(md, "/v3/kv/range", req, "get", key, &r);
     json_decref(req);
     if (rc == MC_OK)
         rc = first_value(md, r, key, value, len);
@@ -293,7 +293,7 @@ static int put_once(mc_metadata *md, const char *key, const char *k64, const cha
     if (!req)
         mc_oom(0);
     json_t *r = NULL;
-    int rc = etcd_call(md, "/v3/kv/txn", req, "put", key, &r);
+    int rc = mc__md_etcd_call(md, "/v3/kv/txn", req, "put", key, &r);
     json_decref(req);
     if (rc != MC_OK)
         return rc;
@@ -317,8 +317,8 @@ static int put_once(mc_metadata *md, const char *key, const char *k64, const cha
 
 static int etcd_put(mc_metadata *md, const char *key, const void *value, size_t len)
 {
-    char *k64 = b64_encode(key, strlen(key));
-    char *v64 = b64_encode(value ? value : "", len);
+    char *k64 = mc__md_b64_encode(key, strlen(key));
+    char *v64 = mc__md_b64_encode(value ? value : "", len);
     int rc;
     if (mc__metadata_write_once(key)) {
         rc = put_once(md, key, k64, v64, value ? value : "", len);
@@ -326,7 +326,7 @@ static int etcd_put(mc_metadata *md, const char *key, const void *value, size_t 
         json_t *req = json_pack("{s:s, s:s}", "key", k64, "value", v64), *r = NULL;
         if (!req)
             mc_oom(len);
-        rc = etcd_call(md, "/v3/kv/put", req, "put", key, &r);
+        rc = mc__md_etcd_call(md, "/v3/kv/put", req, "put", key, &r);
         json_decref(req);
         json_decref(r);
     }
@@ -338,9 +338,9 @@ static int etcd_put(mc_metadata *md, const char *key, const void *value, size_t 
 static int etcd_del(mc_metadata *md, const char *key)
 {
     json_t *req = key_req(key), *r = NULL;
-    int rc = etcd_call(md, "/v3/kv/deleterange", req, "delete", key, &r);
+    int rc = mc__md_etcd_call(md, "/v3/kv/deleterange", req, "delete", key, &r);
     json_decref(req);
-    if (rc == MC_OK && json_i64(json_object_get(r, "deleted")) < 1)
+    if (rc == MC_OK && mc__md_json_i64(json_object_get(r, "deleted")) < 1)
         rc = MC_OBJECT_NOT_FOUND;
     json_decref(r);
     return rc;

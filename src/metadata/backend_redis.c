@@ -138,9 +138,10 @@ static int connect_locked(mc_metadata *md)
 }
 
 /* Runs argv under the lock, (re)connecting as the file comment says.
- * On MC_OK *out is the reply (caller frees; may be an error reply). */
-static int run(mc_metadata *md, int argc, const char **argv, const size_t *lens,
-               const char *op, const char *key, redisReply **out)
+ * On MC_OK *out is the reply (caller frees; may be an error reply). Also the leader
+ * election's command runner (mc__md_redis_run, backend.h). */
+int mc__md_redis_run(mc_metadata *md, int argc, const char **argv, const size_t *lens,
+                     const char *op, const char *key, struct redisReply **out)
 {
     redis_impl *r = md->impl;
     int rc = MC_OK;
@@ -174,8 +175,8 @@ static int run(mc_metadata *md, int argc, const char **argv, const size_t *lens,
 static int redis_get(mc_metadata *md, const char *key, char **value, size_t *len)
 {
     redisReply *rep;
-    int rc = run(md, 2, (const char *[]){"GET", key}, (size_t[]){3, strlen(key)}, "get", key,
-                 &rep);
+    int rc = mc__md_redis_run(md, 2, (const char *[]){"GET", key}, (size_t[]){3, strlen(key)},
+                              "get", key, &rep);
     if (rc != MC_OK)
         return rc;
     if (rep->type == REDIS_REPLY_NIL) {
@@ -208,8 +209,8 @@ static int put_once(mc_metadata *md, const char *key, const void *value, size_t 
     size_t klen = strlen(key);
     for (int round = 0; round < 3; round++) {
         redisReply *rep;
-        int rc = run(md, 4, (const char *[]){"SET", key, value, "NX"},
-                     (size_t[]){3, klen, len, 2}, "put", key, &rep);
+        int rc = mc__md_redis_run(md, 4, (const char *[]){"SET", key, value, "NX"},
+                                  (size_t[]){3, klen, len, 2}, "put", key, &rep);
         if (rc != MC_OK)
             return rc;
         if (rep->type == REDIS_REPLY_ERROR)
@@ -241,8 +242,8 @@ static int redis_put(mc_metadata *md, const char *key, const void *value, size_t
     if (mc__metadata_write_once(key))
         return put_once(md, key, value, len);
     redisReply *rep;
-    int rc = run(md, 3, (const char *[]){"SET", key, value}, (size_t[]){3, strlen(key), len},
-                 "put", key, &rep);
+    int rc = mc__md_redis_run(md, 3, (const char *[]){"SET", key, value},
+                              (size_t[]){3, strlen(key), len}, "put", key, &rep);
     if (rc != MC_OK)
         return rc;
     if (rep->type == REDIS_REPLY_ERROR)
@@ -254,8 +255,8 @@ static int redis_put(mc_metadata *md, const char *key, const void *value, size_t
 static int redis_del(mc_metadata *md, const char *key)
 {
     redisReply *rep;
-    int rc = run(md, 2, (const char *[]){"DEL", key}, (size_t[]){3, strlen(key)}, "delete",
-                 key, &rep);
+    int rc = mc__md_redis_run(md, 2, (const char *[]){"DEL", key}, (size_t[]){3, strlen(key)},
+                              "delete", key, &rep);
     if (rc != MC_OK)
         return rc;
     if (rep->type == REDIS_REPLY_ERROR)

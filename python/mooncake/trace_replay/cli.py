@@ -102,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--segment-size", metavar="SIZE",
                    help="bytes each node contributes (default 256MiB); pool = nodes x this")
     g.add_argument("--master", metavar="ADDR",
-                   help="use a running cluster: master host:port (with --metadata)")
+                   help="use a running cluster: master host:port, or the etcd:// / redis:// "
+                        "locator of HA masters (docs/ha.md) (with --metadata)")
     g.add_argument("--metadata", metavar="URL",
                    help="metadata server of that cluster, e.g. http://127.0.0.1:8080/metadata")
     g.add_argument("--metrics-url", metavar="URL",
@@ -222,7 +223,8 @@ def _resolve(args):
         args.key_prefix = f"replay-{secrets.token_hex(4)}/"
     args.pool_bytes = args.nodes * args.segment_size
     args.metrics_derived = False
-    if args.master and not args.metrics_url:
+    # an HA locator (etcd://, redis://; docs/ha.md) names no master host to derive from
+    if args.master and not args.metrics_url and "://" not in args.master:
         args.metrics_url = default_metrics_url(args.master)
         args.metrics_derived = True
 
@@ -270,8 +272,17 @@ def _check_cluster_reachable(args):
     (the default port 9003) may belong to another master on that host, which holds no
     memory or another pool. Raises BackendUnavailable naming the address and what to
     check."""
-    host, port = _split_host_port(args.master, 50051)
+    scheme, sep, rest = args.master.partition("://")
+    if sep:  # HA masters (docs/ha.md): the first etcd / Redis endpoint must answer
+        first = rest.replace(",", ";").split(";")[0].rpartition("@")[2].split("/")[0]
+        host, port = _split_host_port(first, 6379 if scheme == "redis" else 2379)
+    else:
+        host, port = _split_host_port(args.master, 50051)
     why = _no_answer(host, port)
+    if why and sep:
+        raise BackendUnavailable(
+            f"cannot reach {scheme} at {host}:{port}, where the HA masters of --master "
+            f"{args.master} publish their leader: {why}")
     if why:
         raise BackendUnavailable(
             f"cannot reach mooncake_master at {args.master} (--master): {why}. Is it "

@@ -1,0 +1,55 @@
+/* ha.h: the master's side of HA (--enable_ha; docs/ha.md): one thread that runs the
+ * leader election (metadata/election.h) and drives the service's serve gate
+ * (master_service.h, "HA role and fencing").
+ *
+ * Life of a master with HA: it starts as a STANDBY (its RPC port answers every request
+ * with UNAVAILABLE_IN_CURRENT_STATUS) and campaigns every poll interval (TTL / 10,
+ * 50..250 ms; 1 s while etcd does not answer) until the leader key is absent and it
+ * wins it; once elected it calls opts.on_promote
+ * (where a standby will finish applying the leader's mutation log before serving, when
+ * index replication lands; today the new leader starts with an empty index and clients
+ * remount), then serves as LEADER while it renews its lease every TTL / 3. A leader that
+ * cannot renew before its deadline, or finds its lease or key gone, becomes DEPOSED for
+ * good (it never serves again: its index may be behind a newer leader's) and calls
+ * opts.on_deposed; mooncake_master then exits with code 3 after one TTL, for a
+ * supervisor to restart it as a standby.
+ *
+ * Threads: the HA thread only; the callbacks run on it.
+ */
+#ifndef MOONCAKE_MASTER_HA_H
+#define MOONCAKE_MASTER_HA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "master/master_service.h"
+
+typedef struct mc_master_ha mc_master_ha;
+
+typedef struct mc_master_ha_opts {
+    const char *conn;       /* etcd endpoints (election.h); borrowed for the call       */
+    const char *cluster_id; /* [0-9A-Za-z_.-]{1,128}; borrowed                          */
+    const char *self;       /* "host:port" clients reach our RPC at; borrowed           */
+    uint32_t ttl_s;         /* lease TTL, seconds                                       */
+    /* elected, before serving: returns MC_OK to serve, else the leadership is given up
+     * (resigned) and the campaign goes on. NULL: serve at once. */
+    int (*on_promote)(void *ctx, int64_t view);
+    void (*on_deposed)(void *ctx); /* after the gate closed for good; NULL: none          */
+    /* each poll round as a STANDBY, with the leader's address and view: where a standby
+     * will pull the leader's mutation log (index replication, not built yet) so that
+     * on_promote only has to apply the tail. NULL: none. */
+    void (*on_standby)(void *ctx, const char *leader, int64_t view);
+    void *ctx;
+} mc_master_ha_opts;
+
+/* mc_master_ha_start: enables svc's gate (STANDBY) and starts the HA thread.
+ * Returns MC_OK with *out; MC_INVALID_PARAMS / MC_NOT_SUPPORTED as mc_election_create
+ * (logged); MC_INTERNAL_ERROR when the thread cannot start. */
+int mc_master_ha_start(mc_master_service *svc, const mc_master_ha_opts *opts,
+                       mc_master_ha **out);
+
+/* mc_master_ha_destroy: stops the thread; a leader resigns (revokes its lease, so a
+ * standby takes over at once) after its gate is closed. NULL: no-op. */
+void mc_master_ha_destroy(mc_master_ha *ha);
+
+#endif

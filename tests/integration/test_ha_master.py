@@ -1,0 +1,218 @@
+"""HA masters on loopback against a real etcd, and a real redis-server (the second
+election backend) (issue 12 item 2; the multi-host fault tests are test_ha_netns.py):
+
+- the --enable_ha flags: what is refused and why (exit 2 naming the flag);
+  for each backend:
+- two masters: one leader, one standby; the standby runs nothing (frame status
+  UNAVAILABLE_IN_CURRENT_STATUS); every leader reply carries the view (field 15, and
+  PingReply.view_version); /health, /role, /leader and the summary line say role and
+  view; the leader key is upstream's (etcd: mooncake-store/<cluster_id>/master_view =
+  host:port; Redis: the hash mooncake-store/{<cluster_id>}/master_view, leader_address);
+- a stopped leader resigns: the standby is elected with a larger view at once (no lease
+  wait), and a client given the etcd locator follows it;
+- the client's view check: replies of an older view than the leader key's are refused.
+"""
+import socket
+
+import pytest
+
+import mc_master
+from conftest import tool, wait_until
+from mc_master import Ctl, Master, decode_fields, frame, ping_body, recv_frame
+
+UNAVAILABLE = -1010
+
+
+def _run(*flags):
+    import subprocess
+    return subprocess.run([tool("mooncake_master"), "--enable_metric_reporting=false", *flags],
+                          capture_output=True, text=True, timeout=10)
+
+
+def test_ha_flags():
+    r = _run("--enable_ha", "--rpc_address=127.0.0.1", "--ha_backend_type=k8s",
+             "--ha_backend_connstring=k8s://default/mooncake")
+    assert r.returncode == 2 and "--ha_backend_type=k8s" in r.stderr
+    r = _run("--enable_ha", "--rpc_address=127.0.0.1", "--ha_backend_type=redis",
+             "--etcd_endpoints=127.0.0.1:2379")  # redis needs its own connection string
+    assert r.returncode == 2 and "--ha_backend_connstring" in r.stderr
+    r = _run("--enable_ha", "--rpc_address=127.0.0.1",
+             "--ha_backend_connstring=redis://127.0.0.1:6379")  # type etcd, a redis URL
+    assert r.returncode == 2 and "does not match" in r.stderr
+    r = _run("--enable_ha", "--rpc_address=127.0.0.1")
+    assert r.returncode == 2 and "--ha_backend_connstring" in r.stderr
+    r = _run("--enable_ha", "--rpc_address=127.0.0.1", "--etcd_endpoints=127.0.0.1:2379",
+             "--cluster_id=bad/id")
+    assert r.returncode == 2 and "--cluster_id" in r.stderr
+    r = _run("--enable_ha", "--etcd_endpoints=127.0.0.1:2379")  # 0.0.0.0: not routable
+    assert r.returncode == 2 and "--rpc_address" in r.stderr
+    r = _run("--enable_ha", "--rpc_address=127.0.0.1", "--ha_lease_ttl_sec=1",
+             "--etcd_endpoints=127.0.0.1:2379")
+    assert r.returncode == 2 and "ha_lease_ttl_sec" in r.stderr
+
+
+def _ping(port):
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(frame(mc_master.OP_PING, ping_body()))
+        return recv_frame(s)
+
+
+def _json(m, path):
+    import json
+    status, body = m.http(path)
+    assert status == 200, (path, status, body)
+    return json.loads(body)
+
+
+class Backend:
+    """The election backend of one parametrised test: its flags, the clients' locator and
+    a reader of the published leader address."""
+
+    def __init__(self, kind, request):
+        self.kind = kind
+        if kind == "etcd":
+            self.srv = request.getfixturevalue("etcd_server")
+            self.flags = (f"--etcd_endpoints={self.srv.bare}",)
+            # upstream's lists may write members as http://h:p
+            self.flags2 = (f"--etcd_endpoints=http://{self.srv.bare}",)
+            self.locator = f"etcd://{self.srv.bare}"
+        else:
+            self.srv = request.getfixturevalue("redis_metadata_server")
+            url = self.srv.conn()
+            self.flags = ("--ha_backend_type=redis", f"--ha_backend_connstring={url}")
+            self.flags2 = self.flags
+            self.locator = url
+        self.srv.clear()
+
+    def leader_address(self, cid):
+        if self.kind == "etcd":
+            return self.srv.get(f"mooncake-store/{cid}/master_view")
+        return self.srv.command("HGET", f"mooncake-store/{{{cid}}}/master_view",
+                                "leader_address")
+
+
+@pytest.fixture(params=["etcd", "redis"])
+def backend(request):
+    return Backend(request.param, request)
+
+
+@pytest.fixture
+def ha_pair(spawn, backend):
+    cid = "mooncake_cluster"  # the default, which clients assume too
+    common = ("--enable_ha", f"--cluster_id={cid}", "--ha_lease_ttl_sec=2",
+              "--enable_metric_reporting=false")
+    m1 = Master(spawn, *common, *backend.flags)
+    wait_until(lambda: _json(m1, "/role")["role"] == "leader", 20, "m1 elected")
+    m2 = Master(spawn, *common, *backend.flags2)
+    wait_until(lambda: _json(m2, "/role")["role"] == "standby", 20, "m2 standby")
+    return m1, m2, cid
+
+
+def test_leader_and_standby(ha_pair, backend):
+    m1, m2, cid = ha_pair
+    view = _json(m1, "/role")["view_version"]
+    assert view > 0
+    assert _json(m1, "/leader") == {"leader": m1.addr, "view_version": view}
+    assert _json(m2, "/leader") == {"leader": m1.addr, "view_version": view}
+    h1, h2 = _json(m1, "/health"), _json(m2, "/health")
+    assert (h1["role"], h1["state"], h1["ready"], h1["status"]) == ("leader", "serving", True,
+                                                                  "ok")
+    assert (h2["role"], h2["state"], h2["ready"]) == ("standby", "waiting", False)
+    # upstream's key and value
+    assert backend.leader_address(cid) == m1.addr.encode()
+    # the leader's replies carry the view: PingReply.view_version (2) and view (15)
+    hdr, body = _ping(m1.rpc_port)
+    f = decode_fields(body)
+    assert hdr[4] == 0 and f[2] == view and f[15] == view
+    # the standby runs nothing
+    hdr, body = _ping(m2.rpc_port)
+    assert hdr[4] == UNAVAILABLE and body == b""
+    status, line = m1.http("/metrics/summary")
+    assert b"role=leader, state=serving" in line and b"view_version=%d" % view in line
+    status, line = m2.http("/metrics/summary")
+    assert b"role=standby, state=waiting, service_ready=false" in line
+
+
+def test_resign_and_follow(spawn, ha_pair, backend):
+    m1, m2, cid = ha_pair
+    view = _json(m1, "/role")["view_version"]
+    c = Ctl(spawn, backend.locator, timeout_ms=20000)
+    r = c("ping")
+    assert r["status"] == 0 and r["view_version"] == view
+    code, _ = m1.stop()  # SIGTERM: closes its gate, revokes its lease
+    assert code == 0
+    wait_until(lambda: _json(m2, "/role")["role"] == "leader", 10, "m2 elected")
+    view2 = _json(m2, "/role")["view_version"]
+    assert view2 > view
+    r = c("ping")  # the ctl follows the leader through etcd / Redis
+    assert r["status"] == 0 and r["view_version"] == view2
+    assert c("mount", mc_master.segment())["status"] == 0
+    c.close()
+
+
+class _OldViewMaster:
+    """A peer on the master RPC port that answers every ping as a master of view `view`
+    would (PingReply with view_version and the reply view, field 15): it stands for a
+    deposed leader whose clock let it serve (the case the client's view check covers)."""
+
+    def __init__(self, view):
+        import threading
+        self.view = view
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.port = self.sock.getsockname()[1]
+        self.stop = False
+        self.t = threading.Thread(target=self._serve, daemon=True)
+        self.t.start()
+
+    def _serve(self):
+        self.sock.settimeout(0.2)
+        while not self.stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            with conn:
+                try:
+                    while not self.stop:
+                        hdr, _ = recv_frame(conn, timeout=5)
+                        body = (b"\x10" + mc_master._varint(self.view) + b"\x18\x01" +
+                                b"\x78" + mc_master._varint(self.view))
+                        conn.sendall(frame(hdr[3], body, request_id=hdr[6],
+                                           flags=mc_master.FLAG_REPLY))
+                except (OSError, ConnectionError):
+                    pass
+
+    def close(self):
+        self.stop = True
+        self.sock.close()
+        self.t.join(timeout=5)
+
+
+def test_client_refuses_an_older_view(spawn, etcd_server):
+    """The leader key names a peer whose replies carry an older view than the key's
+    create_revision: the client refuses them (UNAVAILABLE_IN_CURRENT_STATUS once its
+    deadline passed); the same peer answering with the key's view is accepted."""
+    import base64
+    etcd_server.clear()
+    key = "mooncake-store/mooncake_cluster/master_view"
+    for older in (True, False):
+        peer = _OldViewMaster(0)
+        try:
+            b64 = lambda s: base64.b64encode(s.encode()).decode()  # noqa: E731
+            etcd_server._call("/v3/kv/put",
+                              {"key": b64(key), "value": b64(f"127.0.0.1:{peer.port}")})
+            kv = etcd_server._call("/v3/kv/range", {"key": b64(key)})["kvs"][0]
+            rev = int(kv["create_revision"])
+            peer.view = rev - 1 if older else rev
+            c = Ctl(spawn, f"etcd://{etcd_server.bare}", timeout_ms=1500)
+            r = c("ping")
+            if older:
+                assert r["status"] == UNAVAILABLE, r
+            else:
+                assert r["status"] == 0 and r["view_version"] == rev, r
+            c.close()
+        finally:
+            peer.close()
+            etcd_server.clear()
