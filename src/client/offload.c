@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "client/internal.h"
+#include "common/auth.h"
 #include "common/env.h"
 #include "common/xalloc.h"
 #include "disk/disk.h"
@@ -70,25 +71,54 @@ bool mc__offload_is_own(const mc_store *s, const mc_master_replica *r)
  * A reader of another client's LOCAL_DISK replica connects to the owner's disk-read
  * server (the replica's endpoint, "host:port", a TCP port of the owner's host picked at
  * setup; upstream has a coro_rpc server in the owner for the same, batch_get_offload_
- * object) and sends [u32 DR_MAGIC][u32 key length][key]; the owner reads and verifies
- * the record on its disk store and answers [i32 status][u32 0][u64 length][value]. One
- * request per connection. The owner serves requests one at a time on one thread (its
- * disk store's threads do the I/O), each bounded by DR_IO_MS. Trust: like the transfer
- * engine's data port (no authentication; bound to the segment's host). */
+ * object). The owner greets with [u32 DR_MAGIC][u32 flags: 1 = a cluster secret is
+ * required][32-byte nonce]; the reader sends [u32 DR_MAGIC][u32 key length][key][32-byte
+ * MAC = HMAC-SHA-256(secret, DR_LABEL || nonce || key), zeros without a secret]; the
+ * owner checks the MAC (docs/security.md: the cluster secret, issue 11; a fresh nonce per
+ * connection, so a recorded request cannot be replayed), reads and verifies the record
+ * on its disk store and answers [i32 status][u32 0][u64 length][value]. One request per
+ * connection, served one at a time on one thread (the disk store's threads do the I/O),
+ * each bounded by DR_IO_MS. Without a secret the server is open (logged at setup), like
+ * the transfer engine's ports then. */
 #define DR_MAGIC 0x5244434Du /* "MCDR" */
 #define DR_IO_MS 10000u
+#define DR_LABEL "mooncake-c disk read v1"
+
+static int dr_mac(const mc_auth_secret *sec, const uint8_t *nonce, const void *key,
+                  size_t klen, uint8_t mac[MC_AUTH_MAC_LEN])
+{
+    const void *parts[3] = {DR_LABEL, nonce, key};
+    size_t lens[3] = {sizeof DR_LABEL - 1, MC_AUTH_NONCE_LEN, klen};
+    return mc_auth_hmac(sec, parts, lens, 3, mac);
+}
 
 static void serve_one(mc_store *s, int fd)
 {
     uint64_t deadline = mc_now_ms() + DR_IO_MS;
-    uint8_t hdr[8], key[MC_MASTER_KEY_MAX];
+    uint8_t hello[8 + MC_AUTH_NONCE_LEN], hdr[8], key[MC_MASTER_KEY_MAX];
+    uint8_t mac[MC_AUTH_MAC_LEN], want[MC_AUTH_MAC_LEN];
+    bool auth = mc_auth_enabled(&s->auth);
+    mc_put_le32(hello, DR_MAGIC);
+    mc_put_le32(hello + 4, auth ? 1 : 0);
+    if (mc_auth_random(hello + 8, MC_AUTH_NONCE_LEN) != 0 ||
+        mc_sock_send_all(fd, hello, sizeof hello, deadline) != 0)
+        return;
     if (mc_sock_recv_all(fd, hdr, sizeof hdr, deadline) != 0 || mc_get_le32(hdr) != DR_MAGIC)
         return;
     uint32_t klen = mc_get_le32(hdr + 4);
-    if (klen == 0 || klen > sizeof key || mc_sock_recv_all(fd, key, klen, deadline) != 0)
+    if (klen == 0 || klen > sizeof key || mc_sock_recv_all(fd, key, klen, deadline) != 0 ||
+        mc_sock_recv_all(fd, mac, sizeof mac, deadline) != 0)
         return;
     uint64_t size = 0;
-    int rc = mc_disk_lookup(s->disk, key, klen, &size);
+    int rc = MC_OK;
+    if (auth && (dr_mac(&s->auth, hello + 8, key, klen, want) != 0 ||
+                 !mc_auth_equal(mac, want, sizeof mac))) {
+        rc = MC_ILLEGAL_CLIENT;
+        mc_log(MC_LOG_WARN, TAG, "disk read refused: the reader's MAC does not verify (no or "
+                                 "another cluster secret)");
+    }
+    if (rc == MC_OK)
+        rc = mc_disk_lookup(s->disk, key, klen, &size);
     void *buf = NULL;
     if (rc == MC_OK) {
         buf = malloc(size ? size : 1);
@@ -129,7 +159,6 @@ int mc__offload_read_remote(mc_store *s, const mc_master_replica *r, const void 
                             size_t klen, const mc_store_iov *iov, size_t niov, uint64_t size,
                             uint64_t deadline_ms)
 {
-    (void)s;
     char host[MC_MASTER_NAME_MAX];
     uint16_t port = 0;
     if (mc_sock_parse_hostport(r->transport_endpoint, host, sizeof host, &port, 0) != 0 ||
@@ -142,10 +171,18 @@ int mc__offload_read_remote(mc_store *s, const mc_master_replica *r, const void 
     if (fd < 0)
         return MC_TRANSFER_FAIL;
     int rc = MC_TRANSFER_FAIL;
-    uint8_t hdr[8], rep[16];
+    uint8_t hello[8 + MC_AUTH_NONCE_LEN], hdr[8], rep[16], mac[MC_AUTH_MAC_LEN] = {0};
+    if (mc_sock_recv_all(fd, hello, sizeof hello, d) != 0 || mc_get_le32(hello) != DR_MAGIC)
+        goto out;
+    if ((mc_get_le32(hello + 4) & 1) &&
+        (!mc_auth_enabled(&s->auth) || dr_mac(&s->auth, hello + 8, key, klen, mac) != 0)) {
+        rc = MC_ILLEGAL_CLIENT; /* the owner wants the cluster secret, we have none */
+        goto out;
+    }
     mc_put_le32(hdr, DR_MAGIC);
     mc_put_le32(hdr + 4, (uint32_t)klen);
     if (mc_sock_send_all(fd, hdr, sizeof hdr, d) != 0 || mc_sock_send_all(fd, key, klen, d) != 0 ||
+        mc_sock_send_all(fd, mac, sizeof mac, d) != 0 ||
         mc_sock_recv_all(fd, rep, sizeof rep, d) != 0)
         goto out;
     rc = (int32_t)mc_get_le32(rep);
@@ -488,6 +525,9 @@ int mc__offload_start(mc_store *s, const mc_store_config *c, uint32_t hb_ms)
         return MC_INTERNAL_ERROR;
     }
     s->disk_srv_started = true;
+    if (!mc_auth_enabled(&s->auth))
+        mc_auth_warn_open(TAG, "the disk-read server", s->disk_ep,
+                          "read every object on this client's disk tier");
     atomic_store(&s->off_warned, false);
     if (pthread_create(&s->off_thread, NULL, offload_main, s) != 0) {
         mc_log(MC_LOG_ERROR, TAG, "setup: cannot start the offload thread");
