@@ -326,6 +326,8 @@ static int refuse_unsupported(const char *prog)
         {"enable_snapshot_restore", 10, "restoring the index from a snapshot"},
         {"enable_multi_tenants", 11, "multi-tenant quotas"},
         {"enable_cxl", 12, "CXL memory segments"},
+        {"offload_force_evict", 5, "forced eviction of offloaded objects (the disk tier "
+                                   "drops memory only by the eviction rule, docs/ssd-tier.md)"},
     };
     for (size_t i = 0; i < sizeof bools / sizeof bools[0]; i++)
         if (ign_b[bools[i].idx]) {
@@ -333,6 +335,26 @@ static int refuse_unsupported(const char *prog)
                     "%s: --%s=true asks for %s, which mooncake-c does not implement; "
                     "drop the flag (or set it false) to run without it\n",
                     prog, bools[i].flag, bools[i].what);
+            return 2;
+        }
+    /* disk-tier tuning upstream has and we do not (docs/ssd-tier.md): their defaults
+     * stay accepted, any other value is refused */
+    static const struct {
+        const char *flag;
+        int idx;
+        const char *def;
+    } tiers[] = {
+        {"offloading_queue_limit", 7, "50000"},
+        {"offload_cap_ratio", 8, "0.5"},
+        {"promotion_queue_limit", 10, "50000"},
+        {"promotion_max_per_heartbeat", 11, "1"},
+    };
+    for (size_t i = 0; i < sizeof tiers / sizeof tiers[0]; i++)
+        if (ign_s[tiers[i].idx] && strcmp(ign_s[tiers[i].idx], tiers[i].def) != 0) {
+            fprintf(stderr,
+                    "%s: --%s=%s is a disk-tier limit mooncake-c does not implement (its "
+                    "queues are bounded otherwise, docs/ssd-tier.md); drop the flag\n",
+                    prog, tiers[i].flag, ign_s[tiers[i].idx]);
             return 2;
         }
     if (ign_s[4] && *ign_s[4]) {

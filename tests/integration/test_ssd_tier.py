@@ -180,3 +180,20 @@ def test_replay_reports_memory_and_disk_hits(tmp_path):
     assert res["block_hits"] > ref["lru"]["block_hits"]
     assert ref["lru_memory_disk"]["block_hits"] == ref["ideal"]["block_hits"]
     assert "hits by tier" in r.stdout
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--offload_on_evict=true"], "needs --enable_offload"),
+    (["--enable_offload=true", "--promotion_on_hit=false", "--offloading_queue_limit=10"],
+     "does not implement"),
+    (["--enable_offload=true", "--offload_force_evict=true"], "does not implement"),
+])
+def test_master_refuses_disk_tier_flags_it_cannot_honour(flags, says):
+    import subprocess
+
+    from conftest import free_port, tool
+
+    r = subprocess.run([tool("mooncake_master"), "--rpc_address=127.0.0.1",
+                        f"--rpc_port={free_port()}", *flags], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 2 and says in r.stderr, r.stderr
