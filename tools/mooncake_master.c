@@ -68,6 +68,9 @@ static bool enable_http_md, allow_evict_soft, enable_ha, enable_metric_reporting
 static bool enable_md_cleanup;
 static int64_t ha_lease_ttl;
 static double eviction_ratio, eviction_hwm;
+/* the disk tier (docs/ssd-tier.md, src/master/offload.c) */
+static bool enable_offload, offload_on_evict, promotion_on_hit;
+static int64_t promotion_threshold, offload_task_timeout;
 /* trust and bounded resources (issue 11) */
 static char *auth_token_file;
 static int64_t md_max_keys, md_max_conns, md_max_conns_ip, admin_max_conns, admin_max_conns_ip;
@@ -204,6 +207,25 @@ static const mc_option options[] = {
     {.name = "eviction_high_watermark_ratio", .type = MC_OPT_DOUBLE, .target = &eviction_hwm,
      .def = "0.90", .bounded = true, .min = 0, .max = 1,
      .help = "used fraction above which eviction runs"},
+    {.name = "enable_offload", .type = MC_OPT_BOOL, .target = &enable_offload,
+     .def = "false",
+     .help = "clients may register a disk tier (LOCAL_DISK replicas, docs/ssd-tier.md); "
+             "without --offload_on_evict every object is offloaded at put_end"},
+    {.name = "offload_on_evict", .type = MC_OPT_BOOL, .target = &offload_on_evict,
+     .def = "false",
+     .help = "offload an object to its owner's disk when eviction would drop its memory "
+             "replica (needs --enable_offload)"},
+    {.name = "promotion_on_hit", .type = MC_OPT_BOOL, .target = &promotion_on_hit,
+     .def = "false",
+     .help = "restore a memory replica of a disk-only object after "
+             "--promotion_admission_threshold reads (needs --enable_offload)"},
+    {.name = "promotion_admission_threshold", .type = MC_OPT_INT,
+     .target = &promotion_threshold, .def = "2", .bounded = true, .min = 1, .max = 1000000,
+     .help = "reads of a disk-only object that promote it"},
+    {.name = "offload_task_timeout_ms", .type = MC_OPT_INT, .target = &offload_task_timeout,
+     .def = "30000", .bounded = true, .min = 1, .max = 86400000, .unit = "ms",
+     .help = "an offload or promotion task not reported by its client within this is "
+             "given up (ours)"},
     {.name = "client_ttl", .type = MC_OPT_INT, .target = &client_ttl, .def = "10",
      .bounded = true, .min = 1, .max = 31536000, .unit = "s",
      .help = "a client silent this long is dead: its segments are unmounted"},
@@ -253,13 +275,9 @@ static const mc_option options[] = {
     IGNORED_STR("global_file_segment_size", 5, ""),
     IGNORED_BOOL("enable_disk_eviction", 2, "true"),
     IGNORED_STR("quota_bytes", 6, "0"),
-    IGNORED_BOOL("enable_offload", 3, "false"),
-    IGNORED_BOOL("offload_on_evict", 4, "false"),
     IGNORED_BOOL("offload_force_evict", 5, "false"),
     IGNORED_STR("offloading_queue_limit", 7, "50000"),
     IGNORED_STR("offload_cap_ratio", 8, "0.5"),
-    IGNORED_BOOL("promotion_on_hit", 6, "false"),
-    IGNORED_STR("promotion_admission_threshold", 9, "2"),
     IGNORED_STR("promotion_queue_limit", 10, "50000"),
     IGNORED_STR("promotion_max_per_heartbeat", 11, "1"),
     IGNORED_STR("dynamic_replication_mode", 12, "off"),
@@ -331,13 +349,11 @@ static int refuse_unsupported(const char *prog)
         int idx;
         const char *what;
     } bools[] = {
-        {"enable_offload", 3, "SSD offload (the disk store exists, src/disk; the master does "
-                              "not use it yet)"},
-        {"offload_on_evict", 4, "offload on eviction (no disk tier in the master yet)"},
-        {"promotion_on_hit", 6, "promotion from disk on hit (no disk tier in the master yet)"},
         {"enable_kv_events", 7, "KV event publishing"},
         {"enable_multi_tenants", 11, "multi-tenant quotas"},
         {"enable_cxl", 12, "CXL memory segments"},
+        {"offload_force_evict", 5, "forced eviction of offloaded objects (the disk tier "
+                                   "drops memory only by the eviction rule, docs/ssd-tier.md)"},
     };
     for (size_t i = 0; i < sizeof bools / sizeof bools[0]; i++)
         if (ign_b[bools[i].idx]) {
@@ -345,6 +361,26 @@ static int refuse_unsupported(const char *prog)
                     "%s: --%s=true asks for %s, which mooncake-c does not implement; "
                     "drop the flag (or set it false) to run without it\n",
                     prog, bools[i].flag, bools[i].what);
+            return 2;
+        }
+    /* disk-tier tuning upstream has and we do not (docs/ssd-tier.md): their defaults
+     * stay accepted, any other value is refused */
+    static const struct {
+        const char *flag;
+        int idx;
+        const char *def;
+    } tiers[] = {
+        {"offloading_queue_limit", 7, "50000"},
+        {"offload_cap_ratio", 8, "0.5"},
+        {"promotion_queue_limit", 10, "50000"},
+        {"promotion_max_per_heartbeat", 11, "1"},
+    };
+    for (size_t i = 0; i < sizeof tiers / sizeof tiers[0]; i++)
+        if (ign_s[tiers[i].idx] && strcmp(ign_s[tiers[i].idx], tiers[i].def) != 0) {
+            fprintf(stderr,
+                    "%s: --%s=%s is a disk-tier limit mooncake-c does not implement (its "
+                    "queues are bounded otherwise, docs/ssd-tier.md); drop the flag\n",
+                    prog, tiers[i].flag, ign_s[tiers[i].idx]);
             return 2;
         }
     if (ign_s[4] && *ign_s[4]) {
@@ -591,6 +627,14 @@ int main(int argc, char **argv)
         exit_code = 2;
         goto out;
     }
+    if (persist_on && enable_offload) {
+        /* the log records memory replicas only: a restore would forget the disk tier's */
+        fprintf(stderr, "%s: --enable_snapshot together with --enable_offload is not "
+                "implemented in mooncake-c yet (the mutation log does not record LOCAL_DISK "
+                "replicas): use one of them (docs/ha.md, docs/ssd-tier.md)\n", prog);
+        exit_code = 2;
+        goto out;
+    }
     if (persist_on && enable_ha) {
         /* a standby would restore a snapshot its leader keeps writing, and a promoted one
          * would need the leader's log (docs/ha.md: the log is the replication stream to
@@ -651,6 +695,17 @@ int main(int argc, char **argv)
     cfg.put_start_discard_timeout_sec = (uint64_t)discard_timeout;
     cfg.put_start_release_timeout_sec = (uint64_t)release_timeout;
     cfg.allocation_strategy = (mc_master_strategy)strategy;
+    if ((offload_on_evict || promotion_on_hit) && !enable_offload) {
+        fprintf(stderr, "%s: --%s needs --enable_offload (the disk tier)\n", prog,
+                offload_on_evict ? "offload_on_evict" : "promotion_on_hit");
+        exit_code = 2;
+        goto out;
+    }
+    cfg.enable_offload = enable_offload;
+    cfg.offload_on_evict = offload_on_evict;
+    cfg.promotion_on_hit = promotion_on_hit;
+    cfg.promotion_admission_threshold = (uint32_t)promotion_threshold;
+    cfg.offload_task_timeout_ms = (uint64_t)offload_task_timeout;
     cfg.check_segments = true; /* base 0, overlaps, foreign names (docs/security.md) */
     if (enable_md_cleanup && !enable_http_md)
         mc_log(MC_LOG_WARN, TAG,

@@ -247,6 +247,9 @@ static json_t *replicas_to_json(const mc_master_replica_list *l)
                          "endpoint", r->transport_endpoint, "address", (json_int_t)r->address,
                          "size", (json_int_t)r->size, "status", r->status, "protocol",
                          r->protocol));
+        if (r->type != MC_MASTER_REPLICA_MEMORY) /* LOCAL_DISK (docs/ssd-tier.md) */
+            json_object_set_new(json_array_get(a, json_array_size(a) - 1), "type",
+                                json_integer(r->type));
     }
     return a;
 }
@@ -680,6 +683,57 @@ static json_t *cmd_REMOVE_ALL(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
     uint64_t count = 0;
     int rc = mc_master_client_remove_all(cli, json_is_true(a1), &count);
     return count_result(rc, count);
+}
+
+/* offload_heartbeat ENDPOINT MAX? -> {"status", "fresh", "tasks": [{op, key, size,
+ * address}]} (keys as text, lossy for binary keys). */
+static json_t *cmd_OFFLOAD_HB(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
+{
+    (void)op, (void)a3;
+    if (!json_is_string(a1) || (a2 && !json_is_integer(a2)))
+        return err("offload_heartbeat ENDPOINT MAX_TASKS?");
+    mc_master_offload_tasks *t = mc_xmalloc(sizeof *t);
+    int rc = mc_master_client_offload_heartbeat(
+        cli, client_id, json_string_value(a1),
+        a2 ? (uint32_t)json_integer_value(a2) : MC_MASTER_MAX_OFFLOAD_TASKS, t);
+    json_t *r = result(rc);
+    json_t *a = json_array();
+    for (uint32_t i = 0; rc == MC_OK && i < t->n; i++)
+        json_array_append_new(a, json_pack("{s:i,s:s%,s:I,s:I}", "op", t->items[i].op, "key",
+                                           (const char *)t->items[i].key, t->items[i].key_len,
+                                           "size", (json_int_t)t->items[i].size, "address",
+                                           (json_int_t)t->items[i].address));
+    json_object_set_new(r, "tasks", a);
+    json_object_set_new(r, "fresh", json_boolean(t->fresh));
+    free(t->keys);
+    free(t);
+    return r;
+}
+
+/* offload_end ENDPOINT [[OP, KEY, SIZE, STATUS], ...] -> {"status", "statuses"}. */
+static json_t *cmd_OFFLOAD_END(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
+{
+    (void)op, (void)a3;
+    if (!json_is_string(a1) || !json_is_array(a2) ||
+        json_array_size(a2) > MC_MASTER_MAX_OFFLOAD_TASKS)
+        return err("offload_end ENDPOINT [[OP, KEY, SIZE, STATUS], ...]");
+    size_t n = json_array_size(a2);
+    mc_master_offload_item *it = mc_xcalloc(n ? n : 1, sizeof *it);
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(a2, i);
+        const char *k = json_string_value(json_array_get(e, 1));
+        it[i] = (mc_master_offload_item){
+            .op = (int)json_integer_value(json_array_get(e, 0)), .key = k,
+            .key_len = k ? strlen(k) : 0, .size = (uint64_t)json_integer_value(json_array_get(e, 2)),
+            .status = (int)json_integer_value(json_array_get(e, 3))};
+    }
+    int *st = mc_xcalloc(n ? n : 1, sizeof *st);
+    int rc = mc_master_client_offload_end(cli, client_id, json_string_value(a1), it, n, st);
+    json_t *r = result(rc);
+    json_object_set_new(r, "statuses", statuses_json(st, rc == MC_OK ? n : 0));
+    free(st);
+    free(it);
+    return r;
 }
 
 /* The verb list: one command per RPC, generated from the table. */

@@ -155,9 +155,12 @@ typedef struct mc_store_config {
                                      store never destroys it, and local_hostname is then
                                      used only for validation (the engine's segment name
                                      is this client's name). */
-    bool enable_ssd_offload;      /* accepted; not implemented (a warning is logged and
-                                     the store stays memory-only) */
-    const char *ssd_offload_path; /* accepted with the above; NULL = "" */
+    bool enable_ssd_offload;      /* open a disk tier in ssd_offload_path (or
+                                     MOONCAKE_OFFLOAD_FILE_STORAGE_PATH, which also opens
+                                     one on its own): objects evicted from our segment go
+                                     to it when the master runs with --enable_offload
+                                     (docs/ssd-tier.md); needs global_segment_size > 0 */
+    const char *ssd_offload_path; /* the disk tier's directory; NULL = "" */
     const char *tenant_id;        /* NULL/"" = "default"; at most 255 bytes; recorded
                                      (the master has no tenants yet) */
     bool enable_client_http_server; /* accepted; not implemented (warning logged) */
@@ -539,11 +542,14 @@ MC_API int64_t mc_store_remove_all(mc_store *s, bool force);
 typedef struct mc_store_replica_desc {
     int status;               /* upstream ReplicaStatus: 3 = COMPLETE (only those are
                                  returned by lookups) */
-    bool is_memory;           /* always true (no disk replicas yet) */
+    bool is_memory;           /* a memory replica (replica_type 0) */
     uint64_t size;            /* bytes */
     uint64_t buffer_address;  /* address in the owner's process */
     char transport_endpoint[MC_STORE_NAME_MAX]; /* owner's segment name "host:port" */
     char protocol[MC_STORE_PROTOCOL_MAX];
+    int replica_type;         /* upstream ReplicaType: 0 MEMORY, 2 LOCAL_DISK (on the disk
+                                 tier of the client at transport_endpoint; buffer_address
+                                 0; docs/ssd-tier.md) */
 } mc_store_replica_desc;
 
 typedef struct mc_store_replica_list {

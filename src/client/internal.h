@@ -238,6 +238,25 @@ struct mc_store {
     mc__ubuf *ubuf_root;
     size_t n_ubufs;
     uint64_t ubuf_seq; /* feeds the priorities */
+
+    /* The disk tier (offload.c, docs/ssd-tier.md): our disk store (NULL: none) and the
+     * offload thread that polls the master for its tasks. off_mu guards off_stop. */
+    struct mc_disk_store *disk;
+    char disk_path[4097];
+    pthread_t off_thread;
+    bool off_started;
+    pthread_mutex_t off_mu;
+    pthread_cond_t off_cond;        /* CLOCK_MONOTONIC; signalled by mc__offload_stop */
+    bool off_stop;
+    uint32_t off_interval_ms;
+    atomic_bool off_warned;         /* the master refused the tier (logged once) */
+    int disk_lfd;                   /* the disk-read server's listening socket, or -1 */
+    pthread_t disk_srv;
+    bool disk_srv_started;
+    char disk_ep[MC_MASTER_NAME_MAX]; /* "host:port" of that server: our LOCAL_DISK    */
+                                      /* replicas' endpoint                            */
+    atomic_uint_fast64_t off_writes, off_write_failures, off_promotions,
+        off_promotion_failures, off_registered, off_deletes, disk_reads, disk_read_failures;
     /* Extra segments (segments.c: mount_segment & co.), a list of mc__xseg guarded by
      * xseg_lock (segment calls run under life shared; teardown under exclusive). */
     pthread_mutex_t xseg_lock;
@@ -355,6 +374,32 @@ void mc__hb_flush(mc_store *s);
  * after the copy. MC_TRANSFER_FAIL (no lock held) when the epoch is fenced. */
 int mc__own_fence_enter(mc_store *s, uint64_t epoch);
 void mc__own_fence_leave(mc_store *s);
+
+/* ---- the disk tier (offload.c) ---- */
+
+/* Opens the disk store when c asks for one (enable_ssd_offload with ssd_offload_path, or
+ * MOONCAKE_OFFLOAD_FILE_STORAGE_PATH) and starts the offload thread. Caller holds life
+ * exclusive, after the master client and the segment are set up. MC_OK (also when no
+ * disk tier is asked for), or the disk store's / environment's code (logged). */
+int mc__offload_start(mc_store *s, const mc_store_config *c, uint32_t hb_ms);
+/* Stops and joins the offload thread (first in teardown). */
+void mc__offload_stop(mc_store *s);
+/* Closes the disk store (last in teardown). */
+void mc__offload_close(mc_store *s);
+/* Reads key from our own disk into the parts iov[0..niov) (size bytes of the object).
+ * MC_OK, or the disk store's code (OBJECT_NOT_FOUND, CHECKSUM_MISMATCH: the record did
+ * not verify and was dropped, FILE_READ_FAIL), MC_OBJECT_NOT_FOUND without a disk. */
+int mc__offload_read_own(mc_store *s, const void *key, size_t klen, const mc_store_iov *iov,
+                         size_t niov, uint64_t size);
+/* True when replica r is a LOCAL_DISK replica of ours. */
+bool mc__offload_is_own(const mc_store *s, const mc_master_replica *r);
+/* Reads another client's LOCAL_DISK replica r of key through that client's disk-read
+ * server (its endpoint) into iov (size bytes). Blocking, on the caller's thread, bounded
+ * by deadline_ms (monotonic). MC_OK, or MC_TRANSFER_FAIL (unreachable, timed out,
+ * protocol error), or the owner's disk code (OBJECT_NOT_FOUND, CHECKSUM_MISMATCH). */
+int mc__offload_read_remote(mc_store *s, const mc_master_replica *r, const void *key,
+                            size_t klen, const mc_store_iov *iov, size_t niov, uint64_t size,
+                            uint64_t deadline_ms);
 
 /* ---- user buffers (user_buffers.c) ---- */
 

@@ -293,4 +293,21 @@ MC_API int mc_master_client_remove_by_regex(mc_master_client *c, const char *pat
                                             size_t pattern_len, bool force, uint64_t *count);
 MC_API int mc_master_client_remove_all(mc_master_client *c, bool force, uint64_t *count);
 
+/* ---- the disk tier (master_offload.c; docs/ssd-tier.md) ---- */
+
+/* mc_master_client_offload_heartbeat: asks for disk-tier tasks (and registers the tier,
+ * endpoint = our segment name). out->keys is malloc'd (free() it). Codes as
+ * mc_master_service_offload_heartbeat (NOT_SUPPORTED: the master runs without
+ * --enable_offload), plus transport codes; MC_RPC_FAIL for a malformed reply. */
+MC_API int mc_master_client_offload_heartbeat(mc_master_client *c, mc_master_uuid client_id,
+                                              const char *endpoint, uint32_t max_tasks,
+                                              mc_master_offload_tasks *out);
+
+/* mc_master_client_offload_end: reports results (n <= MC_MASTER_MAX_OFFLOAD_TASKS, keys
+ * borrowed); statuses[i] (may be NULL) as mc_master_service_offload_end. */
+MC_API int mc_master_client_offload_end(mc_master_client *c, mc_master_uuid client_id,
+                                        const char *endpoint,
+                                        const mc_master_offload_item *items, size_t n,
+                                        int *statuses);
+
 #endif

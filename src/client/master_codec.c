@@ -60,6 +60,7 @@ int mc__pb_replicas(Mcrpc__ReplicaDescriptor **v, size_t n, uint64_t lease,
         r->size = d->size;
         r->status = (int)d->status;
         r->fence_epoch = d->fence_epoch;
+        r->type = (int)d->type; /* MEMORY, or LOCAL_DISK (read through its owner) */
         /* Cannot truncate: mc__pb_segtab checked every string of the table. */
         copy_str(r->transport_endpoint, sizeof r->transport_endpoint, sr->transport_endpoint);
         copy_str(r->protocol, sizeof r->protocol, sr->protocol);

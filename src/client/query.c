@@ -98,7 +98,8 @@ void mc__conv_replica_list(const mc_master_replica_list *in, mc_store_replica_li
         const mc_master_replica *r = &in->replicas[i];
         mc_store_replica_desc *d = &out->replicas[i];
         d->status = r->status;
-        d->is_memory = true;
+        d->is_memory = r->type == MC_MASTER_REPLICA_MEMORY;
+        d->replica_type = r->type;
         d->size = r->size;
         d->buffer_address = r->address;
         snprintf(d->transport_endpoint, sizeof d->transport_endpoint, "%.*s",

@@ -95,6 +95,8 @@ typedef struct rstate {
     uint64_t hedge_at; /* when the hedge may start (ms); 0: none planned */
     bool done;         /* bytes are in place */
     bool failed;
+    bool from_disk;    /* read from a LOCAL_DISK replica: verified by its checksum, the */
+                       /* lease (which guards memory from reuse) does not apply        */
 } rstate;
 
 /* Copies replica rp (own memory) into the item's destination. */
@@ -194,6 +196,24 @@ enum { READ_DONE, READ_QUEUED, READ_SKIP };
 static int read_replica(mc__xfer *x, const ritem *r, rstate *q, const mc_master_replica *rp,
                         size_t k, rattempt *a, rsets *ss)
 {
+    if (rp->type == MC_MASTER_REPLICA_LOCAL_DISK) {
+        /* our own disk tier: read and verified there; another client's: through its
+         * disk-read server (offload.c). Both block this (the caller's) thread. */
+        int rc = mc__offload_is_own(x->s, rp)
+                     ? mc__offload_read_own(x->s, r->key, r->klen, r->iov, r->niov, q->size)
+                     : mc__offload_read_remote(x->s, rp, r->key, r->klen, r->iov, r->niov,
+                                               q->size, q->deadline);
+        if (rc == MC_OK) {
+            q->from_disk = true;
+            return READ_DONE;
+        }
+        q->last_err = rc;
+        return READ_SKIP;
+    }
+    if (rp->type != MC_MASTER_REPLICA_MEMORY) {
+        q->last_err = MC_OBJECT_NOT_FOUND;
+        return READ_SKIP;
+    }
     if (mc__in_own_segment(x->s, rp->transport_endpoint, rp->address, rp->size)) {
         read_own(r, rp, q->size);
         return READ_DONE;
@@ -246,7 +266,10 @@ static bool read_next(mc__xfer *x, ritem *r, rstate *q, const mc_master_replica_
     for (;;) {
         uint64_t now = mc_now_ms();
         int c = pick_replica(x->s, rl, q);
-        if (c < 0 || now >= q->deadline) {
+        /* a disk replica is read whatever the lease says (the lease guards memory from
+         * reuse; a disk record is verified by its checksum) */
+        bool disk = c >= 0 && rl->replicas[c].type != MC_MASTER_REPLICA_MEMORY;
+        if (c < 0 || (now >= q->deadline && !disk)) {
             if (j == 0) {
                 q->failed = true;
                 r->result = c < 0 ? read_failure(q) : MC_LEASE_EXPIRED;
@@ -257,7 +280,7 @@ static bool read_next(mc__xfer *x, ritem *r, rstate *q, const mc_master_replica_
         unsigned rest = 0; /* replicas left after this one */
         for (uint32_t i = 0; i < rl->n; i++)
             rest += !(q->tried & (1u << i));
-        uint64_t share = (q->deadline - now) / (rest + 1);
+        uint64_t share = q->deadline > now ? (q->deadline - now) / (rest + 1) : 0;
         rattempt *a = &q->att[j];
         a->deadline = now + (share ? share : 1);
         switch (read_replica(x, r, q, &rl->replicas[c], k, a, ss)) {
@@ -412,7 +435,7 @@ static void read_lease_check(ritem *it, const size_t *idx, size_t m, const rstat
             mc__store_hook(MC__STORE_HOOK_READ_DONE, keys[k].data, keys[k].len);
             hooked = true;
         }
-        if (rs[k].size > 0 && mc_now_ms() > rs[k].deadline)
+        if (rs[k].size > 0 && !rs[k].from_disk && mc_now_ms() > rs[k].deadline)
             it[idx[k]].result = MC_LEASE_EXPIRED;
         else
             it[idx[k]].result = (int64_t)rs[k].size;

@@ -155,6 +155,9 @@ int mc_store_create(mc_store **out)
     atomic_init(&s->fences_applied, 0);
     pthread_mutex_init(&s->hb_lock, NULL);
     mc_cond_init_monotonic(&s->hb_cond);
+    pthread_mutex_init(&s->off_mu, NULL);
+    s->disk_lfd = -1;
+    mc_cond_init_monotonic(&s->off_cond);
     mc__xseg_init(s);
     *out = s;
     return MC_OK;
@@ -167,6 +170,7 @@ static int teardown(mc_store *s)
     int rc = MC_OK;
     /* Reverse order of setup_locked; the heartbeat goes first because it uses the
      * master client, the engine and the segment without holding any lock. */
+    mc__offload_stop(s); /* the disk tier's thread uses the master client and segment */
     mc__hb_stop(s);
     mc__hb_flush(s); /* fences applied but not yet acknowledged */
     mc__xseg_teardown(s); /* mount_segment & co. (segments.c) */
@@ -200,6 +204,7 @@ static int teardown(mc_store *s)
         s->mc = NULL;
     }
     mc__ubuf_clear(s);
+    mc__offload_close(s);
     if (s->te && s->own_te)
         mc_te_destroy(s->te);
     s->te = NULL;
@@ -478,9 +483,6 @@ static int setup_locked(mc_store *s, const mc_store_config *c, const setup_args 
              (c->protocol && *c->protocol) ? c->protocol : "tcp");
     snprintf(s->tenant, sizeof s->tenant, "%s",
              (c->tenant_id && *c->tenant_id) ? c->tenant_id : "default");
-    if (c->enable_ssd_offload)
-        mc_log(MC_LOG_WARN, TAG, "setup: SSD offload is not implemented; the store keeps "
-                                 "objects in memory only");
     if (c->enable_client_http_server)
         mc_log(MC_LOG_WARN, TAG, "setup: the client HTTP server is not implemented "
                                  "(client_http_port %d ignored)", c->client_http_port);
@@ -611,7 +613,12 @@ static int setup_locked(mc_store *s, const mc_store_config *c, const setup_args 
     }
 
     /* 5. heartbeat */
-    return mc__hb_start(s, a->hb_ms);
+    rc = mc__hb_start(s, a->hb_ms);
+    if (rc != MC_OK)
+        return rc;
+
+    /* 6. the disk tier (offload.c), when asked for */
+    return mc__offload_start(s, c, a->hb_ms);
 }
 
 int mc_store_setup(mc_store *s, const mc_store_config *cfg)
@@ -669,6 +676,8 @@ void mc_store_destroy(mc_store *s)
     free(s->hb_pr);
     pthread_mutex_destroy(&s->hb_lock);
     pthread_cond_destroy(&s->hb_cond);
+    pthread_mutex_destroy(&s->off_mu);
+    pthread_cond_destroy(&s->off_cond);
     mc__xseg_deinit(s);
     free(s);
 }

@@ -253,6 +253,8 @@ bool mc__in_own_segment(const mc_store *s, const char *ep, uint64_t addr, uint64
 
 int mc__replica_rank(const mc_store *s, const mc_master_replica *r)
 {
+    if (r->type != MC_MASTER_REPLICA_MEMORY)
+        return 3; /* a disk replica: after every memory one */
     if (mc__in_own_segment(s, r->transport_endpoint, r->address, r->size))
         return 0;
     char h[MC__HOST_MAX];

@@ -175,6 +175,33 @@ char *mc_master_metrics_text(mc_master_service *svc, mc_master_rpc_server *rpc, 
            st.fences_issued);
     metric(&b, "master_fences_acked_total", "counter",
            "Fences acknowledged by the side they were for", st.fences_acked);
+    /* the disk tier (docs/ssd-tier.md; ours: upstream's master has no such metrics) */
+    metric(&b, "master_disk_tier_clients", "gauge", "Clients with a registered disk tier",
+           st.disk_clients);
+    metric(&b, "master_disk_replica_keys", "gauge", "Objects with a LOCAL_DISK replica",
+           st.disk_replica_keys);
+    metric(&b, "master_disk_only_keys", "gauge", "Objects on disk only (no memory replica)",
+           st.disk_only_keys);
+    metric(&b, "master_disk_replica_bytes", "gauge", "Bytes of objects on disk tiers",
+           st.disk_replica_bytes);
+    metric(&b, "master_offload_queued", "gauge", "Disk-tier tasks waiting or handed out",
+           st.offload_queued);
+    metric(&b, "master_offload_requests_total", "counter", "Offloads asked of clients",
+           st.offload_requests);
+    metric(&b, "master_offload_successes_total", "counter",
+           "Offloads confirmed (LOCAL_DISK replica recorded)", st.offload_successes);
+    metric(&b, "master_offload_failures_total", "counter",
+           "Offloads refused (disk full), failed or timed out", st.offload_failures);
+    metric(&b, "master_disk_hits_total", "counter",
+           "Gets of objects readable from a disk tier only", st.disk_hits);
+    metric(&b, "master_promotion_requests_total", "counter", "Promotions asked of clients",
+           st.promotion_requests);
+    metric(&b, "master_promotion_successes_total", "counter", "Promotions completed",
+           st.promotion_successes);
+    metric(&b, "master_promotion_failures_total", "counter",
+           "Promotions that failed or found no memory", st.promotion_failures);
+    metric(&b, "master_disk_replicas_lost_total", "counter",
+           "LOCAL_DISK replicas dropped with their expired client", st.disk_replicas_lost);
     if (rpc) {
         mc_master_rpc_server_stats rs;
         mc_master_rpc_server_get_stats(rpc, &rs);

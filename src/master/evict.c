@@ -19,8 +19,9 @@
  * pins on the way. Caller holds the shard lock. */
 static int evict_class(mc_master_service *svc, obj *o, uint64_t now)
 {
-    if ((o->flags & (F_PROC | F_HARD)) || o->size == 0 || leased(svc, o, now))
-        return 0;
+    if ((o->flags & (F_PROC | F_HARD | F_OFFQ)) || o->size == 0 || o->nrep == 0 ||
+        leased(svc, o, now))
+        return 0; /* (F_OFFQ: waiting for its offload to the disk tier, offload.c) */
     if (o->flags & F_SOFT) {
         if (o->pin > now)
             return 2;
@@ -76,9 +77,17 @@ static uint64_t evict_list(mc_master_service *svc, shard *sh, mc_list *l, int ph
             break; /* the list is ordered by access time: the rest is newer */
         mc_list *next = it->next; /* o may be freed below */
         if (accept(evict_class(svc, o, now), phase)) {
-            freed += obj_bytes(o);
-            keys++;
-            mc__obj_erase(svc, sh, o, MC__SPACE_EVICTED);
+            uint64_t got = 0;
+            /* the disk tier may keep the object: offloaded (memory dropped, record kept
+             * disk-only) or an offload queued (kept in memory until it is on disk) */
+            if (mc__offload_evict(svc, sh, o, &got)) {
+                freed += got;
+                keys += got != 0;
+            } else {
+                freed += obj_bytes(o);
+                keys++;
+                mc__obj_erase(svc, sh, o, MC__SPACE_EVICTED);
+            }
         }
         it = next;
     }
@@ -149,6 +158,11 @@ uint64_t mc__evict_locked(mc_master_service *svc, uint64_t target)
     cadd(&svc->evicted_bytes, freed);
     atomic_fetch_add(&svc->evict_gen, 1); /* lets a put that failed see a pass ran */
     return freed;
+}
+
+uint64_t mc__evict_prefetch_locked(mc_master_service *svc, uint64_t target)
+{
+    return evict_phase(svc, 1, target); /* mc__offload_evict sees svc->off's prefetch */
 }
 
 /* The watermark rule (upstream BatchEvict, §4.5): free max(ratio, used - hw + ratio) of

@@ -119,6 +119,14 @@ enum {
     F_SOFT = 4,     /* soft pin (pending with F_SOFT_REL, else active until `pin`)    */
     F_SOFT_REL = 8, /* `pin` is a TTL that starts at put_end                          */
     F_LEASED = 16,  /* a read lease was granted at `atime`                            */
+    /* the disk tier (offload.c, docs/ssd-tier.md) */
+    F_DISK = 32,    /* has a LOCAL_DISK replica (its owner: offload.c's disk map); with */
+                    /* nrep == 0 the object is disk-only (in no list)                  */
+    F_OFFQ = 64,    /* an offload WRITE (or, disk-only, a PROMOTE: its one memory      */
+                    /* replica is PROCESSING, hidden from readers) is pending: not     */
+                    /* evictable meanwhile                                             */
+    F_NOOFF = 128,  /* an offload of this object was refused: eviction takes it as     */
+                    /* before                                                          */
 };
 
 typedef struct obj {
@@ -238,6 +246,7 @@ struct mc_master_service {
     /* oplog.c: the mutation log, NULL when off (set before serving, cleared after) */
     struct mc__oplog *oplog;
     counter npending; /* segments with `pending` set (0: the ping path skips a lock) */
+    struct mc__offload *off; /* the disk tier (offload.c); NULL without enable_offload */
 };
 
 /* ---- small helpers ---- */
@@ -369,7 +378,8 @@ static inline void obj_unlist(obj *o)
  * space). */
 static inline bool unlisted(const obj *o)
 {
-    return (o->flags & F_HARD) || o->size == 0;
+    return (o->flags & F_HARD) || o->size == 0 || o->nrep == 0 ||
+           (o->nrep && (o->flags & (F_DISK | F_OFFQ)) == (F_DISK | F_OFFQ));
 }
 
 /* Links o (unlinked) at the tail (most recent end) of the list its flags call for. */
@@ -633,6 +643,11 @@ void mc__place_locked(mc_master_service *svc, alloc_ctx *c, const mc_master_put_
  * evict_mu and no shard lock. Returns the bytes freed. */
 uint64_t mc__evict_locked(mc_master_service *svc, uint64_t target);
 
+/* The same selection without dropping anything nor counting a pass: with the disk tier's
+ * prefetch mode on (offload.c), the objects eviction would pick next are queued for
+ * offload ahead of need. Caller holds evict_mu and no shard lock. */
+uint64_t mc__evict_prefetch_locked(mc_master_service *svc, uint64_t target);
+
 /* ---- reads.c: the regex helper (shared with remove.c) ---- */
 
 typedef struct mc__regex mc__regex;
@@ -691,6 +706,43 @@ void mc__fence_ping(mc_master_service *svc, mc_master_uuid id,
 
 /* Frees the fence table and the quarantine records (destroy; no call in flight). */
 void mc__fence_destroy(mc_master_service *svc);
+
+/* ---- offload.c: the disk tier (docs/ssd-tier.md) ----
+ * Its own mutex (off.mu) is a leaf: taken after shard.mu and seg_lock, nothing is taken
+ * while it is held. Every hook is a no-op when svc->off is NULL (no --enable_offload). */
+
+/* Create / destroy the disk-tier state (service create / destroy). */
+void mc__offload_create(mc_master_service *svc);
+void mc__offload_destroy(mc_master_service *svc);
+/* Tick: gives up tasks handed out longer than offload_task_timeout_ms ago. No lock held. */
+void mc__offload_tick(mc_master_service *svc, uint64_t now);
+/* Client id expired: forgets its tier, its tasks and its LOCAL_DISK replicas (disk-only
+ * objects are erased). No lock held. */
+void mc__offload_client_gone(mc_master_service *svc, mc_master_uuid id);
+/* Eviction chose o (complete, unleased): returns false to erase it as before; true when
+ * the disk tier took it instead (*freed = bytes given back: o's memory replicas were
+ * dropped and the record became disk-only, or 0: an offload was queued and o stays).
+ * Caller holds sh->mu only. o may be freed (replaced): the caller must not touch it. */
+bool mc__offload_evict(mc_master_service *svc, shard *sh, obj *o, uint64_t *freed);
+/* put_end published o: write-through offload (enable_offload without offload_on_evict).
+ * Caller holds sh->mu. */
+void mc__offload_put_end(mc_master_service *svc, obj *o);
+/* o leaves the index or its bytes are being replaced (upsert): its LOCAL_DISK replica is
+ * forgotten and its owner told to delete it; pending-offload flags are cleared. Caller
+ * holds o's shard mu (and may hold seg_lock for reading). */
+void mc__offload_forget(mc_master_service *svc, obj *o);
+/* A get of o (complete) is about to be answered: counts disk hits and may start a
+ * promotion (the record is then replaced). Returns the object to answer with. Caller
+ * holds sh->mu only. */
+obj *mc__offload_on_get(mc_master_service *svc, shard *sh, obj *o);
+/* Appends o's LOCAL_DISK descriptor to out when it has one (COMPLETE lists only). Caller
+ * holds o's shard mu and seg_lock for reading. */
+void mc__offload_fill_locked(mc_master_service *svc, obj *o, mc_master_replica_list *out);
+/* An unmount dropped every memory replica of o (F_DISK, nrep now 0): it stays, disk-only
+ * (unlisted, pins and pending flags cleared). Caller holds o's shard mu. */
+void mc__offload_disk_only(mc_master_service *svc, obj *o);
+/* Adds the disk-tier gauges and counters to out. */
+void mc__offload_stats(mc_master_service *svc, mc_master_stats *out);
 
 /* ---- writes.c / service.c ---- */
 

@@ -95,6 +95,17 @@ typedef struct mc_master_config {
     uint64_t fence_epoch_base; /* the fence epoch of a (writer, segment) pair never raised */
                                /* (docs/consistency.md); 0 = mc_wall_ms() * 1024, so a    */
                                /* restarted master passes every epoch handed out before   */
+    /* The disk tier (docs/ssd-tier.md; upstream --enable_offload & co., §4.10): */
+    bool enable_offload;       /* false: clients may register a disk tier (offload        */
+                               /* heartbeat); without offload_on_evict every object is    */
+                               /* offloaded to its owner's disk at put_end (write-through) */
+    bool offload_on_evict;     /* false: offload when eviction would drop an object's     */
+                               /* memory replicas instead of at put_end                   */
+    bool promotion_on_hit;     /* false: a disk-only object read promotion_admission_     */
+                               /* threshold times gets a memory replica again             */
+    uint32_t promotion_admission_threshold; /* 2 (>= 1)                                    */
+    uint64_t offload_task_timeout_ms; /* 30000: a task handed out and not reported by then */
+                               /* is given up (the object becomes evictable as before)    */
     bool check_segments;       /* false (the default: upstream's checks only); true (what */
                                /* mooncake_master sets; docs/security.md, issue 11): a    */
                                /* mount is refused with INVALID_PARAMS when its base is 0 */
@@ -481,6 +492,21 @@ typedef struct mc_master_stats {
     uint64_t value_size_buckets[MC_MASTER_VALUE_SIZE_BUCKETS];
     uint64_t value_size_sum;   /* bytes */
     uint64_t value_size_count;
+    /* the disk tier (docs/ssd-tier.md) */
+    uint64_t disk_clients;           /* gauge: clients with a registered disk tier        */
+    uint64_t disk_replica_keys;      /* gauge: objects with a LOCAL_DISK replica          */
+    uint64_t disk_only_keys;         /* gauge: ... and no memory replica                  */
+    uint64_t disk_replica_bytes;     /* gauge: their bytes                                */
+    uint64_t offload_queued;         /* gauge: offload tasks waiting or handed out        */
+    uint64_t offload_requests;       /* counter: offload writes asked of clients          */
+    uint64_t offload_successes;      /* counter: ... confirmed (LOCAL_DISK recorded)      */
+    uint64_t offload_failures;       /* counter: ... refused / failed / timed out         */
+    uint64_t disk_hits;              /* counter: gets answered with a LOCAL_DISK replica  */
+                                     /* only                                              */
+    uint64_t promotion_requests;     /* counter: promotions asked of clients              */
+    uint64_t promotion_successes;
+    uint64_t promotion_failures;
+    uint64_t disk_replicas_lost;     /* counter: dropped with their client (expiry)       */
     /* HA (ha_gate.c): mc_master_role, the view version (0 without HA), the leader's
      * RPC address ("" when unknown) */
     int role;
@@ -543,6 +569,35 @@ typedef struct mc_master_key_info {
  * for a bad key. */
 MC_API int mc_master_service_query_key(mc_master_service *svc, const void *key,
                                        size_t key_len, mc_master_key_info *out);
+
+/* ---- the disk tier (offload.c, docs/ssd-tier.md; upstream OffloadObjectHeartbeat /
+ * NotifyOffloadSuccess, upstream-mooncake.md §4.10) ---- */
+
+/* mc_master_service_offload_heartbeat: a client with a disk tier asks for work. The
+ * first call registers its tier (endpoint: its segment name, 1..MC_MASTER_NAME_MAX-1
+ * bytes, where readers of its LOCAL_DISK replicas reach it) and marks it alive. out gets
+ * up to max_tasks (<= MC_MASTER_MAX_OFFLOAD_TASKS) tasks, oldest first; out->keys is
+ * malloc'd (the caller frees it; NULL when n == 0). A task handed out stays pending
+ * until offload_end reports it or offload_task_timeout_ms passes. Returns OK;
+ * NOT_SUPPORTED (the master runs without --enable_offload); INVALID_PARAMS. */
+MC_API int mc_master_service_offload_heartbeat(mc_master_service *svc,
+                                               mc_master_uuid client_id,
+                                               const char *endpoint, uint32_t max_tasks,
+                                               mc_master_offload_tasks *out);
+
+/* mc_master_service_offload_end: the client's results (n <= MC_MASTER_MAX_OFFLOAD_TASKS).
+ * WRITE OK: the key gets a LOCAL_DISK replica owned by the client (if the object is
+ * still the one offloaded: same size, complete); WRITE failed: the memory replica stays
+ * and eviction may take it as before (counted in offload_failures). REGISTER: a
+ * disk-only object is created when the key is unknown; a key the index knows already is
+ * refused with OBJECT_ALREADY_EXISTS (the client then drops its stale disk copy).
+ * PROMOTE: OK publishes the memory replica, a failure drops it. DELETE: ignored.
+ * statuses[i] (may be NULL): per result. Returns OK, NOT_SUPPORTED, INVALID_PARAMS (the
+ * client never sent an offload heartbeat, or bad arguments). */
+MC_API int mc_master_service_offload_end(mc_master_service *svc, mc_master_uuid client_id,
+                                         const char *endpoint,
+                                         const mc_master_offload_item *items, size_t n,
+                                         int *statuses);
 
 /* mc_master_service_now_ms: the service's clock (what leases are measured on). */
 MC_API uint64_t mc_master_service_now_ms(mc_master_service *svc);

@@ -23,6 +23,8 @@ static int do_get(mc_master_service *svc, const void *key, size_t len, uint64_t 
     } else if (o->flags & F_PROC) {
         rc = MC_REPLICA_IS_NOT_READY; /* only a write in flight: nothing to read yet */
     } else {
+        if (out)
+            o = mc__offload_on_get(svc, sh, o); /* disk hit: may start a promotion */
         grant_lease(sh, o, now_ms(svc));
         if (out) {
             mc__fill_list(svc, o, MC_MASTER_REPLICA_COMPLETE, out);

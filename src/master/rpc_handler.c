@@ -185,6 +185,7 @@ static Mcrpc__ReplicaDescriptor **replicas_to_pb(mc_master_rpc_handler *h,
         d[i].size = r->size;
         d[i].status = (Mcrpc__ReplicaStatus)r->status;
         d[i].fence_epoch = r->fence_epoch; /* 0 (omitted on the wire) unless in flight */
+        d[i].type = (Mcrpc__ReplicaType)r->type; /* MEMORY (omitted) or LOCAL_DISK */
         v[i] = &d[i];
     }
     return v;
@@ -786,6 +787,62 @@ static int shape_REMOVE_ALL(mc_master_rpc_handler *h, remove_all_fn fn,
     r.status = fn(h->svc, req->force, &count);
     r.count = count;
     return REPLY(r);
+}
+
+/* ---- the disk tier (master/offload.c) ---- */
+
+typedef int (*offload_hb_fn)(mc_master_service *, mc_master_uuid, const char *, uint32_t,
+                             mc_master_offload_tasks *);
+
+static int shape_OFFLOAD_HB(mc_master_rpc_handler *h, offload_hb_fn fn,
+                            const Mcrpc__OffloadHeartbeatRequest *req, OUT)
+{
+    DECODED(req);
+    if (!str_ok(req->endpoint, STR_MAX))
+        return MC_INVALID_PARAMS;
+    mc_master_offload_tasks *t = aalloc(h, sizeof *t); /* large: not on the stack */
+    Mcrpc__OffloadHeartbeatReply r = MCRPC__OFFLOAD_HEARTBEAT_REPLY__INIT;
+    r.status = fn(h->svc, uuid_from_pb(req->client_id), req->endpoint, req->max_tasks, t);
+    r.fresh = t->fresh;
+    r.n_tasks = t->n;
+    r.tasks = aalloc_n(h, t->n, sizeof *r.tasks);
+    Mcrpc__OffloadItem *d = aalloc_n(h, t->n, sizeof *d);
+    for (uint32_t i = 0; i < t->n; i++) {
+        const mc_master_offload_item *it = &t->items[i];
+        mcrpc__offload_item__init(&d[i]);
+        d[i].op = (uint32_t)it->op;
+        d[i].key.len = it->key_len;
+        d[i].key.data = aalloc(h, it->key_len ? it->key_len : 1);
+        memcpy(d[i].key.data, it->key, it->key_len);
+        d[i].size = it->size;
+        d[i].address = it->address;
+        r.tasks[i] = &d[i];
+    }
+    free(t->keys);
+    return REPLY(r);
+}
+
+typedef int (*offload_end_fn)(mc_master_service *, mc_master_uuid, const char *,
+                              const mc_master_offload_item *, size_t, int *);
+
+static int shape_OFFLOAD_END(mc_master_rpc_handler *h, offload_end_fn fn,
+                             const Mcrpc__OffloadEndRequest *req, OUT)
+{
+    DECODED(req);
+    size_t n = req->n_results;
+    if (!str_ok(req->endpoint, STR_MAX) || n > MC_MASTER_MAX_OFFLOAD_TASKS)
+        return MC_INVALID_PARAMS;
+    mc_master_offload_item *items = aalloc_n(h, n, sizeof *items);
+    int *st = aalloc_n(h, n, sizeof *st);
+    for (size_t i = 0; i < n; i++) {
+        const Mcrpc__OffloadItem *it = req->results[i];
+        items[i] = (mc_master_offload_item){.op = (int)it->op, .key = it->key.data,
+                                            .key_len = it->key.len, .size = it->size,
+                                            .address = it->address, .status = it->status};
+        st[i] = MC_OK;
+    }
+    int rc = fn(h->svc, uuid_from_pb(req->client_id), req->endpoint, items, n, st);
+    return status_reply(h, rc, st, rc == MC_OK ? n : 0, reply, reply_len);
 }
 
 /* ---- dispatch (generated from rpc/master_rpcs.h) ---- */

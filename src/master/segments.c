@@ -405,7 +405,9 @@ static void drop_slot(mc_master_service *svc, shard *sh, uint32_t slot)
         if (o->flags & F_PROC)
             csub(&svc->proc_bytes, o->size * dropped);
         o->nrep = (uint8_t)j;
-        if (!j) /* removed after the walk: a removal moves entries between slots */
+        if (!j && (o->flags & F_DISK))
+            mc__offload_disk_only(svc, o); /* its disk replica stays (offload.c) */
+        else if (!j) /* removed after the walk: a removal moves entries between slots */
             mc__objvec_push(&gone, o);
     }
     for (size_t k = 0; k < gone.n; k++) {
@@ -596,6 +598,7 @@ void mc__expire_clients(mc_master_service *svc, uint64_t now)
          * keys are free for other writers (issue 10 fault 6) */
         unmount_client(svc, dead[k], svc->cfg.on_client_expired != NULL, &names, &nnames);
         mc__discard_client_puts(svc, dead[k]);
+        mc__offload_client_gone(svc, dead[k]); /* its disk tier goes with it */
         mc__fence_writer_state(svc, dead[k], true);
         if (svc->cfg.on_client_expired)
             svc->cfg.on_client_expired(svc->cfg.on_client_expired_ctx, dead[k],

@@ -28,6 +28,8 @@ void mc_master_config_init(mc_master_config *cfg)
     cfg->shard_count = 1024;
     cfg->alloc_alignment = 64;
     cfg->sync_eviction = true;
+    cfg->promotion_admission_threshold = 2;
+    cfg->offload_task_timeout_ms = 30000;
 }
 
 void mc_master_put_config_init(mc_master_put_config *cfg)
@@ -121,6 +123,7 @@ int mc_master_service_create(const mc_master_config *cfg, mc_master_service **ou
     svc->fence_base = cfg->fence_epoch_base ? cfg->fence_epoch_base : mc_wall_ms() << 10;
     pthread_rwlock_init(&svc->fence_lock, NULL);
     mc_list_init(&svc->quarantine);
+    mc__offload_create(svc); /* the disk tier's state, with enable_offload */
     pthread_mutex_init(&svc->ha_mu, NULL); /* ha_gate.c */
     *out = svc;
     return MC_OK;
@@ -153,6 +156,7 @@ void mc_master_service_destroy(mc_master_service *svc)
     pthread_mutex_destroy(&svc->defer_mu);
     pthread_mutex_destroy(&svc->ha_mu);
     mc__fence_destroy(svc);
+    mc__offload_destroy(svc);
     free(svc);
 }
 
@@ -203,6 +207,7 @@ void mc_master_service_tick(mc_master_service *svc)
     mc__graceful_unmount_reap(svc, now_ms(svc));
     mc__release_stale_puts(svc);
     mc__quarantine_reap(svc, now_ms(svc)); /* the release-timeout rule; acks reap in ping */
+    mc__offload_tick(svc, now_ms(svc));    /* disk-tier tasks never reported */
     sweep_soft_pins(svc);
     /* evict when a put failed for space (and eviction is on) or above the watermark */
     uint64_t cap = cget(&svc->capacity);

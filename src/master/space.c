@@ -73,6 +73,7 @@ void mc__obj_erase(mc_master_service *svc, shard *sh, obj *o, mc__space_why why)
 {
     if (!(o->flags & F_PROC))
         mc__log_remove(svc, o); /* before its space can go to anyone else */
+    mc__offload_forget(svc, o); /* its LOCAL_DISK replica goes with it */
     mc__ht_remove(sh, o);
     obj_unlist(o);
     pthread_rwlock_rdlock(&svc->seg_lock); /* shard.mu -> seg_lock (read): in order */
@@ -92,6 +93,7 @@ void mc__obj_remove(mc_master_service *svc, shard *sh, obj *o, uint64_t now)
      * miss, a put of the key may start), the space only at the lease deadline, so no put
      * can be given it while the reader may still be reading it. */
     mc__log_remove(svc, o);
+    mc__offload_forget(svc, o);
     mc__ht_remove(sh, o);
     obj_unlist(o);
     mc__account_gone(svc, o);
@@ -216,8 +218,12 @@ void mc__defer_drop_slot(mc_master_service *svc, uint32_t slot)
 void mc__fill_list_locked(mc_master_service *svc, obj *o, int status,
                           mc_master_replica_list *out)
 {
+    /* a disk-only object being promoted: its memory replica has no bytes yet */
+    bool hide = status == MC_MASTER_REPLICA_COMPLETE && o->nrep &&
+                (o->flags & (F_DISK | F_OFFQ)) == (F_DISK | F_OFFQ);
+    uint32_t nmem = hide ? 0 : o->nrep;
     out->n = 0;
-    for (uint32_t i = 0; i < o->nrep; i++) {
+    for (uint32_t i = 0; i < nmem; i++) {
         const seg *s = svc->segs[o->reps[i].seg];
         if (s->pending && status == MC_MASTER_REPLICA_COMPLETE)
             continue; /* restored, its owner not back yet (snapshot.c): not read from */
@@ -231,7 +237,10 @@ void mc__fill_list_locked(mc_master_service *svc, obj *o, int status,
         /* the strings were checked against the descriptor's field sizes at mount */
         memcpy(d->transport_endpoint, s->endpoint, strlen(s->endpoint) + 1);
         memcpy(d->protocol, s->protocol, strlen(s->protocol) + 1);
+        d->type = MC_MASTER_REPLICA_MEMORY;
     }
+    if (status == MC_MASTER_REPLICA_COMPLETE && (o->flags & F_DISK))
+        mc__offload_fill_locked(svc, o, out); /* then its LOCAL_DISK replica */
 }
 
 void mc__fill_list(mc_master_service *svc, obj *o, int status, mc_master_replica_list *out)

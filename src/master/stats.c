@@ -113,6 +113,7 @@ void mc_master_service_get_stats(mc_master_service *svc, mc_master_stats *out)
         out->value_size_count += out->value_size_buckets[i]; /* the count is their sum */
     }
     out->value_size_sum = cget(&svc->vsize_sum);
+    mc__offload_stats(svc, out); /* the disk tier's gauges and counters */
 }
 
 size_t mc_master_service_foreach_key(mc_master_service *svc, mc_master_key_cb cb, void *ctx)

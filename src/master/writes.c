@@ -126,7 +126,14 @@ static int do_start(mc_master_service *svc, mc_master_uuid client, const void *k
         } else if (o && !upsert) {
             pthread_mutex_unlock(&sh->mu);
             return MC_OBJECT_ALREADY_EXISTS;
-        } else if (o && o->size == size && !leased(svc, o, now)) {
+        }
+        if (o && o->nrep == 0) { /* upsert of a disk-only object: placed anew */
+            mc__obj_erase(svc, sh, o, MC__SPACE_REPLACED);
+            o = NULL;
+        } else if (o) { /* new bytes: the disk copy is stale (offload.c) */
+            mc__offload_forget(svc, o);
+        }
+        if (o && o->size == size && !leased(svc, o, now)) {
             /* upsert, same size: the same space is rewritten in place */
             restart_in_place(svc, sh, o, &pin, cfg->with_hard_pin, client, now, out);
             pthread_mutex_unlock(&sh->mu);
@@ -235,6 +242,7 @@ static int do_end(mc_master_service *svc, mc_master_uuid client, const void *key
         o->atime = now;
         obj_list(sh, o); /* into the lru or soft list */
         mc__log_put(svc, o); /* the restart / standby view: before the reply */
+        mc__offload_put_end(svc, o); /* write-through to a disk tier, if configured */
     }
     pthread_mutex_unlock(&sh->mu);
     return rc;

@@ -366,6 +366,9 @@ static PyObject *replica_repr(PyObject *o)
     if (r->memory)
         res = PyUnicode_FromFormat("<ReplicaDescriptor status=%U memory=%R>", name,
                                    ((memdesc_object *)r->memory)->buffer_descriptor);
+    else if (r->disk && r->local_disk)
+        res = PyUnicode_FromFormat("<ReplicaDescriptor status=%U local_disk=%R>", name,
+                                   ((diskdesc_object *)r->disk)->file_path);
     else
         res = PyUnicode_FromFormat("<ReplicaDescriptor status=%U>", name);
     Py_DECREF(name);
@@ -374,9 +377,11 @@ static PyObject *replica_repr(PyObject *o)
 
 static PyMethodDef replica_methods[] = {
     {"is_memory_replica", replica_is_memory, METH_NOARGS, "True for an in-memory replica."},
-    {"is_disk_replica", replica_is_disk, METH_NOARGS, "True for a disk replica (never here)."},
+    {"is_disk_replica", replica_is_disk, METH_NOARGS,
+     "True for a shared-FS DISK replica (never here: --root_fs_dir is not implemented)."},
     {"is_local_disk_replica", replica_is_local_disk, METH_NOARGS,
-     "True for a local-disk replica (never here)."},
+     "True for a LOCAL_DISK replica (on the disk tier of the client named by "
+     "get_disk_descriptor().file_path)."},
     {"get_memory_descriptor", replica_get_memory, METH_NOARGS,
      "MemoryDescriptor; RuntimeError for other replicas."},
     {"get_disk_descriptor", replica_get_disk, METH_NOARGS,
@@ -426,10 +431,44 @@ static PyType_Slot replica_slots[] = {
 static PyType_Spec replica_spec = {"mooncake.store.ReplicaDescriptor", sizeof(replica_object),
                                    0, NO_NEW_FLAGS, replica_slots};
 
-/* ReplicaDescriptor(memory=MemoryDescriptor(Descriptor(...))) for one C descriptor: every
- * replica here is a memory replica. */
+/* A LOCAL_DISK replica (docs/ssd-tier.md): ReplicaDescriptor whose disk descriptor's
+ * file_path is the owning client's segment name (where its disk tier is read through)
+ * and object_size the object's bytes; is_local_disk_replica() is True. */
+static PyObject *local_disk_to_py(mcpy_state *st, const mc_store_replica_desc *d)
+{
+    diskdesc_object *dd = PyObject_New(diskdesc_object, st->diskdesc_type);
+    if (!dd)
+        return NULL;
+    dd->object_size = d->size;
+    dd->file_path = PyUnicode_DecodeUTF8(
+        d->transport_endpoint, (Py_ssize_t)strnlen(d->transport_endpoint, MC_STORE_NAME_MAX),
+        "replace");
+    if (!dd->file_path) {
+        Py_DECREF(dd);
+        return NULL;
+    }
+    replica_object *r = PyObject_New(replica_object, st->replica_type);
+    if (!r) {
+        Py_DECREF(dd);
+        return NULL;
+    }
+    r->memory = NULL;
+    r->disk = (PyObject *)dd;
+    r->local_disk = true;
+    r->status = mcpy_enum_member(st->replica_status_cls, d->status);
+    if (!r->status) {
+        Py_DECREF(r);
+        return NULL;
+    }
+    return (PyObject *)r;
+}
+
+/* ReplicaDescriptor(memory=MemoryDescriptor(Descriptor(...))) for one C descriptor (a
+ * memory replica), or the LOCAL_DISK form above. */
 static PyObject *replica_to_py(mcpy_state *st, const mc_store_replica_desc *d)
 {
+    if (d->replica_type == 2)
+        return local_disk_to_py(st, d);
     desc_object *desc = PyObject_New(desc_object, st->desc_type);
     if (!desc)
         return NULL;

@@ -88,7 +88,12 @@
       batch_status_reply, BATCH_REMOVE, mc_master_service_batch_remove, BATCH)             \
     X(BATCH_REPLICA_CLEAR, 64, "batch_replica_clear", "batch_replica_clear",                \
       batch_keys_request, batch_status_reply, BATCH_CLEAR,                                  \
-      mc_master_service_batch_replica_clear, BATCH)
+      mc_master_service_batch_replica_clear, BATCH)                                       \
+    X(OFFLOAD_HEARTBEAT, 70, "offload_heartbeat", "offload_heartbeat",                     \
+      offload_heartbeat_request, offload_heartbeat_reply, OFFLOAD_HB,                       \
+      mc_master_service_offload_heartbeat, OP)                                              \
+    X(OFFLOAD_END, 71, "offload_end", "offload_end", offload_end_request,                   \
+      batch_status_reply, OFFLOAD_END, mc_master_service_offload_end, OP)
 /* clang-format on */
 
 /* Row filters on COUNT for generators: MC__RPC_IF_OP_##COUNT(...) keeps its arguments

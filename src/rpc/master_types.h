@@ -45,6 +45,17 @@ typedef enum mc_master_replica_status {
     MC_MASTER_REPLICA_FAILED = 5,
 } mc_master_replica_status;
 
+/* Upstream ReplicaType (`replica.h`): where a replica's bytes are. MEMORY: in a mounted
+ * segment (address valid in the owner's process); LOCAL_DISK: in the disk store of the
+ * client that owns it (docs/ssd-tier.md), read through that client; segment_id is then
+ * the owning client's id and transport_endpoint its segment name, address 0. DISK
+ * (shared-FS replicas, --root_fs_dir) is not implemented. */
+typedef enum mc_master_replica_type {
+    MC_MASTER_REPLICA_MEMORY = 0,
+    MC_MASTER_REPLICA_DISK = 1,
+    MC_MASTER_REPLICA_LOCAL_DISK = 2,
+} mc_master_replica_type;
+
 /* Upstream --allocation_strategy values we implement (upstream-mooncake.md §4.6). */
 typedef enum mc_master_strategy {
     MC_MASTER_STRATEGY_DEFAULT = 0,          /* in a put config: the service's strategy */
@@ -98,6 +109,7 @@ typedef struct mc_master_replica {
                           /* (docs/consistency.md); 0 elsewhere (unfenced)               */
     char transport_endpoint[MC_MASTER_NAME_MAX];
     char protocol[MC_MASTER_PROTOCOL_MAX];
+    int type;         /* mc_master_replica_type (MEMORY = 0)                           */
 } mc_master_replica;
 
 /* A replica list (put_start / get_replica_list result). */
@@ -162,5 +174,47 @@ typedef struct mc_master_ping_result {
     mc_master_target_fence target_fences[MC_MASTER_MAX_FENCES]; /* apply as writer */
 } mc_master_ping_result;
 
+/* ---- the disk tier (docs/ssd-tier.md; upstream OffloadObjectHeartbeat /
+ * NotifyOffloadSuccess, upstream-mooncake.md §4.10) ---- */
+
+#define MC_MASTER_MAX_OFFLOAD_TASKS 256u /* tasks per offload heartbeat reply / results  */
+                                         /* per offload_end request                      */
+
+/* What the master asks a disk-tier client to do (a task), or what the client reports
+ * (a result). WRITE: copy the object's memory replica at `address` (in the client's own
+ * segment) to its disk; DELETE: drop the key from its disk (removed or replaced);
+ * PROMOTE: read the key from disk into `address` (a new PROCESSING memory replica in
+ * the client's own segment). REGISTER (results only): the client holds the key on disk
+ * (found when its store opened), the master records a LOCAL_DISK replica if it knows no
+ * other copy of the key. */
+typedef enum mc_master_offload_op {
+    MC_MASTER_OFFLOAD_WRITE = 0,
+    MC_MASTER_OFFLOAD_DELETE = 1,
+    MC_MASTER_OFFLOAD_PROMOTE = 2,
+    MC_MASTER_OFFLOAD_REGISTER = 3,
+} mc_master_offload_op;
+
+/* One task or result. key: borrowed (a result) or pointing into the owning
+ * mc_master_offload_tasks' keys buffer (a task). status: results only (OK, or the disk's
+ * failure code: the master keeps the memory replica). */
+typedef struct mc_master_offload_item {
+    int op;           /* mc_master_offload_op */
+    const void *key;
+    size_t key_len;
+    uint64_t size;    /* the object's bytes */
+    uint64_t address; /* WRITE / PROMOTE: the memory replica in the client's segment */
+    int status;
+} mc_master_offload_item;
+
+/* An offload heartbeat's tasks: n <= MC_MASTER_MAX_OFFLOAD_TASKS; the keys live in
+ * `keys` (malloc'd by whoever fills it; free() it). */
+typedef struct mc_master_offload_tasks {
+    uint32_t n;
+    bool fresh; /* the master did not know this client's tier (first heartbeat, a master
+                 * restart, or the client expired meanwhile): it should REGISTER the
+                 * objects on its disk again */
+    mc_master_offload_item items[MC_MASTER_MAX_OFFLOAD_TASKS];
+    void *keys;
+} mc_master_offload_tasks;
 
 #endif

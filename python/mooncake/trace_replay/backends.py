@@ -291,6 +291,24 @@ class StoreBackend(Backend):
         self.local_buffer_size = local_buffer_size
         m = self._metrics()
         self._evicted0 = int(m.get("master_evicted_key_count", 0)) if m else 0
+        self._disk0 = {k: int(m.get(k, 0)) for k in self.TIER_METRICS} if m else {}
+
+    # the master's disk-tier counters (docs/ssd-tier.md), reported as deltas over the run
+    TIER_METRICS = ("master_disk_hits_total", "master_offload_successes_total",
+                    "master_offload_failures_total", "master_promotion_successes_total")
+
+    def disk_tier(self) -> dict | None:
+        """The master's disk-tier counters since the start ("disk_hits": gets answered by
+        a LOCAL_DISK replica only), and its disk gauges now; None when the master exports
+        none (no metrics URL, or a master without a disk tier)."""
+        m = self._metrics()
+        if not m or "master_disk_hits_total" not in m:
+            return None
+        out = {k.replace("master_", "").replace("_total", ""): int(m.get(k, 0)) -
+               self._disk0.get(k, 0) for k in self.TIER_METRICS}
+        out["disk_only_keys"] = int(m.get("master_disk_only_keys", 0))
+        out["disk_replica_bytes"] = int(m.get("master_disk_replica_bytes", 0))
+        return out
 
     def _metrics(self) -> dict | None:
         if not self.metrics_url:

@@ -127,6 +127,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--eviction-ratio", type=float, metavar="R",
                    help="--eviction_ratio of the local master: the fraction of the pool one "
                         "eviction pass frees (default: the master's, upstream's 0.05)")
+    g.add_argument("--ssd-offload-path", metavar="DIR",
+                   help="give every store node a disk tier (docs/ssd-tier.md) in DIR/node-<i> "
+                        "and run the local master with --enable_offload --offload_on_evict: "
+                        "blocks evicted from memory go to disk and are read back from there; "
+                        "the report splits hits into memory and disk hits")
+    g.add_argument("--ssd-size", metavar="SIZE",
+                   help="bytes of all the disk tiers together (with --ssd-offload-path; "
+                        "default: no limit but the file system's). The LRU reference for "
+                        "memory + disk uses pool + this")
     g.add_argument("--master-bin", metavar="PATH",
                    help="mooncake_master to start (default: next to this Python, then PATH)")
     g.add_argument("--upstream-python", metavar="PATH",
@@ -200,6 +209,16 @@ def _resolve(args):
         if v is not None and (args.master or args.backend == "redis"):
             raise ValueError(f"--{name.replace('_', '-')} configures the master the tool "
                              "starts (store and upstream backends, no --master)")
+    if args.ssd_size is not None:
+        if not args.ssd_offload_path:
+            raise ValueError("--ssd-size goes with --ssd-offload-path")
+        args.ssd_size = parse_size(args.ssd_size)
+        if args.ssd_size < 1:
+            raise ValueError("--ssd-size must be positive")
+    if args.ssd_offload_path and (args.master or args.backend == "redis"):
+        raise ValueError("--ssd-offload-path configures the nodes of the cluster the tool "
+                         "starts (store backend, no --master; a running cluster's disk "
+                         "tier is reported from its master's metrics anyway)")
     if args.key_prefix is None:
         args.key_prefix = f"replay-{secrets.token_hex(4)}/"
     args.pool_bytes = args.nodes * args.segment_size
@@ -529,7 +548,8 @@ def main(argv=None) -> int:
         "master_settings": None if (args.master or args.backend == "redis") else {
             "default_kv_lease_ttl_ms": args.lease_ttl_ms,
             "eviction_high_watermark_ratio": args.eviction_high_watermark,
-            "eviction_ratio": args.eviction_ratio},
+            "eviction_ratio": args.eviction_ratio,
+            "ssd_offload_path": args.ssd_offload_path, "ssd_size": args.ssd_size},
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 
@@ -593,10 +613,11 @@ def main(argv=None) -> int:
             signal.signal(s, signal.SIG_IGN)        # cleanup is not interruptible
         if progress is not None:
             progress.close()
-        ev = kh = None
+        ev = kh = tier = None
         if backend is not None:
             try:
                 ev, kh = backend.evictions(), backend.keys_held()
+                tier = getattr(backend, "disk_tier", lambda: None)()
             except Exception:
                 pass
         for s in sessions:
@@ -638,7 +659,21 @@ def main(argv=None) -> int:
     mean_kh = occupancy.mean_after_eviction() if occupancy is not None else None
     if cap is not None and mean_kh is not None and 0 < mean_kh < cap:
         reference["lru_at_mean_occupancy"] = simulate_lru(done, mean_kh).as_dict()
+    if cap is not None and args.ssd_offload_path and args.ssd_size:
+        # memory + disk as one LRU of their joint size
+        reference["lru_memory_disk"] = simulate_lru(
+            done, (args.pool_bytes + args.ssd_size) // args.block_bytes).as_dict()
     results = summarize(stats, wall)
+    if tier is not None:
+        # hits split by tier: the master counts gets answered by a disk replica only
+        # (a re-read after an expired lease counts again: an upper bound)
+        dh = min(tier["disk_hits"], stats.block_hits)
+        tier["memory_hits"] = stats.block_hits - dh
+        tier["disk_hits"] = dh
+        tier["misses"] = stats.blocks - stats.block_hits
+        tier["memory_hit_rate"] = tier["memory_hits"] / stats.blocks if stats.blocks else 0.0
+        tier["disk_hit_rate"] = dh / stats.blocks if stats.blocks else 0.0
+    results["tiers"] = tier
     results["evictions_backend"] = ev
     results["keys_held_at_end"] = kh
     rss = {"replay (this process)": self_rss or 0}
@@ -702,12 +737,18 @@ def _start_backend(args, group, upstream_child):
     if args.eviction_ratio is not None:
         extra.append(f"--eviction_ratio={args.eviction_ratio}")
     cl = LocalCluster(group, master_bin, args.nodes, args.segment_size, args.lease_ttl_ms,
-                      extra_master_args=extra)
+                      extra_master_args=extra, ssd_dir=args.ssd_offload_path,
+                      ssd_size=args.ssd_size)
     _say(f"started mooncake_master pid {cl.master.pid} (rpc {cl.master_addr}, metadata "
          f"{cl.metadata_url}) and {args.nodes} store nodes (pids "
          f"{', '.join(str(c.pid) for c, _ in cl.nodes)}), {fmt_bytes(args.segment_size)} each")
+    disk = ""
+    if args.ssd_offload_path:
+        disk = (f" + disk tiers in {args.ssd_offload_path} ("
+                f"{fmt_bytes(args.ssd_size) if args.ssd_size else 'no size limit'})")
     return (StoreBackend(cl.master_addr, cl.metadata_url, cl.metrics_url, label=label),
-            f"local cluster: master + {args.nodes} nodes x {fmt_bytes(args.segment_size)}")
+            f"local cluster: master + {args.nodes} nodes x {fmt_bytes(args.segment_size)}"
+            + disk)
 
 
 if __name__ == "__main__":

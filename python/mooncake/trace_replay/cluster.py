@@ -190,7 +190,12 @@ class LocalCluster:
     contributing segment_size bytes, all on 127.0.0.1 free ports."""
 
     def __init__(self, group: ProcessGroup, master_bin: str, nodes: int, segment_size: int,
-                 lease_ttl_ms: int, extra_master_args=(), env=None):
+                 lease_ttl_ms: int, extra_master_args=(), env=None, ssd_dir=None,
+                 ssd_size=None):
+        """ssd_dir: give every node a disk tier in ssd_dir/node-<i> (the master then runs
+        with --enable_offload --offload_on_evict); ssd_size: their bytes together (each
+        node gets an equal share as MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES; None: no
+        limit but the file system's)."""
         self.group = group
         self.rpc_port, self.http_port, self.metrics_port = free_port(), free_port(), free_port()
         self.master_addr = f"127.0.0.1:{self.rpc_port}"
@@ -202,6 +207,8 @@ class LocalCluster:
                 f"--http_metadata_server_port={self.http_port}",
                 "--http_metadata_server_host=127.0.0.1",
                 f"--default_kv_lease_ttl={lease_ttl_ms}", *extra_master_args]
+        if ssd_dir:
+            argv += ["--enable_offload=true", "--offload_on_evict=true"]
         self.master = group.spawn("master", argv, env=env)
         try:
             wait_port(self.rpc_port, 20, self.master.popen, "mooncake_master (rpc)")
@@ -214,10 +221,19 @@ class LocalCluster:
         try:
             for i in range(nodes):
                 ready = os.path.join(ready_dir, f"node-{i}")
-                argv = python_module_cmd("mooncake.trace_replay.node", [
-                    "--master", self.master_addr, "--metadata", self.metadata_url,
-                    "--segment-size", str(segment_size), "--ready-file", ready])
-                self.nodes.append((group.spawn(f"node-{i}", argv, env=env), ready))
+                nargs = ["--master", self.master_addr, "--metadata", self.metadata_url,
+                         "--segment-size", str(segment_size), "--ready-file", ready]
+                nenv = env
+                if ssd_dir:
+                    d = os.path.join(ssd_dir, f"node-{i}")
+                    os.makedirs(d, exist_ok=True)
+                    nargs += ["--ssd-offload-path", d]
+                    nenv = dict(os.environ if env is None else env)
+                    nenv.pop("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", None)
+                    if ssd_size:
+                        nenv["MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES"] = str(ssd_size // nodes)
+                argv = python_module_cmd("mooncake.trace_replay.node", nargs)
+                self.nodes.append((group.spawn(f"node-{i}", argv, env=nenv), ready))
             deadline = time.monotonic() + 60
             for c, ready in self.nodes:
                 while not os.path.exists(ready):

@@ -24,6 +24,9 @@ def main(argv=None) -> int:
     ap.add_argument("--hostname", default="127.0.0.1",
                     help="local_hostname for setup (default 127.0.0.1; a free port is picked)")
     ap.add_argument("--ready-file", help="written once setup succeeded")
+    ap.add_argument("--ssd-offload-path", help="a disk tier in this directory "
+                    "(setup(enable_ssd_offload=True, ssd_offload_path=...); its size limit "
+                    "comes from MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES)")
     args = ap.parse_args(argv)
 
     stop = threading.Event()
@@ -32,8 +35,9 @@ def main(argv=None) -> int:
 
     from mooncake.store import MooncakeDistributedStore
     store = MooncakeDistributedStore()
+    extra = (None, True, args.ssd_offload_path) if args.ssd_offload_path else ()
     rc = store.setup(args.hostname, args.metadata, args.segment_size, args.local_buffer_size,
-                     "tcp", "", args.master)
+                     "tcp", "", args.master, *extra)
     if rc != 0:
         print(f"node: setup(master={args.master}, metadata={args.metadata}, segment="
               f"{args.segment_size}) returned {rc}", file=sys.stderr, flush=True)

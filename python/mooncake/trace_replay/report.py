@@ -133,6 +133,16 @@ def table(doc: dict) -> str:
         e = ref["lru_at_keys_held"]
         row("", f"(LRU with the {e['capacity_blocks']} blocks the backend held at the end: "
             f"{_pc(e['block_hit_rate']).strip()})")
+    t = r.get("tiers")
+    if t:
+        row("hits by tier", f"memory {t['memory_hits']} ({_pc(t['memory_hit_rate']).strip()})"
+            f", disk {t['disk_hits']} ({_pc(t['disk_hit_rate']).strip()}), misses "
+            f"{t['misses']}")
+        row("", f"offloads {t['offload_successes']} ({t['offload_failures']} refused), "
+            f"{t['disk_only_keys']} blocks on disk only at the end")
+    if ref.get("lru_memory_disk"):
+        row("", f"(LRU of memory + disk, {ref['lru_memory_disk']['capacity_blocks']} blocks: "
+            f"{_pc(ref['lru_memory_disk']['block_hit_rate']).strip()})")
     row("read", f"{r['blocks_read']} blocks, {r['bytes_read'] / 1e9:.3f} GB, "
         f"{r['read_gb_per_s']:.3f} GB/s")
     row("written", f"{r['blocks_written']} blocks, {r['bytes_written'] / 1e9:.3f} GB, "
