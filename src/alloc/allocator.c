@@ -12,7 +12,7 @@
  * the free space at higher addresses merge into large holes, which the large requests
  * that fail first under churn need. bench_allocator (steady churn: fill until a failure,
  * free 5% at random, repeat; log-uniform 4 KiB..32 MiB) measured 90.6% -> 92.9% of a
- * 16 GiB segment in use at the failure, 94.3% -> 95.3% at 64 GiB; size-class rounding,
+ * 16 GiB segment in use at the failure, 94.3% -> 96.2% at 64 GiB; size-class rounding,
  * whole-list best fit, two-ended placement and plain address-ordered first fit measured
  * no better than 91.5% (docs/performance.md).
  * MC__ALLOC_FIT_CLASS (the previous placement, kept for comparison): the best fit among
