@@ -21,9 +21,11 @@ Kernel work (system calls) is not counted by callgrind.
 Usage:
   python3 bench/bench_store_instr.py [--build build/release] [--base DIR]
       [--ops put,get,exist] [--size 4096] [--batch 128] [--iters 40] [--warmup 10]
-      [--tcp] [--out bench/out/store-instr]
+      [--tcp] [--keep DIR] [--out bench/out/store-instr]
 --base DIR: another build (e.g. of the main branch: `git worktree add /tmp/base <commit>`
 and build it) measured the same way; prints before, after, after/before.
+--keep DIR: keep the callgrind dumps there (client-OP.cg*, master.cg*; read them with
+callgrind_annotate --inclusive=yes FILE).
 Results: <out>/results.json and <out>/table.md. Needs valgrind (callgrind_control too).
 """
 import argparse
@@ -191,6 +193,7 @@ def main():
     ap.add_argument("--iters", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--tcp", action="store_true", help="MC_FORCE_TCP=1 in the clients")
+    ap.add_argument("--keep", default="", help="keep the callgrind dumps in this directory")
     ap.add_argument("--out", default="bench/out/store-instr")
     args = ap.parse_args()
     for tool in ("valgrind", "callgrind_control"):
@@ -216,6 +219,10 @@ def main():
         print(f"bench_store_instr: {e}\n--- stderr (tail):\n{tail}", file=sys.stderr)
         return 1
     finally:
+        if args.keep:
+            os.makedirs(args.keep, exist_ok=True)
+            for f in glob.glob(os.path.join(tmp, "*")):
+                shutil.copy(f, args.keep)
         shutil.rmtree(tmp, ignore_errors=True)
     out = os.path.join(ROOT, args.out)
     os.makedirs(out, exist_ok=True)
