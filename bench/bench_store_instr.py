@@ -15,7 +15,10 @@ both figures cover exactly the measured batches:
   get    batch_get_into of BATCH stored keys (checked)
   exist  batch_is_exist of BATCH stored keys (the master's batch_is_exist)
 Reported per key: client Ir, client Ir without memcpy/memmove's own instructions (the
-value copy), master Ir (every thread: RPC decode, lookup, encode, plus its I/O loop).
+value copy), master Ir (every thread: RPC decode, lookup, encode, plus its I/O loop and
+whatever its timers did meanwhile, so it moves by ~20% between runs), and the master's
+Ir inside mc_master_rpc_handle (decode, service, encode of the requests: the per-key
+part; a heartbeat ping or two land there too).
 Kernel work (system calls) is not counted by callgrind.
 
 Usage:
@@ -32,6 +35,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -80,6 +84,34 @@ def expect(proc, word, deadline):
         if word is not None and line == word:
             return line
     raise RuntimeError(f"no {word or 'JSON'} before the deadline")
+
+
+def inclusive_of(path, name):
+    """The inclusive Ir of every call to function `name` in one callgrind dump (the cost
+    line after each calls= line whose callee is `name`)."""
+    names, total, want = {}, 0, False
+    with open(path, errors="replace") as f:
+        for line in f:
+            if line.startswith("cfn="):
+                rest = line.rstrip("\n")[4:]
+                m = re.match(r"\((\d+)\)(?: (.*))?$", rest)
+                if m and m.group(2) is not None:
+                    names[m.group(1)] = m.group(2)
+                callee = names.get(m.group(1), "?") if m else rest
+                want = callee == name
+            elif line.startswith("fn="):
+                rest = line.rstrip("\n")[3:]
+                m = re.match(r"\((\d+)\)(?: (.*))?$", rest)
+                if m and m.group(2) is not None:
+                    names[m.group(1)] = m.group(2)
+            elif line.startswith("calls="):
+                line = next(f)
+                if want:
+                    parts = line.split()
+                    if len(parts) >= 2:
+                        total += int(parts[1])
+                want = False
+    return total
 
 
 def measured_dump(prefix):
@@ -158,16 +190,19 @@ def run_build(build, args, env, tmp):
                 raise RuntimeError(f"missing callgrind dump for {op} ({cdump}, {mdump})")
             ctot, _, ccopy = parse_callgrind(cdump)
             mtot, _, _ = parse_callgrind(mdump)
+            mhandler = inclusive_of(mdump, "mc_master_rpc_handle")
             keys = info["keys"]
             rows.append({"op": op, "size": args.size, "batch": args.batch,
                          "iters": args.iters, "keys": keys, "path": "tcp" if args.tcp
                          else "same-host", "client_Ir_per_key": ctot / keys,
                          "client_Ir_nocopy_per_key": (ctot - ccopy) / keys,
-                         "master_Ir_per_key": mtot / keys, "build": build})
+                         "master_Ir_per_key": mtot / keys,
+                         "master_handler_Ir_per_key": mhandler / keys, "build": build})
             r = rows[-1]
             print(f"  {op:<5} {build}: client {r['client_Ir_per_key']:.0f} Ir/key "
                   f"({r['client_Ir_nocopy_per_key']:.0f} excl. copies), master "
-                  f"{r['master_Ir_per_key']:.0f} Ir/key", flush=True)
+                  f"{r['master_Ir_per_key']:.0f} Ir/key ({r['master_handler_Ir_per_key']:.0f} "
+                  f"in mc_master_rpc_handle)", flush=True)
         node.stdin.close()
         node.wait(timeout=60)
         return rows
@@ -230,21 +265,25 @@ def main():
         json.dump({"args": vars(args), "builds": per_build}, f, indent=1)
     if args.base:
         lines = ["| op | client Ir/key before | after | after/before | excl. copies before "
-                 "| after | master Ir/key before | after | after/before |",
-                 "|---|---|---|---|---|---|---|---|---|"]
+                 "| after | master handler Ir/key before | after | after/before "
+                 "| master (all) before | after |",
+                 "|---|---|---|---|---|---|---|---|---|---|---|"]
         for b, a in zip(*per_build):
             lines.append(
                 f"| {a['op']} | {b['client_Ir_per_key']:.0f} | {a['client_Ir_per_key']:.0f} | "
                 f"{a['client_Ir_per_key'] / b['client_Ir_per_key']:.2f} | "
                 f"{b['client_Ir_nocopy_per_key']:.0f} | {a['client_Ir_nocopy_per_key']:.0f} | "
-                f"{b['master_Ir_per_key']:.0f} | {a['master_Ir_per_key']:.0f} | "
-                f"{a['master_Ir_per_key'] / b['master_Ir_per_key']:.2f} |")
+                f"{b['master_handler_Ir_per_key']:.0f} | "
+                f"{a['master_handler_Ir_per_key']:.0f} | "
+                f"{a['master_handler_Ir_per_key'] / b['master_handler_Ir_per_key']:.2f} | "
+                f"{b['master_Ir_per_key']:.0f} | {a['master_Ir_per_key']:.0f} |")
     else:
-        lines = ["| op | path | client Ir/key | client Ir/key excl. copies | master Ir/key |",
-                 "|---|---|---|---|---|"]
+        lines = ["| op | path | client Ir/key | client Ir/key excl. copies | master handler "
+                 "Ir/key | master (all threads) Ir/key |", "|---|---|---|---|---|---|"]
         for a in per_build[0]:
             lines.append(f"| {a['op']} | {a['path']} | {a['client_Ir_per_key']:.0f} | "
                          f"{a['client_Ir_nocopy_per_key']:.0f} | "
+                         f"{a['master_handler_Ir_per_key']:.0f} | "
                          f"{a['master_Ir_per_key']:.0f} |")
     with open(os.path.join(out, "table.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
