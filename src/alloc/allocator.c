@@ -21,6 +21,8 @@
  */
 #include "alloc/allocator.h"
 
+#include "common/xalloc.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,12 +83,8 @@ static uint32_t node_new(mc__alloc *a)
     }
     if (a->nodes_len == a->nodes_cap) {
         uint32_t cap = a->nodes_cap ? a->nodes_cap + a->nodes_cap / 2 : 64;
-        if (cap < a->nodes_cap || cap >= MC__ALLOC_NONE)
-            abort(); /* 4 billion blocks in one segment */
-        node *n = realloc(a->nodes, (size_t)cap * sizeof(node));
-        if (!n)
-            abort();
-        a->nodes = n;
+        MC_ASSERT(cap > a->nodes_cap && cap < MC__ALLOC_NONE); /* 4 billion blocks */
+        a->nodes = mc_xrealloc(a->nodes, (size_t)cap * sizeof(node));
         a->nodes_cap = cap;
     }
     return a->nodes_len++;
@@ -140,9 +138,7 @@ mc__alloc *mc__alloc_create(uint64_t base, uint64_t size, uint32_t align)
         return NULL;
     if (size > UINT64_MAX - base)
         return NULL;
-    mc__alloc *a = calloc(1, sizeof(*a));
-    if (!a)
-        abort();
+    mc__alloc *a = mc_xcalloc(1, sizeof(*a));
     a->shift = (uint32_t)__builtin_ctz(align);
     uint64_t end = base + size;
     uint64_t abase = (base + (align - 1)) & ~(uint64_t)(align - 1);
