@@ -12,7 +12,11 @@
  * free merges with its free neighbours at once (no fragmentation from unmerged
  * neighbours). No malloc per allocation: the node array grows geometrically.
  * alloc and free are O(1): alloc looks at no more than 64 blocks of the request's own
- * class (best fit among them), else takes the head of the first larger non-empty class.
+ * class (an exact fit, else the lowest-addressed block that fits), else at no more than
+ * 8 blocks in each of the next 2 larger non-empty classes (the lowest-addressed one):
+ * packing live blocks towards low addresses leaves larger holes for large requests under
+ * churn (allocator.c has the measurements; mc__alloc_set_fit selects the previous
+ * placement for comparison).
  *
  * Upstream uses an offset allocator with the same role (`--memory_allocator=offset`,
  * upstream-mooncake.md §4.6); this is our own implementation.
@@ -36,6 +40,17 @@ typedef struct mc__alloc mc__alloc;
  * fails). Returns a new allocator, or NULL when align is not a power of two in range or
  * base+size overflows. Aborts on out-of-memory (small internal allocation). */
 mc__alloc *mc__alloc_create(uint64_t base, uint64_t size, uint32_t align);
+
+/* Placement policies (mc__alloc_set_fit). LOW_ADDRESS is the default; CLASS is the
+ * placement before issue 17 (best fit in the request's own class, else the head of the
+ * next larger class), kept so that bench_allocator and the tests can compare both in
+ * one run. Both keep every guarantee below; only which free block is chosen differs. */
+#define MC__ALLOC_FIT_LOW_ADDRESS 0
+#define MC__ALLOC_FIT_CLASS 1
+
+/* mc__alloc_set_fit: selects the placement for later allocations (live blocks stay).
+ * Returns 0, or -EINVAL for an unknown policy (nothing changes). */
+int mc__alloc_set_fit(mc__alloc *a, int fit);
 
 /* mc__alloc_destroy: frees the allocator's own memory. NULL is fine. */
 void mc__alloc_destroy(mc__alloc *a);

@@ -377,11 +377,14 @@ static void write_chunk(mc_store *s, bool upsert, witem *it, const size_t *idx, 
         .st = mc_xmalloc(m * sizeof(int)),
         .skip = mc_xcalloc(m, sizeof(bool)),
         .werr = mc_xcalloc(m, sizeof(int)),
-        .reps = mc_xcalloc(m, sizeof(mc_master_replica_list)),
+        .reps = mc_xmalloc(m * sizeof(mc_master_replica_list)), /* n set below; see
+                                                                   read.c read_chunk */
     };
     for (size_t k = 0; k < m; k++) {
         c.keys[k] = (mc_master_key){it[idx[k]].key, it[idx[k]].klen};
         c.sizes[k] = it[idx[k]].size;
+        c.reps[k].n = 0;
+        c.reps[k].lease_ttl_ms = 0;
     }
     if (write_start(&c, cfg) > 0) {
         size_t first = 0;

@@ -1,6 +1,7 @@
-/* Segment allocator (src/master/allocator.c): alignment, bounds, no overlap, full
+/* Segment allocator (src/alloc/allocator.c): alignment, bounds, no overlap, full
  * coalescing back to one free block, the invariant checker after every step of a random
- * KV-cache size mix, utilisation when nearly full, and bad frees. Metadata only: the
+ * KV-cache size mix, utilisation when nearly full, bad frees, both placement policies
+ * (which block each picks; steady churn with a fixed seed). Metadata only: the
  * ranges handed out are never touched, so segments of many GiB cost nothing. */
 #include <errno.h>
 #include <setjmp.h>
@@ -259,6 +260,118 @@ static void test_utilisation_after_churn(void **state)
     mc__alloc_destroy(a);
 }
 
+/* Placement: an exact fit wins in both policies; otherwise low-address fit takes the
+ * lowest-addressed fitting block (in the request's own class and among the next larger
+ * classes) where class fit takes the best size in its own class, else the head (the most
+ * recently freed block) of the next larger class. Granules of 64 bytes. */
+static void test_fit_policies(void **state)
+{
+    (void)state;
+    const uint64_t G = 64;
+    /* holes, low to high address: Z 131 g, X 130 g, Y 128 g, then P 256 g, Q 256 g */
+    const uint64_t sizes[] = {131, 1, 130, 1, 128, 1, 256, 1, 256, 1};
+    const int holes[] = {0, 2, 4, 6, 8};
+    for (int fit = MC__ALLOC_FIT_LOW_ADDRESS; fit <= MC__ALLOC_FIT_CLASS; fit++) {
+        mc__alloc *a = mc__alloc_create(0, 906 * G, 64); /* the sum of sizes[] */
+        assert_int_equal(mc__alloc_set_fit(a, fit), 0);
+        uint32_t h[10];
+        uint64_t at[10], addr;
+        for (int i = 0; i < 10; i++) {
+            h[i] = mc__alloc_alloc(a, sizes[i] * G, &at[i]);
+            assert_int_not_equal(h[i], MC__ALLOC_NONE);
+        }
+        assert_int_equal(mc__alloc_free_bytes(a), 0);
+        for (int k = 0; k < 5; k++)
+            assert_int_equal(mc__alloc_free(a, h[holes[k]]), 0);
+        assert_int_equal(mc__alloc_free_blocks(a), 5);
+        /* exact size: Y, though Z and X are lower and also fit */
+        uint32_t y = mc__alloc_alloc(a, 128 * G, &addr);
+        assert_int_equal(addr, at[4]);
+        assert_int_equal(mc__alloc_free(a, y), 0);
+        /* 129 granules: Z (lowest) or X (best size) */
+        uint32_t z = mc__alloc_alloc(a, 129 * G, &addr);
+        assert_int_equal(addr, fit == MC__ALLOC_FIT_CLASS ? at[2] : at[0]);
+        assert_int_equal(mc__alloc_free(a, z), 0);
+        /* 200 granules: only P or Q fit (a larger class): P (lower) or Q (freed last) */
+        uint32_t q = mc__alloc_alloc(a, 200 * G, &addr);
+        assert_int_equal(addr, fit == MC__ALLOC_FIT_CLASS ? at[8] : at[6]);
+        assert_int_equal(mc__alloc_check(a), 0);
+        assert_int_equal(mc__alloc_free(a, q), 0);
+        for (int i = 0; i < 10; i++)
+            if (i % 2)
+                assert_int_equal(mc__alloc_free(a, h[i]), 0);
+        assert_int_equal(mc__alloc_free_blocks(a), 1);
+        assert_int_equal(mc__alloc_check(a), 0);
+        mc__alloc_destroy(a);
+    }
+    mc__alloc *a = mc__alloc_create(0, MIB, 64);
+    assert_int_equal(mc__alloc_set_fit(a, 7), -EINVAL);
+    assert_int_equal(mc__alloc_set_fit(a, -1), -EINVAL);
+    mc__alloc_destroy(a);
+}
+
+/* Steady churn with a fixed seed, both placements: fill until a failure, free random
+ * blocks worth 5% of the segment, repeat. After every round: the invariant checker, no
+ * two live blocks overlap, accounting matches the live set. At the end every block is
+ * freed: one free block again (full coalescing), and one allocation of the whole
+ * capacity succeeds (full reuse). The low-address placement keeps more of the segment
+ * in use at the failures than the class fit on this seed (a property of the placement,
+ * no timing). */
+static void test_steady_churn_policies(void **state)
+{
+    (void)state;
+    const uint64_t cap = 8 * GIB;
+    const int rounds = 300;
+    double mean[2] = {0, 0};
+    for (int fit = MC__ALLOC_FIT_LOW_ADDRESS; fit <= MC__ALLOC_FIT_CLASS; fit++) {
+        rnd_state = 0x2545f4914f6cdd1dull;
+        mc__alloc *a = mc__alloc_create(4096, cap, 64);
+        mc__alloc_set_fit(a, fit);
+        size_t maxn = 1u << 16, n = 0;
+        blk *live = malloc(maxn * sizeof(*live));
+        uint64_t used = 0;
+        for (int r = 0; r < rounds;) {
+            uint64_t sz = kv_size(), addr;
+            uint32_t h = mc__alloc_alloc(a, sz, &addr);
+            if (h != MC__ALLOC_NONE) {
+                assert_true(n < maxn);
+                live[n++] = (blk){h, addr, sz};
+                used += (sz + 63) & ~63ull;
+                continue;
+            }
+            assert_int_equal(mc__alloc_used(a), used);
+            assert_int_equal(mc__alloc_used_blocks(a), n);
+            assert_int_equal(mc__alloc_check(a), 0);
+            check_blocks(live, n, 4096, 4096 + cap, 64);
+            if (r++ >= 20)
+                mean[fit] += (double)used / (double)cap / (rounds - 20);
+            uint64_t target = used - cap / 20;
+            while (used > target) {
+                size_t k = rnd() % n;
+                assert_int_equal(mc__alloc_free(a, live[k].h), 0);
+                used -= (live[k].size + 63) & ~63ull;
+                live[k] = live[--n];
+            }
+        }
+        while (n)
+            assert_int_equal(mc__alloc_free(a, live[--n].h), 0);
+        assert_int_equal(mc__alloc_used(a), 0);
+        assert_int_equal(mc__alloc_free_blocks(a), 1);
+        assert_int_equal(mc__alloc_check(a), 0);
+        uint64_t addr;
+        uint32_t all = mc__alloc_alloc(a, cap, &addr);
+        assert_int_not_equal(all, MC__ALLOC_NONE);
+        assert_int_equal(addr, 4096);
+        assert_int_equal(mc__alloc_free_bytes(a), 0);
+        free(live);
+        mc__alloc_destroy(a);
+    }
+    print_message("steady churn 8 GiB: low-address fit %.2f%%, class fit %.2f%% in use at "
+                  "the failures\n", 100 * mean[0], 100 * mean[1]);
+    assert_true(mean[MC__ALLOC_FIT_LOW_ADDRESS] > 0.88);
+    assert_true(mean[MC__ALLOC_FIT_LOW_ADDRESS] > mean[MC__ALLOC_FIT_CLASS]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -269,6 +382,8 @@ int main(void)
         cmocka_unit_test(test_exact_class_fallback),
         cmocka_unit_test(test_random_mix_invariants),
         cmocka_unit_test(test_utilisation_after_churn),
+        cmocka_unit_test(test_fit_policies),
+        cmocka_unit_test(test_steady_churn_policies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
