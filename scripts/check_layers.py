@@ -32,7 +32,7 @@ import tempfile
 # headers of any lower module, and the public headers include/mooncake/*.h of its own
 # layer or below; nothing upward, nothing sideways (same layer, other module).
 LAYERS = [
-    ("common", "log, status codes, options, time, env, xalloc, list, sync, auth"),
+    ("common", "log, status codes, options, time, env, xalloc, list, sync, auth, fdio"),
     ("net", "sockets, event loop, frames, connections"),
     ("alloc", "the offset allocator"),
     ("disk", "client-owned disk store: buckets, index, io_uring I/O"),

@@ -256,40 +256,6 @@ static inline uint64_t to_granules(const mc__alloc *a, uint64_t size)
     return (size + mask) >> a->shift;
 }
 
-uint32_t mc__alloc_alloc(mc__alloc *a, uint64_t size, uint64_t *addr)
-{
-    if (size == 0)
-        return MC__ALLOC_NONE;
-    uint64_t g = to_granules(a, size);
-    if (g > a->granules - a->used)
-        return MC__ALLOC_NONE;
-    uint32_t i = find_block(a, g);
-    if (i == MC__ALLOC_NONE)
-        return MC__ALLOC_NONE;
-    free_remove(a, i);
-    if (a->nodes[i].size > g) {
-        uint32_t r = node_new(a); /* may move a->nodes */
-        node *n = &a->nodes[i];
-        node *rn = &a->nodes[r];
-        rn->off = n->off + g;
-        rn->size = n->size - g;
-        rn->prev_phys = i;
-        rn->next_phys = n->next_phys;
-        if (n->next_phys != MC__ALLOC_NONE)
-            a->nodes[n->next_phys].prev_phys = r;
-        n->next_phys = r;
-        n->size = g;
-        free_insert(a, r);
-    }
-    node *n = &a->nodes[i];
-    n->size |= USED_BIT;
-    a->used += g;
-    a->n_used++;
-    if (addr)
-        *addr = a->base + (n->off << a->shift);
-    return i;
-}
-
 /* Splits free block i (taken off its class list) at g granules: i keeps the first g,
  * a new free block (inserted) gets the rest. Returns i. */
 static uint32_t split_front(mc__alloc *a, uint32_t i, uint64_t g)
@@ -310,6 +276,28 @@ static uint32_t split_front(mc__alloc *a, uint32_t i, uint64_t g)
     }
     return i;
 }
+
+uint32_t mc__alloc_alloc(mc__alloc *a, uint64_t size, uint64_t *addr)
+{
+    if (size == 0)
+        return MC__ALLOC_NONE;
+    uint64_t g = to_granules(a, size);
+    if (g > a->granules - a->used)
+        return MC__ALLOC_NONE;
+    uint32_t i = find_block(a, g);
+    if (i == MC__ALLOC_NONE)
+        return MC__ALLOC_NONE;
+    free_remove(a, i);
+    split_front(a, i, g);
+    node *n = &a->nodes[i];
+    n->size |= USED_BIT;
+    a->used += g;
+    a->n_used++;
+    if (addr)
+        *addr = a->base + (n->off << a->shift);
+    return i;
+}
+
 
 uint32_t mc__alloc_reserve(mc__alloc *a, uint64_t addr, uint64_t size, uint32_t *cursor)
 {

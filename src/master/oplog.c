@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/fdio.h"
 #include "mooncake/log.h"
 
 static uint64_t mono_ns(void)
@@ -286,21 +287,6 @@ static int open_log_file(mc__oplog *l, uint64_t first, char *err, size_t errlen)
     return rc;
 }
 
-static int write_all(int fd, const uint8_t *p, size_t n)
-{
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 /* Waits (l->mu held) until the pending group should be written: a caller waits for it
  * (kick), it is large, it lingered OPLOG_LINGER_NS, or a rotation or stop is asked. */
 static void writer_wait(mc__oplog *l)
@@ -343,7 +329,7 @@ static void *writer_main(void *arg)
 
         int rc = 0;
         if (!failed && group.len) {
-            rc = write_all(l->fd, group.p, group.len);
+            rc = mc_write_all(l->fd, group.p, group.len);
             if (!rc && l->sync == MC_MASTER_LOG_SYNC_FSYNC) {
                 rc = fdatasync(l->fd) ? -errno : 0;
                 cadd(&l->fsyncs, 1);

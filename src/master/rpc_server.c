@@ -370,26 +370,19 @@ static void pre_frame(srv_conn *sc, size_t n)
     size_t olen = 0;
     int rc;
     sc->have = 0;
-    if (sc->phase == PH_HELLO) {
-        rc = mc_auth_server_challenge(&sc->hs, sc->in, n, out, sizeof out, &olen);
-        if (rc) {
-            pre_fail(sc, -rc, out, olen);
-            return;
-        }
-        if (!pre_send(sc, out, olen)) {
-            pre_fail(sc, MC_AUTH_IO, NULL, 0);
-            return;
-        }
-        sc->phase = PH_RESPONSE;
-        return;
-    }
-    rc = mc_auth_server_verify(&sc->hs, sc->in, n, out, sizeof out, &olen);
+    bool hello = sc->phase == PH_HELLO; /* HELLO -> CHALLENGE, else RESPONSE -> RESULT */
+    rc = hello ? mc_auth_server_challenge(&sc->hs, sc->in, n, out, sizeof out, &olen)
+               : mc_auth_server_verify(&sc->hs, sc->in, n, out, sizeof out, &olen);
     if (rc) {
         pre_fail(sc, -rc, out, olen);
         return;
     }
     if (!pre_send(sc, out, olen)) {
         pre_fail(sc, MC_AUTH_IO, NULL, 0);
+        return;
+    }
+    if (hello) {
+        sc->phase = PH_RESPONSE;
         return;
     }
     count(&sc->lc->srv->authed, 1);

@@ -34,6 +34,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fdio.h"
 #include "mooncake/log.h"
 
 struct mc_master_persist {
@@ -794,17 +795,9 @@ int mc_master_log_apply(mc_master_service *svc, uint64_t lsn, const Mclog__LogRe
 
 static int write_buf(int fd, mc__buf *b)
 {
-    const uint8_t *p = b->p;
-    size_t n = b->len;
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -errno;
-        p += w;
-        n -= (size_t)w;
-    }
+    int rc = mc_write_all(fd, b->p, b->len);
+    if (rc)
+        return rc;
     b->len = 0;
     return 0;
 }
@@ -1094,30 +1087,26 @@ int mc_master_persist_start(mc_master_service *svc, const mc_master_persist_opts
     pthread_cond_init(&p->cv, &ca);
     pthread_condattr_destroy(&ca);
     p->log = mc__oplog_open(svc, opts->dir, next, opts->sync, err, errlen);
-    if (!p->log) {
-        pthread_mutex_destroy(&p->snap_mu);
-        pthread_mutex_destroy(&p->mu);
-        pthread_cond_destroy(&p->cv);
-        free(p->dir);
-        free(p);
-        return MC_INTERNAL_ERROR;
-    }
+    if (!p->log)
+        goto fail;
     svc->oplog = p->log; /* from here every mutation is logged */
     if (pthread_create(&p->thr, NULL, snap_main, p) != 0) {
         svc->oplog = NULL;
         mc__oplog_close(p->log);
         snprintf(err, errlen, "cannot start the snapshot thread");
-        pthread_mutex_destroy(&p->snap_mu);
-        pthread_mutex_destroy(&p->mu);
-        pthread_cond_destroy(&p->cv);
-        free(p->dir);
-        free(p);
-        return MC_INTERNAL_ERROR;
+        goto fail;
     }
     if (opts->restore) /* the owners' TTL runs from now, not from when the restore began */
         mc__clients_refresh(svc, now_ms(svc));
     *out = p;
     return MC_OK;
+fail:
+    pthread_mutex_destroy(&p->snap_mu);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    free(p->dir);
+    free(p);
+    return MC_INTERNAL_ERROR;
 }
 
 void mc_master_persist_get_stats(mc_master_persist *p, mc_master_persist_stats *out)
