@@ -589,6 +589,9 @@ def main(argv=None) -> int:
         for _ in range(args.concurrency):
             sessions.append(backend.session(slots, args.block_bytes))
         pool = fmt_bytes(args.pool_bytes) if args.pool_bytes else "UNKNOWN"
+        # from the "running" line on, a first signal stops after the requests in flight
+        # (run_replay returns at once when it is already set) and the results are written
+        phase["replay"] = True
         _say(f"running: {len(requests)} requests, block {fmt_bytes(args.block_bytes)}, pool "
              f"{pool}, backend {args.backend} ({cluster_desc})")
         label = ("SYNTHETIC " if synthetic else "") + f"replay[{args.backend}]"
@@ -596,7 +599,6 @@ def main(argv=None) -> int:
         from .replay import run_replay
         occupancy = _Occupancy(backend)
         occupancy.start()
-        phase["replay"] = True
         try:
             stats, wall, _ = run_replay(requests, sessions, codec, args.key_prefix,
                                         args.time_scale, stop, on_done=progress)
