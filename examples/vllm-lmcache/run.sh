@@ -45,7 +45,8 @@ wait_http() {  # url, seconds, what
     curl -sf -o /dev/null "$1" && return 0; sleep 1; done
   echo "run.sh: $3 did not come up at $1 in $2 s; see $WORK" >&2; exit 1
 }
-metric() { curl -s "http://127.0.0.1:9003/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
+# a master metric, or the sum of those whose name matches the regex $1
+metric() { curl -s "http://127.0.0.1:9003/metrics" | awk -v m="^($1)\$" '$1 ~ m {s += $2} END {print s + 0}'; }
 
 echo "== work dir $WORK"
 echo "== tiny model"
@@ -105,14 +106,16 @@ keys0=$(metric master_key_count)
 ta=$("$PY" examples/vllm-lmcache/ttft.py 8100 "$WORK/prompt.txt")
 sleep 2   # LMCache stores asynchronously after the request; the count below shows it
 keys1=$(metric master_key_count)
-gets0=$(metric master_get_replica_list_requests_total)
+gets0=$(metric "master_(batch_)?get_replica_list_requests_total")
 tb=$("$PY" examples/vllm-lmcache/ttft.py 8200 "$WORK/prompt.txt")
-gets1=$(metric master_get_replica_list_requests_total)
+gets1=$(metric "master_(batch_)?get_replica_list_requests_total")
 tf=$("$PY" examples/vllm-lmcache/ttft.py 8200 "$WORK/fresh.txt")
+sleep 11  # vLLM logs its stats (external prefix cache hit rate) every 10 s
 
 echo "== results ($TOKENS-token prompt)"
 echo "master keys: $keys0 before A, $keys1 after A (A's KV chunks in Mooncake)"
 echo "master get_replica_list requests during B's request: $((${gets1%.*} - ${gets0%.*}))"
-echo "B's LMCache log for the prompt A had served:"
-grep -m3 -iE "hit tokens|Retrieved [0-9]+ out of|external.*hit|num_external|loaded" "$WORK/B.log" | cut -c1-240 | sed 's/^/  /' || true
+echo "B's log (LMCache hit tokens / vLLM external prefix cache hit rate):"
+grep -oE "LMCache hit tokens: [0-9]+|Retrieved [0-9]+ out of [0-9]+|External prefix cache hit rate: [0-9.]+%" \
+  "$WORK/B.log" | head -3 | sed 's/^/  /' || true
 echo "TTFT: A (cold) ${ta}s; B, same prompt, from Mooncake ${tb}s; B, fresh prompt ${tf}s"
