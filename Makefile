@@ -52,7 +52,7 @@ fuzz: build/fuzz/build.ninja
 	done; [ $$ran -gt 0 ] || { echo "fuzz: no target was built (clang with libFuzzer needed)"; exit 1; }
 
 pytest:
-	MC_FAULTS_MODE=ci $(PY) -m pytest -q tests/integration tests/faults
+	MC_FAULTS_MODE=ci $(PY) -m pytest -q tests/integration tests/faults tests/clients
 
 # The include layering (the table is in scripts/check_layers.py), then its self-test:
 # a copy of the tree with a deliberately wrong include must fail the check.

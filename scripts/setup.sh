@@ -79,6 +79,9 @@ if [ "$(cat "$pip_stamp" 2>/dev/null)" != "$PIP_PKGS" ]; then
   $PIP $PIP_PKGS
   printf '%s' "$PIP_PKGS" >"$pip_stamp"
 fi
+# the inference clients tests/clients runs (SGLang, LMCache, vLLM; --no-deps, the CPU
+# torch kept): never fatal, a client that cannot be installed makes its tests skip
+if [ "$MODE" = test ]; then scripts/setup_clients.sh "$VENV"; fi
 
 # 3. the package, rebuilt only when a file it is built from changed. The hash covers every
 # file git knows or would add (tracked, or untracked and not ignored) outside the trees

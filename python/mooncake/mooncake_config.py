@@ -74,6 +74,11 @@ KNOWN_PROTOCOLS = frozenset({
 
 _REQUIRED_FILE_FIELDS = ("local_hostname", "metadata_server", "master_server_address")
 
+#: Upstream's ``setup(config: dict)`` names, read in a config file or mapping as the
+#: documented key they stand for; the documented key wins when both are present.
+_FILE_KEY_ALIASES = (("master_server_addr", "master_server_address"),
+                     ("rdma_devices", "device_name"))
+
 _TRUE_WORDS = ("true", "1", "yes", "on", "enable")
 _FALSE_WORDS = ("false", "0", "no", "off", "disable")
 
@@ -250,11 +255,20 @@ class MooncakeConfig:
         Raises ``ValueError("Missing required config field: <name>")`` when
         ``local_hostname``, ``metadata_server`` or ``master_server_address`` is absent,
         and ``ValueError`` for a bad size, boolean or port. Unknown keys are ignored (as
-        upstream).
+        upstream). ``master_server_addr`` and ``rdma_devices`` (the ``setup`` dict's
+        names) are read as ``master_server_address`` and ``device_name``; the latter,
+        documented names win when both are given.
         """
         if not isinstance(config, dict):
             raise ValueError(
                 f"Mooncake config must be a JSON object, got {type(config).__name__}")
+        for alias, name in _FILE_KEY_ALIASES:
+            if alias in config:
+                if name not in config:
+                    config = dict(config, **{name: config[alias]})
+                elif config[name] != config[alias]:
+                    logger.warning("Mooncake config: both %r and %r given; using %r",
+                                   name, alias, name)
         for name in _REQUIRED_FILE_FIELDS:
             if name not in config:
                 raise ValueError(f"Missing required config field: {name}")

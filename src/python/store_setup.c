@@ -35,6 +35,16 @@ static PyObject *run_setup(mcpy_store *self, mc_store_config *cfg, PyObject *kee
     return PyLong_FromLong(rc);
 }
 
+/* The dict form's aliases: the names the config files and clients write (LMCache's
+ * MooncakeStoreConfig passes master_server_address / device_name straight through from
+ * its YAML extra_config; SGLang and vLLM files use them too) for upstream's setup-dict
+ * names. When a dict holds both, upstream's name wins and a differing alias is logged. */
+static const char *const setup_dict_aliases[][2] = {
+    {"master_server_address", "master_server_addr"},
+    {"device_name", "rdma_devices"},
+    {NULL, NULL},
+};
+
 /* setup(config: dict): every value goes through str() (upstream ConfigDict). */
 static PyObject *setup_dict(mcpy_store *self, PyObject *dict)
 {
@@ -62,6 +72,22 @@ static PyObject *setup_dict(mcpy_store *self, PyObject *dict)
         for (int i = 0; known[i]; i++)
             if (!strcmp(ks, known[i]))
                 idx = i;
+        const char *alias = NULL; /* set when ks is an alias of known[idx] */
+        for (int a = 0; idx < 0 && setup_dict_aliases[a][0]; a++)
+            if (!strcmp(ks, setup_dict_aliases[a][0]))
+                for (int i = 0; known[i]; i++)
+                    if (!strcmp(setup_dict_aliases[a][1], known[i])) {
+                        idx = i;
+                        alias = ks;
+                    }
+        PyObject *w = alias ? PyDict_GetItemString(dict, known[idx]) : NULL;
+        if (w) { /* upstream's name is in the dict too: it wins */
+            if (PyObject_RichCompareBool(w, v, Py_EQ) != 1)
+                mc_log(MC_LOG_WARN, TAG, "setup(config): both '%s' and '%s' given; using "
+                                         "'%s'", alias, known[idx], known[idx]);
+            PyErr_Clear();
+            continue;
+        }
         if (idx < 0) {
             mc_log(MC_LOG_DEBUG, TAG, "setup(config): ignoring unknown key '%s'", ks);
             continue;
@@ -317,7 +343,9 @@ PyMethodDef mcpy_setup_methods[] = {
       "Connects to the master and contributes global_segment_size bytes (0: none) to the "
       "pool. local_hostname without ':port' gets a free port in 12300-14300. engine: the "
       "handle of mooncake.engine.TransferEngine().get_engine() to share. The dict form "
-      "takes the same names (values through str(); sizes like '16MB'; "
+      "takes the same names (values through str(); sizes like '16MB'; the aliases "
+      "master_server_address and device_name are read as master_server_addr and "
+      "rdma_devices, upstream's names winning when both are given; "
       "local_hostname and metadata_server required; defaults 16 MiB / 16 MiB, tcp, "
       "127.0.0.1:50051). Returns 0 or a negative ErrorCode (-600 bad argument, e.g. a "
       "metadata URL without /metadata; -900 master or metadata server unreachable, the "
