@@ -842,7 +842,8 @@ class _DummyView(_TensorCalls):
         if st != OK:
             return [(st, [])] * n
         if _U32.unpack_from(rest)[0] != n:
-            raise _Gone("malformed replica reply from the real client")
+            log.warning("dummy client: malformed replica reply from the real client")
+            return None
         pos, out = 4, []
         for _ in range(n):
             r = _I64.unpack_from(rest, pos)[0]
