@@ -35,7 +35,7 @@ ALIASES = {
     "PyCapsule": "Any",
 }
 KNOWN_NAMES = {"int", "str", "bytes", "bool", "float", "list", "dict", "tuple", "object",
-               "None", "Any", "Buffer", "torch", "type"}
+               "None", "Any", "Buffer", "torch", "type", "memoryview"}
 
 # Members whose docstrings carry no signature line or no usable type ("Class.member").
 OVERRIDES = {
@@ -49,6 +49,8 @@ OVERRIDES = {
     "Descriptor.buffer_address": "int",
     "Descriptor.transport_endpoint": "str",
     "DiskDescriptor.object_size": "int",
+    # the same class as RpcInterface under upstream's other name
+    "CoroRPCInterface.__init__": ["(self) -> None"],
 }
 # Protocol methods (slots) a docstring cannot show.
 EXTRA = {

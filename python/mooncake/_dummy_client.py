@@ -21,7 +21,17 @@ When the real client goes away, calls fail with the upstream codes of a failed R
 each later call tries to reconnect (re-sending the same pool), so the dummy works again
 once a real client serves that port. Segment management calls return -1 (``ret`` -1 in
 the mount dicts), as upstream's DummyClient. Methods a dummy does not forward raise
-``RuntimeError`` naming the method.
+``RuntimeError`` naming the method (today: the ranged and session calls,
+``batch_replica_clear``, ``init_all``, ``put_from_with_metadata``).
+
+Forwarded besides the byte calls: the multi-buffer calls (``BATCH_PUT_MULTI`` /
+``BATCH_GET_MULTI``: pool buffers are gathered/scattered by the real client itself, other
+memory travels inline), ``get_replica_desc`` / ``batch_get_replica_desc`` (one
+``REPLICA_DESC`` request; the same ``ReplicaDescriptor`` objects a real client returns,
+naming the real client's segments), ``get_buffer`` / ``batch_get_buffer`` (the bytes in a
+``DummyBufferHandle`` of this process: ptr(), size(), the buffer protocol), and the tensor
+calls (the codec over the forwarded byte calls; ``_store_extras`` runs its parallel tensor
+IO and safetensors helpers over this view).
 
 ``local_buffer_size`` is checked (0, or 1 KiB..1 TiB) and needs no memory here: a dummy
 stages nothing (pool calls need no staging, the others carry their bytes in the message).
@@ -54,7 +64,9 @@ MAX_POOL = 1 << 40
 
 (HELLO, PUT, GET, PUT_FROM, GET_INTO, BATCH_PUT_FROM, BATCH_GET_INTO, IS_EXIST,
  BATCH_IS_EXIST, REMOVE, REMOVE_ALL, GET_SIZE, STATS, BATCH_REMOVE, UPSERT, UPSERT_FROM,
- BATCH_UPSERT_FROM, REMOVE_BY_REGEX) = range(1, 19)
+ BATCH_UPSERT_FROM, REMOVE_BY_REGEX, BATCH_PUT_MULTI, BATCH_GET_MULTI,
+ REPLICA_DESC) = range(1, 22)
+MAX_SEGS = 4096  # segments per key of the multi-buffer ops (dummy_ipc.h)
 
 OK = 0
 INVALID_PARAMS = -600
@@ -252,7 +264,240 @@ def _conn(view):
     return c
 
 
-class _DummyView:
+# ---- the tensor calls: the codec (mooncake._tensor_codec, upstream's 304-byte header)
+# over the dummy's byte calls above, same conventions as the real client's C methods
+# (store_tensor*.c): writers 0 / negative (-600 for a tensor the codec refuses), readers a
+# tensor or None, batch forms one entry per key. Pool memory (the *_from / *_into forms
+# on alloc_from_mem_pool memory) moves without a copy here; tensors from torch memory
+# travel inline in the request (one copy). ----
+
+def _codec():
+    from mooncake import _tensor_codec
+    return _tensor_codec
+
+
+def _skey(key):
+    return key.decode() if isinstance(key, (bytes, bytearray)) else key
+
+
+class _TensorCalls:
+    def _write_items(self, items, config, upsert):
+        """items: [(object key, header, payload, nbytes)]: 0 or the first failure."""
+        for okey, header, payload, _ in items:
+            r = (self.upsert_parts if upsert else self.put_parts)(
+                okey, header, payload, config=config)
+            if r != 0:
+                return r
+        return 0
+
+    def _tensor_put(self, fn, key, tensor, config=None, upsert=False, tp_size=1,
+                    split_dim=0):
+        codec = _codec()
+        try:
+            items = codec.encode_tp(_skey(key), tensor, tp_size, split_dim)
+        except codec.TensorCodecError as e:
+            log.error("%s: %s", fn, e)
+            return INVALID_PARAMS
+        return self._write_items(items, config, upsert)
+
+    def _tensor_puts(self, fn, keys, tensors, config=None, upsert=False, tp_size=1,
+                     split_dim=0):
+        keys, tensors = list(keys), list(tensors)
+        if len(keys) != len(tensors):
+            return [INVALID_PARAMS] * max(len(keys), len(tensors))
+        return [self._tensor_put(fn, k, t, config, upsert, tp_size, split_dim)
+                for k, t in zip(keys, tensors)]
+
+    def put_tensor(self, key, tensor):
+        return self._tensor_put("put_tensor", key, tensor)
+
+    def upsert_tensor(self, key, tensor):
+        return self._tensor_put("upsert_tensor", key, tensor, upsert=True)
+
+    def pub_tensor(self, key, tensor, config=None):
+        return self._tensor_put("pub_tensor", key, tensor, config)
+
+    def upsert_pub_tensor(self, key, tensor, config=None):
+        return self._tensor_put("upsert_pub_tensor", key, tensor, config, True)
+
+    def batch_put_tensor(self, keys, tensors_list):
+        return self._tensor_puts("batch_put_tensor", keys, tensors_list)
+
+    def batch_upsert_tensor(self, keys, tensors_list):
+        return self._tensor_puts("batch_upsert_tensor", keys, tensors_list, upsert=True)
+
+    def batch_pub_tensor(self, keys, tensors_list, config=None):
+        return self._tensor_puts("batch_pub_tensor", keys, tensors_list, config)
+
+    def batch_upsert_pub_tensor(self, keys, tensors_list, config=None):
+        return self._tensor_puts("batch_upsert_pub_tensor", keys, tensors_list, config, True)
+
+    def put_tensor_with_tp(self, key, tensor, tp_rank=0, tp_size=1, split_dim=0):
+        return self._tensor_put("put_tensor_with_tp", key, tensor, None, False, tp_size,
+                                split_dim)
+
+    def pub_tensor_with_tp(self, key, tensor, config=None, tp_rank=0, tp_size=1,
+                           split_dim=0):
+        return self._tensor_put("pub_tensor_with_tp", key, tensor, config, False, tp_size,
+                                split_dim)
+
+    def batch_put_tensor_with_tp(self, base_keys, tensors_list, tp_rank=0, tp_size=1,
+                                 split_dim=0):
+        return self._tensor_puts("batch_put_tensor_with_tp", base_keys, tensors_list, None,
+                                 False, tp_size, split_dim)
+
+    def batch_pub_tensor_with_tp(self, base_keys, tensors_list, config=None, tp_rank=0,
+                                 tp_size=1, split_dim=0):
+        return self._tensor_puts("batch_pub_tensor_with_tp", base_keys, tensors_list,
+                                 config, False, tp_size, split_dim)
+
+    # -- from caller memory holding [header][data] --
+    def _object_at(self, fn, ptr, size):
+        """The header of the object at (ptr, size), or None (logged) when invalid."""
+        codec = _codec()
+        try:
+            return codec.header_at(ptr, size)
+        except codec.TensorCodecError as e:
+            log.error("%s: %s", fn, e)
+            return None
+
+    def _tensor_from(self, fn, key, ptr, size, upsert, tp_rank=0, tp_size=1, split_dim=0):
+        hdr = self._object_at(fn, ptr, size)
+        if hdr is None:
+            return INVALID_PARAMS
+        codec = _codec()
+        put = self.upsert_from if upsert else self.put_from
+        if tp_size <= 1:
+            return put(key, ptr, size)
+        if hdr.layout_kind == codec.LAYOUT_SHARD:  # already shard tp_rank: stored as is
+            if not 0 <= tp_rank < tp_size:
+                log.error("%s: tp_rank %d outside 0..%d", fn, tp_rank, tp_size - 1)
+                return INVALID_PARAMS
+            return put(codec.tp_key(_skey(key), tp_rank), ptr, size)
+        try:
+            items = codec.encode_tp_from(_skey(key), ptr, size, tp_size, split_dim)
+        except codec.TensorCodecError as e:
+            log.error("%s: %s", fn, e)
+            return INVALID_PARAMS
+        return self._write_items(items, None, upsert)
+
+    def _tensors_from(self, fn, keys, ptrs, sizes, upsert, tp_rank=0, tp_size=1,
+                      split_dim=0):
+        keys, ptrs, sizes = list(keys), list(ptrs), list(sizes)
+        n = len(keys)
+        if len(ptrs) != n or len(sizes) != n or \
+                any(self._object_at(fn, p, s) is None for p, s in zip(ptrs, sizes)):
+            return [INVALID_PARAMS] * n  # any invalid buffer: all -600, as upstream
+        if tp_size <= 1:
+            return (self.batch_upsert_from if upsert else self.batch_put_from)(
+                keys, ptrs, sizes)
+        return [self._tensor_from(fn, k, p, s, upsert, tp_rank, tp_size, split_dim)
+                for k, p, s in zip(keys, ptrs, sizes)]
+
+    def put_tensor_from(self, key, buffer_ptr, size):
+        return self._tensor_from("put_tensor_from", key, buffer_ptr, size, False)
+
+    def upsert_tensor_from(self, key, buffer_ptr, size):
+        return self._tensor_from("upsert_tensor_from", key, buffer_ptr, size, True)
+
+    def batch_put_tensor_from(self, keys, buffer_ptrs, sizes):
+        return self._tensors_from("batch_put_tensor_from", keys, buffer_ptrs, sizes, False)
+
+    def batch_upsert_tensor_from(self, keys, buffer_ptrs, sizes):
+        return self._tensors_from("batch_upsert_tensor_from", keys, buffer_ptrs, sizes,
+                                  True)
+
+    def put_tensor_with_tp_from(self, key, buffer_ptr, size, tp_rank=0, tp_size=1,
+                                split_dim=0):
+        return self._tensor_from("put_tensor_with_tp_from", key, buffer_ptr, size, False,
+                                 tp_rank, tp_size, split_dim)
+
+    def batch_put_tensor_with_tp_from(self, base_keys, buffer_ptrs, sizes, tp_rank=0,
+                                      tp_size=1, split_dim=0):
+        return self._tensors_from("batch_put_tensor_with_tp_from", base_keys, buffer_ptrs,
+                                  sizes, False, tp_rank, tp_size, split_dim)
+
+    # -- readers --
+    def _read_key(self, key, tp_rank, tp_size):
+        codec = _codec()
+        try:
+            return codec.tp_read_key(_skey(key), tp_rank, tp_size)
+        except codec.TensorCodecError as e:
+            log.error("get_tensor_with_tp: %s", e)
+            return None
+
+    def get_tensor(self, key):
+        return _codec().try_decode(self.get(key))
+
+    def batch_get_tensor(self, keys):
+        return [self.get_tensor(k) for k in keys]
+
+    def get_tensor_with_tp(self, key, tp_rank=0, tp_size=1, split_dim=0):
+        k = self._read_key(key, tp_rank, tp_size)
+        return None if k is None else self.get_tensor(k)
+
+    def batch_get_tensor_with_tp(self, base_keys, tp_rank=0, tp_size=1):
+        return [self.get_tensor_with_tp(k, tp_rank, tp_size) for k in base_keys]
+
+    def get_tensor_into(self, key, buffer_ptr, size):
+        n = self.get_into(key, buffer_ptr, size)
+        if n <= 0:
+            return None
+        codec = _codec()
+        try:
+            return codec.view_at(buffer_ptr, n)
+        except codec.TensorCodecError:
+            return None
+
+    def batch_get_tensor_into(self, keys, buffer_ptrs, sizes):
+        keys, ptrs, sizes = list(keys), list(buffer_ptrs), list(sizes)
+        n = len(keys)
+        if len(ptrs) != n or len(sizes) != n:
+            return [INVALID_PARAMS] * n
+        codec = _codec()
+        out = []
+        for p, r in zip(ptrs, self.batch_get_into(keys, ptrs, sizes)):
+            try:
+                out.append(codec.view_at(p, r) if r > 0 else None)
+            except codec.TensorCodecError:
+                out.append(None)
+        return out
+
+    def get_tensor_with_tp_into(self, key, buffer_ptr, size, tp_rank=0, tp_size=1,
+                                split_dim=0):
+        k = self._read_key(key, tp_rank, tp_size)
+        return None if k is None else self.get_tensor_into(k, buffer_ptr, size)
+
+    def batch_get_tensor_with_tp_into(self, base_keys, buffer_ptrs, sizes, tp_rank=0,
+                                      tp_size=1):
+        keys = [self._read_key(k, tp_rank, tp_size) for k in base_keys]
+        if any(k is None for k in keys):
+            return [None] * len(keys)
+        return self.batch_get_tensor_into(keys, buffer_ptrs, sizes)
+
+
+def _extra(name):
+    """A method of _store_extras (written over the store's own calls) bound to the dummy
+    view, so it runs over the forwarding calls above."""
+    def call(self, *a, **k):
+        from mooncake import _store_extras
+        return getattr(_store_extras, name)(self, *a, **k)
+    call.__name__ = name
+    return call
+
+
+_EXTRAS = ("put_tensor_with_parallelism", "upsert_tensor_with_parallelism",
+           "batch_put_tensor_with_parallelism", "batch_upsert_tensor_with_parallelism",
+           "put_tensor_with_parallelism_from", "upsert_tensor_with_parallelism_from",
+           "batch_put_tensor_with_parallelism_from",
+           "batch_upsert_tensor_with_parallelism_from", "get_tensor_with_parallelism",
+           "batch_get_tensor_with_parallelism", "get_tensor_with_parallelism_into",
+           "batch_get_tensor_with_parallelism_into", "save_tensor_to_safetensor",
+           "load_tensor_from_safetensor", "get_tensor_into_cuda",
+           "batch_get_tensor_into_cuda")
+
+
+class _DummyView(_TensorCalls):
     """The methods of a MooncakeDistributedStore after setup_dummy (module docstring)."""
 
     def __init__(self, store, conn):
@@ -503,6 +748,151 @@ class _DummyView:
         except _Gone:
             return RPC_FAIL
 
+    # ---- multi-buffer (scatter-gather) calls ----
+    def _multi_rows(self, c, keys, all_buffer_ptrs, all_sizes):
+        """(wire rows, indices of keys with a segment outside the pool)."""
+        parts, outside = [_U32.pack(len(keys))], []
+        for i, (k, ptrs, sizes) in enumerate(zip(keys, all_buffer_ptrs, all_sizes)):
+            offs = [c.pool_off(p, s) for p, s in zip(ptrs, sizes)]
+            if len(ptrs) != len(sizes) or not ptrs or len(ptrs) > MAX_SEGS or \
+                    any(o is None for o in offs):
+                outside.append(i)
+                parts += (_kb(k), _U32.pack(0))  # refused by the real client; done below
+                continue
+            parts += (_kb(k), _U32.pack(len(offs)))
+            parts += [_ROW.pack(o, s) for o, s in zip(offs, sizes)]
+        return parts, outside
+
+    def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
+        """Object i = the concatenation of its buffers. Keys whose buffers all lie in the
+        pool go to the real client in one request (it gathers them from the pool, no copy
+        here); the others are gathered here and travel inline."""
+        n = len(keys)
+        if len(all_buffer_ptrs) != n or len(all_sizes) != n:
+            return [INVALID_PARAMS] * n
+        if not n:
+            return []
+        c = _conn(self)
+        parts, outside = self._multi_rows(c, keys, all_buffer_ptrs, all_sizes)
+        parts.append(_U32.pack(_replicas(config)))
+        try:
+            st, rest = c.call(BATCH_PUT_MULTI, b"".join(parts))
+        except _Gone:
+            return [RPC_FAIL] * n
+        res = _ints(rest, n) if st == OK else [st] * n
+        for i in outside:
+            ptrs, sizes = all_buffer_ptrs[i], all_sizes[i]
+            if len(ptrs) != len(sizes) or any(s < 0 for s in sizes):
+                res[i] = INVALID_PARAMS
+                continue
+            res[i] = self._put(PUT, keys[i], b"".join(
+                ctypes.string_at(p, s) for p, s in zip(ptrs, sizes)), config)
+        return res
+
+    def batch_get_into_multi_buffers(self, keys, all_buffer_ptrs, all_sizes,
+                                     prefer_alloc_in_same_node=False):
+        """Object i scattered in order over its buffers; result: its size, -600 when the
+        buffers together are smaller, or as get_into. Pool buffers are filled by the real
+        client directly; other memory gets the bytes from an inline get."""
+        n = len(keys)
+        if len(all_buffer_ptrs) != n or len(all_sizes) != n:
+            return [INVALID_PARAMS] * n
+        if not n:
+            return []
+        c = _conn(self)
+        parts, outside = self._multi_rows(c, keys, all_buffer_ptrs, all_sizes)
+        parts.append(bytes([1 if prefer_alloc_in_same_node else 0]))
+        try:
+            st, rest = c.call(BATCH_GET_MULTI, b"".join(parts))
+        except _Gone:
+            return [RPC_FAIL] * n
+        res = _ints(rest, n) if st == OK else [st] * n
+        for i in outside:
+            ptrs, sizes = all_buffer_ptrs[i], all_sizes[i]
+            if len(ptrs) != len(sizes) or any(s < 0 for s in sizes):
+                res[i] = INVALID_PARAMS
+                continue
+            try:
+                st, rest = c.call(GET, _kb(keys[i]))
+            except _Gone:
+                res[i] = RPC_FAIL
+                continue
+            if st > sum(sizes):
+                st = INVALID_PARAMS
+            if st > 0:
+                data, pos = rest[4:4 + st], 0
+                for p, s in zip(ptrs, sizes):
+                    k = min(s, st - pos)
+                    if k <= 0:
+                        break
+                    ctypes.memmove(p, bytes(data[pos:pos + k]), k)
+                    pos += k
+            res[i] = st
+        return res
+
+    # ---- replica descriptors ----
+    def _replica_lists(self, keys):
+        """[(result, [ReplicaDescriptor])] per key, or None when the real client is gone."""
+        n = len(keys)
+        body = _U32.pack(n) + b"".join(_kb(k) for k in keys)
+        try:
+            st, rest = _conn(self).call(REPLICA_DESC, body)
+        except _Gone:
+            return None
+        if st != OK:
+            return [(st, [])] * n
+        if _U32.unpack_from(rest)[0] != n:
+            log.warning("dummy client: malformed replica reply from the real client")
+            return None
+        pos, out = 4, []
+        for _ in range(n):
+            r = _I64.unpack_from(rest, pos)[0]
+            cnt = _U32.unpack_from(rest, pos + 8)[0]
+            pos += 12
+            rows = []
+            for _ in range(cnt):
+                status, rtype, size, addr = struct.unpack_from("<IBQQ", rest, pos)
+                pos += 21
+                strs = []
+                for _ in range(2):
+                    ln = _U32.unpack_from(rest, pos)[0]
+                    strs.append(bytes(rest[pos + 4:pos + 4 + ln]))
+                    pos += 4 + ln
+                rows.append((status, rtype, size, addr, strs[0], strs[1]))
+            out.append((r, MooncakeDistributedStore._dummy_replicas(self._owner(), rows)))
+        return out
+
+    def _owner(self):
+        st = self._store()
+        if st is None:
+            raise RuntimeError("dummy client: its store object is gone")
+        return st
+
+    def get_replica_desc(self, key):
+        """The object's complete replicas on the real client's cluster ([] on a miss,
+        an error, or no real client)."""
+        ls = self._replica_lists([key])
+        return ls[0][1] if ls and ls[0][0] == OK else []
+
+    def batch_get_replica_desc(self, keys):
+        """{key: [ReplicaDescriptor]} for the keys found (missing keys left out, as
+        upstream); {} when the real client is gone."""
+        keys = list(keys)
+        if not keys:
+            return {}
+        ls = self._replica_lists(keys) or []
+        return {k: lst for k, (r, lst) in zip(keys, ls) if r == OK}
+
+    # ---- buffers ----
+    def get_buffer(self, key):
+        """The object's bytes in a DummyBufferHandle (this process's memory: a dummy has
+        no segment to lend), or None on a miss / error."""
+        data = self.get(key)
+        return DummyBufferHandle(data) if data else None
+
+    def batch_get_buffer(self, keys):
+        return [self.get_buffer(k) for k in keys]
+
     # ---- segment management: a dummy owns no segment (upstream DummyClient: -1) ----
     def mount_segment(self, path, size, offset=0, protocol="tcp", location=""):
         return {"ret": INTERNAL_ERROR, "segment_ids": []}
@@ -523,6 +913,23 @@ class _DummyView:
         return 0
 
 
+class DummyBufferHandle(bytearray):
+    """What get_buffer returns on a dummy client: the object's bytes in this process
+    (a bytearray: the buffer protocol, len(), bytes(h)) with BufferHandle's ptr() and
+    size()."""
+
+    def ptr(self):
+        if not len(self):
+            return 0
+        return ctypes.addressof((ctypes.c_char * len(self)).from_buffer(self))
+
+    def size(self):
+        return len(self)
+
+    def __repr__(self):
+        return f"<DummyBufferHandle ptr={self.ptr():#x} size={len(self)}>"
+
+
 def _refuser(name):
     def refuse(self, *a, **k):
         raise RuntimeError(f"{name}() is not available on a dummy client (setup_dummy); "
@@ -531,8 +938,11 @@ def _refuser(name):
     return refuse
 
 
+for _name in _EXTRAS:
+    setattr(_DummyView, _name, _extra(_name))
+
 for _name in dir(MooncakeDistributedStore):
-    if _name.startswith("_") or _name in _DummyView.__dict__:
+    if _name.startswith("_") or hasattr(_DummyView, _name):
         continue
     if callable(getattr(MooncakeDistributedStore, _name)):
         setattr(_DummyView, _name, _refuser(_name))

@@ -950,45 +950,135 @@ class MooncakeBundleTransfer:
         ``meta_info``) or, with ``type="dict"``, a flat dict of fields (tensors go to
         ``batch``, the rest to ``non_tensor_batch``; a FieldSchema's metadata["section"]
         pins one) as one structured object; returns its ref."""
-        if type == "dict":
-            if not isinstance(data, Mapping):
-                raise TypeError("type='dict' needs a mapping")
-            batch, non_tensor, meta_info = {}, {}, {}
-            for k, v in data.items():
-                section = ((field_schemas or {}).get(k) or FieldSchema("")).metadata.get(
-                    "section")
-                if section is None:
-                    section = "batch" if _is_tensor(v) else "non_tensor_batch"
-                if section == "meta_info":
-                    meta_info[k] = v
-                elif section in ("batch", "non_tensor_batch"):
-                    (batch if section == "batch" else non_tensor)[k] = v
-                else:
-                    raise ValueError(f"field {k!r}: unknown section {section!r}")
-        elif type == "dataproto":
-            batch = dict(getattr(data, "batch", None) or {})
-            non_tensor = dict(getattr(data, "non_tensor_batch", None) or {})
-            meta_info = dict(getattr(data, "meta_info", None) or {})
-        else:
-            raise ValueError(f"unsupported Mooncake payload type: {type!r}")
-        _json_check(meta_info, "meta_info")
+        batch, non_tensor, meta_info = _sections(data, type, field_schemas)
+        batch_size = _batch_size({**batch, **non_tensor})
+        ref = MooncakeDataProtoRef(batch_size=batch_size, stage_refs={}, field_index={},
+                                   meta_info={}, namespace=namespace, partition=partition)
+        return self._put_stage(ref, stage, batch, non_tensor, meta_info, chunk_bytes,
+                               policy, config, field_schemas)
+
+    def _put_stage(self, ref: MooncakeDataProtoRef, stage: str, batch: Mapping[str, Any],
+                   non_tensor: Mapping[str, Any], meta_info: Mapping[str, Any],
+                   chunk_bytes: Optional[int], policy: Optional[BundleTransferPolicy],
+                   config: Any, field_schemas: Optional[Mapping[str, FieldSchema]]
+                   ) -> MooncakeDataProtoRef:
+        """Writes one stage (one structured object) and returns a new ref: `ref`'s
+        stages and fields plus this stage's (its fields point here)."""
+        if not isinstance(stage, str) or not stage:
+            raise ValueError(f"stage must be a non-empty str, got {stage!r}")
+        _json_check(dict(meta_info), "meta_info")
         fields = {**{f"batch.{k}": v for k, v in batch.items()},
                   **{f"non_tensor_batch.{k}": v for k, v in non_tensor.items()}}
-        sizes = {len(v) for v in fields.values() if hasattr(v, "__len__")
-                 and not isinstance(v, (str, bytes))}
-        if len(sizes) > 1:
-            raise ValueError(f"fields have different batch sizes: {sorted(sizes)}")
-        batch_size = sizes.pop() if sizes else 0
-        ref = self.put_structured_object(
-            StructuredObjectPayload(metadata={"meta_info": meta_info}, buffers=fields),
-            partition=partition, chunk_bytes=chunk_bytes, policy=policy, config=config,
+        stage_ref = self.put_structured_object(
+            StructuredObjectPayload(
+                metadata={"meta_info": dict(meta_info),
+                          "dataproto": {"stage": stage, "namespace": ref.namespace,
+                                        "partition": ref.partition}},
+                buffers=fields),
+            partition=ref.partition, chunk_bytes=chunk_bytes, policy=policy, config=config,
             field_schemas={f"batch.{k}": s for k, s in (field_schemas or {}).items()})
-        index = {k: StructuredFieldLocation(stage, f"batch.{k}", "batch") for k in batch}
+        index = dict(ref.field_index)
+        index.update({k: StructuredFieldLocation(stage, f"batch.{k}", "batch") for k in batch})
         index.update({k: StructuredFieldLocation(stage, f"non_tensor_batch.{k}",
                                                  "non_tensor_batch") for k in non_tensor})
-        return MooncakeDataProtoRef(batch_size=batch_size, stage_refs={stage: ref},
-                                    field_index=index, meta_info=meta_info,
-                                    namespace=namespace, partition=partition)
+        written = set(batch) | set(non_tensor)
+        return MooncakeDataProtoRef(
+            batch_size=ref.batch_size, stage_refs={**ref.stage_refs, stage: stage_ref},
+            field_index=index, meta_info={**ref.meta_info, **dict(meta_info)},
+            namespace=ref.namespace, partition=ref.partition,
+            global_indexes=None if ref.global_indexes is None else list(ref.global_indexes),
+            encoded_non_tensor={k: v for k, v in ref.encoded_non_tensor.items()
+                                if k not in written})
+
+    def append_dataproto_fields(self, ref: Any, data: Any, *, stage: str,
+                                overwrite: bool = False, chunk_bytes: Optional[int] = None,
+                                policy: Optional[BundleTransferPolicy] = None,
+                                config: Any = None) -> MooncakeDataProtoRef:
+        """Adds the fields of a later stage (a DataProto-like object or an envelope /
+        field dict, as :meth:`put`) to the DataProto of `ref` (a ref or an exported
+        handle) as one new structured object; the stages already stored are not
+        rewritten. Returns a new ref (the old one still names only the old stages).
+
+        The new row-aligned fields must have the ref's batch size. A field name already
+        in the ref, or a stage name already in it, is a ValueError unless `overwrite`;
+        with `overwrite` an existing stage is replaced as a whole (the data must carry
+        every field of that stage; its old objects are removed once the new one is
+        written) and fields of other stages named again move to this one. meta_info keys
+        are merged (the new values win). Upstream: structured_object_store.py
+        append_dataproto_fields (documented behaviour)."""
+        ref = _resolve_dataproto_ref(ref)
+        batch, non_tensor, meta_info = _sections(data, "dataproto", None)
+        names = set(batch) | set(non_tensor)
+        size = _batch_size({**batch, **non_tensor}, ref.batch_size if names else None)
+        if names and size != ref.batch_size:
+            raise ValueError(f"appended fields have batch size {size}, the DataProto has "
+                             f"{ref.batch_size}")
+        dup = sorted(n for n in names if n in ref.field_index)
+        old_stage = ref.stage_refs.get(stage)
+        if not overwrite:
+            if dup:
+                raise ValueError(f"DataProto field(s) {dup} already exist "
+                                 "(overwrite=True replaces them)")
+            if old_stage is not None:
+                raise ValueError(f"DataProto stage {stage!r} already exists "
+                                 "(overwrite=True replaces it)")
+        elif old_stage is not None:
+            kept = sorted(n for n, loc in ref.field_index.items()
+                          if loc.stage == stage and n not in names)
+            if kept:
+                raise ValueError(f"overwriting stage {stage!r} must include existing fields "
+                                 f"{kept}")
+        new_ref = self._put_stage(ref, stage, batch, non_tensor, meta_info, chunk_bytes,
+                                  policy, config, None)
+        if old_stage is not None:
+            try:
+                self.remove_bundle(old_stage)
+            except KeyError:
+                pass
+        return new_ref
+
+    def dataproto_manifest_view(self, ref: Any) -> dict[str, Any]:
+        """An introspection view of a DataProto ref (or handle), built from its stage
+        manifests: namespace, partition, batch_size, global_indexes, meta_info_keys,
+        stages {stage: the stage object's metadata (its "dataproto" entry names the
+        stage)}, batch_fields / non_tensor_fields {field: {stage, member, manifest_key,
+        spec: the member's manifest node (codec, dtype, shape, ...)}}. Reads each stage
+        manifest once (KeyError when one is gone)."""
+        ref = _resolve_dataproto_ref(ref)
+        manifests = {st: self.resolve_manifest(r) for st, r in ref.stage_refs.items()}
+        view: dict[str, Any] = {
+            "namespace": ref.namespace, "partition": ref.partition,
+            "batch_size": ref.batch_size,
+            "global_indexes": None if ref.global_indexes is None else list(ref.global_indexes),
+            "meta_info_keys": list(ref.meta_info),
+            "stages": {st: dict(m.get("metadata", {})) for st, m in manifests.items()},
+            "batch_fields": {}, "non_tensor_fields": {},
+        }
+        for name, loc in ref.field_index.items():
+            m = manifests[loc.stage]
+            section = "batch_fields" if loc.section == "batch" else "non_tensor_fields"
+            view[section][name] = {"stage": loc.stage, "member": loc.member,
+                                   "manifest_key": ref.stage_refs[loc.stage].manifest_key,
+                                   "spec": m.get("members", {}).get(loc.member)}
+        return view
+
+    def cleanup_dataproto_append(self, previous_ref: Any, appended_ref: Any) -> None:
+        """Undoes an append_dataproto_fields whose result is not going to be used
+        (upstream: the DataProto catalog calls it when a publication of the appended
+        handle is rejected): removes the stage objects `appended_ref` holds that
+        `previous_ref` does not (a stage absent from it, or one it names by another
+        manifest key); everything `previous_ref` names stays. Either may be a ref or an
+        exported handle; objects already gone are fine."""
+        prev = _resolve_dataproto_ref(previous_ref)
+        new = _resolve_dataproto_ref(appended_ref)
+        keep = {r.manifest_key for r in prev.stage_refs.values()}
+        for stage_ref in new.stage_refs.values():
+            if stage_ref.manifest_key in keep:
+                continue
+            try:
+                self.remove_bundle(stage_ref)
+            except KeyError:
+                pass
 
     def put_dataproto(self, data: Any, **kw: Any) -> MooncakeDataProtoRef:
         return self.put(data, type="dataproto", **kw)
@@ -1046,6 +1136,59 @@ class MooncakeBundleTransfer:
                 self.remove_bundle(stage_ref)
             except KeyError:
                 pass
+
+
+def _sections(data: Any, type: str, field_schemas: Optional[Mapping[str, FieldSchema]]
+              ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(batch, non_tensor_batch, meta_info) of a put/append payload. ``type="dict"``: a
+    flat dict of fields (tensors to batch, the rest to non_tensor_batch; a FieldSchema's
+    metadata["section"] pins one). ``"dataproto"``: an object with those attributes, or
+    a mapping: an envelope when its keys are among the three section names, else the
+    batch fields themselves."""
+    if type == "dict":
+        if not isinstance(data, Mapping):
+            raise TypeError("type='dict' needs a mapping")
+        batch, non_tensor, meta_info = {}, {}, {}
+        for k, v in data.items():
+            section = ((field_schemas or {}).get(k) or FieldSchema("")).metadata.get(
+                "section")
+            if section is None:
+                section = "batch" if _is_tensor(v) else "non_tensor_batch"
+            if section == "meta_info":
+                meta_info[k] = v
+            elif section in ("batch", "non_tensor_batch"):
+                (batch if section == "batch" else non_tensor)[k] = v
+            else:
+                raise ValueError(f"field {k!r}: unknown section {section!r}")
+    elif type == "dataproto":
+        if isinstance(data, Mapping):
+            if data and set(data) <= {"batch", "non_tensor_batch", "meta_info"} and all(
+                    v is None or isinstance(v, Mapping) for v in data.values()):
+                get = data.get
+            else:
+                return dict(data), {}, {}
+        else:
+            def get(name):
+                return getattr(data, name, None)
+        batch = dict(get("batch") or {})
+        non_tensor = dict(get("non_tensor_batch") or {})
+        meta_info = dict(get("meta_info") or {})
+    else:
+        raise ValueError(f"unsupported Mooncake payload type: {type!r}")
+    overlap = sorted(set(batch) & set(non_tensor))
+    if overlap:
+        raise ValueError(f"batch and non_tensor_batch fields overlap: {overlap}")
+    return batch, non_tensor, meta_info
+
+
+def _batch_size(fields: Mapping[str, Any], default: Optional[int] = None) -> int:
+    """The common length of the row-aligned fields (0 / default when none has one);
+    ValueError when they differ."""
+    sizes = {len(v) for v in fields.values() if hasattr(v, "__len__")
+             and not isinstance(v, (str, bytes))}
+    if len(sizes) > 1:
+        raise ValueError(f"fields have different batch sizes: {sorted(sizes)}")
+    return sizes.pop() if sizes else (0 if default is None else default)
 
 
 def _copy_into(name: str, value: Any, dest: Any) -> Any:

@@ -218,6 +218,35 @@ static void rd_rows(mc_dipc_rd *r, mc_dipc_request *q, bool ranged)
     }
 }
 
+/* u32 n, then n rows of (key, u32 k, k x (u64 off, u64 len)): the segments of all rows
+ * go to q->segs in order. */
+static void rd_multi_rows(mc_dipc_rd *r, mc_dipc_request *q)
+{
+    q->n = mc_dipc_count(r, MC_DIPC_MAX_BATCH, 4 + 1 + 4);
+    if (r->bad)
+        return;
+    free(q->rows);
+    q->rows = mc_xcalloc(q->n ? q->n : 1, sizeof *q->rows);
+    size_t cap = 0;
+    for (uint32_t i = 0; i < q->n && !r->bad; i++) {
+        mc_dipc_row *row = &q->rows[i];
+        rd_key(r, row);
+        uint32_t k = mc_dipc_count(r, MC_DIPC_MAX_SEGS, 16);
+        if (r->bad)
+            break;
+        row->seg0 = q->nsegs;
+        row->nseg = k;
+        if ((size_t)q->nsegs + k > cap) {
+            cap = ((size_t)q->nsegs + k) * 2;
+            q->segs = mc_xrealloc(q->segs, cap * sizeof *q->segs);
+        }
+        for (uint32_t j = 0; j < k; j++) {
+            q->segs[q->nsegs].off = mc_dipc_u64(r);
+            q->segs[q->nsegs++].len = mc_dipc_u64(r);
+        }
+    }
+}
+
 int mc_dipc_decode_request(uint16_t op, const void *body, size_t len, mc_dipc_request *out)
 {
     memset(out, 0, sizeof *out);
@@ -268,7 +297,16 @@ int mc_dipc_decode_request(uint16_t op, const void *body, size_t len, mc_dipc_re
         rd_rows(&r, out, true);
         break;
     case MC_DIPC_BATCH_IS_EXIST:
+    case MC_DIPC_REPLICA_DESC:
         rd_rows(&r, out, false);
+        break;
+    case MC_DIPC_BATCH_PUT_MULTI:
+        rd_multi_rows(&r, out);
+        out->replica_num = mc_dipc_u32(&r);
+        break;
+    case MC_DIPC_BATCH_GET_MULTI:
+        rd_multi_rows(&r, out);
+        out->prefer_same_node = mc_dipc_u8(&r) != 0;
         break;
     case MC_DIPC_BATCH_REMOVE:
         rd_rows(&r, out, false);
@@ -295,4 +333,7 @@ void mc_dipc_request_free(mc_dipc_request *r)
     free(r->rows);
     r->rows = NULL;
     r->n = 0;
+    free(r->segs);
+    r->segs = NULL;
+    r->nsegs = 0;
 }

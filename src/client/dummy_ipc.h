@@ -66,8 +66,20 @@ enum {
     MC_DIPC_BATCH_UPSERT_FROM = 17, /* as BATCH_PUT_FROM, replacing */
     MC_DIPC_REMOVE_BY_REGEX = 18, /* bytes pattern (<= MC_DIPC_KEY_MAX), u8 force ->
                                      (status: count) */
-    MC_DIPC_OP_MAX = 18,
+    /* The scatter-gather forms (upstream batch_put_from_multi_buffers /
+     * batch_get_into_multi_buffers) over the pool: object i is the concatenation of its
+     * segments, each (u64 pool offset, u64 length), at most MC_DIPC_MAX_SEGS per key. */
+    MC_DIPC_BATCH_PUT_MULTI = 19, /* u32 n, n x (key, u32 k, k x (u64 off, u64 len)),
+                                     u32 replica_num -> u32 n, n x i64 */
+    MC_DIPC_BATCH_GET_MULTI = 20, /* u32 n, n x (key, u32 k, k x (u64 off, u64 len)),
+                                     u8 prefer_same_node -> u32 n, n x i64 (bytes read) */
+    MC_DIPC_REPLICA_DESC = 21, /* u32 n, n x key -> u32 n, n x (i64 result, u32 count,
+                                  count x (u32 status, u8 replica_type, u64 size,
+                                  u64 buffer_address, bytes endpoint, bytes protocol)) */
+    MC_DIPC_OP_MAX = 21,
 };
+
+#define MC_DIPC_MAX_SEGS 4096u /* segments per key of the multi-buffer ops */
 
 /* The abstract socket name for port (sun_path bytes, leading NUL included): written to
  * out (>= 108 bytes); returns its length. */
@@ -123,7 +135,12 @@ typedef struct mc_dipc_row {
     const void *key; /* into the body; 1..MC_DIPC_KEY_MAX bytes */
     size_t key_len;
     uint64_t off, len; /* pool offset and length (bytes) for the pool ops; else 0 */
+    uint32_t seg0, nseg; /* the multi-buffer ops: segs[seg0 .. seg0 + nseg) */
 } mc_dipc_row;
+
+typedef struct mc_dipc_seg {
+    uint64_t off, len; /* bytes of the pool */
+} mc_dipc_seg;
 
 typedef struct mc_dipc_request {
     uint16_t op;
@@ -134,6 +151,9 @@ typedef struct mc_dipc_request {
     bool force;           /* REMOVE, REMOVE_ALL, BATCH_REMOVE */
     uint32_t n;           /* rows used (single-key ops: 1; STATS/HELLO/REMOVE_ALL: 0) */
     mc_dipc_row *rows;    /* malloc'd (never NULL after a successful decode) */
+    bool prefer_same_node; /* BATCH_GET_MULTI */
+    uint32_t nsegs;       /* BATCH_PUT_MULTI / BATCH_GET_MULTI: all rows' segments */
+    mc_dipc_seg *segs;    /* malloc'd or NULL */
 } mc_dipc_request;
 
 /* mc_dipc_decode_request: decodes the body of request op (without MC_DIPC_REPLY) as the

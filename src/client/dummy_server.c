@@ -301,6 +301,92 @@ static int64_t op_batch_keys(req *q, bool remove)
     return MC_OK;
 }
 
+/* BATCH_PUT_MULTI / BATCH_GET_MULTI: each key's segments must lie in the pool (else
+ * that key gets MC_INVALID_PARAMS); the others go to the store in one call. Replies
+ * u32 n, n x i64. */
+static int64_t op_batch_multi(req *q, bool put)
+{
+    uint32_t n = q->d.n, m = 0;
+    size_t a = n ? n : 1;
+    int64_t *out = mc_xcalloc(a, sizeof *out);
+    uint32_t *map = mc_xcalloc(a, sizeof *map);
+    mc_store_key *k = mc_xcalloc(a, sizeof *k);
+    const mc_store_iov **iovs = mc_xcalloc(a, sizeof *iovs);
+    size_t *cnt = mc_xcalloc(a, sizeof *cnt);
+    mc_store_iov *all = mc_xcalloc(q->d.nsegs ? q->d.nsegs : 1, sizeof *all);
+    int64_t *gres = mc_xcalloc(a, sizeof *gres);
+    int *pres = mc_xcalloc(a, sizeof *pres);
+    for (uint32_t i = 0; i < n; i++) {
+        const mc_dipc_row *row = &q->d.rows[i];
+        bool ok = row->nseg > 0;
+        for (uint32_t j = 0; j < row->nseg && ok; j++) {
+            const mc_dipc_seg *sg = &q->d.segs[row->seg0 + j];
+            all[row->seg0 + j].base = pool_at(q->c, sg->off, sg->len);
+            all[row->seg0 + j].len = sg->len;
+            ok = all[row->seg0 + j].base != NULL;
+        }
+        if (!ok) {
+            out[i] = MC_INVALID_PARAMS;
+            continue;
+        }
+        map[m] = i;
+        k[m] = key_of(row);
+        iovs[m] = &all[row->seg0];
+        cnt[m++] = row->nseg;
+    }
+    int rc = MC_OK;
+    if (m && put) {
+        mc_store_replicate_config cfg;
+        cfg_from(&cfg, q->d.replica_num);
+        rc = mc_store_batch_put_from_multi_buffers(q->c->srv->store, k, m, iovs, cnt, &cfg,
+                                                   pres);
+    } else if (m) {
+        rc = mc_store_batch_get_into_multi_buffers(q->c->srv->store, k, m, iovs, cnt,
+                                                   q->d.prefer_same_node, gres);
+    }
+    for (uint32_t j = 0; j < m; j++)
+        out[map[j]] = rc != MC_OK ? rc : put ? pres[j] : gres[j];
+    mc_dipc_put_u32(&q->extra, n);
+    for (uint32_t i = 0; i < n; i++)
+        mc_dipc_put_i64(&q->extra, out[i]);
+    free(out), free(map), free(k), free(iovs), free(cnt), free(all), free(gres), free(pres);
+    return MC_OK;
+}
+
+/* REPLICA_DESC: one batch lookup (it grants read leases, as on the real client). */
+static int64_t op_replica_desc(req *q)
+{
+    uint32_t n = q->d.n;
+    size_t a = n ? n : 1;
+    mc_store_key *k = mc_xcalloc(a, sizeof *k);
+    mc_store_replica_list *ls = mc_xcalloc(a, sizeof *ls);
+    int *res = mc_xcalloc(a, sizeof *res);
+    for (uint32_t i = 0; i < n; i++)
+        k[i] = key_of(&q->d.rows[i]);
+    int rc = n ? mc_store_batch_get_replica_desc(q->c->srv->store, k, n, ls, res) : MC_OK;
+    mc_dipc_put_u32(&q->extra, n);
+    for (uint32_t i = 0; i < n; i++) {
+        int r = rc != MC_OK ? rc : res[i];
+        uint32_t cnt = r == MC_OK ? ls[i].n : 0;
+        if (cnt > MC_STORE_MAX_REPLICAS)
+            cnt = MC_STORE_MAX_REPLICAS;
+        mc_dipc_put_i64(&q->extra, r);
+        mc_dipc_put_u32(&q->extra, cnt);
+        for (uint32_t j = 0; j < cnt; j++) {
+            const mc_store_replica_desc *d = &ls[i].replicas[j];
+            mc_dipc_put_u32(&q->extra, (uint32_t)d->status);
+            mc_dipc_put_u8(&q->extra, (uint8_t)d->replica_type);
+            mc_dipc_put_u64(&q->extra, d->size);
+            mc_dipc_put_u64(&q->extra, d->buffer_address);
+            mc_dipc_put_bytes(&q->extra, d->transport_endpoint,
+                              strnlen(d->transport_endpoint, sizeof d->transport_endpoint));
+            mc_dipc_put_bytes(&q->extra, d->protocol, strnlen(d->protocol, sizeof d->protocol));
+        }
+    }
+    free(k), free(ls), free(res);
+    return MC_OK;
+}
+
 static int64_t op_stats(req *q)
 {
     mc_dummy_stats st;
@@ -337,6 +423,9 @@ static int64_t dispatch(req *q)
     case MC_DIPC_BATCH_UPSERT_FROM: return op_batch_pool(q, true);
     case MC_DIPC_REMOVE_BY_REGEX:
         return mc_store_remove_by_regex(s, q->d.value, q->d.value_len, q->d.force);
+    case MC_DIPC_BATCH_PUT_MULTI: return op_batch_multi(q, true);
+    case MC_DIPC_BATCH_GET_MULTI: return op_batch_multi(q, false);
+    case MC_DIPC_REPLICA_DESC: return op_replica_desc(q);
     default: return MC_INVALID_PARAMS;
     }
 }

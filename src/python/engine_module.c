@@ -233,7 +233,7 @@ static int engine_exec(PyObject *m)
             return -1;
     if (PyModule_AddType(m, st->te_type) < 0 || PyModule_AddType(m, st->notify_type) < 0 ||
         PyModule_AddType(m, st->inner_type) < 0 || add_opcode_enum(m, st) < 0 ||
-        mc__py_add_error_code(m) < 0 || mc__py_route_logs() < 0)
+        mc__py_add_error_code(m) < 0 || mc__py_route_logs() < 0 || mcpy_engine_add_rpc(m) < 0)
         return -1;
     return 0;
 }

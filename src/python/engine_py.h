@@ -132,4 +132,9 @@ extern PyGetSetDef mcpy_te_getset[];           /* engine_misc.c */
 #define KW (PyCFunction)(void (*)(void))
 #define KWFLAGS (METH_VARARGS | METH_KEYWORDS)
 
+/* ---- engine_rpc.c ---- */
+/* Adds RpcInterface, CoroRPCInterface, ReceivedData, ReceivedTensor (from
+ * mooncake._rpc_interface) to module m. 0, or -1 with an exception set. */
+int mcpy_engine_add_rpc(PyObject *m);
+
 #endif

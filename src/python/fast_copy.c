@@ -28,6 +28,15 @@
  * Threads: the copy runs with the GIL released, so several Python threads may copy at
  * once; the caller keeps the destination memory alive and does not write the sources
  * during the call.
+ *
+ * export_arrow_u8(buffer, requested_schema=None) -> (schema capsule, array capsule) and
+ * pillow_arrow_view(image) -> read-only uint8 ndarray (upstream's newer releases ship both
+ * in the same module; behaviour as they document it): the first exports any C-contiguous
+ * buffer as an Arrow uint8 array through the Arrow C Data Interface's PyCapsule protocol
+ * without copying (the buffer view is held until the consumer calls release, which may
+ * happen on any thread: it takes the GIL); the second takes over (moves) the ArrowArray a
+ * Pillow image exports and views its pixel bytes, released when the view goes. The Arrow
+ * structs are the published ABI (see below); the code is ours.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -382,6 +391,292 @@ out_seq:
     return res;
 }
 
+/* ================================================================================== */
+/* Arrow C Data Interface helpers (upstream mooncake/_fast_copy.c, newer releases:     */
+/* export_arrow_u8, pillow_arrow_view).                                                */
+/* ================================================================================== */
+
+/* The two structs of the Arrow C Data Interface (a stable ABI published by Apache
+ * Arrow: arrow.apache.org/docs/format/CDataInterface.html); the guard is the one the
+ * specification gives, so a translation unit that already has them keeps its own. */
+#ifndef ARROW_C_DATA_INTERFACE
+#define ARROW_C_DATA_INTERFACE
+#define ARROW_FLAG_NULLABLE 2
+struct ArrowSchema {
+    const char *format;
+    const char *name;
+    const char *metadata;
+    int64_t flags;
+    int64_t n_children;
+    struct ArrowSchema **children;
+    struct ArrowSchema *dictionary;
+    void (*release)(struct ArrowSchema *);
+    void *private_data;
+};
+struct ArrowArray {
+    int64_t length;
+    int64_t null_count;
+    int64_t offset;
+    int64_t n_buffers;
+    int64_t n_children;
+    const void **buffers;
+    struct ArrowArray **children;
+    struct ArrowArray *dictionary;
+    void (*release)(struct ArrowArray *);
+    void *private_data;
+};
+#endif
+
+/* What an exported byte array owns (its private_data): the buffer pointers (validity:
+ * none, then the data) and the Python buffer view that keeps the bytes alive. The
+ * ArrowArray itself is a separate allocation that belongs to its capsule: a consumer may
+ * move the struct out (copy it, mark the capsule's copy released) and release the copy
+ * later from any thread, after the capsule is gone. */
+typedef struct {
+    const void *bufs[2];
+    Py_buffer view;
+} fc_u8_export;
+
+static void fc_u8_release(struct ArrowArray *a)
+{
+    if (!a || !a->release)
+        return;
+    fc_u8_export *e = a->private_data;
+    a->release = NULL; /* the specification: a released struct has release NULL */
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyBuffer_Release(&e->view);
+    PyGILState_Release(g);
+    PyMem_RawFree(e);
+}
+
+static void fc_schema_release(struct ArrowSchema *s)
+{
+    if (s)
+        s->release = NULL; /* static strings, nothing owned */
+}
+
+/* Capsule destructors: release what no consumer took, then free the capsule's struct. */
+static void fc_array_capsule_free(PyObject *cap)
+{
+    struct ArrowArray *a = PyCapsule_GetPointer(cap, "arrow_array");
+    if (!a) {
+        PyErr_Clear();
+        return;
+    }
+    if (a->release) /* not moved out by a consumer */
+        a->release(a);
+    PyMem_RawFree(a);
+}
+
+static void fc_schema_capsule_free(PyObject *cap)
+{
+    struct ArrowSchema *s = PyCapsule_GetPointer(cap, "arrow_schema");
+    if (!s) {
+        PyErr_Clear();
+        return;
+    }
+    if (s->release)
+        s->release(s);
+    PyMem_RawFree(s);
+}
+
+/* export_arrow_u8(buffer, requested_schema=None) -> (schema capsule, array capsule) */
+static PyObject *fc_export_arrow_u8(PyObject *mod, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"buffer", "requested_schema", NULL};
+    PyObject *obj, *requested = Py_None;
+    (void)mod;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:export_arrow_u8", kwlist, &obj, &requested))
+        return NULL;
+    if (requested != Py_None && !PyCapsule_IsValid(requested, "arrow_schema")) {
+        PyErr_SetString(PyExc_TypeError,
+                        "export_arrow_u8: requested_schema must be None or an "
+                        "'arrow_schema' capsule");
+        return NULL;
+    }
+    /* a requested schema is only a hint in the PyCapsule protocol: the bytes are
+     * always exported as uint8 ("C") */
+    fc_u8_export *e = PyMem_RawCalloc(1, sizeof(*e));
+    struct ArrowArray *a = PyMem_RawCalloc(1, sizeof(*a));
+    struct ArrowSchema *sc = PyMem_RawCalloc(1, sizeof(*sc));
+    PyObject *scap = NULL, *acap = NULL, *res = NULL;
+    if (!e || !a || !sc) {
+        PyMem_RawFree(e), PyMem_RawFree(a), PyMem_RawFree(sc);
+        return PyErr_NoMemory();
+    }
+    if (PyObject_GetBuffer(obj, &e->view, PyBUF_C_CONTIGUOUS) < 0) {
+        PyMem_RawFree(e), PyMem_RawFree(a), PyMem_RawFree(sc);
+        return NULL;
+    }
+    static const char empty[1];
+    e->bufs[0] = NULL; /* no validity bitmap: null_count is 0 */
+    e->bufs[1] = e->view.len ? e->view.buf : (const void *)empty;
+    a->length = (int64_t)e->view.len;
+    a->n_buffers = 2;
+    a->buffers = e->bufs;
+    a->release = fc_u8_release;
+    a->private_data = e;
+    sc->format = "C"; /* uint8 */
+    sc->name = "";
+    sc->flags = ARROW_FLAG_NULLABLE;
+    sc->release = fc_schema_release;
+    scap = PyCapsule_New(sc, "arrow_schema", fc_schema_capsule_free);
+    if (!scap) {
+        PyMem_RawFree(sc);
+        fc_u8_release(a);
+        PyMem_RawFree(a);
+        return NULL;
+    }
+    acap = PyCapsule_New(a, "arrow_array", fc_array_capsule_free);
+    if (!acap) {
+        fc_u8_release(a);
+        PyMem_RawFree(a);
+        Py_DECREF(scap);
+        return NULL;
+    }
+    res = PyTuple_Pack(2, scap, acap);
+    Py_DECREF(scap);
+    Py_DECREF(acap);
+    return res;
+}
+
+/* The pixels of a Pillow image, taken over from its Arrow export: the moved ArrowArray
+ * (released with this object) and its data bytes, exported read-only. */
+typedef struct {
+    PyObject_HEAD
+    struct ArrowArray array; /* moved from Pillow's capsule; released in dealloc */
+    const char *data;
+    Py_ssize_t len;
+} fc_pixels;
+
+static void fc_pixels_dealloc(PyObject *o)
+{
+    fc_pixels *p = (fc_pixels *)o;
+    PyTypeObject *tp = Py_TYPE(o);
+    if (p->array.release)
+        p->array.release(&p->array);
+    tp->tp_free(o);
+    Py_DECREF(tp);
+}
+
+static int fc_pixels_getbuffer(PyObject *o, Py_buffer *view, int flags)
+{
+    fc_pixels *p = (fc_pixels *)o;
+    static char empty[1];
+    return PyBuffer_FillInfo(view, o, p->len ? (void *)p->data : empty, p->len, 1, flags);
+}
+
+static PyType_Slot fc_pixels_slots[] = {
+    {Py_tp_dealloc, fc_pixels_dealloc},
+    {Py_bf_getbuffer, fc_pixels_getbuffer},
+    {Py_tp_doc, "Pixel bytes of a Pillow image held through its Arrow export (read-only)."},
+    {0, NULL},
+};
+
+static PyType_Spec fc_pixels_spec = {
+    .name = "mooncake._fast_copy._ArrowPixels",
+    .basicsize = sizeof(fc_pixels),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = fc_pixels_slots,
+};
+
+typedef struct {
+    PyTypeObject *pixels_type;
+} fc_state;
+
+/* Checks the layout Pillow exports (a fixed-size list "+w:<n>" of one uint8 child, one
+ * entry per pixel, or plain uint8 "C") and returns the byte count and data pointer. */
+static int fc_pixel_layout(const struct ArrowSchema *s, const struct ArrowArray *a,
+                           const char **data, Py_ssize_t *len)
+{
+    const struct ArrowSchema *cs = s;
+    const struct ArrowArray *ca = a;
+    if (!s->format || !a->release)
+        return -1;
+    if (strncmp(s->format, "+w:", 3) == 0) {
+        char *end;
+        long width = strtol(s->format + 3, &end, 10);
+        if (*end || width <= 0 || s->n_children != 1 || a->n_children != 1 || !s->children ||
+            !a->children || !s->children[0] || !a->children[0] || a->offset != 0 ||
+            a->null_count != 0 || a->length < 0 || a->length > INT64_MAX / width ||
+            (a->n_buffers >= 1 && a->buffers && a->buffers[0]))
+            return -1;
+        cs = s->children[0];
+        ca = a->children[0];
+        if (ca->length != a->length * width)
+            return -1;
+    }
+    if (!cs->format || strcmp(cs->format, "C") != 0 || cs->n_children != 0 ||
+        ca->n_children != 0 || ca->n_buffers != 2 || !ca->buffers || ca->buffers[0] ||
+        ca->offset != 0 || ca->null_count != 0 || ca->length < 0 ||
+        (ca->length > 0 && !ca->buffers[1]) || ca->length > PY_SSIZE_T_MAX || cs->dictionary ||
+        ca->dictionary)
+        return -1;
+    *data = ca->buffers[1];
+    *len = (Py_ssize_t)ca->length;
+    return 0;
+}
+
+/* pillow_arrow_view(image) -> read-only numpy uint8 array over the image's pixels */
+static PyObject *fc_pillow_arrow_view(PyObject *mod, PyObject *image)
+{
+    fc_state *st = PyModule_GetState(mod);
+    PyObject *caps = PyObject_CallMethod(image, "__arrow_c_array__", NULL);
+    if (!caps) {
+        if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError,
+                         "pillow_arrow_view: %.100s has no Arrow export (__arrow_c_array__); "
+                         "it needs a Pillow image (Pillow >= 11.2)", Py_TYPE(image)->tp_name);
+        }
+        return NULL;
+    }
+    struct ArrowSchema *s = NULL;
+    struct ArrowArray *a = NULL;
+    if (PyTuple_Check(caps) && PyTuple_GET_SIZE(caps) == 2) {
+        s = PyCapsule_GetPointer(PyTuple_GET_ITEM(caps, 0), "arrow_schema");
+        a = s ? PyCapsule_GetPointer(PyTuple_GET_ITEM(caps, 1), "arrow_array") : NULL;
+    }
+    if (!s || !a) {
+        Py_DECREF(caps);
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError,
+                            "pillow_arrow_view: __arrow_c_array__ did not return "
+                            "(schema, array) capsules");
+        return NULL;
+    }
+    const char *data;
+    Py_ssize_t len;
+    if (!s->release || fc_pixel_layout(s, a, &data, &len) < 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "pillow_arrow_view: unsupported Arrow layout %.40s (expected uint8 "
+                     "pixels: \"C\" or \"+w:<n>\" of \"C\")", s->format ? s->format : "?");
+        Py_DECREF(caps);
+        return NULL;
+    }
+    fc_pixels *px = PyObject_New(fc_pixels, st->pixels_type);
+    if (!px) {
+        Py_DECREF(caps);
+        return NULL;
+    }
+    px->array = *a;     /* move (Arrow specification: copy, then mark the source */
+    a->release = NULL;  /* released); the capsule then frees only its struct */
+    px->data = data;
+    px->len = len;
+    Py_DECREF(caps);
+    PyObject *np = PyImport_ImportModule("numpy");
+    if (!np) { /* without numpy: a read-only memoryview */
+        PyErr_Clear();
+        PyObject *mv = PyMemoryView_FromObject((PyObject *)px);
+        Py_DECREF(px);
+        return mv;
+    }
+    PyObject *arr = PyObject_CallMethod(np, "frombuffer", "Os", (PyObject *)px, "uint8");
+    Py_DECREF(np);
+    Py_DECREF(px);
+    return arr;
+}
+
 static PyMethodDef fc_methods[] = {
     {"concat_arrays_into", (PyCFunction)(void (*)(void))fc_concat_arrays_into,
      METH_VARARGS | METH_KEYWORDS,
@@ -390,10 +685,52 @@ static PyMethodDef fc_methods[] = {
      "C-contiguous) back to back into dest_ptr (an address or a writable buffer) with the\n"
      "GIL released, split over nthreads threads. Returns the bytes copied. ValueError when\n"
      "a source is not C-contiguous or the sources need more than dest_size bytes."},
+    {"export_arrow_u8", (PyCFunction)(void (*)(void))fc_export_arrow_u8,
+     METH_VARARGS | METH_KEYWORDS,
+     "export_arrow_u8(buffer, requested_schema=None) -> (schema_capsule, array_capsule)\n\n"
+     "Export the bytes of a C-contiguous buffer, without copying, as an Arrow uint8 array\n"
+     "through the Arrow PyCapsule interface (capsules 'arrow_schema' and 'arrow_array', as\n"
+     "__arrow_c_array__ returns them; e.g. pyarrow.Array._import_from_c_capsule). The\n"
+     "buffer stays referenced until the consumer releases the array. requested_schema is\n"
+     "accepted and ignored (the export is always uint8)."},
+    {"pillow_arrow_view", fc_pillow_arrow_view, METH_O,
+     "pillow_arrow_view(image) -> numpy.ndarray\n\n"
+     "A read-only flat uint8 array over a Pillow image's pixel storage, without copying,\n"
+     "through the image's Arrow export (Pillow >= 11.2: __arrow_c_array__). The pixels stay\n"
+     "alive as long as the array. TypeError for an object without an Arrow export,\n"
+     "ValueError for a layout other than uint8 pixels (\"C\", or \"+w:<n>\" of \"C\")."},
     {NULL, NULL, 0, NULL},
 };
 
+static int fc_exec(PyObject *m)
+{
+    fc_state *st = PyModule_GetState(m);
+    st->pixels_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &fc_pixels_spec, NULL);
+    return st->pixels_type ? 0 : -1;
+}
+
+static int fc_traverse(PyObject *m, visitproc visit, void *arg)
+{
+    fc_state *st = PyModule_GetState(m);
+    Py_VISIT(st ? st->pixels_type : NULL);
+    return 0;
+}
+
+static int fc_clear(PyObject *m)
+{
+    fc_state *st = PyModule_GetState(m);
+    if (st)
+        Py_CLEAR(st->pixels_type);
+    return 0;
+}
+
+static void fc_free(void *m)
+{
+    fc_clear((PyObject *)m);
+}
+
 static PyModuleDef_Slot fc_slots[] = {
+    {Py_mod_exec, fc_exec},
 #if PY_VERSION_HEX >= 0x030C0000
     {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
 #endif
@@ -405,9 +742,12 @@ static PyModuleDef fc_def = {
     .m_name = "mooncake._fast_copy",
     .m_doc = "Scatter-gather copy of many buffers into one destination, GIL released "
              "(upstream's mooncake._fast_copy).",
-    .m_size = 0,
+    .m_size = sizeof(fc_state),
     .m_methods = fc_methods,
     .m_slots = fc_slots,
+    .m_traverse = fc_traverse,
+    .m_clear = fc_clear,
+    .m_free = fc_free,
 };
 
 PyMODINIT_FUNC PyInit__fast_copy(void);

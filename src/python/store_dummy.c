@@ -7,6 +7,8 @@
  * check in each method's C code. GIL held throughout. */
 #include "store_py.h"
 
+#include <stdio.h>
+
 #include "mooncake/log.h"
 #include "mooncake/status.h"
 
@@ -86,6 +88,51 @@ static PyObject *store_dummy_clear(PyObject *o, PyObject *args, PyObject *kwds)
     Py_RETURN_NONE;
 }
 
+/* _dummy_replicas(rows) -> list[ReplicaDescriptor]: the dummy's get_replica_desc answer
+ * (rows of (status, replica_type, size, buffer_address, endpoint, protocol) as the real
+ * client sent them) as the same objects a real client returns. */
+static PyObject *store_dummy_replicas(PyObject *o, PyObject *args, PyObject *kwds)
+{
+    static char *kw[] = {"rows", NULL};
+    PyObject *rows;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!:_dummy_replicas", kw, &PyList_Type, &rows))
+        return NULL;
+    mcpy_state *st = mcpy_state_of(o);
+    if (!st)
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(rows);
+    if (n > MC_STORE_MAX_REPLICAS) {
+        PyErr_SetString(PyExc_ValueError, "_dummy_replicas: too many replicas");
+        return NULL;
+    }
+    mc_store_replica_list *l = PyMem_Calloc(1, sizeof(*l));
+    if (!l)
+        return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++) {
+        mc_store_replica_desc *d = &l->replicas[i];
+        int status, type;
+        unsigned long long size, addr;
+        const char *ep, *proto;
+        Py_ssize_t epn, proton;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(rows, i), "iiKKs#s#:_dummy_replicas", &status,
+                              &type, &size, &addr, &ep, &epn, &proto, &proton)) {
+            PyMem_Free(l);
+            return NULL;
+        }
+        d->status = status;
+        d->replica_type = type;
+        d->is_memory = type == 0;
+        d->size = size;
+        d->buffer_address = addr;
+        snprintf(d->transport_endpoint, sizeof d->transport_endpoint, "%.*s", (int)epn, ep);
+        snprintf(d->protocol, sizeof d->protocol, "%.*s", (int)proton, proto);
+    }
+    l->n = (uint32_t)n;
+    PyObject *ret = mcpy_replica_list_to_py(st, l);
+    PyMem_Free(l);
+    return ret;
+}
+
 PyMethodDef mcpy_dummy_methods[] = {
     MCPY_M("setup_dummy", store_setup_dummy,
       "setup_dummy(mem_pool_size: int, local_buffer_size: int, server_address: str) -> int: "
@@ -98,6 +145,9 @@ PyMethodDef mcpy_dummy_methods[] = {
       "alloc_from_mem_pool(size: int) -> int: address of size bytes of the dummy client's "
       "shared pool (64-byte aligned; 0 when the pool is exhausted or this is not a dummy "
       "client)."),
+    MCPY_M("_dummy_replicas", store_dummy_replicas,
+      "_dummy_replicas(rows) -> list[ReplicaDescriptor]: internal (mooncake._dummy_client): "
+      "replica descriptors from the rows a real client sent."),
     MCPY_M("_dummy_clear", store_dummy_clear,
       "_dummy_clear() -> None: internal (mooncake._dummy_client): drops the dummy view."),
     {NULL, NULL, 0, NULL},

@@ -3,7 +3,8 @@
  * (refused: the connection closes), then body_len bytes decoded as the header's request.
  * Invariants: an accepted header re-encodes to the same 16 bytes and its body_len is
  * within the limit; every decoded key and value lies inside the body, keys are
- * 1..MC_DIPC_KEY_MAX bytes, counts are within MC_DIPC_MAX_BATCH; a request that decodes
+ * 1..MC_DIPC_KEY_MAX bytes, counts are within MC_DIPC_MAX_BATCH (segments per key within
+ * MC_DIPC_MAX_SEGS, inside the decoded segment list); a request that decodes
  * re-encodes (with the writer) to the same body. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -51,6 +52,7 @@ static void encode(const mc_dipc_request *r, mc_dipc_wr *w)
     case MC_DIPC_BATCH_UPSERT_FROM:
     case MC_DIPC_BATCH_GET_INTO:
     case MC_DIPC_BATCH_IS_EXIST:
+    case MC_DIPC_REPLICA_DESC:
     case MC_DIPC_BATCH_REMOVE: {
         bool ranged = r->op == MC_DIPC_BATCH_PUT_FROM || r->op == MC_DIPC_BATCH_GET_INTO ||
                       r->op == MC_DIPC_BATCH_UPSERT_FROM;
@@ -73,6 +75,22 @@ static void encode(const mc_dipc_request *r, mc_dipc_wr *w)
         mc_dipc_put_u8(w, r->force);
         break;
     case MC_DIPC_REMOVE_ALL: mc_dipc_put_u8(w, r->force); break;
+    case MC_DIPC_BATCH_PUT_MULTI:
+    case MC_DIPC_BATCH_GET_MULTI:
+        mc_dipc_put_u32(w, r->n);
+        for (uint32_t i = 0; i < r->n; i++) {
+            mc_dipc_put_bytes(w, r->rows[i].key, r->rows[i].key_len);
+            mc_dipc_put_u32(w, r->rows[i].nseg);
+            for (uint32_t j = 0; j < r->rows[i].nseg; j++) {
+                mc_dipc_put_u64(w, r->segs[r->rows[i].seg0 + j].off);
+                mc_dipc_put_u64(w, r->segs[r->rows[i].seg0 + j].len);
+            }
+        }
+        if (r->op == MC_DIPC_BATCH_PUT_MULTI)
+            mc_dipc_put_u32(w, r->replica_num);
+        else
+            mc_dipc_put_u8(w, r->prefer_same_node);
+        break;
     default: break;
     }
 }
@@ -107,13 +125,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     abort();
             if (!inside(r.value, r.value_len, body, h.body_len))
                 abort();
+            /* the multi-buffer rows' segments: each row's range inside segs */
+            for (uint32_t i = 0; i < r.n; i++)
+                if (r.rows[i].nseg > MC_DIPC_MAX_SEGS ||
+                    (size_t)r.rows[i].seg0 + r.rows[i].nseg > r.nsegs)
+                    abort();
             mc_dipc_wr w;
             mc_dipc_wr_init(&w);
             encode(&r, &w);
             size_t n = w.n - MC_DIPC_HDR;
             /* force is a byte read as a bool: only 0/1 re-encode identically */
             bool has_force = r.op == MC_DIPC_REMOVE || r.op == MC_DIPC_REMOVE_ALL ||
-                             r.op == MC_DIPC_BATCH_REMOVE || r.op == MC_DIPC_REMOVE_BY_REGEX;
+                             r.op == MC_DIPC_BATCH_REMOVE || r.op == MC_DIPC_REMOVE_BY_REGEX ||
+                             r.op == MC_DIPC_BATCH_GET_MULTI; /* prefer_same_node too */
             if (n != h.body_len)
                 abort();
             if (!has_force && memcmp(w.p + MC_DIPC_HDR, body, n) != 0)

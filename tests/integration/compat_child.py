@@ -110,3 +110,18 @@ def fn_pool_threads(store, threads, rounds, size):
     stats = pool.stats()
     pool.close()
     return errors, stats
+
+
+def fn_dataproto_fields(store, prefix, handle):
+    """Reads an exported DataProto handle; the sorted names of the fields it got (each
+    with 4 rows)."""
+    from mooncake.structured_object_store import MooncakeBundleTransfer
+
+    t = MooncakeBundleTransfer(store, key_prefix=prefix)
+    try:
+        out = t.get_dataproto(handle)
+        fields = {**out.batch, **out.non_tensor_batch}
+        assert all(len(v) == 4 for v in fields.values())
+        return sorted(fields)
+    finally:
+        t.close()

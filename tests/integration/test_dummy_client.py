@@ -95,7 +95,7 @@ def test_two_dummies_share_one_real_client(env):
     assert a.call("unmount_segment", ["x"]) == -1
     # a method a dummy does not forward says so
     with pytest.raises(RuntimeError, match="not available on a dummy client"):
-        a.call("get_replica_desc", "k")
+        a.call("get_into_ranges", [], [], [], [], [])
     assert a.call("close") == 0 and a.call("health_check") == 1
 
 
@@ -202,3 +202,38 @@ def test_real_client_refuses_bad_pools_and_frames(env):
     s = _stats(watcher)
     assert s["refused"] >= before + 2 and s["pools"] == 1
     assert watcher.call("put", "still-fine", b"ok") == 0
+
+
+def test_dummy_forwards_multi_buffers_replicas_buffers(env):
+    cluster, real, dummy = env
+    a, b = dummy(), dummy()
+    # scatter-gather on pool memory (the real client gathers/scatters in the pool) and on
+    # memory outside it (inline); the other dummy reads what one wrote
+    assert a.fn("multi_roundtrip", "m-pool", [1000, 1, 70_000]) == ([0], [71_001], True)
+    assert b.fn("multi_roundtrip", "m-raw", [5, 3000], False) == ([0], [3005], True)
+    assert b.fn("pool_read", "m-pool", 71_001) == (71_001, True)
+    # buffers too small for the object: -600; a miss: its code
+    small, miss = a.fn("multi_too_small", "m-pool", 1000)
+    assert small == -600 and miss < 0
+    # replica descriptors name the real client's segment, as on the real client
+    reps = b.fn("replica_desc", "m-pool")
+    assert reps == [(True, a.hostname, 71_001)]
+    assert a.fn("replica_desc", "absent") == []
+    assert a.fn("batch_replica_desc", ["m-pool", "m-raw", "absent"]) == {"m-pool": 1,
+                                                                         "m-raw": 1}
+    # get_buffer: the bytes, ptr(), size(), the buffer protocol
+    assert a.fn("get_buffer", "m-raw") == (3005, value_for("m-raw", 3005), True, 3005)
+    assert a.fn("get_buffer", "absent") is None
+    real.stop()
+    assert a.fn("replica_desc", "m-pool") == []
+    assert a.call("batch_put_from_multi_buffers", ["k"], [[1]], [[1]]) == [RPC_FAIL]
+
+
+def test_dummy_tensor_calls(env):
+    pytest.importorskip("torch")
+    cluster, real, dummy = env
+    a, b = dummy(), dummy()
+    checks = a.fn("tensor_roundtrip")
+    assert checks == {k: True for k in checks}, checks
+    # the other dummy reads the tensor objects through its own forwarding
+    assert b.fn("tensor_shape", "t-b1") == [4, 6]

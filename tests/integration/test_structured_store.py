@@ -189,3 +189,76 @@ def test_result_types_aliases_and_dataproto_wrappers(transfer):
     assert torch.equal(out["batch"]["t"], torch.ones(2)) and out["meta_info"] == {"m": 1}
     with pytest.raises(ValueError, match="version"):
         import_ref({**handle, "version": 99})
+
+
+def _dp(batch=None, non_tensor=None, meta=None):
+    data = type("DP", (), {})()
+    data.batch, data.non_tensor_batch, data.meta_info = batch or {}, non_tensor or {}, \
+        meta or {}
+    return data
+
+
+def _stored(store, ref):
+    """Whether every stage manifest of a DataProto ref is in the store."""
+    return [store.is_exist(r.manifest_key) == 1 for r in ref.stage_refs.values()]
+
+
+def test_dataproto_append_fields_view_and_cleanup(store, transfer, peer):
+    ids = torch.arange(8).reshape(4, 2)
+    ref = transfer.put_dataproto(_dp({"input_ids": ids}, {"uid": np.array(list("abcd"))},
+                                     {"step": 1}),
+                                 namespace="roll", partition="train", stage="rollout")
+    first_key = ref.stage_refs["rollout"].manifest_key
+    # a later stage adds fields for the same rows; nothing already stored is rewritten
+    logp = torch.randn(4)
+    ref2 = transfer.append_dataproto_fields(export_dataproto_ref(ref),
+                                            _dp({"old_log_probs": logp}, None,
+                                                {"stage": "old_log_prob"}),
+                                            stage="old_log_prob")
+    assert set(ref.stage_refs) == {"rollout"}  # the old ref is untouched
+    assert set(ref2.stage_refs) == {"rollout", "old_log_prob"}
+    assert ref2.stage_refs["rollout"].manifest_key == first_key
+    out = transfer.get_dataproto(ref2)
+    assert torch.equal(out.batch["input_ids"], ids)
+    assert torch.equal(out.batch["old_log_probs"], logp)
+    assert out.meta_info == {"step": 1, "stage": "old_log_prob"}
+    # another process reads the appended handle
+    handle = export_dataproto_ref(ref2)
+    assert peer.fn("dataproto_fields", transfer.key_prefix, handle) == [
+        "input_ids", "old_log_probs", "uid"]
+    # the view comes from the stage manifests
+    view = transfer.dataproto_manifest_view(handle)
+    assert (view["namespace"], view["partition"], view["batch_size"]) == ("roll", "train", 4)
+    assert view["stages"]["old_log_prob"]["dataproto"]["stage"] == "old_log_prob"
+    assert set(view["batch_fields"]) == {"input_ids", "old_log_probs"}
+    assert view["batch_fields"]["old_log_probs"]["stage"] == "old_log_prob"
+    assert isinstance(view["batch_fields"]["input_ids"]["spec"], dict)
+    assert set(view["non_tensor_fields"]) == {"uid"} and view["meta_info_keys"] == [
+        "step", "stage"]
+    # refused appends: a field that exists, another batch size, a stage that exists,
+    # an overwrite that drops a field of the stage it replaces
+    with pytest.raises(ValueError, match="already exist"):
+        transfer.append_dataproto_fields(ref2, _dp({"input_ids": ids}), stage="dup")
+    with pytest.raises(ValueError, match="batch size"):
+        transfer.append_dataproto_fields(ref2, _dp({"v": torch.ones(3)}), stage="v")
+    with pytest.raises(ValueError, match="already exists"):
+        transfer.append_dataproto_fields(ref2, _dp({"v": torch.ones(4)}), stage="rollout")
+    with pytest.raises(ValueError, match="must include existing fields"):
+        transfer.append_dataproto_fields(ref2, _dp({"input_ids": ids}), stage="rollout",
+                                         overwrite=True)
+    # overwrite replaces a whole stage and removes its old objects
+    ids2 = ids + 100
+    ref3 = transfer.append_dataproto_fields(
+        ref2, _dp({"input_ids": ids2}, {"uid": np.array(list("wxyz"))}), stage="rollout",
+        overwrite=True)
+    assert store.is_exist(first_key) == 0
+    assert torch.equal(transfer.get_dataproto(ref3).batch["input_ids"], ids2)
+    # a rejected append is undone without touching what the previous handle names
+    ref4 = transfer.append_dataproto_fields(ref3, {"critic": torch.zeros(4)}, stage="critic")
+    assert _stored(store, ref4) == [True] * 3
+    transfer.cleanup_dataproto_append(export_dataproto_ref(ref3), export_dataproto_ref(ref4))
+    assert store.is_exist(ref4.stage_refs["critic"].manifest_key) == 0
+    assert _stored(store, ref3) == [True, True]
+    assert torch.equal(transfer.get_dataproto(ref3).batch["old_log_probs"], logp)
+    transfer.cleanup_dataproto(ref3)
+    assert _stored(store, ref3) == [False, False]
