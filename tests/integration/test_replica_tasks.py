@@ -161,3 +161,46 @@ def test_executor_death_fails_the_task(cluster):
         assert reader.get(k) == value_for(k, SIZE)
     finally:
         slow.kill()
+
+
+def test_master_task_flags():
+    """The task-manager flags upstream has: the limits and timeouts act; a retry count
+    other than the default is refused (failed tasks are not retried here)."""
+    import subprocess
+
+    from conftest import free_port, tool
+
+    r = subprocess.run([tool("mooncake_master"), "--rpc_address=127.0.0.1",
+                        f"--rpc_port={free_port()}", "--max_retry_attempts=3"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "does not retry" in r.stderr, r.stderr
+
+    sp = _Spawner()
+    c = StoreCluster(sp, "--max_total_pending_tasks=1", "--pending_task_timeout_sec=1")
+    a = slow = None
+    reader = MooncakeDistributedStore()
+    try:
+        assert reader.setup(*c.setup_args(segment=0)) == 0
+        a = StoreProc(c.setup_args(segment=32 << 20))
+        # an executor that does not poll again for a minute: its task stays PENDING
+        slow = StoreProc(c.setup_args(segment=32 << 20), env={"MC_TASK_POLL_MS": "60000"})
+        assert (a.setup_rc, slow.setup_rc) == (0, 0)
+        k = K("limits")
+        assert a.fn("put_values", [k], SIZE, preferred=a.hostname) == [0]
+        tid, rc = a.call("create_copy_task", k, [slow.hostname])
+        assert rc == OK
+        TASK_PENDING_LIMIT_EXCEEDED = -1401
+        assert a.call("create_copy_task", k, [slow.hostname]) == ((0, 0),
+                                                                 TASK_PENDING_LIMIT_EXCEEDED)
+        resp = finished(reader, tuple(tid))  # the pending timeout
+        assert resp.status == TaskStatus.FAILED
+        assert "not fetched" in resp.message, resp.message
+        # the limit counts unfinished tasks only
+        tid2, rc = a.call("create_copy_task", k, [slow.hostname])
+        assert rc == OK
+    finally:
+        reader.close()
+        for p in (a, slow):
+            if p:
+                p.close()
+        sp.cleanup()
