@@ -752,6 +752,10 @@ void mc__tasks_create(mc_master_service *svc);
 void mc__tasks_destroy(mc_master_service *svc);
 /* Tick: fails tasks past their timeouts or whose target segment went. No lock held. */
 void mc__tasks_tick(mc_master_service *svc, uint64_t now);
+/* An upsert is about to rewrite o's bytes: the unfinished tasks of its key will not
+ * commit (their copy may mix old and new bytes). Cheap when no task is unfinished.
+ * Caller holds o's shard mutex. */
+void mc__tasks_rewritten(mc_master_service *svc, obj *o);
 
 /* ---- writes.c / service.c ---- */
 

@@ -25,7 +25,9 @@
  * remove (the deferred list of space.c), so a reader still transferring from it finishes
  * first. The object is leased at creation so eviction leaves the source alone while the
  * executor fetches; at commit the source replica must still be the object's (same slot
- * and address), else the copy is refused (the source may have been removed meanwhile).
+ * and address), else the copy is refused (the source may have been removed meanwhile). An
+ * upsert of the key while a task is unfinished (it may rewrite the source in place) marks
+ * the task stale: a stale part never commits.
  *
  * State (struct mc__tasks, one mutex, a leaf): `active` (PENDING / PROCESSING tasks,
  * oldest first) and `done` (SUCCESS / FAILED, oldest first, at most
@@ -57,6 +59,7 @@ typedef struct task {
     uint64_t src_addr;
     char src_endpoint[MC_MASTER_NAME_MAX];
     uint32_t nparts, ndone, nfailed;
+    bool stale; /* an upsert rewrote the object: no part may commit */
     tpart parts[MC_MASTER_MAX_TASK_TARGETS];
     size_t klen;
     uint8_t *key; /* freed when the task finishes */
@@ -66,6 +69,7 @@ struct mc__tasks {
     pthread_mutex_t mu;
     mc_list active, done;
     size_t nactive, npending, nprocessing, ndone;
+    counter unfinished; /* nactive, readable without mu (the upsert hook's fast path) */
 };
 
 void mc__tasks_create(mc_master_service *svc)
@@ -159,6 +163,7 @@ static void finish_locked(mc_master_service *svc, task *k, int status, const cha
         snprintf(k->info.message, sizeof k->info.message, "%s", msg);
     mc_list_remove(&k->link);
     t->nactive--;
+    csub(&t->unfinished, 1);
     free(k->key);
     k->key = NULL;
     mc_list_push_back(&t->done, &k->link);
@@ -307,6 +312,7 @@ static int create(mc_master_service *svc, int type, const void *key, size_t key_
     pthread_mutex_lock(&t->mu);
     mc_list_push_back(&t->active, &k->link);
     t->nactive++;
+    cadd(&t->unfinished, 1);
     t->npending++;
     pthread_mutex_unlock(&t->mu);
     mc_log(MC_LOG_INFO, TAG, "%s task %016llx%016llx: %zu target(s), %llu bytes",
@@ -431,10 +437,14 @@ static int commit(mc_master_service *svc, const task *k, tpart *p, bool move, ch
     shard *sh = lock_key(svc, k->key, k->klen, h, &o);
     int rc = MC_OK;
     int src = -1;
+    pthread_mutex_lock(&svc->tasks->mu); /* shard.mu -> tasks.mu (a leaf): in order */
+    task *live = find_in(&svc->tasks->active, k->info.id);
+    bool stale = !live || live->stale;
+    pthread_mutex_unlock(&svc->tasks->mu);
     pthread_rwlock_rdlock(&svc->seg_lock);
-    if (!o || (o->flags & F_PROC) || o->size != k->size) {
+    if (!o || (o->flags & F_PROC) || o->size != k->size || stale) {
         rc = MC_OBJECT_NOT_FOUND;
-        snprintf(msg, msz, "the object was removed or replaced during the copy");
+        snprintf(msg, msz, "the object was removed or rewritten during the copy");
     } else if (!seg_same(svc, p->slot, p->seg_id) || svc->segs[p->slot]->unmounting) {
         rc = MC_SEGMENT_NOT_FOUND;
         snprintf(msg, msz, "the target segment %.200s went during the copy", p->endpoint);
@@ -560,6 +570,20 @@ int mc_master_service_mark_task_to_complete(mc_master_service *svc, mc_master_uu
     pthread_mutex_unlock(&t->mu);
     count_op(svc, MC_MASTER_OP_MARK_TASK_TO_COMPLETE, MC_OK);
     return MC_OK;
+}
+
+void mc__tasks_rewritten(mc_master_service *svc, obj *o)
+{
+    struct mc__tasks *t = svc->tasks;
+    if (!t || !cget(&t->unfinished))
+        return;
+    pthread_mutex_lock(&t->mu);
+    MC_LIST_FOREACH(it, &t->active) {
+        task *k = MC_CONTAINER_OF(it, task, link);
+        if (k->klen == o->key_len && memcmp(k->key, okey(o), k->klen) == 0)
+            k->stale = true;
+    }
+    pthread_mutex_unlock(&t->mu);
 }
 
 /* ---- tick ---- */

@@ -3,7 +3,8 @@
  * OK, then the object has one more COMPLETE replica; a move drops its source; a failed
  * report gives the space back; the pending timeout and a target segment unmounted fail
  * the task with a message; the finished table is bounded; the pending limit answers
- * TASK_PENDING_LIMIT_EXCEEDED; bad arguments get upstream's codes. Segments are address
+ * TASK_PENDING_LIMIT_EXCEEDED; an upsert during the copy spoils it; bad arguments get
+ * upstream's codes. Segments are address
  * ranges only (never touched: the executor's transfer is not part of this test). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -216,6 +217,33 @@ static void target_gone_fails(void **state)
     mc_master_service_destroy(svc);
 }
 
+static void upsert_spoils_copy(void **state)
+{
+    (void)state;
+    mc_master_service *svc = make(100, 100);
+    put_on_a(svc, "u");
+    mc_master_uuid id = copy_to_b(svc, "u");
+    mc_master_task_work w;
+    uint32_t n;
+    assert_int_equal(mc_master_service_fetch_tasks(svc, C2, &w, &n), MC_OK);
+    /* the creation's lease lapses; an upsert of the same size rewrites in place while the
+     * executor copies: the copy may mix old and new bytes and must not be published */
+    fake_now += 1000;
+    mc_master_put_config c;
+    mc_master_put_config_init(&c);
+    mc_master_replica_list out;
+    assert_int_equal(mc_master_service_upsert_start(svc, C1, "u", 1, OBJ, &c, &out), MC_OK);
+    assert_int_equal(out.replicas[0].address, w.src_address); /* in place indeed */
+    assert_int_equal(mc_master_service_upsert_end(svc, C1, "u", 1), MC_OK);
+    assert_int_equal(mc_master_service_mark_task_to_complete(svc, C2, id, 0, MC_OK, NULL),
+                     MC_OK);
+    char msg[256];
+    assert_int_equal(status_of(svc, id, msg), MC_MASTER_TASK_FAILED);
+    assert_non_null(strstr(msg, "rewritten"));
+    assert_string_equal(where(svc, "u"), "A");
+    mc_master_service_destroy(svc);
+}
+
 static void bounds_and_bad_arguments(void **state)
 {
     (void)state;
@@ -268,6 +296,7 @@ int main(void)
         cmocka_unit_test(move_drops_source),
         cmocka_unit_test(failure_frees_space),
         cmocka_unit_test(target_gone_fails),
+        cmocka_unit_test(upsert_spoils_copy),
         cmocka_unit_test(bounds_and_bad_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
