@@ -263,7 +263,7 @@ struct mc_store {
     bool task_started;
     pthread_mutex_t task_mu;
     pthread_cond_t task_cond;       /* CLOCK_MONOTONIC; signalled by mc__tasks_stop */
-    bool task_stop;
+    bool task_stop, task_kick;
     uint32_t task_poll_ms;
     atomic_uint_fast64_t tasks_done, tasks_failed;
     /* Extra segments (segments.c: mount_segment & co.), a list of mc__xseg guarded by
@@ -391,6 +391,8 @@ void mc__own_fence_leave(mc_store *s);
 int mc__tasks_start(mc_store *s);
 /* Stops and joins it (first in teardown; harmless when never started). */
 void mc__tasks_stop(mc_store *s);
+/* Wakes it to fetch now (the ping said a task waits for us). Any thread. */
+void mc__tasks_kick(mc_store *s);
 
 /* ---- the disk tier (offload.c) ---- */
 

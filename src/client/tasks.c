@@ -1,10 +1,13 @@
 /* tasks.c: the executor side of replica copy / move tasks (master/tasks.c; upstream's
  * client polls FetchTasks and answers MarkTaskToComplete).
  *
- * A client with a global segment runs one task thread. Every MC_TASK_POLL_MS (10..60000,
- * default 100) it asks the master for work (mc_master_client_fetch_tasks: a dedicated
- * poll, like the disk tier's offload heartbeat, so a long copy never delays the
- * liveness ping); while work comes it asks again at once. A part names a replica the
+ * A client with a global segment runs one task thread. It asks the master for work
+ * (mc_master_client_fetch_tasks, a dedicated RPC like the disk tier's offload heartbeat,
+ * so a long copy never delays the liveness ping) when the heartbeat's ping reply says a
+ * task waits for it (tasks_pending: the heartbeat kicks this thread, so an idle client
+ * costs the master no extra RPC), and otherwise every MC_TASK_POLL_MS (10..600000,
+ * default 5000: the fallback should a hint be lost); while work comes it asks again at
+ * once. A part names a replica the
  * master reserved in OUR segment (hidden from readers until we report) and a source
  * replica: the thread READs the source straight into the reserved memory over the
  * transfer engine (a memcpy when the source is in our own segment too), then reports the
@@ -84,9 +87,10 @@ static void *task_main(void *arg)
         uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)s->task_poll_ms * 1000000ull;
         ts.tv_sec += (time_t)(ns / 1000000000ull);
         ts.tv_nsec = (long)(ns % 1000000000ull);
-        while (!s->task_stop &&
+        while (!s->task_stop && !s->task_kick &&
                pthread_cond_timedwait(&s->task_cond, &s->task_mu, &ts) == 0) {
         }
+        s->task_kick = false;
     }
     pthread_mutex_unlock(&s->task_mu);
     free(w);
@@ -97,8 +101,8 @@ int mc__tasks_start(mc_store *s)
 {
     if (!s->seg_base)
         return MC_OK; /* no segment: never a target */
-    uint64_t ms = 100;
-    if (mc_env_u64("MC_TASK_POLL_MS", 100, 10, 60000, &ms) != 0)
+    uint64_t ms = 5000;
+    if (mc_env_u64("MC_TASK_POLL_MS", 5000, 10, 600000, &ms) != 0)
         return MC_INVALID_PARAMS; /* the variable was named in the log */
     s->task_poll_ms = (uint32_t)ms;
     s->task_stop = false;
@@ -108,6 +112,14 @@ int mc__tasks_start(mc_store *s)
     }
     s->task_started = true;
     return MC_OK;
+}
+
+void mc__tasks_kick(mc_store *s)
+{
+    pthread_mutex_lock(&s->task_mu);
+    s->task_kick = true;
+    pthread_cond_broadcast(&s->task_cond);
+    pthread_mutex_unlock(&s->task_mu);
 }
 
 void mc__tasks_stop(mc_store *s)

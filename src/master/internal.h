@@ -756,6 +756,9 @@ void mc__tasks_tick(mc_master_service *svc, uint64_t now);
  * commit (their copy may mix old and new bytes). Cheap when no task is unfinished.
  * Caller holds o's shard mutex. */
 void mc__tasks_rewritten(mc_master_service *svc, obj *o);
+/* Whether a PENDING part waits for client id (the ping's hint). Cheap when no task is
+ * unfinished. Takes tasks.mu only. */
+bool mc__tasks_pending_for(mc_master_service *svc, mc_master_uuid id);
 
 /* ---- writes.c / service.c ---- */
 

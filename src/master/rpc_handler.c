@@ -355,8 +355,10 @@ static int shape_PING(mc_master_rpc_handler *h, ping_fn fn, const Mcrpc__PingReq
     pr->view_version = 0;
     pr->client_status = MC_MASTER_CLIENT_UNDEFINED;
     pr->n_writer_fences = pr->n_target_fences = 0;
+    pr->tasks_pending = false;
     Mcrpc__PingReply r = MCRPC__PING_REPLY__INIT;
     r.status = fn(h->svc, uuid_from_pb(req->client_id), &acks, pr);
+    r.tasks_pending = pr->tasks_pending;
     r.view_version = mc_master_service_view(h->svc); /* ha_gate.c */
     r.client_status = (Mcrpc__ClientStatus)pr->client_status;
     uint32_t nw = pr->n_writer_fences <= MC_MASTER_MAX_FENCES ? pr->n_writer_fences : 0;

@@ -586,6 +586,24 @@ void mc__tasks_rewritten(mc_master_service *svc, obj *o)
     pthread_mutex_unlock(&t->mu);
 }
 
+bool mc__tasks_pending_for(mc_master_service *svc, mc_master_uuid id)
+{
+    struct mc__tasks *t = svc->tasks;
+    if (!t || !cget(&t->unfinished))
+        return false;
+    bool any = false;
+    pthread_mutex_lock(&t->mu);
+    MC_LIST_FOREACH(it, &t->active) {
+        task *k = MC_CONTAINER_OF(it, task, link);
+        for (uint32_t i = 0; !any && i < k->nparts; i++)
+            any = k->parts[i].state == P_PENDING && uuid_eq(k->parts[i].owner, id);
+        if (any)
+            break;
+    }
+    pthread_mutex_unlock(&t->mu);
+    return any;
+}
+
 /* ---- tick ---- */
 
 void mc__tasks_tick(mc_master_service *svc, uint64_t now)

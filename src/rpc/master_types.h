@@ -172,6 +172,8 @@ typedef struct mc_master_ping_result {
     uint32_t n_writer_fences, n_target_fences; /* <= MC_MASTER_MAX_FENCES each */
     mc_master_writer_fence writer_fences[MC_MASTER_MAX_FENCES]; /* apply as owner  */
     mc_master_target_fence target_fences[MC_MASTER_MAX_FENCES]; /* apply as writer */
+    bool tasks_pending;     /* a replica task (master/tasks.c) waits for this client to  */
+                            /* fetch it: the hint that wakes its task thread             */
 } mc_master_ping_result;
 
 /* ---- the disk tier (docs/ssd-tier.md; upstream OffloadObjectHeartbeat /

@@ -10,6 +10,8 @@ reading the bytes back from the new replica (the target node reads its own repli
 first; after a move it is the only one). A task whose executor dies ends FAILED with a
 message once the master expires that client.
 """
+import os
+import signal
 import uuid
 
 import pytest
@@ -31,7 +33,7 @@ def K(name):
 @pytest.fixture
 def cluster():
     sp = _Spawner()
-    c = StoreCluster(sp, "--client_ttl=2", "--default_kv_lease_ttl=500")
+    c = StoreCluster(sp, "--client_ttl=4", "--default_kv_lease_ttl=500")
     nodes = []
     reader = MooncakeDistributedStore()
     try:
@@ -143,12 +145,14 @@ def test_bad_arguments(cluster):
 
 def test_executor_death_fails_the_task(cluster):
     c, (a, _), reader = cluster
-    # C takes a minute between polls, so the task is still waiting for it when it dies
-    slow = StoreProc(c.setup_args(segment=32 << 20), env={"MC_TASK_POLL_MS": "60000"})
+    slow = StoreProc(c.setup_args(segment=32 << 20))
     try:
         assert slow.setup_rc == 0
         k = K("orphan")
         assert a.fn("put_values", [k], SIZE, preferred=a.hostname) == [0]
+        # the executor hangs (then dies): its segment is still mounted until the master
+        # expires it (client_ttl), so the task is created and waits for it
+        os.kill(slow.proc.pid, signal.SIGSTOP)
         tid, rc = reader.create_copy_task(k, [slow.hostname])
         assert rc == OK
         resp, rc = reader.query_task(tid)
@@ -182,11 +186,13 @@ def test_master_task_flags():
     try:
         assert reader.setup(*c.setup_args(segment=0)) == 0
         a = StoreProc(c.setup_args(segment=32 << 20))
-        # an executor that does not poll again for a minute: its task stays PENDING
-        slow = StoreProc(c.setup_args(segment=32 << 20), env={"MC_TASK_POLL_MS": "60000"})
+        slow = StoreProc(c.setup_args(segment=32 << 20))
         assert (a.setup_rc, slow.setup_rc) == (0, 0)
         k = K("limits")
         assert a.fn("put_values", [k], SIZE, preferred=a.hostname) == [0]
+        # a stopped executor (the master expires it only after the default client_ttl,
+        # 10 s): its task stays PENDING until the pending timeout
+        os.kill(slow.proc.pid, signal.SIGSTOP)
         tid, rc = a.call("create_copy_task", k, [slow.hostname])
         assert rc == OK
         TASK_PENDING_LIMIT_EXCEEDED = -1401
@@ -195,10 +201,15 @@ def test_master_task_flags():
         resp = finished(reader, tuple(tid))  # the pending timeout
         assert resp.status == TaskStatus.FAILED
         assert "not fetched" in resp.message, resp.message
-        # the limit counts unfinished tasks only
+        # the limit counts unfinished tasks only; the executor back, it runs the new one
         tid2, rc = a.call("create_copy_task", k, [slow.hostname])
         assert rc == OK
+        os.kill(slow.proc.pid, signal.SIGCONT)
+        assert finished(reader, tuple(tid2)).status == TaskStatus.SUCCESS
+        assert endpoints(reader, k) == sorted([a.hostname, slow.hostname])
     finally:
+        if slow and slow.proc.is_alive():
+            os.kill(slow.proc.pid, signal.SIGCONT)
         reader.close()
         for p in (a, slow):
             if p:
