@@ -176,6 +176,12 @@ static void finish_locked(mc_master_service *svc, task *k, int status, const cha
     }
 }
 
+/* A disk-only object whose memory replica is being promoted (hidden from readers). */
+static bool promoting(const obj *o)
+{
+    return (o->flags & (F_DISK | F_OFFQ)) == (F_DISK | F_OFFQ) && o->nrep;
+}
+
 /* ---- creation ---- */
 
 static int create(mc_master_service *svc, int type, const void *key, size_t key_len,
@@ -214,8 +220,10 @@ static int create(mc_master_service *svc, int type, const void *key, size_t key_
     obj *o;
     shard *sh = lock_key(svc, key, key_len, h, &o);
     uint64_t now = now_ms(svc);
-    if (!o || (o->flags & F_PROC) || o->nrep == 0 || o->size == 0) {
-        rc = MC_OBJECT_NOT_FOUND; /* absent, being written, or no memory replica */
+    if (!o || (o->flags & F_PROC) || o->nrep == 0 || o->size == 0 || promoting(o)) {
+        /* absent, being written, no memory replica, or its one memory replica is a
+         * promotion from disk still being filled (offload.c) */
+        rc = MC_OBJECT_NOT_FOUND;
     } else if (o->nrep + n > MC_MASTER_MAX_REPLICAS) {
         rc = MC_INVALID_PARAMS;
     }
@@ -442,7 +450,7 @@ static int commit(mc_master_service *svc, const task *k, tpart *p, bool move, ch
     bool stale = !live || live->stale;
     pthread_mutex_unlock(&svc->tasks->mu);
     pthread_rwlock_rdlock(&svc->seg_lock);
-    if (!o || (o->flags & F_PROC) || o->size != k->size || stale) {
+    if (!o || (o->flags & F_PROC) || o->size != k->size || stale || promoting(o)) {
         rc = MC_OBJECT_NOT_FOUND;
         snprintf(msg, msz, "the object was removed or rewritten during the copy");
     } else if (!seg_same(svc, p->slot, p->seg_id) || svc->segs[p->slot]->unmounting) {
