@@ -71,6 +71,9 @@ static double eviction_ratio, eviction_hwm;
 /* the disk tier (docs/ssd-tier.md, src/master/offload.c) */
 static bool enable_offload, offload_on_evict, promotion_on_hit;
 static int64_t promotion_threshold, offload_task_timeout;
+/* replica copy / move tasks (src/master/tasks.c) */
+static int64_t max_finished_tasks, max_pending_tasks, max_processing_tasks;
+static int64_t pending_task_timeout, processing_task_timeout;
 /* trust and bounded resources (issue 11) */
 static char *auth_token_file;
 static int64_t md_max_keys, md_max_conns, md_max_conns_ip, admin_max_conns, admin_max_conns_ip;
@@ -318,11 +321,22 @@ static const mc_option options[] = {
     IGNORED_BOOL("enable_multi_tenants", 11, "false"),
     IGNORED_STR("tenant_quota_connector_type", 23, "file"),
     IGNORED_STR("tenant_quota_connector_uri", 24, ""),
-    IGNORED_STR("max_total_finished_tasks", 25, "10000"),
-    IGNORED_STR("max_total_pending_tasks", 26, "10000"),
-    IGNORED_STR("max_total_processing_tasks", 27, "10000"),
-    IGNORED_STR("pending_task_timeout_sec", 28, "300"),
-    IGNORED_STR("processing_task_timeout_sec", 29, "300"),
+    {.name = "max_total_finished_tasks", .type = MC_OPT_INT, .target = &max_finished_tasks,
+     .def = "10000", .bounded = true, .min = 1, .max = 10000000,
+     .help = "finished copy / move tasks kept for query_task (the oldest is forgotten)"},
+    {.name = "max_total_pending_tasks", .type = MC_OPT_INT, .target = &max_pending_tasks,
+     .def = "10000", .bounded = true, .min = 1, .max = 10000000,
+     .help = "unfinished copy / move tasks at most (more: TASK_PENDING_LIMIT_EXCEEDED)"},
+    {.name = "max_total_processing_tasks", .type = MC_OPT_INT,
+     .target = &max_processing_tasks, .def = "10000", .bounded = true, .min = 1,
+     .max = 10000000, .help = "copy / move tasks being executed at once at most"},
+    {.name = "pending_task_timeout_sec", .type = MC_OPT_INT, .target = &pending_task_timeout,
+     .def = "300", .bounded = true, .min = 1, .max = 31536000, .unit = "s",
+     .help = "a copy / move task not fetched by its executor within this fails"},
+    {.name = "processing_task_timeout_sec", .type = MC_OPT_INT,
+     .target = &processing_task_timeout, .def = "300", .bounded = true, .min = 1,
+     .max = 31536000, .unit = "s",
+     .help = "a copy / move task fetched and not completed within this fails"},
     IGNORED_STR("max_retry_attempts", 30, "10"),
     IGNORED_BOOL("enable_cxl", 12, "false"),
     IGNORED_STR("cxl_path", 31, "/dev/dax0.0"),
@@ -375,6 +389,14 @@ static int refuse_unsupported(const char *prog)
         {"promotion_queue_limit", 10, "50000"},
         {"promotion_max_per_heartbeat", 11, "1"},
     };
+    /* a failed copy / move task is not retried (the caller creates a new one) */
+    if (ign_s[30] && strcmp(ign_s[30], "10") != 0) {
+        fprintf(stderr,
+                "%s: --max_retry_attempts=%s: mooncake-c does not retry failed copy / move "
+                "tasks (a failed task ends FAILED with its message); drop the flag\n",
+                prog, ign_s[30]);
+        return 2;
+    }
     for (size_t i = 0; i < sizeof tiers / sizeof tiers[0]; i++)
         if (ign_s[tiers[i].idx] && strcmp(ign_s[tiers[i].idx], tiers[i].def) != 0) {
             fprintf(stderr,
@@ -706,6 +728,11 @@ int main(int argc, char **argv)
     cfg.promotion_on_hit = promotion_on_hit;
     cfg.promotion_admission_threshold = (uint32_t)promotion_threshold;
     cfg.offload_task_timeout_ms = (uint64_t)offload_task_timeout;
+    cfg.max_total_finished_tasks = (uint32_t)max_finished_tasks;
+    cfg.max_total_pending_tasks = (uint32_t)max_pending_tasks;
+    cfg.max_total_processing_tasks = (uint32_t)max_processing_tasks;
+    cfg.pending_task_timeout_ms = (uint64_t)pending_task_timeout * 1000;
+    cfg.processing_task_timeout_ms = (uint64_t)processing_task_timeout * 1000;
     cfg.check_segments = true; /* base 0, overlaps, foreign names (docs/security.md) */
     if (enable_md_cleanup && !enable_http_md)
         mc_log(MC_LOG_WARN, TAG,

@@ -736,6 +736,104 @@ static json_t *cmd_OFFLOAD_END(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
     return r;
 }
 
+static json_t *uuid_json(mc_master_uuid u)
+{
+    return json_pack("[I,I]", (json_int_t)u.first, (json_int_t)u.second);
+}
+
+static bool uuid_arg(json_t *a, mc_master_uuid *u)
+{
+    if (!json_is_array(a) || json_array_size(a) != 2)
+        return false;
+    u->first = (uint64_t)json_integer_value(json_array_get(a, 0));
+    u->second = (uint64_t)json_integer_value(json_array_get(a, 1));
+    return true;
+}
+
+/* create_copy_task KEY [TARGET, ...] / create_move_task KEY SOURCE TARGET ->
+ * {"status", "id": [hi, lo]}. */
+static json_t *cmd_TASK_CREATE(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
+{
+    bool move = op == MC_MASTER_RPC_OPCODE_CREATE_MOVE_TASK;
+    if (!json_is_string(a1) || (move ? !json_is_string(a2) || !json_is_string(a3)
+                                     : !json_is_array(a2) ||
+                                           json_array_size(a2) > MC_MASTER_MAX_TASK_TARGETS))
+        return err(move ? "create_move_task KEY SOURCE TARGET"
+                        : "create_copy_task KEY [TARGET, ...]");
+    const char *t[MC_MASTER_MAX_TASK_TARGETS];
+    size_t n = 0;
+    if (move)
+        t[n++] = json_string_value(a3);
+    else
+        for (; n < json_array_size(a2); n++)
+            t[n] = json_string_value(json_array_get(a2, n));
+    const char *k = json_string_value(a1);
+    mc_master_uuid id;
+    int rc = mc_master_client_create_task(cli, move ? MC_MASTER_TASK_REPLICA_MOVE
+                                                    : MC_MASTER_TASK_REPLICA_COPY,
+                                          k, strlen(k), move ? json_string_value(a2) : NULL,
+                                          t, n, &id);
+    json_t *r = result(rc);
+    json_object_set_new(r, "id", uuid_json(id));
+    return r;
+}
+
+/* query_task [HI, LO] -> {"status", "type", "task_status", "message", ...}. */
+static json_t *cmd_TASK_QUERY(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
+{
+    (void)op, (void)a2, (void)a3;
+    mc_master_uuid id;
+    if (!uuid_arg(a1, &id))
+        return err("query_task [HI, LO]");
+    mc_master_task_info t;
+    int rc = mc_master_client_query_task(cli, id, &t);
+    json_t *r = result(rc);
+    if (rc == MC_OK) {
+        json_object_set_new(r, "type", json_integer(t.type));
+        json_object_set_new(r, "task_status", json_integer(t.status));
+        json_object_set_new(r, "created_at_ms_epoch", json_integer((json_int_t)t.created_at_ms_epoch));
+        json_object_set_new(r, "last_updated_at_ms_epoch",
+                            json_integer((json_int_t)t.last_updated_at_ms_epoch));
+        json_object_set_new(r, "assigned_client", uuid_json(t.assigned_client));
+        json_object_set_new(r, "message", json_string(t.message));
+    }
+    return r;
+}
+
+/* fetch_tasks -> {"status", "tasks": [{id, part, key, size, src, src_address, dst,
+ * dst_address}]} (as the client set with "client"). */
+static json_t *cmd_TASK_FETCH(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
+{
+    (void)op, (void)a1, (void)a2, (void)a3;
+    mc_master_task_work *w = mc_xmalloc(sizeof *w);
+    uint32_t n = 0;
+    int rc = mc_master_client_fetch_tasks(cli, client_id, w, &n);
+    json_t *r = result(rc);
+    json_t *a = json_array();
+    if (rc == MC_OK && n)
+        json_array_append_new(
+            a, json_pack("{s:o,s:i,s:s%,s:I,s:s,s:I,s:s,s:I}", "id", uuid_json(w->id), "part",
+                         (int)w->part, "key", (const char *)w->key, w->key_len, "size",
+                         (json_int_t)w->size, "src", w->src_endpoint, "src_address",
+                         (json_int_t)w->src_address, "dst", w->dst_endpoint, "dst_address",
+                         (json_int_t)w->dst_address));
+    json_object_set_new(r, "tasks", a);
+    free(w);
+    return r;
+}
+
+/* mark_task_to_complete [HI, LO] PART STATUS -> {"status"}. */
+static json_t *cmd_TASK_MARK(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
+{
+    (void)op;
+    mc_master_uuid id;
+    if (!uuid_arg(a1, &id) || !json_is_integer(a2) || !json_is_integer(a3))
+        return err("mark_task_to_complete [HI, LO] PART STATUS");
+    return result(mc_master_client_mark_task_to_complete(
+        cli, client_id, id, (uint32_t)json_integer_value(a2), (int)json_integer_value(a3),
+        "from mooncake_master_ctl"));
+}
+
 /* The verb list: one command per RPC, generated from the table. */
 static const rpc_cmd rpc_cmds[] = {
 #define MC__CMD(ID, CODE, NAME, VERB, REQ, REPLY, SHAPE, HANDLER, COUNT)                       \

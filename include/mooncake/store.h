@@ -747,4 +747,50 @@ MC_API int mc_store_unmount_segment(mc_store *s, const char *id, uint64_t grace_
 /* mc_store_extra_segment_count: extra segments held (mounted or in their grace period). */
 MC_API size_t mc_store_extra_segment_count(mc_store *s);
 
+
+/* ---- replica copy / move tasks (upstream create_copy_task / create_move_task /
+ * query_task; src/client/tasks.c, src/master/tasks.c) ----
+ * The master reserves the new replica on each target segment; the client that owns the
+ * target (the executor) reads the bytes from a source replica into it over its transfer
+ * engine and reports; the replica becomes visible (COMPLETE) only then. A move then
+ * drops the source replica (after an active reader's lease ends). Task ids are upstream
+ * UUIDs: two uint64 (id[0] high, id[1] low). */
+
+/* Upstream TaskType / TaskStatus. */
+enum { MC_STORE_TASK_REPLICA_COPY = 0, MC_STORE_TASK_REPLICA_MOVE = 1 };
+enum {
+    MC_STORE_TASK_PENDING = 0,
+    MC_STORE_TASK_PROCESSING = 1,
+    MC_STORE_TASK_SUCCESS = 2,
+    MC_STORE_TASK_FAILED = 3,
+};
+
+/* Upstream QueryTaskResponse. Times: wall-clock ms since the epoch. */
+typedef struct mc_store_task_info {
+    uint64_t id[2];
+    int type, status;
+    uint64_t created_at_ms_epoch, last_updated_at_ms_epoch;
+    uint64_t assigned_client[2]; /* the executing client (owner of the first target) */
+    char message[256];           /* why it failed ("" otherwise) */
+} mc_store_task_info;
+
+/* mc_store_create_copy_task: a task adding a memory replica of key on each of the n
+ * (1..8) target segments (names as ReplicaDescriptor endpoints, "host:port"). *id = the
+ * task. Returns MC_OK; MC_OBJECT_NOT_FOUND (no such key, or being written);
+ * MC_SEGMENT_NOT_FOUND (a target not mounted); MC_REPLICA_ALREADY_EXISTS (a target holds
+ * one already); MC_NO_AVAILABLE_HANDLE (no room on a target); MC_INVALID_PARAMS;
+ * MC_TASK_PENDING_LIMIT_EXCEEDED; transport codes; the not-set-up code. Thread-safe. */
+MC_API int mc_store_create_copy_task(mc_store *s, const void *key, size_t key_len,
+                                     const char *const *targets, size_t n, uint64_t id[2]);
+
+/* mc_store_create_move_task: a task moving key's replica on segment source to target.
+ * Codes as mc_store_create_copy_task, plus MC_INVALID_PARAMS when source == target or
+ * target holds a replica already, MC_REPLICA_NOT_FOUND (none on source). */
+MC_API int mc_store_create_move_task(mc_store *s, const void *key, size_t key_len,
+                                     const char *source, const char *target, uint64_t id[2]);
+
+/* mc_store_query_task: *out = the task's state. MC_OK; MC_TASK_NOT_FOUND (unknown or
+ * forgotten: the master keeps max_total_finished_tasks finished ones); transport codes. */
+MC_API int mc_store_query_task(mc_store *s, const uint64_t id[2], mc_store_task_info *out);
+
 #endif

@@ -110,6 +110,16 @@ class ObjectDataType(enum.IntEnum):
     METADATA = 8
     GENERAL = 9
 
+class TaskType(enum.IntEnum):
+    REPLICA_COPY = 0
+    REPLICA_MOVE = 1
+
+class TaskStatus(enum.IntEnum):
+    PENDING = 0
+    PROCESSING = 1
+    SUCCESS = 2
+    FAILED = 3
+
 class ReplicateConfig:
     def __init__(self, **kwargs: Any) -> None: ...
     replica_num: int
@@ -156,6 +166,15 @@ class MooncakeHostMemAllocator:
     def __init__(self) -> None: ...
     def alloc(self, size: int) -> int: ...
     def free(self, ptr: int) -> int: ...
+
+class QueryTaskResponse:
+    id: tuple
+    type: TaskType
+    status: TaskStatus
+    created_at_ms_epoch: int
+    last_updated_at_ms_epoch: int
+    assigned_client: tuple
+    message: str
 
 class MooncakeDistributedStore:
     def __init__(self) -> None: ...
@@ -256,6 +275,9 @@ class MooncakeDistributedStore:
     def load_tensor_from_safetensor(self, key: str | None = None, file_name: str | None = None, config=None) -> int: ...
     def get_tensor_into_cuda(self, key, tensor) -> Any: ...
     def batch_get_tensor_into_cuda(self, keys, tensors_list) -> list[Any]: ...
+    def create_copy_task(self, key: str | bytes, targets: list[str]) -> tuple: ...
+    def create_move_task(self, key: str | bytes, source: str, target: str) -> tuple: ...
+    def query_task(self, task_id: tuple) -> tuple: ...
 
 class ParallelAxis:
     def __init__(self, kind: str = 'tp', rank: int = 0, size: int = 1, split_dim: int | None = None, expert_id: int | None = None, stage_id: int | None = None) -> None: ...

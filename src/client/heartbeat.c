@@ -159,6 +159,8 @@ static void heartbeat_once(mc_store *s)
         size_t applied = apply_fences(s, pr);
         if (round == 0 && pr->client_status == MC_MASTER_CLIENT_NEED_REMOUNT)
             remount(s);
+        if (pr->tasks_pending)
+            mc__tasks_kick(s); /* a replica task waits for us (tasks.c) */
         /* Fences applied: acknowledge them now rather than a heartbeat later, since
          * the master keeps quarantined space until then. */
         if (!applied)

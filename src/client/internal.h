@@ -257,6 +257,15 @@ struct mc_store {
                                       /* replicas' endpoint                            */
     atomic_uint_fast64_t off_writes, off_write_failures, off_promotions,
         off_promotion_failures, off_registered, off_deletes, disk_reads, disk_read_failures;
+    /* Replica copy / move tasks (tasks.c): the thread that executes the parts whose
+     * target is our segment. task_mu guards task_stop. */
+    pthread_t task_thread;
+    bool task_started;
+    pthread_mutex_t task_mu;
+    pthread_cond_t task_cond;       /* CLOCK_MONOTONIC; signalled by mc__tasks_stop */
+    bool task_stop, task_kick;
+    uint32_t task_poll_ms;
+    atomic_uint_fast64_t tasks_done, tasks_failed;
     /* Extra segments (segments.c: mount_segment & co.), a list of mc__xseg guarded by
      * xseg_lock (segment calls run under life shared; teardown under exclusive). */
     pthread_mutex_t xseg_lock;
@@ -374,6 +383,16 @@ void mc__hb_flush(mc_store *s);
  * after the copy. MC_TRANSFER_FAIL (no lock held) when the epoch is fenced. */
 int mc__own_fence_enter(mc_store *s, uint64_t epoch);
 void mc__own_fence_leave(mc_store *s);
+
+/* ---- replica copy / move tasks (tasks.c) ---- */
+
+/* Starts the task thread when we have a global segment (after the mount). Caller holds
+ * life exclusively. MC_OK, INVALID_PARAMS (a bad MC_TASK_POLL_MS), INTERNAL_ERROR. */
+int mc__tasks_start(mc_store *s);
+/* Stops and joins it (first in teardown; harmless when never started). */
+void mc__tasks_stop(mc_store *s);
+/* Wakes it to fetch now (the ping said a task waits for us). Any thread. */
+void mc__tasks_kick(mc_store *s);
 
 /* ---- the disk tier (offload.c) ---- */
 

@@ -310,4 +310,27 @@ MC_API int mc_master_client_offload_end(mc_master_client *c, mc_master_uuid clie
                                         const mc_master_offload_item *items, size_t n,
                                         int *statuses);
 
+
+/* ---- replica copy / move tasks (master/tasks.c; master_service.h has the semantics) ---- */
+
+/* mc_master_client_create_task: type MC_MASTER_TASK_REPLICA_COPY (targets: 1..8 segment
+ * names; source ignored, may be NULL) or _MOVE (source -> targets[0], n == 1). *id = the
+ * task. Codes as mc_master_service_create_copy_task / _move_task. */
+MC_API int mc_master_client_create_task(mc_master_client *c, int type, const void *key,
+                                        size_t key_len, const char *source,
+                                        const char *const *targets, size_t n,
+                                        mc_master_uuid *id);
+/* mc_master_client_query_task: *out = the task's state; OK or TASK_NOT_FOUND. */
+MC_API int mc_master_client_query_task(mc_master_client *c, mc_master_uuid id,
+                                       mc_master_task_info *out);
+/* mc_master_client_fetch_tasks: *n (0 or 1) parts for executor client_id into *out. */
+MC_API int mc_master_client_fetch_tasks(mc_master_client *c, mc_master_uuid client_id,
+                                        mc_master_task_work *out, uint32_t *n);
+/* mc_master_client_mark_task_to_complete: the executor's result of one part (message:
+ * may be NULL, cut at 255 bytes). */
+MC_API int mc_master_client_mark_task_to_complete(mc_master_client *c,
+                                                  mc_master_uuid client_id, mc_master_uuid id,
+                                                  uint32_t part, int status,
+                                                  const char *message);
+
 #endif

@@ -20,6 +20,7 @@ static int take_ping(void *user, const ProtobufCMessage *m)
     mc_master_ping_result *out = user;
     out->view_version = r->view_version;
     out->client_status = (int)r->client_status;
+    out->tasks_pending = r->tasks_pending;
     if (r->n_writer_fences > MC_MASTER_MAX_FENCES || r->n_target_fences > MC_MASTER_MAX_FENCES)
         return MC_RPC_FAIL;
     for (size_t i = 0; i < r->n_writer_fences; i++) {
@@ -58,6 +59,7 @@ int mc_master_client_ping_fences(mc_master_client *c, mc_master_uuid client_id,
         out->view_version = 0;
         out->client_status = MC_MASTER_CLIENT_UNDEFINED;
         out->n_writer_fences = out->n_target_fences = 0;
+        out->tasks_pending = false;
     }
     if (!c || !out)
         return MC_INVALID_PARAMS;

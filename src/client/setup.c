@@ -158,6 +158,8 @@ int mc_store_create(mc_store **out)
     pthread_mutex_init(&s->off_mu, NULL);
     s->disk_lfd = -1;
     mc_cond_init_monotonic(&s->off_cond);
+    pthread_mutex_init(&s->task_mu, NULL);
+    mc_cond_init_monotonic(&s->task_cond);
     mc__xseg_init(s);
     *out = s;
     return MC_OK;
@@ -170,6 +172,7 @@ static int teardown(mc_store *s)
     int rc = MC_OK;
     /* Reverse order of setup_locked; the heartbeat goes first because it uses the
      * master client, the engine and the segment without holding any lock. */
+    mc__tasks_stop(s);   /* the task thread uses the master client, engine and segment */
     mc__offload_stop(s); /* the disk tier's thread uses the master client and segment */
     mc__hb_stop(s);
     mc__hb_flush(s); /* fences applied but not yet acknowledged */
@@ -618,7 +621,11 @@ static int setup_locked(mc_store *s, const mc_store_config *c, const setup_args 
         return rc;
 
     /* 6. the disk tier (offload.c), when asked for */
-    return mc__offload_start(s, c, a->hb_ms);
+    rc = mc__offload_start(s, c, a->hb_ms);
+    if (rc != MC_OK)
+        return rc;
+    /* 7. replica copy / move tasks (tasks.c) */
+    return mc__tasks_start(s);
 }
 
 int mc_store_setup(mc_store *s, const mc_store_config *cfg)
@@ -678,6 +685,8 @@ void mc_store_destroy(mc_store *s)
     pthread_cond_destroy(&s->hb_cond);
     pthread_mutex_destroy(&s->off_mu);
     pthread_cond_destroy(&s->off_cond);
+    pthread_mutex_destroy(&s->task_mu);
+    pthread_cond_destroy(&s->task_cond);
     mc__xseg_deinit(s);
     free(s);
 }

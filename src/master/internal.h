@@ -247,6 +247,7 @@ struct mc_master_service {
     struct mc__oplog *oplog;
     counter npending; /* segments with `pending` set (0: the ping path skips a lock) */
     struct mc__offload *off; /* the disk tier (offload.c); NULL without enable_offload */
+    struct mc__tasks *tasks; /* replica copy / move tasks (tasks.c) */
 };
 
 /* ---- small helpers ---- */
@@ -743,6 +744,21 @@ void mc__offload_fill_locked(mc_master_service *svc, obj *o, mc_master_replica_l
 void mc__offload_disk_only(mc_master_service *svc, obj *o);
 /* Adds the disk-tier gauges and counters to out. */
 void mc__offload_stats(mc_master_service *svc, mc_master_stats *out);
+
+/* ---- tasks.c: replica copy / move tasks ----
+ * Its mutex (tasks.mu) is a leaf like off.mu: taken after shard.mu and seg_lock, nothing
+ * is taken while it is held. */
+void mc__tasks_create(mc_master_service *svc);
+void mc__tasks_destroy(mc_master_service *svc);
+/* Tick: fails tasks past their timeouts or whose target segment went. No lock held. */
+void mc__tasks_tick(mc_master_service *svc, uint64_t now);
+/* An upsert is about to rewrite o's bytes: the unfinished tasks of its key will not
+ * commit (their copy may mix old and new bytes). Cheap when no task is unfinished.
+ * Caller holds o's shard mutex. */
+void mc__tasks_rewritten(mc_master_service *svc, obj *o);
+/* Whether a PENDING part waits for client id (the ping's hint). Cheap when no task is
+ * unfinished. Takes tasks.mu only. */
+bool mc__tasks_pending_for(mc_master_service *svc, mc_master_uuid id);
 
 /* ---- writes.c / service.c ---- */
 

@@ -106,6 +106,13 @@ typedef struct mc_master_config {
     uint32_t promotion_admission_threshold; /* 2 (>= 1)                                    */
     uint64_t offload_task_timeout_ms; /* 30000: a task handed out and not reported by then */
                                /* is given up (the object becomes evictable as before)    */
+    /* Replica copy / move tasks (tasks.c; upstream's task-manager flags): */
+    uint32_t max_total_finished_tasks;   /* 10000: finished tasks kept for query_task;   */
+                                         /* the oldest is forgotten past it              */
+    uint32_t max_total_pending_tasks;    /* 10000: more -> TASK_PENDING_LIMIT_EXCEEDED   */
+    uint32_t max_total_processing_tasks; /* 10000: fetched and unfinished at most        */
+    uint64_t pending_task_timeout_ms;    /* 300000: not fetched by then -> FAILED        */
+    uint64_t processing_task_timeout_ms; /* 300000: fetched, not reported -> FAILED      */
     bool check_segments;       /* false (the default: upstream's checks only); true (what */
                                /* mooncake_master sets; docs/security.md, issue 11): a    */
                                /* mount is refused with INVALID_PARAMS when its base is 0 */
@@ -598,6 +605,53 @@ MC_API int mc_master_service_offload_end(mc_master_service *svc, mc_master_uuid 
                                          const char *endpoint,
                                          const mc_master_offload_item *items, size_t n,
                                          int *statuses);
+
+/* ---- replica copy / move tasks (tasks.c; upstream CreateCopyTask / CreateMoveTask /
+ * QueryTask / FetchTasks / MarkTaskToComplete) ----
+ *
+ * A copy task adds a COMPLETE memory replica of key on each target segment (by name):
+ * the master reserves the space on the target at once (hidden from readers), the owner
+ * of that segment (the executor) fetches the work, reads the bytes from a complete
+ * replica into its own segment and reports; only then is the replica added to the
+ * object. A move task is a copy to `target` that then drops the replica on `source`
+ * (its space waits for an active read lease to end, as a forced remove's). */
+
+/* mc_master_service_create_copy_task / _move_task: *id = the new task (PENDING).
+ * source: the move's source segment name (ignored by copy: any complete replica is
+ * read); targets: n (1..MC_MASTER_MAX_TASK_TARGETS) segment names (move: exactly 1).
+ * Returns OK; INVALID_PARAMS (bad key or names, a target equal to the source or
+ * repeated, n out of range); OBJECT_NOT_FOUND (no such key, or not complete);
+ * SEGMENT_NOT_FOUND (a name not mounted); REPLICA_NOT_FOUND (move: no replica on
+ * source); REPLICA_ALREADY_EXISTS (a target holds a replica already);
+ * NO_AVAILABLE_HANDLE (no room on a target); TASK_PENDING_LIMIT_EXCEEDED. Any thread. */
+MC_API int mc_master_service_create_copy_task(mc_master_service *svc, const void *key,
+                                              size_t key_len, const char *source,
+                                              const char *const *targets, size_t n,
+                                              mc_master_uuid *id);
+MC_API int mc_master_service_create_move_task(mc_master_service *svc, const void *key,
+                                              size_t key_len, const char *source,
+                                              const char *const *targets, size_t n,
+                                              mc_master_uuid *id);
+
+/* mc_master_service_query_task: *out = task id's state. Returns OK or TASK_NOT_FOUND
+ * (unknown, or a finished task forgotten: max_total_finished_tasks). */
+MC_API int mc_master_service_query_task(mc_master_service *svc, mc_master_uuid id,
+                                        mc_master_task_info *out);
+
+/* mc_master_service_fetch_tasks: client client_id asks for work: *out (n: 0 or 1) = the
+ * oldest PENDING part whose target segment it owns; the task becomes PROCESSING.
+ * Returns OK. */
+MC_API int mc_master_service_fetch_tasks(mc_master_service *svc, mc_master_uuid client_id,
+                                         mc_master_task_work *out, uint32_t *n);
+
+/* mc_master_service_mark_task_to_complete: the executor's result for part `part` of task
+ * id: status OK publishes the replica (a move then drops its source), an error frees
+ * the reserved space and fails the task with message (may be NULL). Returns OK;
+ * TASK_NOT_FOUND; INVALID_PARAMS (not this client's part, or not PROCESSING). */
+MC_API int mc_master_service_mark_task_to_complete(mc_master_service *svc,
+                                                   mc_master_uuid client_id, mc_master_uuid id,
+                                                   uint32_t part, int status,
+                                                   const char *message);
 
 /* mc_master_service_now_ms: the service's clock (what leases are measured on). */
 MC_API uint64_t mc_master_service_now_ms(mc_master_service *svc);

@@ -355,8 +355,10 @@ static int shape_PING(mc_master_rpc_handler *h, ping_fn fn, const Mcrpc__PingReq
     pr->view_version = 0;
     pr->client_status = MC_MASTER_CLIENT_UNDEFINED;
     pr->n_writer_fences = pr->n_target_fences = 0;
+    pr->tasks_pending = false;
     Mcrpc__PingReply r = MCRPC__PING_REPLY__INIT;
     r.status = fn(h->svc, uuid_from_pb(req->client_id), &acks, pr);
+    r.tasks_pending = pr->tasks_pending;
     r.view_version = mc_master_service_view(h->svc); /* ha_gate.c */
     r.client_status = (Mcrpc__ClientStatus)pr->client_status;
     uint32_t nw = pr->n_writer_fences <= MC_MASTER_MAX_FENCES ? pr->n_writer_fences : 0;
@@ -843,6 +845,95 @@ static int shape_OFFLOAD_END(mc_master_rpc_handler *h, offload_end_fn fn,
     }
     int rc = fn(h->svc, uuid_from_pb(req->client_id), req->endpoint, items, n, st);
     return status_reply(h, rc, st, rc == MC_OK ? n : 0, reply, reply_len);
+}
+
+/* ---- replica copy / move tasks (master/tasks.c) ---- */
+
+typedef int (*task_create_fn)(mc_master_service *, const void *, size_t, const char *,
+                              const char *const *, size_t, mc_master_uuid *);
+
+static int shape_TASK_CREATE(mc_master_rpc_handler *h, task_create_fn fn,
+                             const Mcrpc__CreateTaskRequest *req, OUT)
+{
+    DECODED(req);
+    if (!str_ok(req->source, STR_MAX) || req->n_targets > MC_MASTER_MAX_TASK_TARGETS)
+        return MC_INVALID_PARAMS;
+    for (size_t i = 0; i < req->n_targets; i++)
+        if (!str_ok(req->targets[i], STR_MAX))
+            return MC_INVALID_PARAMS;
+    mc_master_uuid id = {0, 0};
+    Mcrpc__CreateTaskReply r = MCRPC__CREATE_TASK_REPLY__INIT;
+    r.status = fn(h->svc, req->key.data, req->key.len, req->source,
+                  (const char *const *)req->targets, req->n_targets, &id);
+    r.id = uuid_to_pb(h, id);
+    return REPLY(r);
+}
+
+typedef int (*task_query_fn)(mc_master_service *, mc_master_uuid, mc_master_task_info *);
+
+static int shape_TASK_QUERY(mc_master_rpc_handler *h, task_query_fn fn,
+                            const Mcrpc__QueryTaskRequest *req, OUT)
+{
+    DECODED(req);
+    mc_master_task_info *t = aalloc(h, sizeof *t);
+    memset(t, 0, sizeof *t);
+    Mcrpc__QueryTaskReply r = MCRPC__QUERY_TASK_REPLY__INIT;
+    r.status = fn(h->svc, uuid_from_pb(req->id), t);
+    if (r.status == MC_OK) {
+        r.id = uuid_to_pb(h, t->id);
+        r.type = (uint32_t)t->type;
+        r.task_status = (uint32_t)t->status;
+        r.created_at_ms_epoch = t->created_at_ms_epoch;
+        r.last_updated_at_ms_epoch = t->last_updated_at_ms_epoch;
+        r.assigned_client = uuid_to_pb(h, t->assigned_client);
+        r.message = t->message;
+    }
+    return REPLY(r);
+}
+
+typedef int (*task_fetch_fn)(mc_master_service *, mc_master_uuid, mc_master_task_work *,
+                             uint32_t *);
+
+static int shape_TASK_FETCH(mc_master_rpc_handler *h, task_fetch_fn fn,
+                            const Mcrpc__FetchTasksRequest *req, OUT)
+{
+    DECODED(req);
+    mc_master_task_work *w = aalloc(h, sizeof *w); /* large: not on the stack */
+    uint32_t n = 0;
+    Mcrpc__FetchTasksReply r = MCRPC__FETCH_TASKS_REPLY__INIT;
+    r.status = fn(h->svc, uuid_from_pb(req->client_id), w, &n);
+    if (r.status == MC_OK && n == 1) {
+        Mcrpc__TaskWork *d = aalloc(h, sizeof *d);
+        mcrpc__task_work__init(d);
+        d->id = uuid_to_pb(h, w->id);
+        d->part = w->part;
+        d->key.data = w->key;
+        d->key.len = w->key_len;
+        d->size = w->size;
+        d->src_endpoint = w->src_endpoint;
+        d->src_address = w->src_address;
+        d->dst_endpoint = w->dst_endpoint;
+        d->dst_address = w->dst_address;
+        r.n_tasks = 1;
+        r.tasks = aalloc_n(h, 1, sizeof *r.tasks);
+        r.tasks[0] = d;
+    }
+    return REPLY(r);
+}
+
+typedef int (*task_mark_fn)(mc_master_service *, mc_master_uuid, mc_master_uuid, uint32_t, int,
+                            const char *);
+
+static int shape_TASK_MARK(mc_master_rpc_handler *h, task_mark_fn fn,
+                           const Mcrpc__MarkTaskRequest *req, OUT)
+{
+    DECODED(req);
+    if (!str_ok(req->message, STR_MAX))
+        return MC_INVALID_PARAMS;
+    Mcrpc__StatusReply r = MCRPC__STATUS_REPLY__INIT;
+    r.status = fn(h->svc, uuid_from_pb(req->client_id), uuid_from_pb(req->id), req->part,
+                  req->task_status, req->message);
+    return REPLY(r);
 }
 
 /* ---- dispatch (generated from rpc/master_rpcs.h) ---- */

@@ -143,6 +143,7 @@ int mc_master_service_ping_fences(mc_master_service *svc, mc_master_uuid client_
     if (out) {
         out->view_version = 0;
         out->client_status = status;
+        out->tasks_pending = mc__tasks_pending_for(svc, client_id); /* tasks.c */
     }
     count_op(svc, MC_MASTER_OP_PING, MC_OK);
     return MC_OK;

@@ -30,6 +30,11 @@ void mc_master_config_init(mc_master_config *cfg)
     cfg->sync_eviction = true;
     cfg->promotion_admission_threshold = 2;
     cfg->offload_task_timeout_ms = 30000;
+    cfg->max_total_finished_tasks = 10000;
+    cfg->max_total_pending_tasks = 10000;
+    cfg->max_total_processing_tasks = 10000;
+    cfg->pending_task_timeout_ms = 300000;
+    cfg->processing_task_timeout_ms = 300000;
 }
 
 void mc_master_put_config_init(mc_master_put_config *cfg)
@@ -124,6 +129,7 @@ int mc_master_service_create(const mc_master_config *cfg, mc_master_service **ou
     pthread_rwlock_init(&svc->fence_lock, NULL);
     mc_list_init(&svc->quarantine);
     mc__offload_create(svc); /* the disk tier's state, with enable_offload */
+    mc__tasks_create(svc);   /* replica copy / move tasks (tasks.c) */
     pthread_mutex_init(&svc->ha_mu, NULL); /* ha_gate.c */
     *out = svc;
     return MC_OK;
@@ -157,6 +163,7 @@ void mc_master_service_destroy(mc_master_service *svc)
     pthread_mutex_destroy(&svc->ha_mu);
     mc__fence_destroy(svc);
     mc__offload_destroy(svc);
+    mc__tasks_destroy(svc);
     free(svc);
 }
 
@@ -208,6 +215,7 @@ void mc_master_service_tick(mc_master_service *svc)
     mc__release_stale_puts(svc);
     mc__quarantine_reap(svc, now_ms(svc)); /* the release-timeout rule; acks reap in ping */
     mc__offload_tick(svc, now_ms(svc));    /* disk-tier tasks never reported */
+    mc__tasks_tick(svc, now_ms(svc));      /* copy / move tasks: timeouts, gone targets */
     sweep_soft_pins(svc);
     /* evict when a put failed for space (and eviction is on) or above the watermark */
     uint64_t cap = cget(&svc->capacity);

@@ -132,6 +132,7 @@ static int do_start(mc_master_service *svc, mc_master_uuid client, const void *k
             o = NULL;
         } else if (o) { /* new bytes: the disk copy is stale (offload.c) */
             mc__offload_forget(svc, o);
+            mc__tasks_rewritten(svc, o); /* and so is a copy in flight (tasks.c) */
         }
         if (o && o->size == size && !leased(svc, o, now)) {
             /* upsert, same size: the same space is rewritten in place */

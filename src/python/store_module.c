@@ -93,7 +93,8 @@ static PyMethodDef *all_store_methods(void)
                                      mcpy_read_methods,       mcpy_query_methods,
                                      mcpy_range_methods,      mcpy_segment_methods,
                                      mcpy_dummy_methods,      mcpy_tensor_put_methods,
-                                     mcpy_tensor_get_methods, mcpy_pyext_methods};
+                                     mcpy_tensor_get_methods, mcpy_pyext_methods,
+                                     mcpy_task_methods};
     size_t n = 0;
     for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
         for (PyMethodDef *m = families[f]; m->ml_name; m++)
@@ -248,7 +249,8 @@ static void store_free(void *m)
 static int store_exec(PyObject *m)
 {
     mcpy_state *st = PyModule_GetState(m);
-    if (mc__py_add_error_code(m) < 0 || mc__py_route_logs() < 0 || mcpy_types_init(m, st) < 0)
+    if (mc__py_add_error_code(m) < 0 || mc__py_route_logs() < 0 || mcpy_types_init(m, st) < 0 ||
+        mcpy_tasks_init(m) < 0)
         return -1;
     PyMethodDef *methods = all_store_methods();
     if (!methods) {

@@ -19,6 +19,8 @@
  *   store_segments.c   mount_segment, unmount_segment, allocate_and_mount_segment,
  *                      unmount_and_free_segment
  *   store_dummy.c      setup_dummy, alloc_from_mem_pool, the dummy view's getattro
+ *   store_tasks.c      create_copy_task, create_move_task, query_task, TaskType,
+ *                      TaskStatus, QueryTaskResponse
  *   store_pyext.c      methods written in Python (mooncake/_store_extras.py: parallel
  *                      tensor IO, safetensors, CUDA-only readers), allocator hooks
  *
@@ -95,6 +97,9 @@ extern PyMethodDef mcpy_query_methods[];      /* store_query.c */
 extern PyMethodDef mcpy_range_methods[];      /* store_ranges.c */
 extern PyMethodDef mcpy_segment_methods[];    /* store_segments.c */
 extern PyMethodDef mcpy_dummy_methods[];      /* store_dummy.c */
+extern PyMethodDef mcpy_task_methods[];       /* store_tasks.c */
+/* Adds TaskType, TaskStatus and QueryTaskResponse to the module (store_tasks.c). 0 / -1. */
+int mcpy_tasks_init(PyObject *module);
 /* tp_getattro of the store: public names go to the dummy view when there is one. */
 PyObject *mcpy_store_getattro(PyObject *o, PyObject *name);
 extern PyMethodDef mcpy_pyext_methods[];      /* store_pyext.c (Python-written methods) */

@@ -93,7 +93,18 @@
       offload_heartbeat_request, offload_heartbeat_reply, OFFLOAD_HB,                       \
       mc_master_service_offload_heartbeat, OP)                                              \
     X(OFFLOAD_END, 71, "offload_end", "offload_end", offload_end_request,                   \
-      batch_status_reply, OFFLOAD_END, mc_master_service_offload_end, OP)
+      batch_status_reply, OFFLOAD_END, mc_master_service_offload_end, OP)                   \
+    X(CREATE_COPY_TASK, 80, "create_copy_task", "create_copy_task", create_task_request,   \
+      create_task_reply, TASK_CREATE, mc_master_service_create_copy_task, OP)               \
+    X(CREATE_MOVE_TASK, 81, "create_move_task", "create_move_task", create_task_request,   \
+      create_task_reply, TASK_CREATE, mc_master_service_create_move_task, OP)               \
+    X(QUERY_TASK, 82, "query_task", "query_task", query_task_request, query_task_reply,    \
+      TASK_QUERY, mc_master_service_query_task, OP)                                         \
+    X(FETCH_TASKS, 83, "fetch_tasks", "fetch_tasks", fetch_tasks_request,                  \
+      fetch_tasks_reply, TASK_FETCH, mc_master_service_fetch_tasks, OP)                     \
+    X(MARK_TASK_TO_COMPLETE, 84, "mark_task_to_complete", "mark_task_to_complete",         \
+      mark_task_request, status_reply, TASK_MARK, mc_master_service_mark_task_to_complete,  \
+      OP)
 /* clang-format on */
 
 /* Row filters on COUNT for generators: MC__RPC_IF_OP_##COUNT(...) keeps its arguments

@@ -172,6 +172,8 @@ typedef struct mc_master_ping_result {
     uint32_t n_writer_fences, n_target_fences; /* <= MC_MASTER_MAX_FENCES each */
     mc_master_writer_fence writer_fences[MC_MASTER_MAX_FENCES]; /* apply as owner  */
     mc_master_target_fence target_fences[MC_MASTER_MAX_FENCES]; /* apply as writer */
+    bool tasks_pending;     /* a replica task (master/tasks.c) waits for this client to  */
+                            /* fetch it: the hint that wakes its task thread             */
 } mc_master_ping_result;
 
 /* ---- the disk tier (docs/ssd-tier.md; upstream OffloadObjectHeartbeat /
@@ -216,5 +218,54 @@ typedef struct mc_master_offload_tasks {
     mc_master_offload_item items[MC_MASTER_MAX_OFFLOAD_TASKS];
     void *keys;
 } mc_master_offload_tasks;
+
+
+/* ---- replica copy / move tasks (master/tasks.c; upstream CreateCopyTask /
+ * CreateMoveTask / QueryTask / FetchTasks / MarkTaskToComplete, upstream-mooncake.md
+ * §1.4, §4) ---- */
+
+#define MC_MASTER_MAX_TASK_TARGETS 8u /* targets of one copy task                      */
+#define MC_MASTER_TASK_MSG_MAX 256u   /* a task's message, incl. NUL                   */
+
+/* Upstream TaskType / TaskStatus (numbers as upstream's enums). */
+typedef enum mc_master_task_type {
+    MC_MASTER_TASK_REPLICA_COPY = 0,
+    MC_MASTER_TASK_REPLICA_MOVE = 1,
+} mc_master_task_type;
+
+typedef enum mc_master_task_status {
+    MC_MASTER_TASK_PENDING = 0,    /* created, not yet fetched by its executor        */
+    MC_MASTER_TASK_PROCESSING = 1, /* fetched: the executor is copying the bytes      */
+    MC_MASTER_TASK_SUCCESS = 2,    /* every new replica is COMPLETE (move: the source */
+                                   /* replica dropped)                                */
+    MC_MASTER_TASK_FAILED = 3,     /* see message                                     */
+} mc_master_task_status;
+
+/* Upstream QueryTaskResponse. Times are wall-clock ms since the epoch. */
+typedef struct mc_master_task_info {
+    mc_master_uuid id;
+    int type;   /* mc_master_task_type */
+    int status; /* mc_master_task_status */
+    uint64_t created_at_ms_epoch, last_updated_at_ms_epoch;
+    mc_master_uuid assigned_client; /* the client that executes it (the owner of the */
+                                    /* first target segment)                          */
+    char message[MC_MASTER_TASK_MSG_MAX];
+} mc_master_task_info;
+
+/* One unit of work handed to an executor (fetch_tasks): copy `size` bytes of `key`
+ * from the source replica (src_endpoint, src_address) into the replica reserved at
+ * dst_address in the executor's own segment dst_endpoint, then report part `part` of
+ * task `id` (mark_task_to_complete). */
+typedef struct mc_master_task_work {
+    mc_master_uuid id;
+    uint32_t part;
+    uint64_t size;
+    char src_endpoint[MC_MASTER_NAME_MAX];
+    uint64_t src_address;
+    char dst_endpoint[MC_MASTER_NAME_MAX];
+    uint64_t dst_address;
+    size_t key_len;
+    uint8_t key[MC_MASTER_KEY_MAX];
+} mc_master_task_work;
 
 #endif
