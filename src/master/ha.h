@@ -26,6 +26,21 @@
 
 typedef struct mc_master_ha mc_master_ha;
 
+/* --ha_sync (docs/ha.md "Replication to the standbys"): when a put_end (and a removal a
+ * client asked for) is acknowledged relative to the standbys.
+ *   NONE   no replication: a new leader starts empty (the behaviour before replication).
+ *   ASYNC  the record is in the leader's replication ring when the put is acknowledged;
+ *          standbys pull it within milliseconds (default). A failover loses what the
+ *          new leader had not fetched yet.
+ *   SYNC   acknowledged once a standby fetched past the record. With no standby
+ *          fetching for 2 s the leader acknowledges at once (counted, WARN), and a
+ *          standby that does not fetch within 1 s releases the put the same way. */
+typedef enum mc_master_ha_sync {
+    MC_MASTER_HA_SYNC_NONE = 0,
+    MC_MASTER_HA_SYNC_ASYNC = 1,
+    MC_MASTER_HA_SYNC_SYNC = 2,
+} mc_master_ha_sync;
+
 typedef struct mc_master_ha_opts {
     const char *conn;       /* etcd endpoints (election.h); borrowed for the call       */
     const char *cluster_id; /* [0-9A-Za-z_.-]{1,128}; borrowed                          */
@@ -40,6 +55,7 @@ typedef struct mc_master_ha_opts {
      * on_promote only has to apply the tail. NULL: none. */
     void (*on_standby)(void *ctx, const char *leader, int64_t view);
     void *ctx;
+    mc_master_ha_sync sync; /* replication of the index to the standbys (0: none)       */
 } mc_master_ha_opts;
 
 /* mc_master_ha_start: enables svc's gate (STANDBY) and starts the HA thread.
@@ -48,8 +64,13 @@ typedef struct mc_master_ha_opts {
 int mc_master_ha_start(mc_master_service *svc, const mc_master_ha_opts *opts,
                        mc_master_ha **out);
 
-/* mc_master_ha_destroy: stops the thread; a leader resigns (revokes its lease, so a
- * standby takes over at once) after its gate is closed. NULL: no-op. */
+/* mc_master_ha_destroy: stops the thread (and a standby's replication follower); a
+ * leader resigns (revokes its lease, so a standby takes over at once) after its gate is
+ * closed. The replication ring and the log stay until mc_master_ha_free. NULL: no-op. */
 void mc_master_ha_destroy(mc_master_ha *ha);
+
+/* mc_master_ha_free: frees what mc_master_ha_destroy left (the replication ring and the
+ * log a promoted master wrote): call it after the RPC server stopped. NULL: no-op. */
+void mc_master_ha_free(mc_master_ha *ha);
 
 #endif

@@ -93,7 +93,9 @@
       offload_heartbeat_request, offload_heartbeat_reply, OFFLOAD_HB,                       \
       mc_master_service_offload_heartbeat, OP)                                              \
     X(OFFLOAD_END, 71, "offload_end", "offload_end", offload_end_request,                   \
-      batch_status_reply, OFFLOAD_END, mc_master_service_offload_end, OP)
+      batch_status_reply, OFFLOAD_END, mc_master_service_offload_end, OP)                   \
+    X(FETCH_LOG, 80, "fetch_log", "fetch_log", fetch_log_request, fetch_log_reply,          \
+      FETCH_LOG, mc_master_service_fetch_log, NONE)
 /* clang-format on */
 
 /* Row filters on COUNT for generators: MC__RPC_IF_OP_##COUNT(...) keeps its arguments
