@@ -667,6 +667,21 @@ int main(int argc, char **argv)
         exit_code = 2;
         goto out;
     }
+    if (enable_ha && ha_sync_mode == MC_MASTER_HA_SYNC_SYNC) {
+        /* a put_end waiting for the standby holds its RPC loop thread: the standby's
+         * fetch (its acknowledgement) must find another loop */
+        if (rpc_thread_num == 1) {
+            fprintf(stderr, "%s: --ha_sync=sync needs --rpc_thread_num >= 2 (a put waiting "
+                    "for the standby holds its RPC thread; the standby's fetch needs "
+                    "another)\n", prog);
+            exit_code = 2;
+            goto out;
+        }
+        if (rpc_thread_num == 0) {
+            long cores = sysconf(_SC_NPROCESSORS_ONLN);
+            rpc_thread_num = cores >= 4 ? 4 : 2;
+        }
+    }
     if (enable_ha && ha_sync_mode != MC_MASTER_HA_SYNC_NONE &&
         (enable_offload || mc_auth_enabled(&secret))) {
         /* the log records memory replicas only; the standby's fetch connection does not

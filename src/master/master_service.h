@@ -512,6 +512,12 @@ typedef struct mc_master_stats {
     int role;
     int64_t view_version;
     char leader[MC_MASTER_NAME_MAX];
+    /* HA index replication (replicate.c; 0 without it): the last LSN this master logged
+     * or copied, the last one it applied as a standby, the highest one a standby
+     * acknowledged (leader), FETCH_LOG requests served, puts acknowledged under
+     * --ha_sync=sync without a standby's acknowledgement (the degradation rule) */
+    uint64_t repl_last_lsn, repl_applied_lsn, repl_acked_lsn, repl_fetches;
+    uint64_t repl_sync_degraded;
 } mc_master_stats;
 
 /* mc_master_value_size_bound: upper bound (bytes, inclusive: Prometheus `le`) of bucket i

@@ -221,7 +221,7 @@ void mc__repl_wait_acked(mc__repl *r, uint64_t lsn)
         if (!r->degraded)
             mc_log(MC_LOG_WARN, TAG,
                    "--ha_sync=sync: %s; acknowledging puts without a standby's copy until "
-                   "one fetches again (counted: ha_sync_degraded)",
+                   "one fetches again (counted: master_ha_sync_degraded_total)",
                    gone ? "no standby has fetched the log for 2 s"
                         : "no standby fetched a record within 1 s");
         r->degraded = true;

@@ -285,3 +285,6 @@ def test_ha_sync_flag_and_refusals():
     r = _run("--enable_ha", "--rpc_address=127.0.0.1", "--etcd_endpoints=127.0.0.1:2379",
              "--enable_offload")
     assert r.returncode == 2 and "--ha_sync=none" in r.stderr, r.stderr
+    r = _run("--enable_ha", "--rpc_address=127.0.0.1", "--etcd_endpoints=127.0.0.1:2379",
+             "--ha_sync=sync", "--rpc_thread_num=1")
+    assert r.returncode == 2 and "--rpc_thread_num" in r.stderr, r.stderr
