@@ -6,9 +6,8 @@
  * with UNAVAILABLE_IN_CURRENT_STATUS) and campaigns every poll interval (TTL / 10,
  * 50..250 ms; 1 s while etcd does not answer) until the leader key is absent and it
  * wins it; once elected it calls opts.on_promote
- * (where a standby will finish applying the leader's mutation log before serving, when
- * index replication lands; today the new leader starts with an empty index and clients
- * remount), then serves as LEADER while it renews its lease every TTL / 3. A leader that
+ * (after the index replication of opts.sync, src/master/replicate.c, has applied the
+ * tail of the old leader's log it could still fetch), then serves as LEADER while it renews its lease every TTL / 3. A leader that
  * cannot renew before its deadline, or finds its lease or key gone, becomes DEPOSED for
  * good (it never serves again: its index may be behind a newer leader's) and calls
  * opts.on_deposed; mooncake_master then exits with code 3 after one TTL, for a
@@ -51,8 +50,8 @@ typedef struct mc_master_ha_opts {
     int (*on_promote)(void *ctx, int64_t view);
     void (*on_deposed)(void *ctx); /* after the gate closed for good; NULL: none          */
     /* each poll round as a STANDBY, with the leader's address and view: where a standby
-     * will pull the leader's mutation log (index replication, not built yet) so that
-     * on_promote only has to apply the tail. NULL: none. */
+     * pulls the leader's mutation log (opts.sync, replicate.c: that runs first, this
+     * hook is extra). NULL: none. */
     void (*on_standby)(void *ctx, const char *leader, int64_t view);
     void *ctx;
     mc_master_ha_sync sync; /* replication of the index to the standbys (0: none)       */
