@@ -283,7 +283,8 @@ static int free_conn(mc__repl *r, const char *leader, uint64_t deadline)
     for (unsigned k = 0; k < REPL_CONNS; k++) {
         unsigned i = (r->cur + k) % REPL_CONNS;
         if (r->fd[i] >= 0 && r->pend[i]) {
-            if (mc_sock_wait(r->fd[i], POLLIN, mc_now_ms()) <= 0)
+            struct pollfd pf = {.fd = r->fd[i], .events = POLLIN};
+            if (poll(&pf, 1, 0) <= 0)
                 continue; /* still stuck */
             mc_frame_header h;
             uint8_t *b;
@@ -304,7 +305,20 @@ static int free_conn(mc__repl *r, const char *leader, uint64_t deadline)
         r->cur = i;
         return (int)i;
     }
-    return -1;
+    /* every connection waits for a late reply: drop the next one and connect afresh
+     * (its reply, if it ever comes, is lost with it; the frames are asked again) */
+    unsigned i = r->cur % REPL_CONNS;
+    close_one(r, i);
+    char host[256];
+    uint16_t port;
+    if (mc_sock_parse_hostport(leader, host, sizeof host, &port, 0) != 0)
+        return -1;
+    uint64_t left = mc_ms_left(deadline);
+    int fd = mc_sock_connect_tcp(host, port, left ? (int)left : 1);
+    if (fd < 0)
+        return -1;
+    r->fd[i] = fd;
+    return (int)i;
 }
 
 /* One FETCH_LOG round trip to leader within deadline. Returns MC_OK with *out (free it
