@@ -347,9 +347,11 @@ static int fetch_once(mc__repl *r, const char *leader, uint64_t from, uint64_t d
             return MC_RPC_FAIL;
         }
         r->pend[i] = id;
-        /* a reply later than REPL_STUCK_MS: its loop is busy (a put waiting for us?):
-         * leave it outstanding and ask on the next connection */
-        uint64_t stuck = mc_now_ms() + REPL_STUCK_MS;
+        /* sync: a reply later than REPL_STUCK_MS: its loop is busy (a put waiting for
+         * us?): leave it outstanding and ask on the next connection. async: one
+         * connection, wait for the reply */
+        uint64_t stuck = r->mode == MC_MASTER_HA_SYNC_SYNC ? mc_now_ms() + REPL_STUCK_MS
+                                                           : deadline; /* nobody waits */
         int w = mc_sock_wait(r->fd[i], POLLIN, stuck < deadline ? stuck : deadline);
         if (w <= 0) {
             if (!mc_ms_left(deadline))
