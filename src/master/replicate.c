@@ -460,7 +460,12 @@ static void *follow_main(void *arg)
         int64_t view = r->view;
         pthread_mutex_unlock(&r->mu);
         bool more = false;
-        int rc = pull(r, leader, view, mc_now_ms() + 1000u * r->ttl_s, &more);
+        uint64_t t0 = mc_now_ms(), a0 = r->applied;
+        int rc = pull(r, leader, view, t0 + 1000u * r->ttl_s, &more);
+        if (mc_now_ms() - t0 > 500)
+            mc_log(MC_LOG_WARN, TAG, "a fetch from %s took %llu ms (%s; LSN %llu -> %llu)",
+                   leader, (unsigned long long)(mc_now_ms() - t0), mc_strerror(rc),
+                   (unsigned long long)a0, (unsigned long long)r->applied);
         if (r->broken)
             break;
         if (rc != last_rc && rc != MC_OK)
