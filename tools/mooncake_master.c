@@ -63,7 +63,7 @@ static int64_t rpc_port, rpc_thread_num, metrics_port, http_md_port, client_ttl;
 static int64_t discard_timeout, release_timeout, verbosity, report_interval, max_threads;
 static char *rpc_address, *metrics_host, *http_md_host, *lease_ttl, *soft_pin_ttl;
 static char *max_soft_pin_ttl, *allocation_strategy, *memory_allocator, *config_path;
-static char *ha_backend_type, *ha_backend_connstring, *etcd_endpoints, *cluster_id;
+static char *ha_backend_type, *ha_backend_connstring, *etcd_endpoints, *cluster_id, *ha_sync;
 static bool enable_http_md, allow_evict_soft, enable_ha, enable_metric_reporting;
 static bool enable_md_cleanup;
 static int64_t ha_lease_ttl;
@@ -244,8 +244,12 @@ static const mc_option options[] = {
      .def = "offset", .help = "per-segment allocator: offset (cachelib is accepted as offset)"},
     {.name = "enable_ha", .type = MC_OPT_BOOL, .target = &enable_ha, .def = "false",
      .help = "leader election through etcd or Redis: start as a standby, serve once elected "
-             "(docs/ha.md; the new leader starts with an empty index: objects are lost on "
-             "failover)"},
+             "(docs/ha.md; standbys copy the leader's index, see --ha_sync)"},
+    {.name = "ha_sync", .type = MC_OPT_STRING, .target = &ha_sync, .def = "async",
+     .help = "index replication to the standbys (mooncake-c flag, docs/ha.md): none (a new "
+             "leader starts empty), async (standbys pull the log within milliseconds; a "
+             "failover may lose the last puts), sync (a put is acknowledged once a standby "
+             "fetched its record; with no standby for 2 s, at once, with a WARN)"},
     {.name = "ha_backend_type", .type = MC_OPT_STRING, .target = &ha_backend_type,
      .def = "etcd",
      .help = "HA backend: etcd or redis (k8s is refused: not implemented)"},
@@ -674,6 +678,43 @@ int main(int argc, char **argv)
             goto out;
         }
     }
+    mc_master_ha_sync ha_sync_mode = MC_MASTER_HA_SYNC_ASYNC;
+    if (!strcmp(ha_sync, "none"))
+        ha_sync_mode = MC_MASTER_HA_SYNC_NONE;
+    else if (!strcmp(ha_sync, "sync"))
+        ha_sync_mode = MC_MASTER_HA_SYNC_SYNC;
+    else if (strcmp(ha_sync, "async") != 0) {
+        fprintf(stderr, "%s: invalid value '%s' for --ha_sync: none, async or sync\n", prog,
+                ha_sync);
+        exit_code = 2;
+        goto out;
+    }
+    if (enable_ha && ha_sync_mode == MC_MASTER_HA_SYNC_SYNC) {
+        /* a put_end waiting for the standby holds its RPC loop thread: the standby's
+         * fetch (its acknowledgement) must find another loop */
+        if (rpc_thread_num == 1) {
+            fprintf(stderr, "%s: --ha_sync=sync needs --rpc_thread_num >= 2 (a put waiting "
+                    "for the standby holds its RPC thread; the standby's fetch needs "
+                    "another)\n", prog);
+            exit_code = 2;
+            goto out;
+        }
+        if (rpc_thread_num == 0) {
+            long cores = sysconf(_SC_NPROCESSORS_ONLN);
+            rpc_thread_num = cores >= 4 ? 4 : 2;
+        }
+    }
+    if (enable_ha && ha_sync_mode != MC_MASTER_HA_SYNC_NONE &&
+        (enable_offload || mc_auth_enabled(&secret))) {
+        /* the log records memory replicas only; the standby's fetch connection does not
+         * speak the cluster-secret handshake */
+        fprintf(stderr, "%s: --ha_sync=%s (index replication) together with %s is not "
+                "implemented in mooncake-c yet: add --ha_sync=none (a new leader then starts "
+                "empty) or drop it (docs/ha.md)\n", prog, ha_sync,
+                enable_offload ? "--enable_offload" : "a cluster secret");
+        exit_code = 2;
+        goto out;
+    }
 
     mc_master_config cfg;
     mc_master_config_init(&cfg);
@@ -842,6 +883,7 @@ int main(int argc, char **argv)
                                 .cluster_id = cluster_id,
                                 .self = self,
                                 .ttl_s = (uint32_t)ha_lease_ttl,
+                                .sync = ha_sync_mode,
                                 .on_deposed = on_deposed};
         rc = mc_master_ha_start(svc, &ho, &ha);
         if (rc != MC_OK) {
@@ -912,6 +954,7 @@ out:
      * on_client_expired, which uses the metadata server: stop them in this order */
     mc_master_admin_destroy(admin);
     mc_master_rpc_server_destroy(rpc);
+    mc_master_ha_free(ha); /* the replication ring and log: nobody fetches any more */
     mc_master_persist_stop(persist); /* nothing mutates the service any more */
     atomic_store(&cleanup_md, NULL);
     mc_http_metadata_server_destroy(md);

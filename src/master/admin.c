@@ -86,6 +86,19 @@ char *mc_master_metrics_text(mc_master_service *svc, mc_master_rpc_server *rpc, 
     metric(&b, "master_allocated_file_size_bytes", "gauge", "File bytes reserved (none here)",
            0);
     metric(&b, "master_total_file_capacity_bytes", "gauge", "File capacity (none here)", 0);
+    if (st.view_version) { /* HA index replication (docs/ha.md "Replication") */
+        metric(&b, "master_ha_repl_last_lsn", "gauge",
+               "Last mutation-log LSN this master logged or copied", st.repl_last_lsn);
+        metric(&b, "master_ha_repl_applied_lsn", "gauge",
+               "Last LSN applied from the leader (standby)", st.repl_applied_lsn);
+        metric(&b, "master_ha_repl_acked_lsn", "gauge",
+               "Highest LSN a standby acknowledged (leader)", st.repl_acked_lsn);
+        metric(&b, "master_ha_repl_fetches_total", "counter",
+               "FETCH_LOG requests served to standbys", st.repl_fetches);
+        metric(&b, "master_ha_sync_degraded_total", "counter",
+               "Puts acknowledged in --ha_sync=sync without a standby's acknowledgement",
+               st.repl_sync_degraded);
+    }
     metric(&b, "master_key_count", "gauge", "Objects in the index (complete and in flight)",
            st.key_count);
     metric(&b, "master_soft_pin_key_count", "gauge", "Objects soft-pinned now",

@@ -1,6 +1,7 @@
 /* ha.c: the HA thread of a master (see ha.h): campaign as a standby, renew as the
  * leader, close the gate for good when the lease is lost. */
 #include "master/ha.h"
+#include "master/replicate.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -25,6 +26,7 @@ struct mc_master_ha {
     char self[MC_ELECTION_ADDR_MAX];
     uint32_t poll_ms, renew_ms;
     pthread_t thread;
+    mc__repl *repl; /* index replication (--ha_sync): NULL with NONE */
     pthread_mutex_t mu;
     pthread_cond_t cond; /* stop */
     bool stop;           /* mu */
@@ -87,7 +89,9 @@ static void *ha_main(void *arg)
         uint64_t until = 0;
         int rc = mc_election_campaign(ha->el, ha->self, &v, &until);
         if (rc == MC_OK) {
-            int prc = ha->o.on_promote ? ha->o.on_promote(ha->o.ctx, v.version) : MC_OK;
+            int prc = ha->repl ? mc__repl_promote(ha->repl, v.version) : MC_OK;
+            if (prc == MC_OK && ha->o.on_promote)
+                prc = ha->o.on_promote(ha->o.ctx, v.version);
             if (prc != MC_OK) {
                 mc_log(MC_LOG_WARN, TAG, "elected (view %lld) but not ready to serve: %s; "
                        "resigning", (long long)v.version, mc_strerror(prc));
@@ -106,6 +110,8 @@ static void *ha_main(void *arg)
                 mc_log(MC_LOG_INFO, TAG, "standby: the leader is %s (view %lld)", v.leader,
                        (long long)v.version);
             seen = v.version;
+            if (ha->repl)
+                mc__repl_follow(ha->repl, v.leader, v.version);
             if (ha->o.on_standby)
                 ha->o.on_standby(ha->o.ctx, v.leader, v.version);
         } else if (rc != last_rc) {
@@ -143,7 +149,10 @@ int mc_master_ha_start(mc_master_service *svc, const mc_master_ha_opts *opts,
     pthread_mutex_init(&ha->mu, NULL);
     mc_cond_init_monotonic(&ha->cond);
     mc_master_service_ha_enable(svc);
+    if (opts->sync != MC_MASTER_HA_SYNC_NONE)
+        ha->repl = mc__repl_create(svc, opts->sync, opts->ttl_s);
     if (pthread_create(&ha->thread, NULL, ha_main, ha) != 0) {
+        mc__repl_free(ha->repl);
         mc_election_destroy(ha->el);
         pthread_cond_destroy(&ha->cond);
         pthread_mutex_destroy(&ha->mu);
@@ -163,11 +172,20 @@ void mc_master_ha_destroy(mc_master_ha *ha)
     pthread_cond_broadcast(&ha->cond);
     pthread_mutex_unlock(&ha->mu);
     pthread_join(ha->thread, NULL);
+    mc__repl_stop(ha->repl);
     /* close the gate before the lease goes: no request runs once a standby may win */
     mc_master_service_ha_set(ha->svc, MC_MASTER_ROLE_STANDBY, mc_master_service_view(ha->svc),
                              NULL, 0);
     mc_election_destroy(ha->el); /* revokes a lease still held */
+    ha->el = NULL;
     pthread_cond_destroy(&ha->cond);
     pthread_mutex_destroy(&ha->mu);
+}
+
+void mc_master_ha_free(mc_master_ha *ha)
+{
+    if (!ha)
+        return;
+    mc__repl_free(ha->repl); /* the RPC server stopped: nobody fetches or appends */
     free(ha);
 }

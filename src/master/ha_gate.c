@@ -2,6 +2,7 @@
  * on every request (declared in master_service.h, "HA role and fencing"; the election
  * that drives it: master/ha.c over metadata/election.h; docs/ha.md). */
 #include "master/internal.h"
+#include "master/replicate.h"
 
 #include <stdio.h>
 
@@ -69,4 +70,11 @@ void mc_master_service_ha_info(mc_master_service *svc, mc_master_stats *out)
     pthread_mutex_lock(&svc->ha_mu);
     snprintf(out->leader, sizeof out->leader, "%s", svc->ha_leader);
     pthread_mutex_unlock(&svc->ha_mu);
+    mc__repl_stats rs;
+    mc__repl_get_stats(svc->repl, &rs); /* zeros without replication */
+    out->repl_last_lsn = rs.last_lsn;
+    out->repl_applied_lsn = rs.applied_lsn;
+    out->repl_acked_lsn = rs.acked_lsn;
+    out->repl_fetches = rs.fetches;
+    out->repl_sync_degraded = rs.sync_degraded;
 }

@@ -245,6 +245,8 @@ struct mc_master_service {
 
     /* oplog.c: the mutation log, NULL when off (set before serving, cleared after) */
     struct mc__oplog *oplog;
+    /* replicate.c: the HA replication ring (leader and standby), NULL without HA */
+    struct mc__repl *repl;
     counter npending; /* segments with `pending` set (0: the ping path skips a lock) */
     struct mc__offload *off; /* the disk tier (offload.c); NULL without enable_offload */
     struct mc__tasks *tasks; /* replica copy / move tasks (tasks.c) */

@@ -519,6 +519,12 @@ typedef struct mc_master_stats {
     int role;
     int64_t view_version;
     char leader[MC_MASTER_NAME_MAX];
+    /* HA index replication (replicate.c; 0 without it): the last LSN this master logged
+     * or copied, the last one it applied as a standby, the highest one a standby
+     * acknowledged (leader), FETCH_LOG requests served, puts acknowledged under
+     * --ha_sync=sync without a standby's acknowledgement (the degradation rule) */
+    uint64_t repl_last_lsn, repl_applied_lsn, repl_acked_lsn, repl_fetches;
+    uint64_t repl_sync_degraded;
 } mc_master_stats;
 
 /* mc_master_value_size_bound: upper bound (bytes, inclusive: Prometheus `le`) of bucket i
@@ -695,5 +701,16 @@ MC_API int64_t mc_master_service_view(mc_master_service *svc);
 
 /* mc_master_service_ha_info: role, view and leader address into out's HA fields. */
 MC_API void mc_master_service_ha_info(mc_master_service *svc, mc_master_stats *out);
+
+/* mc_master_service_fetch_log: the FETCH_LOG RPC (HA replication, src/master/replicate.c,
+ * docs/ha.md "Replication to the standbys"): copies whole mutation-log frames with LSNs
+ * from_lsn.. into buf (at most cap bytes; *len = bytes copied, 0 when nothing is newer);
+ * *first = the oldest LSN held, *last = the newest given out, *base = the first LSN this
+ * master logged itself. Counts from_lsn - 1 as the caller's acknowledged LSN (sync mode).
+ * Returns MC_OK; MC_OBJECT_NOT_FOUND when from_lsn is older than what is held (the
+ * standby must be restarted empty); MC_NOT_SUPPORTED without HA replication. Any thread. */
+MC_API int mc_master_service_fetch_log(mc_master_service *svc, uint64_t from_lsn, uint8_t *buf,
+                                       size_t cap, size_t *len, uint64_t *first,
+                                       uint64_t *last, uint64_t *base);
 
 #endif

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "common/fdio.h"
+#include "master/replicate.h"
 #include "mooncake/log.h"
 
 static uint64_t mono_ns(void)
@@ -259,12 +260,16 @@ void mc__log_wait_slow(mc_master_service *svc)
     while (l->durable < lsn && !l->failed && !l->stop)
         pthread_cond_wait(&l->done, &l->mu);
     pthread_mutex_unlock(&l->mu);
+    if (l->repl)
+        mc__repl_wait_acked(l->repl, lsn); /* --ha_sync=sync: a standby has it */
 }
 
 /* ---- the writer ---- */
 
 static int open_log_file(mc__oplog *l, uint64_t first, char *err, size_t errlen)
 {
+    if (!l->dir)
+        return 0; /* HA replication only: no file */
     char *path = mc__persist_path(l->dir, "oplog-", first, ".log");
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     int rc = 0;
@@ -328,7 +333,7 @@ static void *writer_main(void *arg)
         pthread_mutex_unlock(&l->mu);
 
         int rc = 0;
-        if (!failed && group.len) {
+        if (!failed && group.len && l->fd >= 0) {
             rc = mc_write_all(l->fd, group.p, group.len);
             if (!rc && l->sync == MC_MASTER_LOG_SYNC_FSYNC) {
                 rc = fdatasync(l->fd) ? -errno : 0;
@@ -336,12 +341,14 @@ static void *writer_main(void *arg)
             }
             cadd(&l->groups, 1);
         }
-        if (!failed && !rc && rotate) {
+        if (!failed && !rc && rotate && l->fd >= 0) {
             /* every record <= last is in the file now: the next one starts at last + 1 */
             rc = fdatasync(l->fd) ? -errno : 0;
             if (!rc)
                 rc = open_log_file(l, last + 1, NULL, 0);
         }
+        if (!rc && !failed && group.len && l->repl)
+            mc__repl_append(l->repl, group.p, group.len, last); /* standbys may fetch it */
         if (rc) {
             cadd(&l->write_errors, 1);
             mc_log(MC_LOG_ERROR, TAG,
@@ -367,7 +374,7 @@ mc__oplog *mc__oplog_open(mc_master_service *svc, const char *dir, uint64_t firs
 {
     mc__oplog *l = mc_xcalloc(1, sizeof(*l));
     l->svc = svc;
-    l->dir = mc_xstrdup(dir);
+    l->dir = dir ? mc_xstrdup(dir) : NULL;
     l->sync = sync;
     l->fd = -1;
     l->last_lsn = l->durable = first_lsn - 1;
@@ -390,6 +397,13 @@ mc__oplog *mc__oplog_open(mc_master_service *svc, const char *dir, uint64_t firs
         return NULL;
     }
     return l;
+}
+
+void mc__oplog_set_repl(mc__oplog *l, struct mc__repl *r)
+{
+    pthread_mutex_lock(&l->mu);
+    l->repl = r;
+    pthread_mutex_unlock(&l->mu);
 }
 
 uint64_t mc__oplog_rotate(mc__oplog *l)

@@ -36,6 +36,7 @@ typedef struct mc__oplog {
     uint64_t pend_since; /* monotonic ns of the group's first record               */
     int fd;              /* the current log file (writer thread only)            */
     pthread_t thr;
+    struct mc__repl *repl; /* HA: groups written are handed to it (NULL: none)     */
     counter records, bytes, groups, fsyncs, write_errors;
 } mc__oplog;
 
@@ -48,12 +49,16 @@ size_t mc__log_encode_put_locked(mc_master_service *svc, obj *o, uint64_t now, u
 void mc__log_encode_mount(const seg *s, mc__buf *b, uint64_t lsn);
 
 /* mc__oplog_open: a log in dir starting at first_lsn (a new file oplog-<first>.log),
- * its writer thread running. NULL with err on an I/O error. */
+ * its writer thread running; dir NULL: no file (HA replication only, the groups go to
+ * the ring set with mc__oplog_set_repl). NULL with err on an I/O error. */
 mc__oplog *mc__oplog_open(mc_master_service *svc, const char *dir, uint64_t first_lsn,
                           mc_master_log_sync sync, char *err, size_t errlen);
 /* Asks for a rotation (the next group starts a new file) and returns the last LSN given
  * out: every record at or below it is in the current file or before. */
 uint64_t mc__oplog_rotate(mc__oplog *l);
+/* HA (replicate.c): every group written from now on is handed to r, and a waited
+ * put_end then waits for a standby too (--ha_sync=sync). Before the log is used. */
+void mc__oplog_set_repl(mc__oplog *l, struct mc__repl *r);
 /* Flushes, fsyncs and closes; joins the writer. */
 void mc__oplog_close(mc__oplog *l);
 

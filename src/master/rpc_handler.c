@@ -936,6 +936,25 @@ static int shape_TASK_MARK(mc_master_rpc_handler *h, task_mark_fn fn,
     return REPLY(r);
 }
 
+typedef int (*fetch_log_fn)(mc_master_service *, uint64_t, uint8_t *, size_t, size_t *,
+                            uint64_t *, uint64_t *, uint64_t *);
+
+/* FETCH_LOG (HA replication, src/master/replicate.c): whole log frames from from_lsn. */
+static int shape_FETCH_LOG(mc_master_rpc_handler *h, fetch_log_fn fn,
+                           const Mcrpc__FetchLogRequest *req, OUT)
+{
+    DECODED(req);
+    size_t cap = req->max_bytes && req->max_bytes < (4u << 20) ? req->max_bytes : (4u << 20);
+    uint8_t *buf = aalloc(h, cap);
+    size_t len = 0;
+    Mcrpc__FetchLogReply r = MCRPC__FETCH_LOG_REPLY__INIT;
+    r.status = fn(h->svc, req->from_lsn, buf, cap, &len, &r.first_lsn, &r.last_lsn,
+                  &r.base_lsn);
+    r.frames.data = buf;
+    r.frames.len = len;
+    return REPLY(r);
+}
+
 /* ---- dispatch (generated from rpc/master_rpcs.h) ---- */
 
 /* The table's opcode numbers are the proto's. */

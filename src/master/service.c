@@ -208,6 +208,13 @@ static void notice_stall(mc_master_service *svc)
 
 void mc_master_service_tick(mc_master_service *svc)
 {
+    if (atomic_load(&svc->ha_enabled) && atomic_load(&svc->ha_role) != MC_MASTER_ROLE_LEADER) {
+        /* an HA standby (or deposed): the clients ping the leader only, and what the
+         * index holds is the leader's to change (docs/ha.md "Replication"): no expiry,
+         * no eviction; the copied clients stay alive until a promotion */
+        mc__clients_refresh(svc, now_ms(svc));
+        return;
+    }
     notice_stall(svc); /* before expiry: it is what expiry must not act on */
     mc__defer_reap(svc, now_ms(svc));
     mc__expire_clients(svc, now_ms(svc));

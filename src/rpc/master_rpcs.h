@@ -104,7 +104,9 @@
       fetch_tasks_reply, TASK_FETCH, mc_master_service_fetch_tasks, OP)                     \
     X(MARK_TASK_TO_COMPLETE, 84, "mark_task_to_complete", "mark_task_to_complete",         \
       mark_task_request, status_reply, TASK_MARK, mc_master_service_mark_task_to_complete,  \
-      OP)
+      OP)                                                                                    \
+    X(FETCH_LOG, 85, "fetch_log", "fetch_log", fetch_log_request, fetch_log_reply,          \
+      FETCH_LOG, mc_master_service_fetch_log, NONE)
 /* clang-format on */
 
 /* Row filters on COUNT for generators: MC__RPC_IF_OP_##COUNT(...) keeps its arguments

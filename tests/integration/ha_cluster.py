@@ -2,7 +2,8 @@
 test_ha_netns.py and bench/bench_failover.py: etcd member(s), HA masters and store
 clients, each on its own "host".
 
-- ``HaCluster(lab, master_bin, etcd_hosts=("etcd",), ttl=2, backend="etcd")``: starts
+- ``HaCluster(lab, master_bin, etcd_hosts=("etcd",), ttl=2, backend="etcd",
+  ha_sync="async")``: starts
   etcd on each etcd host (one member, or a cluster when several are given) on
   ``<addr>:2379``; ``endpoints`` is ``"a:2379;b:2379"``; ``locator`` ``"etcd://" +
   endpoints``. ``backend="redis"``: one redis-server on the first of those hosts
@@ -12,7 +13,8 @@ clients, each on its own "host".
   (None when it does not answer); ``wait_leader(timeout, among)`` the host that reports
   leader; ``kill(host, sig)``.
 - ``store(host)``: a ha_store_child.py client on that host (master_server_addr the etcd
-  locator, P2PHANDSHAKE metadata); ``StoreChild.cmd(op, timeout, **kw)``.
+  locator, P2PHANDSHAKE metadata); ``StoreChild.cmd(op, timeout, **kw)`` (ops of
+  ha_store_child.py: put_get, until_ok, put_many, check_many, close).
 
 Processes belong to the lab (lab.close() kills them). Waits are bounded by deadlines.
 """
@@ -53,8 +55,9 @@ class StoreChild:
 
 class HaCluster:
     def __init__(self, lab, master_bin, etcd_hosts=("etcd",), ttl=2, logdir=None,
-                 backend="etcd"):
+                 backend="etcd", ha_sync="async"):
         self.lab, self.bin, self.ttl, self.backend = lab, master_bin, ttl, backend
+        self.ha_sync = ha_sync
         self.logdir = logdir or tempfile.mkdtemp(prefix="mc-ha-")
         self.masters = {}
         self.etcd_hosts = list(etcd_hosts)
@@ -113,7 +116,10 @@ class HaCluster:
                 f"--ha_backend_connstring={conn}",
                 f"--rpc_address={ip}", "--rpc_port=50051", f"--metrics_host={ip}",
                 "--metrics_port=9003", f"--ha_lease_ttl_sec={self.ttl}",
-                "--rpc_thread_num=1", "--client_ttl=5"]
+                # sync: a put_end waiting for the standby holds its RPC loop, the
+                # standby's fetch needs another one (docs/ha.md)
+                f"--rpc_thread_num={2 if self.ha_sync == 'sync' else 1}", "--client_ttl=5",
+                f"--ha_sync={self.ha_sync}"]
         p = self.lab.popen(host, args, stdout=self.log(host), stderr=subprocess.STDOUT)
         self.masters[host] = p
         deadline = time.monotonic() + START_TIMEOUT

@@ -55,6 +55,14 @@ def main():
                     break
                 time.sleep(0.02)
             out = {"ok": ok, "elapsed": time.monotonic() - t0, "tries": tries, "last": last}
+        elif op == "put_many":
+            out = {"rc": [store.put(k, value(k, cmd["size"])) for k in cmd["keys"]]}
+        elif op == "check_many":  # per key: ok (right bytes), miss or WRONG
+            r = []
+            for k in cmd["keys"]:
+                v = store.get(k)
+                r.append("miss" if v == b"" else "ok" if v == value(k, cmd["size"]) else "WRONG")
+            out = {"r": r}
         elif op == "close":
             store.close()
             print(json.dumps({"closed": True}), flush=True)

@@ -216,3 +216,18 @@ def test_unmount_drops_replicas(ctl):
     assert ctl("unmount", ctl.segment_id)["status"] == OK
     assert ctl("get", "on-seg")["status"] == OBJECT_NOT_FOUND
     assert ctl("put_start", "k", 10)["status"] == NO_AVAILABLE_HANDLE
+
+
+def test_every_reply_message_carries_the_view():
+    # HA (docs/ha.md): the master appends field 15 (its view) to every reply and a client
+    # refuses a reply whose view is older than the newest it saw; a reply message without
+    # the field would decode as view 0 and be refused by every HA client
+    import os
+    import re
+    proto = open(os.path.join(os.path.dirname(__file__), "..", "..", "proto",
+                              "master.proto")).read()
+    replies = re.findall(r"^message (\w+Reply) \{(.*?)^\}", proto, flags=re.S | re.M)
+    assert len(replies) > 10
+    missing = [name for name, body in replies
+               if not re.search(r"^\s*int64 view(_version)? = 15;", body, flags=re.M)]
+    assert missing == [], missing

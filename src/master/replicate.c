@@ -1,0 +1,601 @@
+/* replicate.c: HA replication of the mutation log (replicate.h; docs/ha.md "Replication
+ * to the standbys").
+ *
+ * Channel: a direct pull, standby -> leader, over the master RPC port (FETCH_LOG); etcd
+ * (or Redis) only elects. The leader keeps the frames its log writer produced in a ring
+ * (REPL_RING_MAX bytes; older frames are dropped whole); a standby asks for the frames
+ * from its next LSN, applies them in order and asks again (at once when it got some,
+ * after REPL_IDLE_MS when it was up to date). Its request's from_lsn - 1 is its
+ * acknowledgement: the leader's sync mode waits on that.
+ *
+ * No upstream counterpart in this form: upstream's op log travels through etcd in
+ * batches (upstream-mooncake.md §4.8). */
+#include "master/replicate.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/sync.h"
+#include "common/xalloc.h"
+#include "master.pb-c.h"
+#include "master/oplog_internal.h"
+#include "mooncake/log.h"
+#include "mooncake/mc_time.h"
+#include "mooncake/status.h"
+#include "net/frame.h"
+#include "net/sock.h"
+#include "rpc/master_rpcs.h"
+
+#undef TAG
+#define TAG "ha-repl"
+
+#define REPL_RING_MAX (256u << 20) /* frames kept for standbys, bytes               */
+#define REPL_FETCH_MAX (4u << 20)  /* frames in one FETCH_LOG reply, at most          */
+#define REPL_IDLE_MS 5             /* a standby that is up to date asks again after   */
+#define REPL_SYNC_WAIT_MS 1000     /* sync: a put waits this long for a standby       */
+#define REPL_GONE_MS 2000          /* sync: no fetch for this long = no standby       */
+#define REPL_CONNS 8               /* follower connections (>= the leader's RPC loops) */
+#define REPL_STUCK_MS 20           /* a reply later than this: try the next connection */
+
+struct mc__repl {
+    mc_master_service *svc;
+    mc_master_ha_sync mode;
+    uint32_t ttl_s;
+    pthread_mutex_t mu;
+    pthread_cond_t cond; /* acked moved, frames appended, stop */
+    /* the ring (mu): frames with LSNs first..last, contiguous */
+    mc__buf ring;
+    uint64_t first, last;
+    uint64_t base;              /* first LSN this master logged itself                */
+    size_t hint_off;            /* a frame boundary in ring and its LSN (fetch)       */
+    uint64_t hint_lsn;
+    uint64_t acked;             /* the highest LSN a standby acknowledged              */
+    uint64_t last_fetch_ms;     /* monotonic, 0: never                                 */
+    bool degraded;              /* sync: acknowledging without a standby (logged once) */
+    /* the follower (standby) */
+    char leader[256];           /* mu */
+    int64_t view;               /* mu: the view of `leader`                            */
+    bool running, fstop;        /* mu: the follower runs / is asked to stop     */
+    pthread_t thr;
+    uint64_t applied;           /* the last LSN applied (follower thread; mu to read)  */
+    int64_t applied_view;       /* the view of the leader the last record came from    */
+    const char *broken;         /* why this copy cannot be trusted (NULL: fine)        */
+    /* the follower's connections to `leader` (REPL_CONNS, spread over its RPC loops by
+     * its round robin: a fetch stuck behind a put waiting on one loop goes through
+     * another); pend: a request sent whose reply was not read yet (its id) */
+    int fd[REPL_CONNS];
+    uint64_t pend[REPL_CONNS];
+    unsigned cur;
+    uint64_t next_id;
+    char fd_leader[256];
+    mc__oplog *log;             /* opened at promotion                                 */
+    uint64_t fetches, records_applied, sync_waits, sync_degraded;
+};
+
+mc__repl *mc__repl_create(mc_master_service *svc, mc_master_ha_sync mode, uint32_t ttl_s)
+{
+    mc__repl *r = mc_xcalloc(1, sizeof *r);
+    r->svc = svc;
+    r->mode = mode;
+    r->ttl_s = ttl_s;
+    r->first = 1;
+    r->base = 1;
+    r->hint_lsn = 1;
+    for (unsigned i = 0; i < REPL_CONNS; i++)
+        r->fd[i] = -1;
+    pthread_mutex_init(&r->mu, NULL);
+    mc_cond_init_monotonic(&r->cond);
+    svc->repl = r;
+    return r;
+}
+
+/* ---- the ring (leader) ---- */
+
+static uint32_t frame_len(const uint8_t *p)
+{
+    return MC_MASTER_LOG_HDR + mc_get_le32(p);
+}
+
+static uint64_t frame_lsn(const uint8_t *p)
+{
+    return mc_get_le64(p + 8);
+}
+
+/* Drops old frames until the ring is at most half of REPL_RING_MAX (mu held). */
+static void ring_trim(mc__repl *r)
+{
+    size_t off = 0;
+    while (r->ring.len - off > REPL_RING_MAX / 2 && off < r->ring.len)
+        off += frame_len(r->ring.p + off);
+    if (off >= r->ring.len) {
+        r->ring.len = 0;
+        r->first = r->last + 1;
+    } else {
+        r->first = frame_lsn(r->ring.p + off);
+        memmove(r->ring.p, r->ring.p + off, r->ring.len - off);
+        r->ring.len -= off;
+    }
+    r->hint_off = 0;
+    r->hint_lsn = r->first;
+}
+
+static void ring_add(mc__repl *r, const uint8_t *frames, size_t len, uint64_t last)
+{
+    if (!len)
+        return;
+    if (r->ring.len == 0)
+        r->first = frame_lsn(frames), r->hint_off = 0, r->hint_lsn = r->first;
+    memcpy(mc__buf_room(&r->ring, len), frames, len);
+    r->ring.len += len;
+    r->last = last;
+    if (r->ring.len > REPL_RING_MAX)
+        ring_trim(r);
+}
+
+void mc__repl_append(mc__repl *r, const uint8_t *frames, size_t len, uint64_t last)
+{
+    pthread_mutex_lock(&r->mu);
+    ring_add(r, frames, len, last);
+    pthread_mutex_unlock(&r->mu);
+}
+
+int mc_master_service_fetch_log(mc_master_service *svc, uint64_t from, uint8_t *buf,
+                                size_t cap, size_t *len, uint64_t *first, uint64_t *last,
+                                uint64_t *base)
+{
+    mc__repl *r = svc->repl;
+    *len = 0;
+    *first = *last = *base = 0;
+    if (!r || r->mode == MC_MASTER_HA_SYNC_NONE)
+        return MC_NOT_SUPPORTED;
+    if (from == 0)
+        return MC_INVALID_PARAMS;
+    pthread_mutex_lock(&r->mu);
+    *first = r->first;
+    *last = r->last;
+    *base = r->base;
+    if (from - 1 > r->acked && from - 1 <= r->last) {
+        r->acked = from - 1;
+        pthread_cond_broadcast(&r->cond);
+    }
+    r->last_fetch_ms = mc_now_ms();
+    r->fetches++;
+    int rc = MC_OK;
+    if (from < r->first) {
+        rc = MC_OBJECT_NOT_FOUND; /* dropped from the ring: this standby must start over */
+    } else if (from <= r->last && r->ring.len) {
+        size_t off = 0;
+        uint64_t lsn = r->first;
+        if (r->hint_lsn <= from && r->hint_off < r->ring.len) {
+            off = r->hint_off;
+            lsn = r->hint_lsn;
+        }
+        while (lsn < from && off < r->ring.len) {
+            off += frame_len(r->ring.p + off);
+            lsn++;
+        }
+        size_t end = off;
+        while (end < r->ring.len && end - off + frame_len(r->ring.p + end) <= cap) {
+            end += frame_len(r->ring.p + end);
+            lsn++;
+        }
+        memcpy(buf, r->ring.p + off, end - off);
+        *len = end - off;
+        r->hint_off = end;
+        r->hint_lsn = lsn;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
+void mc__repl_wait_acked(mc__repl *r, uint64_t lsn)
+{
+    if (r->mode != MC_MASTER_HA_SYNC_SYNC)
+        return;
+    pthread_mutex_lock(&r->mu);
+    if (r->acked >= lsn) {
+        pthread_mutex_unlock(&r->mu);
+        return;
+    }
+    r->sync_waits++;
+    uint64_t now = mc_now_ms();
+    bool gone = !r->last_fetch_ms || now - r->last_fetch_ms > REPL_GONE_MS;
+    if (!gone) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t ns = (uint64_t)ts.tv_nsec + REPL_SYNC_WAIT_MS * 1000000ull;
+        ts.tv_sec += (time_t)(ns / 1000000000ull);
+        ts.tv_nsec = (long)(ns % 1000000000ull);
+        while (r->acked < lsn &&
+               pthread_cond_timedwait(&r->cond, &r->mu, &ts) == 0) {
+        }
+    }
+    if (r->acked < lsn) {
+        r->sync_degraded++;
+        if (!r->degraded)
+            mc_log(MC_LOG_WARN, TAG,
+                   "--ha_sync=sync: %s; acknowledging puts without a standby's copy until "
+                   "one fetches again (counted: master_ha_sync_degraded_total)",
+                   gone ? "no standby has fetched the log for 2 s"
+                        : "no standby fetched a record within 1 s");
+        r->degraded = true;
+    } else if (r->degraded) {
+        mc_log(MC_LOG_INFO, TAG, "--ha_sync=sync: a standby acknowledges again");
+        r->degraded = false;
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* ---- the follower (standby) ---- */
+
+static void close_one(mc__repl *r, unsigned i)
+{
+    if (r->fd[i] >= 0)
+        close(r->fd[i]);
+    r->fd[i] = -1;
+    r->pend[i] = 0;
+}
+
+static void close_fd(mc__repl *r)
+{
+    for (unsigned i = 0; i < REPL_CONNS; i++)
+        close_one(r, i);
+}
+
+/* Reads one reply on connection i (its header is due before deadline). Returns MC_OK
+ * with *hp and *body (malloc'd), or MC_RPC_FAIL (the connection is closed). */
+static int read_reply(mc__repl *r, unsigned i, uint64_t deadline, mc_frame_header *hp,
+                      uint8_t **body)
+{
+    uint8_t hb[MC_FRAME_HEADER_SIZE];
+    *body = NULL;
+    if (mc_sock_recv_all(r->fd[i], hb, sizeof hb, deadline) != 0 ||
+        mc_frame_decode_header(hb, REPL_FETCH_MAX + 4096, hp) != 0) {
+        close_one(r, i);
+        return MC_RPC_FAIL;
+    }
+    *body = mc_xmalloc(hp->body_len ? hp->body_len : 1);
+    if (hp->body_len && mc_sock_recv_all(r->fd[i], *body, hp->body_len, deadline) != 0) {
+        free(*body);
+        *body = NULL;
+        close_one(r, i);
+        return MC_RPC_FAIL;
+    }
+    r->pend[i] = 0;
+    return MC_OK;
+}
+
+/* A connection to leader with no reply outstanding (connecting, or reading a late reply
+ * that has arrived, as needed). Returns its index, or -1 (none now: all are waiting for
+ * replies, or the leader refuses connections). */
+static int free_conn(mc__repl *r, const char *leader, uint64_t deadline)
+{
+    if (strcmp(r->fd_leader, leader) != 0) {
+        close_fd(r);
+        snprintf(r->fd_leader, sizeof r->fd_leader, "%s", leader);
+    }
+    for (unsigned k = 0; k < REPL_CONNS; k++) {
+        unsigned i = (r->cur + k) % REPL_CONNS;
+        if (r->fd[i] >= 0 && r->pend[i]) {
+            struct pollfd pf = {.fd = r->fd[i], .events = POLLIN};
+            if (poll(&pf, 1, 0) <= 0)
+                continue; /* still stuck */
+            mc_frame_header h;
+            uint8_t *b;
+            if (read_reply(r, i, deadline, &h, &b) == MC_OK)
+                free(b); /* a late reply: its frames are asked again */
+        }
+        if (r->fd[i] < 0) {
+            char host[256];
+            uint16_t port;
+            if (mc_sock_parse_hostport(leader, host, sizeof host, &port, 0) != 0)
+                return -1;
+            uint64_t left = mc_ms_left(deadline);
+            int fd = mc_sock_connect_tcp(host, port, left ? (int)left : 1);
+            if (fd < 0)
+                return -1;
+            r->fd[i] = fd;
+        }
+        r->cur = i;
+        return (int)i;
+    }
+    /* every connection waits for a late reply: drop the next one and connect afresh
+     * (its reply, if it ever comes, is lost with it; the frames are asked again) */
+    unsigned i = r->cur % REPL_CONNS;
+    close_one(r, i);
+    char host[256];
+    uint16_t port;
+    if (mc_sock_parse_hostport(leader, host, sizeof host, &port, 0) != 0)
+        return -1;
+    uint64_t left = mc_ms_left(deadline);
+    int fd = mc_sock_connect_tcp(host, port, left ? (int)left : 1);
+    if (fd < 0)
+        return -1;
+    r->fd[i] = fd;
+    return (int)i;
+}
+
+/* One FETCH_LOG round trip to leader within deadline. Returns MC_OK with *out (free it
+ * with mcrpc__fetch_log_reply__free_unpacked), or an error. */
+static int fetch_once(mc__repl *r, const char *leader, uint64_t from, uint64_t deadline,
+                      Mcrpc__FetchLogReply **out)
+{
+    for (;;) {
+        int i = free_conn(r, leader, deadline);
+        if (i < 0)
+            return MC_RPC_FAIL;
+        Mcrpc__FetchLogRequest req = MCRPC__FETCH_LOG_REQUEST__INIT;
+        req.from_lsn = from;
+        req.max_bytes = REPL_FETCH_MAX;
+        uint8_t body[64];
+        size_t blen = mcrpc__fetch_log_request__pack(&req, body);
+        uint8_t hb[MC_FRAME_HEADER_SIZE];
+        uint64_t id = ++r->next_id;
+        mc_frame_header h = {.version = MC_FRAME_VERSION,
+                             .opcode = MC_MASTER_RPC_OPCODE_FETCH_LOG,
+                             .body_len = (uint32_t)blen, .request_id = id};
+        mc_frame_encode_header(&h, hb);
+        if (mc_sock_send_all(r->fd[i], hb, sizeof hb, deadline) != 0 ||
+            mc_sock_send_all(r->fd[i], body, blen, deadline) != 0) {
+            close_one(r, (unsigned)i);
+            return MC_RPC_FAIL;
+        }
+        r->pend[i] = id;
+        /* sync: a reply later than REPL_STUCK_MS: its loop is busy (a put waiting for
+         * us?): leave it outstanding and ask on the next connection. async: one
+         * connection, wait for the reply */
+        uint64_t stuck = r->mode == MC_MASTER_HA_SYNC_SYNC ? mc_now_ms() + REPL_STUCK_MS
+                                                           : deadline; /* nobody waits */
+        int w = mc_sock_wait(r->fd[i], POLLIN, stuck < deadline ? stuck : deadline);
+        if (w <= 0) {
+            if (!mc_ms_left(deadline))
+                return MC_RPC_TIMEOUT;
+            r->cur = (unsigned)(i + 1) % REPL_CONNS;
+            continue;
+        }
+        uint8_t *rb;
+        if (read_reply(r, (unsigned)i, deadline, &h, &rb) != MC_OK)
+            return MC_RPC_FAIL;
+        if (h.request_id != id) {
+            free(rb);
+            close_one(r, (unsigned)i);
+            return MC_RPC_FAIL;
+        }
+        if (h.status != 0) {
+            free(rb);
+            return h.status; /* e.g. UNAVAILABLE_IN_CURRENT_STATUS: not the leader */
+        }
+        *out = mcrpc__fetch_log_reply__unpack(NULL, h.body_len, rb);
+        free(rb);
+        if (!*out) {
+            close_one(r, (unsigned)i);
+            return MC_RPC_FAIL;
+        }
+        return MC_OK;
+    }
+}
+
+typedef struct apply_ctx {
+    mc__repl *r;
+    int rc;
+} apply_ctx;
+
+static int apply_cb(void *ctx, uint64_t lsn, const Mclog__LogRecord *rec)
+{
+    apply_ctx *a = ctx;
+    if (lsn != a->r->applied + 1) {
+        a->rc = MC_INVALID_PARAMS;
+        return 1;
+    }
+    int rc = mc_master_log_apply(a->r->svc, lsn, rec);
+    if (rc != MC_OK && rc != MC_NO_AVAILABLE_HANDLE)
+        mc_log(MC_LOG_WARN, TAG, "record %llu: %s (skipped)", (unsigned long long)lsn,
+               mc_strerror(rc));
+    a->r->applied = lsn; /* follower thread (or HA thread after it stopped) only */
+    a->r->records_applied++;
+    return 0;
+}
+
+/* Fetches from leader (view) and applies. Returns MC_OK with *more = whether the leader
+ * has more; an error when the round failed (transport) or this copy broke (r->broken). */
+static int pull(mc__repl *r, const char *leader, int64_t view, uint64_t deadline, bool *more)
+{
+    *more = false;
+    Mcrpc__FetchLogReply *fr = NULL;
+    int rc = fetch_once(r, leader, r->applied + 1, deadline, &fr);
+    if (rc != MC_OK)
+        return rc;
+    if (fr->status == MC_OBJECT_NOT_FOUND) {
+        r->broken = "the leader no longer holds the records this standby misses (restart it "
+                    "empty to copy the leader again)";
+    } else if (fr->status != MC_OK) {
+        rc = fr->status;
+    } else if (r->applied && view != r->applied_view && r->applied >= fr->base_lsn) {
+        r->broken = "it applied records of an older leader that the new leader does not have "
+                    "(restart it empty)";
+    } else if (fr->frames.len) {
+        apply_ctx a = {r, MC_OK};
+        size_t good = 0;
+        mc_master_log_stop st = mc_master_log_parse(fr->frames.data, fr->frames.len, apply_cb,
+                                                    &a, &good, NULL);
+        if (good) {
+            pthread_mutex_lock(&r->mu);
+            ring_add(r, fr->frames.data, good, r->applied);
+            pthread_mutex_unlock(&r->mu);
+            r->applied_view = view;
+        }
+        if (st != MC_MASTER_LOG_END || a.rc != MC_OK)
+            r->broken = "the leader sent a frame out of order or corrupt";
+        *more = true; /* ask again at once: that request acknowledges these */
+    } else if (r->applied < fr->last_lsn && r->applied + 1 >= fr->first_lsn) {
+        *more = true;
+    }
+    mcrpc__fetch_log_reply__free_unpacked(fr, NULL);
+    if (r->broken) {
+        mc_log(MC_LOG_ERROR, TAG, "standby copy of the index from %s is not usable: %s; this "
+               "master will not take over", leader, r->broken);
+        return MC_INTERNAL_ERROR;
+    }
+    return rc;
+}
+
+static void *follow_main(void *arg)
+{
+    mc__repl *r = arg;
+    int last_rc = MC_OK;
+    for (;;) {
+        pthread_mutex_lock(&r->mu);
+        if (r->fstop) {
+            pthread_mutex_unlock(&r->mu);
+            break;
+        }
+        char leader[256];
+        snprintf(leader, sizeof leader, "%s", r->leader);
+        int64_t view = r->view;
+        pthread_mutex_unlock(&r->mu);
+        bool more = false;
+        uint64_t t0 = mc_now_ms(), a0 = r->applied;
+        int rc = pull(r, leader, view, t0 + 1000u * r->ttl_s, &more);
+        if (mc_now_ms() - t0 > 500)
+            mc_log(MC_LOG_WARN, TAG, "a fetch from %s took %llu ms (%s; LSN %llu -> %llu)",
+                   leader, (unsigned long long)(mc_now_ms() - t0), mc_strerror(rc),
+                   (unsigned long long)a0, (unsigned long long)r->applied);
+        if (r->broken)
+            break;
+        if (rc != last_rc && rc != MC_OK)
+            mc_log(MC_LOG_WARN, TAG, "fetching the log from %s: %s (retrying)", leader,
+                   mc_strerror(rc));
+        last_rc = rc;
+        if (more)
+            continue;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t ns = (uint64_t)ts.tv_nsec + (rc == MC_OK ? REPL_IDLE_MS : 100) * 1000000ull;
+        ts.tv_sec += (time_t)(ns / 1000000000ull);
+        ts.tv_nsec = (long)(ns % 1000000000ull);
+        pthread_mutex_lock(&r->mu);
+        if (!r->fstop)
+            pthread_cond_timedwait(&r->cond, &r->mu, &ts);
+        pthread_mutex_unlock(&r->mu);
+    }
+    return NULL;
+}
+
+void mc__repl_follow(mc__repl *r, const char *leader, int64_t view)
+{
+    if (r->mode == MC_MASTER_HA_SYNC_NONE || !leader || !*leader)
+        return;
+    pthread_mutex_lock(&r->mu);
+    snprintf(r->leader, sizeof r->leader, "%s", leader);
+    r->view = view;
+    bool start = !r->running && !r->fstop;
+    if (start)
+        r->running = pthread_create(&r->thr, NULL, follow_main, r) == 0;
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void stop_follower(mc__repl *r)
+{
+    pthread_mutex_lock(&r->mu);
+    r->fstop = true;
+    pthread_cond_broadcast(&r->cond);
+    bool running = r->running;
+    r->running = false;
+    pthread_mutex_unlock(&r->mu);
+    if (running)
+        pthread_join(r->thr, NULL);
+}
+
+int mc__repl_promote(mc__repl *r, int64_t view)
+{
+    (void)view;
+    if (r->mode == MC_MASTER_HA_SYNC_NONE)
+        return MC_OK;
+    stop_follower(r);
+    pthread_mutex_lock(&r->mu);
+    char leader[256];
+    snprintf(leader, sizeof leader, "%s", r->leader);
+    int64_t lview = r->view;
+    pthread_mutex_unlock(&r->mu);
+    /* the tail the old leader may still serve (a clean stop, a partition that heals);
+     * a killed one refuses the connection at once */
+    if (*leader && !r->broken) {
+        uint64_t deadline = mc_now_ms() + 500;
+        bool more = true;
+        while (more && mc_ms_left(deadline) && pull(r, leader, lview, deadline, &more) == MC_OK) {
+        }
+    }
+    close_fd(r);
+    if (r->broken)
+        return MC_UNAVAILABLE_IN_CURRENT_STATUS;
+    if (!r->log) {
+        char err[256];
+        mc_master_log_sync sync = r->mode == MC_MASTER_HA_SYNC_ASYNC || r->mode ==
+                                  MC_MASTER_HA_SYNC_SYNC ? MC_MASTER_LOG_SYNC_WRITE
+                                                         : MC_MASTER_LOG_SYNC_NONE;
+        r->log = mc__oplog_open(r->svc, NULL, r->applied + 1, sync, err, sizeof err);
+        if (!r->log) {
+            mc_log(MC_LOG_ERROR, TAG, "cannot start the replication log: %s", err);
+            return MC_INTERNAL_ERROR;
+        }
+        pthread_mutex_lock(&r->mu);
+        r->base = r->applied + 1;
+        if (!r->ring.len)
+            r->first = r->base, r->last = r->applied;
+        pthread_mutex_unlock(&r->mu);
+        mc__oplog_set_repl(r->log, r);
+        /* owners of the copied segments ping the old leader only: from now on they have
+         * one client_ttl to reach us (they remount: the segments are pending till then) */
+        mc__clients_refresh(r->svc, now_ms(r->svc));
+        r->svc->oplog = r->log; /* the gate is still shut: nothing mutates yet */
+    }
+    mc_log(MC_LOG_INFO, TAG, "promoted with the index copied up to LSN %llu (%llu records "
+           "applied from %s)", (unsigned long long)r->applied,
+           (unsigned long long)r->records_applied, *leader ? leader : "no leader");
+    return MC_OK;
+}
+
+void mc__repl_stop(mc__repl *r)
+{
+    if (!r)
+        return;
+    stop_follower(r);
+    close_fd(r);
+}
+
+void mc__repl_free(mc__repl *r)
+{
+    if (!r)
+        return;
+    if (r->log) {
+        r->svc->oplog = NULL;
+        mc__oplog_close(r->log);
+    }
+    r->svc->repl = NULL;
+    pthread_cond_destroy(&r->cond);
+    pthread_mutex_destroy(&r->mu);
+    free(r->ring.p);
+    free(r);
+}
+
+void mc__repl_get_stats(mc__repl *r, mc__repl_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->mu);
+    out->applied_lsn = r->applied;
+    out->acked_lsn = r->acked;
+    out->last_lsn = r->last;
+    out->fetches = r->fetches;
+    out->records_applied = r->records_applied;
+    out->sync_waits = r->sync_waits;
+    out->sync_degraded = r->sync_degraded;
+    pthread_mutex_unlock(&r->mu);
+}
