@@ -12,6 +12,26 @@
 
 /* ---- submit ---- */
 
+/* A request of at least TE_STRIPE_MIN bytes is striped over the connections to its
+ * peer (conns_per_peer; issue 17): it is cut into conns_per_peer pieces (rounded up to
+ * 64 KiB, never smaller than TE_STRIPE_MIN / 2, never larger than the slice size), so a
+ * single 1 MiB get or put moves over every connection at once instead of as one slice
+ * on one connection. tcp_client.c spreads the pieces (least-loaded connection first,
+ * one lane per I/O loop); each is a slice like any other (own header, reply, retry). */
+#define TE_STRIPE_MIN (512u << 10)
+
+static uint64_t slice_len_for(const mc_te *te, uint64_t len)
+{
+    uint64_t sl = te->slice_size;
+    if (te->conns_per_peer < 2 || len < TE_STRIPE_MIN)
+        return sl;
+    uint64_t piece = (len + te->conns_per_peer - 1) / te->conns_per_peer;
+    piece = (piece + 65535) & ~(uint64_t)65535;
+    if (piece < TE_STRIPE_MIN / 2)
+        piece = TE_STRIPE_MIN / 2;
+    return piece < sl ? piece : sl;
+}
+
 static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t n,
                   te_peer *notify_peer, const char *nname, const void *nmsg, size_t nlen)
 {
@@ -106,7 +126,8 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
             continue;
         }
         tcp[i] = true;
-        nslices += (r->length + te->slice_size - 1) / te->slice_size;
+        uint64_t sl = slice_len_for(te, r->length);
+        nslices += (r->length + sl - 1) / sl;
     }
     te_chunk *chunk = NULL;
     if (nslices) {
@@ -124,20 +145,21 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
         const mc_te_request *r = &reqs[i];
         te_task *t = &b->tasks[first + i];
         te_peer *p = peers[i];
-        uint64_t k = (r->length + te->slice_size - 1) / te->slice_size;
+        uint64_t sl = slice_len_for(te, r->length);
+        uint64_t k = (r->length + sl - 1) / sl;
         atomic_store(&t->slices_left, (uint32_t)k);
         uint64_t deadline = now + te->timeout_ms + r->length / 1000000;
         te_slice *head = &chunk->s[used];
         for (uint64_t j = 0; j < k; j++) {
             te_slice *s = &chunk->s[used++];
-            uint64_t off = j * te->slice_size;
+            uint64_t off = j * sl;
             s->task = t;
             s->batch = b;
             s->peer = p;
             s->op = r->opcode == MC_TE_OP_WRITE ? MC_TE_WOP_WRITE : MC_TE_WOP_READ;
             s->local = (char *)r->source + off;
             s->remote = r->target_offset + off;
-            s->len = r->length - off < te->slice_size ? r->length - off : te->slice_size;
+            s->len = r->length - off < sl ? r->length - off : sl;
             s->epoch = s->op == MC_TE_WOP_WRITE ? r->fence_epoch : 0;
             s->deadline_ms = deadline;
             s->next = j + 1 < k ? s + 1 : NULL;
