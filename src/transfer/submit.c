@@ -131,7 +131,9 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
     }
     te_chunk *chunk = NULL;
     if (nslices) {
-        chunk = mc_xcalloc(1, sizeof *chunk + nslices * sizeof(te_slice));
+        /* not zeroed: every field of a slice but its wire headers is set below, and the
+         * headers are written before they are read (hdr by dispatch, rhdr by the reply) */
+        chunk = mc_xmalloc(sizeof *chunk + nslices * sizeof(te_slice));
         chunk->n = nslices;
         pthread_mutex_lock(&b->lock);
         chunk->next = b->chunks;
@@ -153,6 +155,11 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
         for (uint64_t j = 0; j < k; j++) {
             te_slice *s = &chunk->s[used++];
             uint64_t off = j * sl;
+            s->lane = NULL;
+            s->tries = 0;
+            s->status = 0;
+            s->id = 0;
+            s->stale = false;
             s->task = t;
             s->batch = b;
             s->peer = p;
