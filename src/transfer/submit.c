@@ -44,7 +44,11 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
     uint64_t nslices = 0;
     for (size_t i = 0; i < n; i++) {
         const mc_te_request *r = &reqs[i];
-        peers[i] = mc__te_peer_by_handle(te, r->target_id);
+        /* peers are never removed (a handle indexes them for the engine's life), so a
+         * run of requests to one target looks it up once */
+        peers[i] = i && r->target_id == reqs[i - 1].target_id
+                       ? peers[i - 1]
+                       : mc__te_peer_by_handle(te, r->target_id);
         if (!peers[i] || (r->opcode != MC_TE_OP_READ && r->opcode != MC_TE_OP_WRITE) ||
             (r->length && !r->source) || (notify_peer && peers[i] != notify_peer) ||
             (r->length && (uint64_t)(uintptr_t)r->source > UINT64_MAX - r->length)) {
@@ -90,6 +94,7 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
     uint64_t now = mc__te_now_ms(te);
     bool *tcp = n ? mc_xcalloc(n, sizeof *tcp) : NULL;
     nslices = 0;
+    te_peer *fresh = NULL; /* the peer whose descriptor was last checked */
     for (size_t i = 0; i < n; i++) {
         const mc_te_request *r = &reqs[i];
         te_task *t = &b->tasks[first + i];
@@ -98,11 +103,14 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
             mc__te_task_finish(te, t, MC_TE_COMPLETED, 0);
             continue;
         }
-        pthread_mutex_lock(&p->lock);
-        bool stale = p->stale || !p->have_desc;
-        pthread_mutex_unlock(&p->lock);
-        if (stale)
-            mc__te_peer_refresh(te, p); /* on failure the slices fail and say so */
+        if (p != fresh) { /* looked at once per run of requests to one peer */
+            pthread_mutex_lock(&p->lock);
+            bool stale = p->stale || !p->have_desc;
+            pthread_mutex_unlock(&p->lock);
+            if (stale)
+                mc__te_peer_refresh(te, p); /* on failure the slices fail and say so */
+            fresh = p;
+        }
         bool done = false;
         uint64_t epoch = r->opcode == MC_TE_OP_WRITE ? r->fence_epoch : 0;
         int sr = mc__te_send_fenced(p, epoch) ? -ESTALE : 0;
@@ -140,7 +148,10 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
         b->chunks = chunk;
         pthread_mutex_unlock(&b->lock);
     }
+    /* The slices of consecutive requests to one peer go to it as one list (one inbox
+     * lock and at most one loop wakeup per run, not per request). */
     size_t used = 0;
+    te_slice *run = NULL, *run_last = NULL;
     for (size_t i = 0; i < n; i++) {
         if (!tcp[i])
             continue;
@@ -171,8 +182,18 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
             s->deadline_ms = deadline;
             s->next = j + 1 < k ? s + 1 : NULL;
         }
-        mc__te_peer_enqueue(p, head, &chunk->s[used - 1]);
+        if (run && run->peer != p) {
+            mc__te_peer_enqueue(run->peer, run, run_last);
+            run = NULL;
+        }
+        if (run)
+            run_last->next = head;
+        else
+            run = head;
+        run_last = &chunk->s[used - 1];
     }
+    if (run)
+        mc__te_peer_enqueue(run->peer, run, run_last);
     free(tcp);
     free(peers);
     mc__te_batch_submit_end(te, b);
