@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -148,6 +149,8 @@ def main():
                     os.killpg(p.pid, signal.SIGKILL)
                     p.wait()
         logs.close()
+        if not os.environ.get("KEEP_TMP"):
+            shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(rows, f, indent=1)
