@@ -12,6 +12,26 @@
 
 /* ---- submit ---- */
 
+/* A request of at least TE_STRIPE_MIN bytes is striped over the connections to its
+ * peer (conns_per_peer; issue 17): it is cut into conns_per_peer pieces (rounded up to
+ * 64 KiB, never smaller than TE_STRIPE_MIN / 2, never larger than the slice size), so a
+ * single 1 MiB get or put moves over every connection at once instead of as one slice
+ * on one connection. tcp_client.c spreads the pieces (least-loaded connection first,
+ * one lane per I/O loop); each is a slice like any other (own header, reply, retry). */
+#define TE_STRIPE_MIN (512u << 10)
+
+static uint64_t slice_len_for(const mc_te *te, uint64_t len)
+{
+    uint64_t sl = te->slice_size;
+    if (te->conns_per_peer < 2 || len < TE_STRIPE_MIN)
+        return sl;
+    uint64_t piece = (len + te->conns_per_peer - 1) / te->conns_per_peer;
+    piece = (piece + 65535) & ~(uint64_t)65535;
+    if (piece < TE_STRIPE_MIN / 2)
+        piece = TE_STRIPE_MIN / 2;
+    return piece < sl ? piece : sl;
+}
+
 static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t n,
                   te_peer *notify_peer, const char *nname, const void *nmsg, size_t nlen)
 {
@@ -24,7 +44,11 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
     uint64_t nslices = 0;
     for (size_t i = 0; i < n; i++) {
         const mc_te_request *r = &reqs[i];
-        peers[i] = mc__te_peer_by_handle(te, r->target_id);
+        /* peers are never removed (a handle indexes them for the engine's life), so a
+         * run of requests to one target looks it up once */
+        peers[i] = i && r->target_id == reqs[i - 1].target_id
+                       ? peers[i - 1]
+                       : mc__te_peer_by_handle(te, r->target_id);
         if (!peers[i] || (r->opcode != MC_TE_OP_READ && r->opcode != MC_TE_OP_WRITE) ||
             (r->length && !r->source) || (notify_peer && peers[i] != notify_peer) ||
             (r->length && (uint64_t)(uintptr_t)r->source > UINT64_MAX - r->length)) {
@@ -70,6 +94,7 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
     uint64_t now = mc__te_now_ms(te);
     bool *tcp = n ? mc_xcalloc(n, sizeof *tcp) : NULL;
     nslices = 0;
+    te_peer *fresh = NULL; /* the peer whose descriptor was last checked */
     for (size_t i = 0; i < n; i++) {
         const mc_te_request *r = &reqs[i];
         te_task *t = &b->tasks[first + i];
@@ -78,11 +103,14 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
             mc__te_task_finish(te, t, MC_TE_COMPLETED, 0);
             continue;
         }
-        pthread_mutex_lock(&p->lock);
-        bool stale = p->stale || !p->have_desc;
-        pthread_mutex_unlock(&p->lock);
-        if (stale)
-            mc__te_peer_refresh(te, p); /* on failure the slices fail and say so */
+        if (p != fresh) { /* looked at once per run of requests to one peer */
+            pthread_mutex_lock(&p->lock);
+            bool stale = p->stale || !p->have_desc;
+            pthread_mutex_unlock(&p->lock);
+            if (stale)
+                mc__te_peer_refresh(te, p); /* on failure the slices fail and say so */
+            fresh = p;
+        }
         bool done = false;
         uint64_t epoch = r->opcode == MC_TE_OP_WRITE ? r->fence_epoch : 0;
         int sr = mc__te_send_fenced(p, epoch) ? -ESTALE : 0;
@@ -106,44 +134,66 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
             continue;
         }
         tcp[i] = true;
-        nslices += (r->length + te->slice_size - 1) / te->slice_size;
+        uint64_t sl = slice_len_for(te, r->length);
+        nslices += (r->length + sl - 1) / sl;
     }
     te_chunk *chunk = NULL;
     if (nslices) {
-        chunk = mc_xcalloc(1, sizeof *chunk + nslices * sizeof(te_slice));
+        /* not zeroed: every field of a slice but its wire headers is set below, and the
+         * headers are written before they are read (hdr by dispatch, rhdr by the reply) */
+        chunk = mc_xmalloc(sizeof *chunk + nslices * sizeof(te_slice));
         chunk->n = nslices;
         pthread_mutex_lock(&b->lock);
         chunk->next = b->chunks;
         b->chunks = chunk;
         pthread_mutex_unlock(&b->lock);
     }
+    /* The slices of consecutive requests to one peer go to it as one list (one inbox
+     * lock and at most one loop wakeup per run, not per request). */
     size_t used = 0;
+    te_slice *run = NULL, *run_last = NULL;
     for (size_t i = 0; i < n; i++) {
         if (!tcp[i])
             continue;
         const mc_te_request *r = &reqs[i];
         te_task *t = &b->tasks[first + i];
         te_peer *p = peers[i];
-        uint64_t k = (r->length + te->slice_size - 1) / te->slice_size;
+        uint64_t sl = slice_len_for(te, r->length);
+        uint64_t k = (r->length + sl - 1) / sl;
         atomic_store(&t->slices_left, (uint32_t)k);
         uint64_t deadline = now + te->timeout_ms + r->length / 1000000;
         te_slice *head = &chunk->s[used];
         for (uint64_t j = 0; j < k; j++) {
             te_slice *s = &chunk->s[used++];
-            uint64_t off = j * te->slice_size;
+            uint64_t off = j * sl;
+            s->lane = NULL;
+            s->tries = 0;
+            s->status = 0;
+            s->id = 0;
+            s->stale = false;
             s->task = t;
             s->batch = b;
             s->peer = p;
             s->op = r->opcode == MC_TE_OP_WRITE ? MC_TE_WOP_WRITE : MC_TE_WOP_READ;
             s->local = (char *)r->source + off;
             s->remote = r->target_offset + off;
-            s->len = r->length - off < te->slice_size ? r->length - off : te->slice_size;
+            s->len = r->length - off < sl ? r->length - off : sl;
             s->epoch = s->op == MC_TE_WOP_WRITE ? r->fence_epoch : 0;
             s->deadline_ms = deadline;
             s->next = j + 1 < k ? s + 1 : NULL;
         }
-        mc__te_peer_enqueue(p, head, &chunk->s[used - 1]);
+        if (run && run->peer != p) {
+            mc__te_peer_enqueue(run->peer, run, run_last);
+            run = NULL;
+        }
+        if (run)
+            run_last->next = head;
+        else
+            run = head;
+        run_last = &chunk->s[used - 1];
     }
+    if (run)
+        mc__te_peer_enqueue(run->peer, run, run_last);
     free(tcp);
     free(peers);
     mc__te_batch_submit_end(te, b);

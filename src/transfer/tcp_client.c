@@ -36,7 +36,7 @@
 #include "net/sock.h"
 #include "transfer/internal.h"
 
-#define IOV_BATCH 64
+#define IOV_BATCH 256 /* iovecs per request sendmsg: 127 small WRITEs or 255 READs (UIO_MAXIOV 1024) */
 #define MAX_TRIES 2
 #define SCRATCH 65536 /* io->scratch */
 

@@ -92,6 +92,50 @@ static void test_roundtrip_tcp(void **state)
     free(mem);
 }
 
+/* A single request of >= 512 KiB is striped over the peer's connections (submit.c,
+ * issue 17): after a 4 KiB WRITE (one connection), one 1 MiB READ (one slice of the
+ * default slice size) opens the second connection of conns_per_peer = 2, and the bytes
+ * are right, as they are for a striped WRITE with a short last piece; with one
+ * connection per peer the same requests use one. */
+static void test_large_request_striped(void **state)
+{
+    (void)state;
+    for (unsigned conns = 1; conns <= 2; conns++) {
+        mc_te_opts o = {.force_tcp = 1, .transfer_timeout_ms = 20000, .clock = test_clock,
+                        .conns_per_peer = conns, .io_threads = 1};
+        mc_te *a, *b = mk_p2p(1);
+        assert_int_equal(mc_te_create(&o, &a), MC_OK);
+        assert_int_equal(mc_te_initialize(a, "127.0.0.1", "P2PHANDSHAKE", "tcp", ""), MC_OK);
+        size_t len = 2 * MiB;
+        char *mem = malloc(len), *src = malloc(MiB + 4096), *dst = malloc(MiB + 4096);
+        assert_int_equal(mc_te_register_memory(b, mem, len, "cpu:0"), MC_OK);
+        const char *seg = mc_te_segment_name(b);
+        uint64_t base = (uint64_t)(uintptr_t)mem;
+        te_fill(src, 4096, 7); /* small first: one connection */
+        assert_int_equal(xfer(a, seg, MC_TE_OP_WRITE, src, base, 4096), MC_OK);
+        mc_te_stats st;
+        mc_te_get_stats(a, &st);
+        assert_int_equal(st.connections_opened, 1);
+        te_fill(mem + 4096, MiB, 9); /* exactly one slice of the default slice size */
+        memset(dst, 0xAB, MiB);
+        assert_int_equal(xfer(a, seg, MC_TE_OP_READ, dst, base + 4096, MiB), MC_OK);
+        assert_true(te_check(dst, MiB, 9));
+        mc_te_get_stats(a, &st);
+        assert_int_equal(st.connections_opened, conns);
+        te_fill(src, MiB + 4096, 8); /* not a multiple of the piece: a short last one */
+        assert_int_equal(xfer(a, seg, MC_TE_OP_WRITE, src, base + 12345, MiB + 4096), MC_OK);
+        assert_true(te_check(mem + 12345, MiB + 4096, 8));
+        mc_te_get_stats(a, &st);
+        assert_int_equal(st.connections_opened, conns);
+        mc_te_destroy(a);
+        assert_int_equal(mc_te_unregister_memory(b, mem), MC_OK);
+        mc_te_destroy(b);
+        free(mem);
+        free(src);
+        free(dst);
+    }
+}
+
 static void test_roundtrip_shm_and_forced_tcp(void **state)
 {
     (void)state;
@@ -566,6 +610,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_tcp),
         cmocka_unit_test(test_roundtrip_shm_and_forced_tcp),
+        cmocka_unit_test(test_large_request_striped),
         cmocka_unit_test(test_refused_ranges),
         cmocka_unit_test(test_batch_api),
         cmocka_unit_test(test_notify_probe),

@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""bench_store_syscalls.py: system calls per key of the store over TCP (issue 17), on
+the client, the serving node and the master, counted with `strace -c -f` attached to
+each of the three processes only around the measured batches (the same fixed run of
+bench/bench_store_ops as bench_store_instr.py: WARMUP batches first, then ITERS measured
+batches of BATCH keys of SIZE bytes). Counts, unlike seconds, repeat on a loaded box.
+
+Usage:
+  python3 bench/bench_store_syscalls.py [--build build/release] [--ops put,get]
+      [--size 4096] [--batch 128] [--iters 40] [--warmup 10] [--same-host]
+Prints, per op and process, the system calls per key (total and the top ones) and
+writes <out>/results.json. Needs strace (ptrace permitted on the box).
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from bench_store_instr import expect, free_port, wait_port  # noqa: E402
+
+
+def strace_attach(pid, out):
+    p = subprocess.Popen(["strace", "-c", "-f", "-o", out, "-p", str(pid)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # strace prints "Process N attached" per thread on stderr once attached
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        line = p.stderr.readline()
+        if not line or "attached" in line:
+            break
+    return p
+
+
+def strace_detach(p):
+    p.send_signal(signal.SIGINT)
+    p.wait(timeout=60)
+
+
+def parse_summary(path):
+    """{syscall: calls} from a strace -c summary."""
+    calls = {}
+    with open(path) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 5 and re.match(r"^[0-9.]+$", parts[0]) and parts[-1] != "total":
+                try:
+                    calls[parts[-1]] = int(parts[3])
+                except ValueError:
+                    pass
+    return calls
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default="build/release")
+    ap.add_argument("--ops", default="put,get")
+    ap.add_argument("--size", type=int, default=4096)
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--iters", type=int, default=40)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--same-host", action="store_true", help="no MC_FORCE_TCP")
+    ap.add_argument("--no-strace", action="store_true",
+                    help="time the same run without strace (seconds only, noisy)")
+    ap.add_argument("--out", default="bench/out/store-syscalls")
+    args = ap.parse_args()
+    ops_exe = os.path.join(args.build, "bench", "bench_store_ops")
+    master_exe = os.path.join(args.build, "tools", "mooncake_master")
+    env = dict(os.environ)
+    if not args.same_host:
+        env["MC_FORCE_TCP"] = "1"
+    tmp = tempfile.mkdtemp(prefix="store-sc-")
+    rpc, http, metrics = free_port(), free_port(), free_port()
+    md = f"http://127.0.0.1:{http}/metadata"
+    maddr = f"127.0.0.1:{rpc}"
+    logs = open(os.path.join(tmp, "stderr.log"), "a")
+    procs, rows = [], []
+    try:
+        master = subprocess.Popen(
+            [master_exe, f"--rpc_port={rpc}", "--rpc_address=127.0.0.1",
+             f"--metrics_port={metrics}", "--metrics_host=127.0.0.1",
+             "--enable_http_metadata_server=1", f"--http_metadata_server_port={http}",
+             "--http_metadata_server_host=127.0.0.1"],
+            stdout=logs, stderr=logs, env=env, start_new_session=True)
+        procs.append(master)
+        wait_port(rpc, time.monotonic() + 60, master)
+        wait_port(http, time.monotonic() + 60, master)
+        seg = max(256 << 20, 4 * args.size * args.batch * (args.iters + args.warmup + 2))
+        node = subprocess.Popen([ops_exe, "node", maddr, md, str(seg)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=logs, env=env, text=True,
+                                start_new_session=True)
+        procs.append(node)
+        expect(node, "ready", time.monotonic() + 60)
+        for op in args.ops.split(","):
+            cl = subprocess.Popen([ops_exe, "client", maddr, md, op, str(args.size),
+                                   str(args.batch), str(args.iters), str(args.warmup)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=logs,
+                                  env=env, text=True, start_new_session=True)
+            procs.append(cl)
+            expect(cl, "warm", time.monotonic() + 120)
+            who = {"client": cl.pid, "node": node.pid, "master": master.pid}
+            tr = {} if args.no_strace else {
+                k: strace_attach(pid, os.path.join(tmp, f"{op}-{k}.txt"))
+                for k, pid in who.items()}
+            cl.stdin.write("go\n")
+            cl.stdin.flush()
+            info = expect(cl, None, time.monotonic() + 600)
+            for p in tr.values():
+                strace_detach(p)
+            cl.stdin.write("end\n")
+            cl.stdin.flush()
+            cl.stdin.close()
+            if cl.wait(timeout=120) != 0:
+                raise RuntimeError(f"client {op} exited with {cl.returncode}")
+            keys = info["keys"]
+            row = {"op": op, "size": args.size, "batch": args.batch, "iters": args.iters,
+                   "keys": keys, "path": "same-host" if args.same_host else "tcp",
+                   "seconds": info["seconds"], "load": os.getloadavg()[0]}
+            print(f"  {op:<4} {keys} keys in {info['seconds']:.3f} s"
+                  f"{'' if args.no_strace else ' under strace'} "
+                  f"({args.size * keys / info['seconds'] / 1e9:.3f} GB/s, load "
+                  f"{row['load']:.1f})", flush=True)
+            for k in ([] if args.no_strace else who):
+                calls = parse_summary(os.path.join(tmp, f"{op}-{k}.txt"))
+                tot = sum(calls.values())
+                row[k] = {"per_key": tot / keys,
+                          "calls_per_key": {n: c / keys for n, c in
+                                            sorted(calls.items(), key=lambda x: -x[1])}}
+                top = ", ".join(f"{n} {c / keys:.3f}" for n, c in
+                                sorted(calls.items(), key=lambda x: -x[1])[:6])
+                print(f"  {op:<4} {k:<6}: {tot / keys:.3f} syscalls/key ({top})", flush=True)
+            rows.append(row)
+        node.stdin.close()
+        node.wait(timeout=60)
+    finally:
+        for p in reversed(procs):
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                    p.wait(timeout=30)
+                except (ProcessLookupError, subprocess.TimeoutExpired):
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait()
+        logs.close()
+        if not os.environ.get("KEEP_TMP"):
+            shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
