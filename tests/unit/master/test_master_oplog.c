@@ -243,7 +243,7 @@ static void test_persist_restore_apply(void **st)
         }
     }
     /* a new put never lands on restored space */
-    uint64_t na;
+    uint64_t na = 0;
     assert_int_equal(put(b, "new", 10000, &na), MC_OK);
     for (int i = 0; i < 20; i++)
         if (i != 3 && i != 15)

@@ -322,7 +322,7 @@ static void test_typed_helpers(void **state)
 static void test_size_limits(void **state)
 {
     (void)state;
-    void *st;
+    void *st = NULL;
     mc_http_metadata_server_opts o = {.max_body_bytes = 1024, .max_total_bytes = 3500};
     assert_int_equal(setup_opts(&st, &o), 0);
     fixture *f = st;
