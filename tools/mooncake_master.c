@@ -271,7 +271,9 @@ static const mc_option options[] = {
     IGNORED_BOOL("rpc_enable_tcp_no_delay", 0, "true"),
     IGNORED_STR("nof_eviction_ratio", 2, "0.05"),
     IGNORED_STR("nof_eviction_high_watermark_ratio", 3, "0.90"),
-    IGNORED_STR("root_fs_dir", 4, ""),
+    {.name = "root_fs_dir", .type = MC_OPT_STRING, .target = &ign_s[4], .def = "",
+     .help = "shared directory for DISK replicas: every new object is also written to "
+             "<root_fs_dir>/<cluster_id> by a client (docs/ssd-tier.md; all clients mount it)"},
     IGNORED_STR("global_file_segment_size", 5, ""),
     IGNORED_BOOL("enable_disk_eviction", 2, "true"),
     IGNORED_STR("quota_bytes", 6, "0"),
@@ -383,14 +385,6 @@ static int refuse_unsupported(const char *prog)
                     prog, tiers[i].flag, ign_s[tiers[i].idx]);
             return 2;
         }
-    if (ign_s[4] && *ign_s[4]) {
-        fprintf(stderr,
-                "%s: --root_fs_dir=%s asks for shared-file-system DISK replicas, which "
-                "mooncake-c does not implement; drop the flag to run with memory replicas "
-                "only\n",
-                prog, ign_s[4]);
-        return 2;
-    }
     return 0;
 }
 
@@ -700,6 +694,37 @@ int main(int argc, char **argv)
                 offload_on_evict ? "offload_on_evict" : "promotion_on_hit");
         exit_code = 2;
         goto out;
+    }
+    char fs_dir[MC_MASTER_NAME_MAX];
+    if (ign_s[4] && *ign_s[4]) { /* --root_fs_dir: shared-FS DISK replicas */
+        const char *root = ign_s[4];
+        size_t rl = strlen(root);
+        while (rl > 1 && root[rl - 1] == '/')
+            rl--;
+        if (root[0] != '/' || rl + 1 + strlen(cluster_id) >= 200) {
+            fprintf(stderr, "%s: --root_fs_dir=%s must be an absolute path, shorter than "
+                    "200 bytes with /<cluster_id>\n", prog, root);
+            exit_code = 2;
+            goto out;
+        }
+        if (enable_offload) {
+            fprintf(stderr, "%s: --root_fs_dir together with --enable_offload is not "
+                    "implemented in mooncake-c (one disk tier at a time: shared-FS DISK "
+                    "replicas or client-owned LOCAL_DISK ones, docs/ssd-tier.md)\n", prog);
+            exit_code = 2;
+            goto out;
+        }
+        if (persist_on) {
+            fprintf(stderr, "%s: --root_fs_dir together with --enable_snapshot is not "
+                    "implemented in mooncake-c yet (the mutation log does not record DISK "
+                    "replicas)\n", prog);
+            exit_code = 2;
+            goto out;
+        }
+        snprintf(fs_dir, sizeof fs_dir, "%.*s/%s", (int)rl, root, cluster_id);
+        cfg.fs_dir = fs_dir;
+        fprintf(stderr, "%s: shared-FS DISK replicas in %s (every client mounts it)\n", prog,
+                fs_dir);
     }
     cfg.enable_offload = enable_offload;
     cfg.offload_on_evict = offload_on_evict;

@@ -36,6 +36,9 @@ static int take_hb(void *user, const ProtobufCMessage *m)
     out->n = (uint32_t)r->n_tasks;
     out->keys = keys;
     out->fresh = r->fresh;
+    if (r->fsdir && strlen(r->fsdir) >= sizeof out->fsdir)
+        return MC_RPC_FAIL;
+    memcpy(out->fsdir, r->fsdir ? r->fsdir : "", r->fsdir ? strlen(r->fsdir) + 1 : 1);
     return MC_OK;
 }
 
@@ -47,6 +50,7 @@ int mc_master_client_offload_heartbeat(mc_master_client *c, mc_master_uuid clien
         out->n = 0;
         out->keys = NULL;
         out->fresh = false;
+        out->fsdir[0] = '\0';
     }
     if (!c || !out || !endpoint || strlen(endpoint) > MC__MASTER_STR_MAX)
         return MC_INVALID_PARAMS;

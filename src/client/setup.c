@@ -171,6 +171,7 @@ static int teardown(mc_store *s)
     /* Reverse order of setup_locked; the heartbeat goes first because it uses the
      * master client, the engine and the segment without holding any lock. */
     mc__offload_stop(s); /* the disk tier's thread uses the master client and segment */
+    mc__shared_fs_stop(s); /* so does the shared-FS writer */
     mc__hb_stop(s);
     mc__hb_flush(s); /* fences applied but not yet acknowledged */
     mc__xseg_teardown(s); /* mount_segment & co. (segments.c) */
@@ -618,7 +619,11 @@ static int setup_locked(mc_store *s, const mc_store_config *c, const setup_args 
         return rc;
 
     /* 6. the disk tier (offload.c), when asked for */
-    return mc__offload_start(s, c, a->hb_ms);
+    rc = mc__offload_start(s, c, a->hb_ms);
+    if (rc != MC_OK)
+        return rc;
+    /* 7. shared-FS DISK replicas (shared_fs.c), when the master has --root_fs_dir */
+    return mc__shared_fs_start(s, c, a->hb_ms);
 }
 
 int mc_store_setup(mc_store *s, const mc_store_config *cfg)

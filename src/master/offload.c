@@ -67,6 +67,10 @@ struct mc__offload {
     counter queued, requests, successes, failures, hits, preq, pok, pfail, lost;
     counter disk_bytes, disk_only;
     bool prefetch; /* a prefetch pass runs (under evict_mu): queue, never drop */
+    bool shared;   /* shared-FS DISK replicas (cfg.fs_dir; shared_fs.c): disk replicas */
+                   /* are owned by MC__SHARED_FS_OWNER, WRITEs go to fsdir            */
+    char fsdir[MC_MASTER_NAME_MAX];
+    size_t rr;     /* shared: the next client handed a DELETE (round robin)           */
 };
 
 #define PREFETCH_MAX_QUEUED 512 /* no prefetch pass while this many tasks are queued */
@@ -189,6 +193,15 @@ static bool task_done(struct mc__offload *f, dclient *c, int op, const void *key
     return false;
 }
 
+/* The client a DELETE of a disk replica owned by `owner` goes to: the owner itself, or
+ * in shared mode any client polling (round robin; none: the file stays). */
+static dclient *delete_target(struct mc__offload *f, mc_master_uuid owner)
+{
+    if (!f->shared)
+        return client_find(f, owner);
+    return f->nclients ? f->clients[f->rr++ % f->nclients] : NULL;
+}
+
 static uint64_t okhash(mc_master_service *svc, obj *o)
 {
     return XXH3_64bits_withSeed(okey(o), o->key_len, svc->seed);
@@ -198,8 +211,13 @@ static uint64_t okhash(mc_master_service *svc, obj *o)
 
 void mc__offload_create(mc_master_service *svc)
 {
-    if (!svc->cfg.enable_offload)
+    bool shared = svc->cfg.fs_dir && *svc->cfg.fs_dir;
+    if (!svc->cfg.enable_offload && !shared)
         return;
+    if (shared) { /* write-through to the shared directory, no promotion (shared_fs.c) */
+        svc->cfg.offload_on_evict = false;
+        svc->cfg.promotion_on_hit = false;
+    }
     if (!svc->cfg.promotion_admission_threshold)
         svc->cfg.promotion_admission_threshold = 1;
     if (!svc->cfg.offload_task_timeout_ms)
@@ -208,6 +226,11 @@ void mc__offload_create(mc_master_service *svc)
     pthread_mutex_init(&f->mu, NULL);
     f->nb = 1024;
     f->b = mc_xcalloc(f->nb, sizeof *f->b);
+    f->shared = shared;
+    if (shared)
+        snprintf(f->fsdir, sizeof f->fsdir, "%.*s", (int)MC__SHARED_FS_DIR_MAX,
+                 svc->cfg.fs_dir);
+    svc->cfg.fs_dir = NULL; /* borrowed for create only */
     svc->off = f;
 }
 
@@ -361,7 +384,7 @@ void mc__offload_forget(mc_master_service *svc, obj *o)
         csub(&f->disk_bytes, o->size);
         if (o->nrep == 0)
             csub(&f->disk_only, 1);
-        dclient *c = client_find(f, owner);
+        dclient *c = delete_target(f, owner);
         if (c)
             task_push(f, c, MC_MASTER_OFFLOAD_DELETE, okey(o), o->key_len, o->size, 0);
     }
@@ -373,6 +396,10 @@ void mc__offload_fill_locked(mc_master_service *svc, obj *o, mc_master_replica_l
     struct mc__offload *f = svc->off;
     if (!f || !(o->flags & F_DISK) || out->n >= MC_MASTER_MAX_REPLICAS)
         return;
+    if (f->shared) { /* fsdir is fixed at create: no lock */
+        mc__shared_fs_desc(f->fsdir, o, &out->replicas[out->n++]);
+        return;
+    }
     pthread_mutex_lock(&f->mu);
     dent *e = map_get(f, okhash(svc, o), okey(o), o->key_len);
     dclient *c = e ? client_find(f, e->owner) : NULL;
@@ -476,6 +503,15 @@ int mc_master_service_offload_heartbeat(mc_master_service *svc, mc_master_uuid c
         out->n = 0;
         out->keys = NULL;
         out->fresh = false;
+        out->fsdir[0] = '\0';
+    }
+    if (out && max_tasks == 0 && endpoint_ok(endpoint)) {
+        /* a probe (client setup): which shared directory, if any; registers nothing,
+         * hands out nothing, and is answered without any disk tier too */
+        if (f)
+            memcpy(out->fsdir, f->fsdir, sizeof out->fsdir);
+        count_op(svc, MC_MASTER_OP_OFFLOAD_HEARTBEAT, MC_OK);
+        return MC_OK;
     }
     if (!f)
         rc = MC_NOT_SUPPORTED;
@@ -485,6 +521,7 @@ int mc_master_service_offload_heartbeat(mc_master_service *svc, mc_master_uuid c
         count_op(svc, MC_MASTER_OP_OFFLOAD_HEARTBEAT, rc);
         return rc;
     }
+    memcpy(out->fsdir, f->fsdir, sizeof out->fsdir);
     if (max_tasks > MC_MASTER_MAX_OFFLOAD_TASKS)
         max_tasks = MC_MASTER_MAX_OFFLOAD_TASKS;
     uint64_t now = now_ms(svc);
@@ -559,7 +596,7 @@ static int end_write(mc_master_service *svc, mc_master_uuid client,
     } else {
         o->flags = (uint8_t)((o->flags & ~(F_OFFQ | F_NOOFF)) | F_DISK);
         pthread_mutex_lock(&f->mu);
-        map_put(f, h, it->key, it->key_len, client);
+        map_put(f, h, it->key, it->key_len, f->shared ? MC__SHARED_FS_OWNER : client);
         pthread_mutex_unlock(&f->mu);
         cadd(&f->disk_bytes, o->size);
         cadd(&f->successes, 1);
@@ -584,6 +621,8 @@ static int end_register(mc_master_service *svc, mc_master_uuid client,
                         const mc_master_offload_item *it)
 {
     struct mc__offload *f = svc->off;
+    if (f->shared)
+        return MC_NOT_SUPPORTED; /* the shared directory is not re-registered (yet) */
     uint64_t h = key_hash(svc, it->key, it->key_len);
     uint32_t h32;
     shard *sh = shard_of(svc, h, &h32);

@@ -804,6 +804,8 @@ static int shape_OFFLOAD_HB(mc_master_rpc_handler *h, offload_hb_fn fn,
     Mcrpc__OffloadHeartbeatReply r = MCRPC__OFFLOAD_HEARTBEAT_REPLY__INIT;
     r.status = fn(h->svc, uuid_from_pb(req->client_id), req->endpoint, req->max_tasks, t);
     r.fresh = t->fresh;
+    if (r.status == MC_OK && t->fsdir[0])
+        r.fsdir = astrndup(h, t->fsdir, strnlen(t->fsdir, sizeof t->fsdir));
     r.n_tasks = t->n;
     r.tasks = aalloc_n(h, t->n, sizeof *r.tasks);
     Mcrpc__OffloadItem *d = aalloc_n(h, t->n, sizeof *d);
