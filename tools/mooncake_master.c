@@ -255,7 +255,8 @@ static const mc_option options[] = {
     {.name = "cluster_id", .type = MC_OPT_STRING, .target = &cluster_id,
      .def = "mooncake_cluster",
      .help = "cluster name, [0-9A-Za-z_.-]{1,128}: the leader key is "
-             "mooncake-store/<cluster_id>/master_view (with --enable_ha)"},
+             "mooncake-store/<cluster_id>/master_view (with --enable_ha); --root_fs_dir "
+             "files go to <root_fs_dir>/<cluster_id>"},
     {.name = "ha_lease_ttl_sec", .type = MC_OPT_INT, .target = &ha_lease_ttl, .def = "5",
      .bounded = true, .min = 2, .max = 3600, .unit = "s",
      .help = "etcd lease of the leader (mooncake-c flag): a standby takes over about this "
