@@ -98,16 +98,24 @@ static int fsync_dir(const char *dir)
     return rc;
 }
 
-/* Writes one object file (key, value of size bytes) into dir; MC_OK or FILE_WRITE_FAIL /
- * FILE_OPEN_FAIL. */
-static int write_file(const char *dir, const void *key, size_t klen, const void *val,
-                      uint64_t size)
+/* One file being written: phase one (write_begin) writes it under its temporary name
+ * and starts its writeback; phase two (write_finish) waits for it (fsync) and renames it
+ * into place. A poll's WRITEs all go through phase one before any goes through phase
+ * two, so their device writes overlap instead of one fsync after another. */
+typedef struct fs_write {
+    int fd; /* -1: failed or finished */
+    int status;
+    char tmp[PATH_MAX], path[PATH_MAX];
+} fs_write;
+
+static void write_begin(fs_write *w, const char *dir, const void *key, size_t klen,
+                        const void *val, uint64_t size)
 {
-    char name[40], path[PATH_MAX], tmp[PATH_MAX];
+    char name[40];
     static _Atomic unsigned seq;
     fs_name(key, klen, name);
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    snprintf(tmp, sizeof tmp, "%s/.tmp-%s-%ld-%u", dir, name, (long)getpid(),
+    snprintf(w->path, sizeof w->path, "%s/%s", dir, name);
+    snprintf(w->tmp, sizeof w->tmp, "%s/.tmp-%s-%ld-%u", dir, name, (long)getpid(),
              atomic_fetch_add(&seq, 1));
     uint8_t hdr[FS_HDR] = {0};
     XXH3_state_t st;
@@ -120,19 +128,49 @@ static int write_file(const char *dir, const void *key, size_t klen, const void 
     mc_put_le64(hdr + 16, size);
     mc_put_le64(hdr + 24, XXH3_64bits_digest(&st));
     mc_put_le32(hdr + 12, hdr_sum(hdr, key, klen));
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return MC_FILE_OPEN_FAIL;
-    int rc = MC_OK;
-    if (write_all(fd, hdr, sizeof hdr) || write_all(fd, key, klen) ||
-        write_all(fd, val, (size_t)size) || fsync(fd))
-        rc = MC_FILE_WRITE_FAIL;
-    if (close(fd) != 0)
-        rc = MC_FILE_WRITE_FAIL;
-    if (rc == MC_OK && rename(tmp, path) != 0)
-        rc = MC_FILE_WRITE_FAIL;
-    if (rc != MC_OK)
-        unlink(tmp);
+    w->status = MC_OK;
+    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (w->fd < 0) {
+        w->status = MC_FILE_OPEN_FAIL;
+        return;
+    }
+    if (write_all(w->fd, hdr, sizeof hdr) || write_all(w->fd, key, klen) ||
+        write_all(w->fd, val, (size_t)size)) {
+        w->status = MC_FILE_WRITE_FAIL;
+        close(w->fd);
+        w->fd = -1;
+        unlink(w->tmp);
+        return;
+    }
+    /* start the writeback now (a hint: the fsync below is what counts) */
+    (void)sync_file_range(w->fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+}
+
+static int write_finish(fs_write *w)
+{
+    if (w->fd < 0)
+        return w->status;
+    if (fsync(w->fd) != 0)
+        w->status = MC_FILE_WRITE_FAIL;
+    if (close(w->fd) != 0)
+        w->status = MC_FILE_WRITE_FAIL;
+    w->fd = -1;
+    if (w->status == MC_OK && rename(w->tmp, w->path) != 0)
+        w->status = MC_FILE_WRITE_FAIL;
+    if (w->status != MC_OK)
+        unlink(w->tmp);
+    return w->status;
+}
+
+/* Writes one object file (key, value of size bytes) into dir; MC_OK or FILE_WRITE_FAIL /
+ * FILE_OPEN_FAIL. */
+static int write_file(const char *dir, const void *key, size_t klen, const void *val,
+                      uint64_t size)
+{
+    fs_write *w = mc_xmalloc(sizeof *w);
+    write_begin(w, dir, key, klen, val, size);
+    int rc = write_finish(w);
+    free(w);
     return rc;
 }
 
@@ -218,20 +256,34 @@ static uint32_t fs_poll(mc_store *s, mc_master_offload_tasks *t, mc_master_offlo
         return 0;
     size_t nres = 0;
     bool wrote = false;
+    fs_write *ws = NULL;
     if (strcmp(t->fsdir, s->fs_dir) != 0) { /* another master (a failover) or none */
         free(t->keys);
         t->keys = NULL;
         return 0;
     }
+    if (t->n)
+        ws = mc_xmalloc(t->n * sizeof *ws);
+    for (uint32_t i = 0; i < t->n; i++) { /* phase one of every WRITE */
+        const mc_master_offload_item *it = &t->items[i];
+        mc_master_offload_item *r = &res[i];
+        *r = *it;
+        ws[i].fd = -1;
+        if (it->op != MC_MASTER_OFFLOAD_WRITE)
+            continue;
+        if (!own_range(s, it->address, it->size))
+            r->status = MC_INVALID_PARAMS;
+        else
+            write_begin(&ws[i], s->fs_dir, it->key, it->key_len,
+                        (const void *)(uintptr_t)it->address, it->size);
+    }
     for (uint32_t i = 0; i < t->n; i++) {
         const mc_master_offload_item *it = &t->items[i];
         if (it->op == MC_MASTER_OFFLOAD_WRITE) {
             mc_master_offload_item *r = &res[nres++];
+            int st = res[i].status == MC_OK ? write_finish(&ws[i]) : res[i].status;
             *r = *it;
-            r->status = own_range(s, it->address, it->size)
-                            ? write_file(s->fs_dir, it->key, it->key_len,
-                                         (const void *)(uintptr_t)it->address, it->size)
-                            : MC_INVALID_PARAMS;
+            r->status = st;
             wrote |= r->status == MC_OK;
             atomic_fetch_add(r->status == MC_OK ? &s->fs_writes : &s->fs_write_failures, 1);
             if (r->status != MC_OK)
@@ -244,6 +296,7 @@ static uint32_t fs_poll(mc_store *s, mc_master_offload_tasks *t, mc_master_offlo
             unlink(path); /* ENOENT: gone already */
         }
     }
+    free(ws);
     /* the renames of this batch are durable before the master records them */
     if (wrote && fsync_dir(s->fs_dir) != 0)
         for (size_t i = 0; i < nres; i++)
