@@ -11,7 +11,8 @@ the N-th DISK replica: master_offload_successes_total), so it includes the puts,
 client's polls and one fsync per file (each file: temporary name, write, fsync, rename,
 then one directory fsync per poll). Then the writer closes (its segment goes, every
 object is disk-only) and a reader store (no segment) gets every object: "read" = N MiB /
-the time of the N gets (each opens the file, verifies header and xxhash). dd on the same
+the time of the N gets (each opens the file, verifies header and xxhash); for context the
+same gets before the writer closed (from its memory, over the TCP transport). dd on the same
 directory: `dd bs=1M count=N conv=fsync` (one fsync at the end), `oflag=dsync` (a sync
 per block), and reads of that file buffered and with `iflag=direct`. The files just
 written are in the page cache for both our reads and dd's buffered read.
@@ -90,9 +91,14 @@ def main():
         while metric(mport, "master_offload_successes_total") < n:
             time.sleep(0.005)
         t_write = time.perf_counter() - t0
-        w.close()
         r = MooncakeDistributedStore()
         assert r.setup("127.0.0.1", md, 0, 64 * MIB, "tcp", "", addr) == 0
+        t0 = time.perf_counter()
+        for i in range(n):  # the same gets from the writer's memory, for context
+            assert r.get(f"obj-{i}") == vals[i % len(vals)], f"obj-{i}"
+        t_mem = time.perf_counter() - t0
+        w.close()
+        time.sleep(0.3)  # past the read leases of the gets above
         t0 = time.perf_counter()
         for i in range(n):
             v = r.get(f"obj-{i}")
@@ -119,7 +125,8 @@ def main():
                 ("dd bs=1M oflag=dsync", mb / t_dd_ws, None),
                 ("objects read from the files (get)", mb / t_read, mb / t_read / (mb / t_dd_r)),
                 ("dd bs=1M read (page cache)", mb / t_dd_r, 1.0),
-                ("dd bs=1M iflag=direct read", mb / t_dd_rd, None)]
+                ("dd bs=1M iflag=direct read", mb / t_dd_rd, None),
+                ("(same gets from the writer's memory, TCP)", mb / t_mem, None)]
         for name, v, ratio in rows:
             print(f"{name:<44} {v:>9.0f} {'' if ratio is None else f'{ratio:.2f}':>7}")
     finally:

@@ -105,6 +105,7 @@ static int fsync_dir(const char *dir)
 typedef struct fs_write {
     int fd; /* -1: failed or finished */
     int status;
+    bool synced; /* made durable by the batch's syncfs: no fsync of its own */
     char tmp[PATH_MAX], path[PATH_MAX];
 } fs_write;
 
@@ -129,6 +130,7 @@ static void write_begin(fs_write *w, const char *dir, const void *key, size_t kl
     mc_put_le64(hdr + 24, XXH3_64bits_digest(&st));
     mc_put_le32(hdr + 12, hdr_sum(hdr, key, klen));
     w->status = MC_OK;
+    w->synced = false;
     w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (w->fd < 0) {
         w->status = MC_FILE_OPEN_FAIL;
@@ -150,7 +152,7 @@ static int write_finish(fs_write *w)
 {
     if (w->fd < 0)
         return w->status;
-    if (fsync(w->fd) != 0)
+    if (!w->synced && fsync(w->fd) != 0)
         w->status = MC_FILE_WRITE_FAIL;
     if (close(w->fd) != 0)
         w->status = MC_FILE_WRITE_FAIL;
@@ -277,6 +279,18 @@ static uint32_t fs_poll(mc_store *s, mc_master_offload_tasks *t, mc_master_offlo
             write_begin(&ws[i], s->fs_dir, it->key, it->key_len,
                         (const void *)(uintptr_t)it->address, it->size);
     }
+    /* several files: one syncfs of the shared file system makes them all durable (one
+     * journal commit instead of one per file); a failed syncfs leaves each its fsync */
+    uint32_t open_n = 0;
+    for (uint32_t i = 0; i < t->n; i++)
+        open_n += ws[i].fd >= 0;
+    for (uint32_t i = 0; open_n > 1 && i < t->n; i++)
+        if (ws[i].fd >= 0) {
+            bool ok = syncfs(ws[i].fd) == 0;
+            for (uint32_t j = i; ok && j < t->n; j++)
+                ws[j].synced = ws[j].fd >= 0;
+            break;
+        }
     for (uint32_t i = 0; i < t->n; i++) {
         const mc_master_offload_item *it = &t->items[i];
         if (it->op == MC_MASTER_OFFLOAD_WRITE) {
