@@ -30,7 +30,8 @@ static int take_hb(void *user, const ProtobufCMessage *m)
         memcpy(keys + off, t->key.data, t->key.len);
         out->items[i] = (mc_master_offload_item){.op = (int)t->op, .key = keys + off,
                                                  .key_len = t->key.len, .size = t->size,
-                                                 .address = t->address, .status = MC_OK};
+                                                 .address = t->address, .status = MC_OK,
+                                                 .gen = t->gen};
         off += t->key.len;
     }
     out->n = (uint32_t)r->n_tasks;
@@ -104,6 +105,7 @@ int mc_master_client_offload_end(mc_master_client *c, mc_master_uuid client_id,
         d[i].size = items[i].size;
         d[i].address = items[i].address;
         d[i].status = items[i].status;
+        d[i].gen = items[i].gen;
         v[i] = &d[i];
     }
     Mcrpc__OffloadEndRequest req = MCRPC__OFFLOAD_END_REQUEST__INIT;

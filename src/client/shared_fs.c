@@ -13,8 +13,10 @@
  * copies into the object's file; a DELETE unlinks a file the master dropped. Never on
  * the transfer engine's threads, never on the master.
  *
- * One file per object, "<dir>/<32 hex digits of XXH3-128(key)>.mcsf" (the master computes
- * the same name for the descriptor): several writers on a shared file system need no
+ * One file per object, "<dir>/<32 hex digits of XXH3-128(key)>-<16 hex digits of the
+ * write's generation>.mcsf" (the master computes the same name for the descriptor; the
+ * generation comes with the WRITE task and is new per write, so a late rename of an
+ * older write of the key never replaces a newer file): several writers on a shared file system need no
  * shared state (no appender per bucket file, no cross-host locks, no compaction), a
  * create is one rename and a delete one unlink, each atomic per object, and any reader
  * opens a file by name. Layout (little-endian):
@@ -54,11 +56,14 @@
 #define FS_MAGIC 0x4653434Du /* "MCSF" */
 #define FS_HDR 48u
 
-static void fs_name(const void *key, size_t klen, char out[40])
+#define FS_NAME_MAX 64 /* "<32 hex>-<16 hex>.mcsf" and its NUL */
+
+/* The file name of key, generation gen (as master/shared_fs.c names it). */
+static void fs_name(const void *key, size_t klen, uint64_t gen, char out[FS_NAME_MAX])
 {
     XXH128_hash_t h = XXH3_128bits(key, klen);
-    snprintf(out, 40, "%016llx%016llx.mcsf", (unsigned long long)h.high64,
-             (unsigned long long)h.low64);
+    snprintf(out, FS_NAME_MAX, "%016llx%016llx-%016llx.mcsf", (unsigned long long)h.high64,
+             (unsigned long long)h.low64, (unsigned long long)gen);
 }
 
 static uint32_t hdr_sum(const uint8_t *hdr, const void *key, size_t klen)
@@ -110,11 +115,11 @@ typedef struct fs_write {
 } fs_write;
 
 static void write_begin(fs_write *w, const char *dir, const void *key, size_t klen,
-                        const void *val, uint64_t size)
+                        uint64_t gen, const void *val, uint64_t size)
 {
-    char name[40];
+    char name[FS_NAME_MAX];
     static _Atomic unsigned seq;
-    fs_name(key, klen, name);
+    fs_name(key, klen, gen, name);
     snprintf(w->path, sizeof w->path, "%s/%s", dir, name);
     snprintf(w->tmp, sizeof w->tmp, "%s/.tmp-%s-%ld-%u", dir, name, (long)getpid(),
              atomic_fetch_add(&seq, 1));
@@ -170,7 +175,7 @@ static int write_file(const char *dir, const void *key, size_t klen, const void 
                       uint64_t size)
 {
     fs_write *w = mc_xmalloc(sizeof *w);
-    write_begin(w, dir, key, klen, val, size);
+    write_begin(w, dir, key, klen, 0, val, size);
     int rc = write_finish(w);
     free(w);
     return rc;
@@ -195,11 +200,13 @@ static int read_exact(int fd, void *p, size_t n, uint64_t off)
 int mc__shared_fs_read(mc_store *s, const char *path, const void *key, size_t klen,
                        const mc_store_iov *iov, size_t niov, uint64_t size)
 {
-    char name[40];
-    fs_name(key, klen, name);
+    char name[FS_NAME_MAX];
+    fs_name(key, klen, 0, name);
     size_t pl = strnlen(path, MC_MASTER_NAME_MAX), nl = strlen(name);
-    if (pl <= nl || path[pl - nl - 1] != '/' || strcmp(path + pl - nl, name) != 0)
-        return MC_INVALID_PARAMS; /* not this key's file: never read another file */
+    /* "<dir>/<this key's 32 hex digits>-<16 hex digits>.mcsf": never read another file */
+    if (pl <= nl || path[pl - nl - 1] != '/' || memcmp(path + pl - nl, name, 33) != 0 ||
+        strcmp(path + pl - 5, ".mcsf") != 0 || strspn(path + pl - nl + 33, "0123456789abcdef") != 16)
+        return MC_INVALID_PARAMS;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         atomic_fetch_add(&s->fs_read_failures, 1);
@@ -276,7 +283,7 @@ static uint32_t fs_poll(mc_store *s, mc_master_offload_tasks *t, mc_master_offlo
         if (!own_range(s, it->address, it->size))
             r->status = MC_INVALID_PARAMS;
         else
-            write_begin(&ws[i], s->fs_dir, it->key, it->key_len,
+            write_begin(&ws[i], s->fs_dir, it->key, it->key_len, it->gen,
                         (const void *)(uintptr_t)it->address, it->size);
     }
     /* several files: one syncfs of the shared file system makes them all durable (one
@@ -304,8 +311,8 @@ static uint32_t fs_poll(mc_store *s, mc_master_offload_tasks *t, mc_master_offlo
                 mc_log(MC_LOG_WARN, TAG, "writing a %llu-byte object to %s failed: %s",
                        (unsigned long long)it->size, s->fs_dir, mc_strerror(r->status));
         } else if (it->op == MC_MASTER_OFFLOAD_DELETE) {
-            char name[40], path[PATH_MAX];
-            fs_name(it->key, it->key_len, name);
+            char name[FS_NAME_MAX], path[PATH_MAX];
+            fs_name(it->key, it->key_len, it->gen, name);
             snprintf(path, sizeof path, "%s/%s", s->fs_dir, name);
             unlink(path); /* ENOENT: gone already */
         }
@@ -413,10 +420,10 @@ int mc__shared_fs_start(mc_store *s, const mc_store_config *c, uint32_t hb_ms)
         return MC_FILE_OPEN_FAIL;
     }
     static const char probe_key[] = "\x01mooncake-c shared-fs probe";
-    char pname[40], ppath[PATH_MAX];
+    char pname[FS_NAME_MAX], ppath[PATH_MAX];
     char probe[64];
     snprintf(probe, sizeof probe, "%s-%ld", probe_key, (long)getpid());
-    fs_name(probe, strlen(probe), pname);
+    fs_name(probe, strlen(probe), 0, pname);
     snprintf(ppath, sizeof ppath, "%s/%s", s->fs_dir, pname);
     rc = write_file(s->fs_dir, probe, strlen(probe), "probe", 5);
     unlink(ppath);

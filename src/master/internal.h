@@ -754,14 +754,14 @@ void mc__offload_stats(mc_master_service *svc, mc_master_stats *out);
 #define MC__SHARED_FS_OWNER ((mc_master_uuid){UINT64_MAX, UINT64_MAX})
 #define MC__SHARED_FS_DIR_MAX 200u /* the longest fs_dir (a path must fit a NAME_MAX) */
 
-/* The file of key (len bytes) under dir: "<dir>/<32 hex digits of XXH3-128(key)>.mcsf"
- * into out (MC_MASTER_NAME_MAX); *id = the same 128 bits (the descriptor's segment id,
- * one per file, so a reply's segment table never merges two files). The client computes
- * the same name (src/client/shared_fs.c). */
-void mc__shared_fs_path(const char *dir, const void *key, size_t len, char *out,
+/* The file of key (len bytes), generation gen, under dir: "<dir>/<32 hex digits of
+ * XXH3-128(key)>-<16 hex digits of gen>.mcsf" into out (MC_MASTER_NAME_MAX); *id = those
+ * 128 bits xor gen (the descriptor's segment id, one per file, so a reply's segment table
+ * never merges two files). The client computes the same name (src/client/shared_fs.c). */
+void mc__shared_fs_path(const char *dir, const void *key, size_t len, uint64_t gen, char *out,
                         mc_master_uuid *id);
-/* Fills d as the DISK descriptor of o (size bytes) in dir. */
-void mc__shared_fs_desc(const char *dir, obj *o, mc_master_replica *d);
+/* Fills d as the DISK descriptor of o (size bytes), file generation gen, in dir. */
+void mc__shared_fs_desc(const char *dir, obj *o, uint64_t gen, mc_master_replica *d);
 
 /* ---- writes.c / service.c ---- */
 

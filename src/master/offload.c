@@ -38,6 +38,7 @@ typedef struct dtask {
     uint8_t op;       /* mc_master_offload_op */
     uint64_t sent;    /* ms when handed out; 0 = queued */
     uint64_t size, addr;
+    uint64_t gen;     /* shared mode: the file's generation (WRITE, DELETE) */
     uint16_t klen;
     uint8_t key[];
 } dtask;
@@ -53,6 +54,7 @@ typedef struct dent {
     struct dent *next;
     uint64_t h;
     mc_master_uuid owner;
+    uint64_t gen;     /* shared mode: the generation of the key's file */
     uint32_t hits;
     uint16_t klen;
     uint8_t key[];
@@ -71,6 +73,8 @@ struct mc__offload {
                    /* are owned by MC__SHARED_FS_OWNER, WRITEs go to fsdir            */
     char fsdir[MC_MASTER_NAME_MAX];
     size_t rr;     /* shared: the next client handed a DELETE (round robin)           */
+    _Atomic uint64_t gen_next; /* shared: the next file generation (starts at the   */
+                   /* wall clock in ms x 1024, so a restarted master never reuses one) */
 };
 
 #define PREFETCH_MAX_QUEUED 512 /* no prefetch pass while this many tasks are queued */
@@ -96,6 +100,7 @@ static void task_push(struct mc__offload *f, dclient *c, int op, const void *key
     t->sent = 0;
     t->size = size;
     t->addr = addr;
+    t->gen = 0;
     t->klen = (uint16_t)klen;
     memcpy(t->key, key, klen);
     mc_list_push_back(&c->tasks, &t->link);
@@ -149,6 +154,7 @@ static dent *map_put(struct mc__offload *f, uint64_t h, const void *key, size_t 
     e->next = NULL;
     e->h = h;
     e->owner = owner;
+    e->gen = 0;
     e->hits = 0;
     e->klen = (uint16_t)klen;
     memcpy(e->key, key, klen);
@@ -180,11 +186,11 @@ static bool map_del(struct mc__offload *f, uint64_t h, const void *key, size_t k
 /* Removes client c's task (op, key) (handed out, unless any), if there is one: true
  * when one was. off->mu held. */
 static bool task_done(struct mc__offload *f, dclient *c, int op, const void *key,
-                      size_t klen, bool any)
+                      size_t klen, bool any, uint64_t gen)
 {
     MC_LIST_FOREACH(it, &c->tasks) {
         dtask *t = MC_CONTAINER_OF(it, dtask, link);
-        if (t->op == op && (any || t->sent) && t->klen == klen &&
+        if (t->op == op && (any || (t->sent && t->gen == gen)) && t->klen == klen &&
             memcmp(t->key, key, klen) == 0) {
             task_free(f, c, t);
             return true;
@@ -227,6 +233,7 @@ void mc__offload_create(mc_master_service *svc)
     f->nb = 1024;
     f->b = mc_xcalloc(f->nb, sizeof *f->b);
     f->shared = shared;
+    f->gen_next = mc_wall_ms() * 1024;
     if (shared)
         snprintf(f->fsdir, sizeof f->fsdir, "%.*s", (int)MC__SHARED_FS_DIR_MAX,
                  svc->cfg.fs_dir);
@@ -291,8 +298,11 @@ static bool queue_write(mc_master_service *svc, obj *o)
         return false;
     pthread_mutex_lock(&f->mu);
     dclient *c = client_find(f, id);
-    if (c)
+    if (c) {
         task_push(f, c, MC_MASTER_OFFLOAD_WRITE, okey(o), o->key_len, o->size, addr);
+        if (f->shared) /* a new file name per write: a late rename never hits a newer one */
+            MC_CONTAINER_OF(c->tasks.prev, dtask, link)->gen = f->gen_next++;
+    }
     pthread_mutex_unlock(&f->mu);
     if (!c)
         return false;
@@ -374,19 +384,23 @@ void mc__offload_forget(mc_master_service *svc, obj *o)
     if (queued) /* the WRITE would copy bytes that are changing: its result is refused */
         for (size_t i = 0; i < f->nclients; i++)
             if (task_done(f, f->clients[i], MC_MASTER_OFFLOAD_WRITE, okey(o), o->key_len,
-                          true))
+                          true, 0))
                 break;
     if (!disk) {
         pthread_mutex_unlock(&f->mu);
         return;
     }
+    dent *de = map_get(f, okhash(svc, o), okey(o), o->key_len);
+    uint64_t gen = de ? de->gen : 0;
     if (map_del(f, okhash(svc, o), okey(o), o->key_len, &owner)) {
         csub(&f->disk_bytes, o->size);
         if (o->nrep == 0)
             csub(&f->disk_only, 1);
         dclient *c = delete_target(f, owner);
-        if (c)
+        if (c) {
             task_push(f, c, MC_MASTER_OFFLOAD_DELETE, okey(o), o->key_len, o->size, 0);
+            MC_CONTAINER_OF(c->tasks.prev, dtask, link)->gen = gen;
+        }
     }
     pthread_mutex_unlock(&f->mu);
 }
@@ -396,11 +410,14 @@ void mc__offload_fill_locked(mc_master_service *svc, obj *o, mc_master_replica_l
     struct mc__offload *f = svc->off;
     if (!f || !(o->flags & F_DISK) || out->n >= MC_MASTER_MAX_REPLICAS)
         return;
-    if (f->shared) { /* fsdir is fixed at create: no lock */
-        mc__shared_fs_desc(f->fsdir, o, &out->replicas[out->n++]);
+    pthread_mutex_lock(&f->mu);
+    if (f->shared) {
+        dent *se = map_get(f, okhash(svc, o), okey(o), o->key_len);
+        if (se)
+            mc__shared_fs_desc(f->fsdir, o, se->gen, &out->replicas[out->n++]);
+        pthread_mutex_unlock(&f->mu);
         return;
     }
-    pthread_mutex_lock(&f->mu);
     dent *e = map_get(f, okhash(svc, o), okey(o), o->key_len);
     dclient *c = e ? client_find(f, e->owner) : NULL;
     if (c) {
@@ -563,6 +580,7 @@ int mc_master_service_offload_heartbeat(mc_master_service *svc, mc_master_uuid c
         d->size = t->size;
         d->address = t->addr;
         d->status = MC_OK;
+        d->gen = t->gen;
         kb += t->klen;
         if (t->op != MC_MASTER_OFFLOAD_DELETE)
             bytes += t->size;
@@ -596,7 +614,8 @@ static int end_write(mc_master_service *svc, mc_master_uuid client,
     } else {
         o->flags = (uint8_t)((o->flags & ~(F_OFFQ | F_NOOFF)) | F_DISK);
         pthread_mutex_lock(&f->mu);
-        map_put(f, h, it->key, it->key_len, f->shared ? MC__SHARED_FS_OWNER : client);
+        map_put(f, h, it->key, it->key_len, f->shared ? MC__SHARED_FS_OWNER : client)->gen =
+            it->gen;
         pthread_mutex_unlock(&f->mu);
         cadd(&f->disk_bytes, o->size);
         cadd(&f->successes, 1);
@@ -609,8 +628,10 @@ static int end_write(mc_master_service *svc, mc_master_uuid client,
         /* the client wrote a copy nobody will read: tell it to drop it */
         pthread_mutex_lock(&f->mu);
         dclient *c = client_find(f, client);
-        if (c)
+        if (c) {
             task_push(f, c, MC_MASTER_OFFLOAD_DELETE, it->key, it->key_len, it->size, 0);
+            MC_CONTAINER_OF(c->tasks.prev, dtask, link)->gen = it->gen;
+        }
         pthread_mutex_unlock(&f->mu);
     }
     return rc;
@@ -708,9 +729,11 @@ int mc_master_service_offload_end(mc_master_service *svc, mc_master_uuid client_
              * the timeout, nor one for bytes replaced since) */
             pthread_mutex_lock(&f->mu);
             dclient *c = client_find(f, client_id);
-            bool found = c && task_done(f, c, it->op, it->key, it->key_len, false);
-            if (!found && c && it->op == MC_MASTER_OFFLOAD_WRITE && it->status == MC_OK)
+            bool found = c && task_done(f, c, it->op, it->key, it->key_len, false, it->gen);
+            if (!found && c && it->op == MC_MASTER_OFFLOAD_WRITE && it->status == MC_OK) {
                 task_push(f, c, MC_MASTER_OFFLOAD_DELETE, it->key, it->key_len, it->size, 0);
+                MC_CONTAINER_OF(c->tasks.prev, dtask, link)->gen = it->gen;
+            }
             pthread_mutex_unlock(&f->mu);
             if (!found)
                 st = MC_OBJECT_NOT_FOUND;

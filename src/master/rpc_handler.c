@@ -818,6 +818,7 @@ static int shape_OFFLOAD_HB(mc_master_rpc_handler *h, offload_hb_fn fn,
         memcpy(d[i].key.data, it->key, it->key_len);
         d[i].size = it->size;
         d[i].address = it->address;
+        d[i].gen = it->gen;
         r.tasks[i] = &d[i];
     }
     free(t->keys);
@@ -840,7 +841,8 @@ static int shape_OFFLOAD_END(mc_master_rpc_handler *h, offload_end_fn fn,
         const Mcrpc__OffloadItem *it = req->results[i];
         items[i] = (mc_master_offload_item){.op = (int)it->op, .key = it->key.data,
                                             .key_len = it->key.len, .size = it->size,
-                                            .address = it->address, .status = it->status};
+                                            .address = it->address, .status = it->status,
+                                            .gen = it->gen};
         st[i] = MC_OK;
     }
     int rc = fn(h->svc, uuid_from_pb(req->client_id), req->endpoint, items, n, st);

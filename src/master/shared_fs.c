@@ -12,20 +12,21 @@
 
 #include "master/internal.h"
 
-void mc__shared_fs_path(const char *dir, const void *key, size_t len, char *out,
+void mc__shared_fs_path(const char *dir, const void *key, size_t len, uint64_t gen, char *out,
                         mc_master_uuid *id)
 {
     XXH128_hash_t h = XXH3_128bits(key, len);
-    snprintf(out, MC_MASTER_NAME_MAX, "%s/%016llx%016llx.mcsf", dir,
-             (unsigned long long)h.high64, (unsigned long long)h.low64);
+    snprintf(out, MC_MASTER_NAME_MAX, "%s/%016llx%016llx-%016llx.mcsf", dir,
+             (unsigned long long)h.high64, (unsigned long long)h.low64,
+             (unsigned long long)gen);
     if (id)
-        *id = (mc_master_uuid){h.high64, h.low64};
+        *id = (mc_master_uuid){h.high64, h.low64 ^ gen};
 }
 
-void mc__shared_fs_desc(const char *dir, obj *o, mc_master_replica *d)
+void mc__shared_fs_desc(const char *dir, obj *o, uint64_t gen, mc_master_replica *d)
 {
     memset(d, 0, sizeof *d);
-    mc__shared_fs_path(dir, okey(o), o->key_len, d->transport_endpoint, &d->segment_id);
+    mc__shared_fs_path(dir, okey(o), o->key_len, gen, d->transport_endpoint, &d->segment_id);
     d->address = 0;
     d->size = o->size;
     d->status = MC_MASTER_REPLICA_COMPLETE;

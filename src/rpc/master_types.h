@@ -206,6 +206,8 @@ typedef struct mc_master_offload_item {
     uint64_t size;    /* the object's bytes */
     uint64_t address; /* WRITE / PROMOTE: the memory replica in the client's segment */
     int status;
+    uint64_t gen;     /* shared-FS DISK replicas: the file's generation, part of its name */
+                      /* (WRITE, DELETE and WRITE results; 0 elsewhere)                   */
 } mc_master_offload_item;
 
 /* An offload heartbeat's tasks: n <= MC_MASTER_MAX_OFFLOAD_TASKS; the keys live in

@@ -292,7 +292,7 @@ static void test_shared_fs_mode(void **state)
     assert_int_equal(out.replicas[1].type, MC_MASTER_REPLICA_DISK);
     assert_int_equal(out.replicas[1].size, OBJ);
     assert_int_equal(strncmp(out.replicas[1].transport_endpoint, "/shared/c1/", 11), 0);
-    assert_int_equal(strlen(out.replicas[1].transport_endpoint), 11 + 32 + 5);
+    assert_int_equal(strlen(out.replicas[1].transport_endpoint), 11 + 32 + 1 + 16 + 5);
     /* the owner expires: the DISK replica stays, disk-only */
     fake_now += 5000;
     mc_master_service_tick(svc);
@@ -307,6 +307,43 @@ static void test_shared_fs_mode(void **state)
     t = poll_tasks(svc);
     assert_int_equal(t->n, 1);
     assert_int_equal(t->items[0].op, MC_MASTER_OFFLOAD_DELETE);
+    free(t->keys);
+    free(t);
+    /* a write overtaken by a newer one of the key: each has its own generation (file
+     * name); the late report is refused and its file deleted, never listed */
+    mc_master_segment b = {.id = {11, 11}, .name = "A", .base = 1ull << 33, .size = 4 * OBJ};
+    assert_int_equal(mc_master_service_mount_segment(svc, &b, C1), MC_OK); /* C1 is back */
+    assert_int_equal(put(svc, "k1"), MC_OK);
+    t = poll_tasks(svc);
+    assert_int_equal(t->n, 1);
+    mc_master_offload_item old = t->items[0];
+    old.key = "k1";
+    fake_now += 100;
+    assert_int_equal(mc_master_service_remove(svc, "k1", 2, false), MC_OK);
+    assert_int_equal(put(svc, "k1"), MC_OK);
+    mc_master_offload_tasks *t2 = poll_tasks(svc);
+    assert_int_equal(t2->n, 1);
+    assert_int_equal(t2->items[0].op, MC_MASTER_OFFLOAD_WRITE);
+    assert_true(t2->items[0].gen != old.gen);
+    int st1 = MC_OK;
+    assert_int_equal(mc_master_service_offload_end(svc, C1, "a:9", &old, 1, &st1), MC_OK);
+    assert_int_equal(st1, MC_OBJECT_NOT_FOUND);
+    report(svc, t2, MC_OK);
+    char want[MC_MASTER_NAME_MAX];
+    snprintf(want, sizeof want, "-%016llx.mcsf", (unsigned long long)t2->items[0].gen);
+    fake_now += 100;
+    assert_int_equal(mc_master_service_get_replica_list(svc, "k1", 2, &out), MC_OK);
+    assert_int_equal(out.replicas[out.n - 1].type, MC_MASTER_REPLICA_DISK);
+    const char *ep = out.replicas[out.n - 1].transport_endpoint;
+    assert_string_equal(ep + strlen(ep) - strlen(want), want);
+    free(t->keys);
+    free(t);
+    free(t2->keys);
+    free(t2);
+    t = poll_tasks(svc); /* the DELETE of the late write's file */
+    assert_int_equal(t->n, 1);
+    assert_int_equal(t->items[0].op, MC_MASTER_OFFLOAD_DELETE);
+    assert_true(t->items[0].gen == old.gen);
     free(t->keys);
     free(t);
     mc_master_service_destroy(svc);
