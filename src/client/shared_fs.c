@@ -440,6 +440,14 @@ int mc__shared_fs_start(mc_store *s, const mc_store_config *c, uint32_t hb_ms)
     uint64_t poll_ms = hb_ms < 100 ? hb_ms : 100;
     if (mc_env_u64("MC_OFFLOAD_POLL_MS", poll_ms, 10, 60000, &poll_ms) != 0)
         return MC_INVALID_PARAMS;
+    /* one poll now: registers us before setup returns, so the objects put from here on
+     * that land in our segment are written (the master queues WRITEs only for clients
+     * it knows) */
+    mc_master_offload_tasks *t0 = mc_xmalloc(sizeof *t0);
+    mc_master_offload_item *r0 = mc_xmalloc(MC_MASTER_MAX_OFFLOAD_TASKS * sizeof *r0);
+    fs_poll(s, t0, r0);
+    free(r0);
+    free(t0);
     fs_ctx *cx = mc_xmalloc(sizeof *cx);
     cx->s = s;
     cx->interval_ms = (uint32_t)poll_ms;
