@@ -146,3 +146,18 @@ def test_master_root_fs_dir_flag_checks(tmp_path):
     assert r.returncode == 2 and "absolute" in r.stderr, r.stderr
     r = run(f"--root_fs_dir={tmp_path}", "--enable_offload=true")
     assert r.returncode == 2 and "--enable_offload" in r.stderr, r.stderr
+
+
+def test_mooncake_config_storage_root_dir(tmp_path, monkeypatch):
+    from mooncake.mooncake_config import MooncakeConfig
+
+    base = {"local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE",
+            "master_server_address": "127.0.0.1:50051"}
+    c = MooncakeConfig.from_dict({**base, "storage_root_dir": str(tmp_path)})
+    assert c.storage_root_dir == str(tmp_path)
+    assert c.to_setup_dict()["storage_root_dir"] == str(tmp_path)
+    assert "storage_root_dir" not in MooncakeConfig.from_dict(base).to_setup_dict()
+    monkeypatch.delenv("MOONCAKE_CONFIG_PATH", raising=False)
+    monkeypatch.setenv("MOONCAKE_MASTER", "127.0.0.1:50051")
+    monkeypatch.setenv("MOONCAKE_STORAGE_ROOT_DIR", str(tmp_path))
+    assert MooncakeConfig.load_from_env().storage_root_dir == str(tmp_path)
