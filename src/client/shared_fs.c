@@ -378,13 +378,10 @@ int mc__shared_fs_start(mc_store *s, const mc_store_config *c, uint32_t hb_ms)
 {
     const char *want = c->storage_root_dir && *c->storage_root_dir ? c->storage_root_dir : NULL;
     s->fs_dir[0] = '\0';
-    if (s->disk) {
-        if (want) {
-            mc_log(MC_LOG_ERROR, TAG, "setup: storage_root_dir together with a LOCAL_DISK "
-                                      "tier (enable_ssd_offload) is not implemented");
-            return MC_INVALID_PARAMS;
-        }
-        return MC_OK; /* the master runs the client-owned tier: no shared directory */
+    if (s->disk && want) {
+        mc_log(MC_LOG_ERROR, TAG, "setup: storage_root_dir together with a LOCAL_DISK tier "
+                                  "(enable_ssd_offload) is not implemented");
+        return MC_INVALID_PARAMS;
     }
     mc_master_offload_tasks *t = mc_xmalloc(sizeof *t);
     int rc = mc_master_client_offload_heartbeat(s->mc, s->client_id, s->name, 0, t);
@@ -392,6 +389,15 @@ int mc__shared_fs_start(mc_store *s, const mc_store_config *c, uint32_t hb_ms)
         snprintf(s->fs_dir, sizeof s->fs_dir, "%s", t->fsdir);
     free(t->keys);
     free(t);
+    if (s->disk && s->fs_dir[0]) {
+        mc_log(MC_LOG_ERROR, TAG, "setup: the master runs with --root_fs_dir (%s): a "
+               "client-owned disk tier (enable_ssd_offload / MOONCAKE_OFFLOAD_FILE_STORAGE_"
+               "PATH) is not implemented together with it", s->fs_dir);
+        s->fs_dir[0] = '\0';
+        return MC_INVALID_PARAMS;
+    }
+    if (s->disk)
+        return MC_OK; /* the client-owned tier: no shared directory */
     if (!s->fs_dir[0]) {
         if (want) {
             mc_log(MC_LOG_ERROR, TAG, "setup: storage_root_dir=%s, but the master at %s runs "

@@ -131,6 +131,9 @@ def test_client_checks_the_shared_directory(spawn, tmp_path):
     # a master whose directory is not mounted here: setup fails with a clear error
     c2 = cluster(spawn, tmp_path / "missing" / "root")
     client(c2, expect_rc=-1101)
+    # a client-owned disk tier on a --root_fs_dir master: refused (one tier at a time)
+    args = c.setup_args(segment=SEG, local_buffer=8 << 20) + (None, True, str(tmp_path / "d"))
+    assert StoreProc(args, env=ENV).setup_rc == -600
     # storage_root_dir on a master without --root_fs_dir: refused too
     c3 = StoreCluster(spawn)
     client(c3, root_dir=root, expect_rc=-600)
