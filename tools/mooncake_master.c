@@ -262,7 +262,8 @@ static const mc_option options[] = {
     {.name = "cluster_id", .type = MC_OPT_STRING, .target = &cluster_id,
      .def = "mooncake_cluster",
      .help = "cluster name, [0-9A-Za-z_.-]{1,128}: the leader key is "
-             "mooncake-store/<cluster_id>/master_view (with --enable_ha)"},
+             "mooncake-store/<cluster_id>/master_view (with --enable_ha); --root_fs_dir "
+             "files go to <root_fs_dir>/<cluster_id>"},
     {.name = "ha_lease_ttl_sec", .type = MC_OPT_INT, .target = &ha_lease_ttl, .def = "5",
      .bounded = true, .min = 2, .max = 3600, .unit = "s",
      .help = "etcd lease of the leader (mooncake-c flag): a standby takes over about this "
@@ -278,7 +279,9 @@ static const mc_option options[] = {
     IGNORED_BOOL("rpc_enable_tcp_no_delay", 0, "true"),
     IGNORED_STR("nof_eviction_ratio", 2, "0.05"),
     IGNORED_STR("nof_eviction_high_watermark_ratio", 3, "0.90"),
-    IGNORED_STR("root_fs_dir", 4, ""),
+    {.name = "root_fs_dir", .type = MC_OPT_STRING, .target = &ign_s[4], .def = "",
+     .help = "shared directory for DISK replicas: every new object is also written to "
+             "<root_fs_dir>/<cluster_id> by a client (docs/ssd-tier.md; all clients mount it)"},
     IGNORED_STR("global_file_segment_size", 5, ""),
     IGNORED_BOOL("enable_disk_eviction", 2, "true"),
     IGNORED_STR("quota_bytes", 6, "0"),
@@ -409,14 +412,6 @@ static int refuse_unsupported(const char *prog)
                     prog, tiers[i].flag, ign_s[tiers[i].idx]);
             return 2;
         }
-    if (ign_s[4] && *ign_s[4]) {
-        fprintf(stderr,
-                "%s: --root_fs_dir=%s asks for shared-file-system DISK replicas, which "
-                "mooncake-c does not implement; drop the flag to run with memory replicas "
-                "only\n",
-                prog, ign_s[4]);
-        return 2;
-    }
     return 0;
 }
 
@@ -705,13 +700,15 @@ int main(int argc, char **argv)
         }
     }
     if (enable_ha && ha_sync_mode != MC_MASTER_HA_SYNC_NONE &&
-        (enable_offload || mc_auth_enabled(&secret))) {
+        (enable_offload || mc_auth_enabled(&secret) || (ign_s[4] && *ign_s[4]))) {
         /* the log records memory replicas only; the standby's fetch connection does not
          * speak the cluster-secret handshake */
         fprintf(stderr, "%s: --ha_sync=%s (index replication) together with %s is not "
                 "implemented in mooncake-c yet: add --ha_sync=none (a new leader then starts "
                 "empty) or drop it (docs/ha.md)\n", prog, ha_sync,
-                enable_offload ? "--enable_offload" : "a cluster secret");
+                enable_offload                ? "--enable_offload"
+                : mc_auth_enabled(&secret) ? "a cluster secret"
+                                           : "--root_fs_dir");
         exit_code = 2;
         goto out;
     }
@@ -763,6 +760,37 @@ int main(int argc, char **argv)
                 offload_on_evict ? "offload_on_evict" : "promotion_on_hit");
         exit_code = 2;
         goto out;
+    }
+    char fs_dir[MC_MASTER_NAME_MAX];
+    if (ign_s[4] && *ign_s[4]) { /* --root_fs_dir: shared-FS DISK replicas */
+        const char *root = ign_s[4];
+        size_t rl = strlen(root);
+        while (rl > 1 && root[rl - 1] == '/')
+            rl--;
+        if (root[0] != '/' || rl + 1 + strlen(cluster_id) >= 200) {
+            fprintf(stderr, "%s: --root_fs_dir=%s must be an absolute path, shorter than "
+                    "200 bytes with /<cluster_id>\n", prog, root);
+            exit_code = 2;
+            goto out;
+        }
+        if (enable_offload) {
+            fprintf(stderr, "%s: --root_fs_dir together with --enable_offload is not "
+                    "implemented in mooncake-c (one disk tier at a time: shared-FS DISK "
+                    "replicas or client-owned LOCAL_DISK ones, docs/ssd-tier.md)\n", prog);
+            exit_code = 2;
+            goto out;
+        }
+        if (persist_on) {
+            fprintf(stderr, "%s: --root_fs_dir together with --enable_snapshot is not "
+                    "implemented in mooncake-c yet (the mutation log does not record DISK "
+                    "replicas)\n", prog);
+            exit_code = 2;
+            goto out;
+        }
+        snprintf(fs_dir, sizeof fs_dir, "%.*s/%s", (int)rl, root, cluster_id);
+        cfg.fs_dir = fs_dir;
+        fprintf(stderr, "%s: shared-FS DISK replicas in %s (every client mounts it)\n", prog,
+                fs_dir);
     }
     cfg.enable_offload = enable_offload;
     cfg.offload_on_evict = offload_on_evict;

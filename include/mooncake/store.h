@@ -177,6 +177,13 @@ typedef struct mc_store_config {
        checks fails setup with MC_INVALID_PARAMS, the reason logged. */
     const char *auth_token;
     const char *auth_token_file;
+    /* Shared-FS DISK replicas (docs/ssd-tier.md; LMCache's storage_root_dir): NULL/"" =
+       follow the master (with --root_fs_dir, "<root_fs_dir>/<cluster_id>" must be
+       writable here, else setup fails). Set: the local path of the master's
+       --root_fs_dir; setup fails unless the master runs with one and it names the same
+       directory here (same device and inode): the master's path wins, it is the one in
+       every replica descriptor. */
+    const char *storage_root_dir;
 } mc_store_config;
 
 /* mc_store_config_init: NULL strings, sizes 16 MiB / 16 MiB, protocol "tcp",

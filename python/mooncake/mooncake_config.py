@@ -29,6 +29,8 @@ Environment variables read by :meth:`MooncakeConfig.load_from_env` (when
     MOONCAKE_CLIENT_HTTP_PORT            client_http_port       9300
     MC_AUTH_TOKEN_FILE                   auth_token_file        "" (mooncake-c: the cluster
                                                                 secret's file, docs/security.md)
+    MOONCAKE_STORAGE_ROOT_DIR            storage_root_dir       "" (mooncake-c: the local path
+                                                                of the master's --root_fs_dir)
 
 Sizes are ints (bytes) or strings such as ``"4gb"``, ``"512MB"``, ``"1.5g"``, ``"4096b"``
 (case-insensitive, powers of 1024). Booleans accept true/false, 1/0, yes/no, on/off,
@@ -192,6 +194,11 @@ class MooncakeConfig:
             reads ``MC_AUTH_TOKEN_FILE``; ``to_setup_dict`` passes it as
             ``auth_token_file`` when set. The service's REST API and the Python metadata
             server check signed requests with it.
+        storage_root_dir: LMCache's key: the shared directory of the master's
+            ``--root_fs_dir`` (shared-FS DISK replicas, ``docs/ssd-tier.md``) as mounted
+            here; ``""`` = follow the master. Set, ``setup`` fails unless the master runs
+            with ``--root_fs_dir`` naming the same directory (the master's path wins: it
+            is the one in every replica descriptor). ``to_setup_dict`` passes it when set.
 
     Construction validates (upstream ``__post_init__``): ``protocol`` must be a non-empty
     string (``ValueError("Invalid protocol: ...")``); an unknown protocol only logs a
@@ -213,6 +220,7 @@ class MooncakeConfig:
     enable_client_http_server: bool = False
     client_http_port: int = DEFAULT_CLIENT_HTTP_PORT
     auth_token_file: str = ""
+    storage_root_dir: str = ""
 
     def __post_init__(self):
         if not isinstance(self.protocol, str) or not self.protocol.strip():
@@ -243,6 +251,11 @@ class MooncakeConfig:
             self.device_name = ""
         if self.auth_token_file is None:
             self.auth_token_file = ""
+        if self.storage_root_dir is None:
+            self.storage_root_dir = ""
+        if not isinstance(self.storage_root_dir, str):
+            raise ValueError(f"Invalid storage_root_dir: {self.storage_root_dir!r} (expected "
+                             "a path)")
         if not isinstance(self.auth_token_file, str):
             raise ValueError(f"Invalid auth_token_file: {self.auth_token_file!r} (expected a "
                              "path)")
@@ -290,6 +303,7 @@ class MooncakeConfig:
             client_http_port=_parse_port(
                 config.get("client_http_port", DEFAULT_CLIENT_HTTP_PORT)),
             auth_token_file=_str_or_default(config.get("auth_token_file"), ""),
+            storage_root_dir=_str_or_default(config.get("storage_root_dir"), ""),
         )
 
     @staticmethod
@@ -347,6 +361,7 @@ class MooncakeConfig:
             client_http_port=_parse_port(
                 os.getenv("MOONCAKE_CLIENT_HTTP_PORT", str(DEFAULT_CLIENT_HTTP_PORT))),
             auth_token_file=os.getenv("MC_AUTH_TOKEN_FILE", ""),
+            storage_root_dir=os.getenv("MOONCAKE_STORAGE_ROOT_DIR", ""),
         )
 
     # ----------------------------------------------------------------------------------
@@ -401,4 +416,6 @@ class MooncakeConfig:
         }
         if self.auth_token_file:
             d["auth_token_file"] = self.auth_token_file
+        if self.storage_root_dir:
+            d["storage_root_dir"] = self.storage_root_dir
         return d

@@ -17,6 +17,8 @@
  *     write.c          put / upsert (single and batch): start, write, end / revoke
  *     read.c           get (all destination kinds): locate, read replicas, lease check
  *     query.c          exist, size, replica descriptors, remove
+ *     shared_fs.c      shared-FS DISK replicas (--root_fs_dir): the writer thread,
+ *                      reads of the files
  *
  * Lock order (a lock may be taken while holding only those to its left):
  *   mc_store.life (rwlock)  ->  { mc_store.ubuf_lock | mc__lbuf.lock | mc_store.hb_lock }
@@ -255,6 +257,12 @@ struct mc_store {
     bool disk_srv_started;
     char disk_ep[MC_MASTER_NAME_MAX]; /* "host:port" of that server: our LOCAL_DISK    */
                                       /* replicas' endpoint                            */
+    /* shared-FS DISK replicas (shared_fs.c): the master's directory ("": none), the
+     * writer thread (stopped through fs_stop under off_mu, woken by off_cond) */
+    char fs_dir[MC_MASTER_NAME_MAX];
+    pthread_t fs_thread;
+    bool fs_started, fs_stop;
+    atomic_uint_fast64_t fs_writes, fs_write_failures, fs_reads, fs_read_failures;
     atomic_uint_fast64_t off_writes, off_write_failures, off_promotions,
         off_promotion_failures, off_registered, off_deletes, disk_reads, disk_read_failures;
     /* Replica copy / move tasks (tasks.c): the thread that executes the parts whose
@@ -419,6 +427,24 @@ bool mc__offload_is_own(const mc_store *s, const mc_master_replica *r);
 int mc__offload_read_remote(mc_store *s, const mc_master_replica *r, const void *key,
                             size_t klen, const mc_store_iov *iov, size_t niov, uint64_t size,
                             uint64_t deadline_ms);
+
+/* ---- shared-FS DISK replicas (shared_fs.c, docs/ssd-tier.md) ---- */
+
+/* Asks the master whether it runs with --root_fs_dir (an offload heartbeat probe); if so
+ * checks that the directory is writable here (creating "<root>/<cluster_id>"), and, with
+ * a global segment, starts the thread that writes the objects of our segment there.
+ * Caller holds life exclusive, after the heartbeat started. MC_OK (also: no shared
+ * directory), or INVALID_PARAMS / FILE_OPEN_FAIL / FILE_WRITE_FAIL (logged). */
+int mc__shared_fs_start(mc_store *s, const mc_store_config *c, uint32_t hb_ms);
+/* Stops and joins that thread (teardown, before the segment goes). */
+void mc__shared_fs_stop(mc_store *s);
+/* Reads the DISK replica of key at path (the descriptor's transport_endpoint) into iov
+ * (size bytes), verifying the file's header (key, size) and xxhash. Blocking, on the
+ * caller's thread. MC_OK; OBJECT_NOT_FOUND (no such file, or another key / size: not
+ * this object); CHECKSUM_MISMATCH (a torn or corrupt file: the bytes already copied
+ * into iov are not to be used); INVALID_PARAMS (a path that is not this key's name). */
+int mc__shared_fs_read(mc_store *s, const char *path, const void *key, size_t klen,
+                       const mc_store_iov *iov, size_t niov, uint64_t size);
 
 /* ---- user buffers (user_buffers.c) ---- */
 

@@ -30,12 +30,16 @@ static int take_hb(void *user, const ProtobufCMessage *m)
         memcpy(keys + off, t->key.data, t->key.len);
         out->items[i] = (mc_master_offload_item){.op = (int)t->op, .key = keys + off,
                                                  .key_len = t->key.len, .size = t->size,
-                                                 .address = t->address, .status = MC_OK};
+                                                 .address = t->address, .status = MC_OK,
+                                                 .gen = t->gen};
         off += t->key.len;
     }
     out->n = (uint32_t)r->n_tasks;
     out->keys = keys;
     out->fresh = r->fresh;
+    if (r->fsdir && strlen(r->fsdir) >= sizeof out->fsdir)
+        return MC_RPC_FAIL;
+    memcpy(out->fsdir, r->fsdir ? r->fsdir : "", r->fsdir ? strlen(r->fsdir) + 1 : 1);
     return MC_OK;
 }
 
@@ -47,6 +51,7 @@ int mc_master_client_offload_heartbeat(mc_master_client *c, mc_master_uuid clien
         out->n = 0;
         out->keys = NULL;
         out->fresh = false;
+        out->fsdir[0] = '\0';
     }
     if (!c || !out || !endpoint || strlen(endpoint) > MC__MASTER_STR_MAX)
         return MC_INVALID_PARAMS;
@@ -100,6 +105,7 @@ int mc_master_client_offload_end(mc_master_client *c, mc_master_uuid client_id,
         d[i].size = items[i].size;
         d[i].address = items[i].address;
         d[i].status = items[i].status;
+        d[i].gen = items[i].gen;
         v[i] = &d[i];
     }
     Mcrpc__OffloadEndRequest req = MCRPC__OFFLOAD_END_REQUEST__INIT;

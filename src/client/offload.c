@@ -415,6 +415,12 @@ static uint32_t poll_once(mc_store *s, mc_master_offload_tasks *t, mc_master_off
                    s->disk_path, s->off_interval_ms);
         return 0;
     }
+    if (t->fsdir[0]) { /* a --root_fs_dir master: its WRITEs are for the shared directory
+                        * (shared_fs.c), not for this disk; setup fails on it */
+        free(t->keys);
+        t->keys = NULL;
+        return 0;
+    }
     if (t->fresh)
         register_all(s);
     size_t nres = 0, nw = 0;

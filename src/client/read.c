@@ -218,6 +218,16 @@ static int read_replica(mc__xfer *x, const ritem *r, rstate *q, const mc_master_
         q->last_err = rc;
         return READ_SKIP;
     }
+    if (rp->type == MC_MASTER_REPLICA_DISK) { /* a file in the shared directory */
+        int rc = mc__shared_fs_read(x->s, rp->transport_endpoint, r->key, r->klen, r->iov,
+                                    r->niov, q->size);
+        if (rc == MC_OK) {
+            q->from_disk = true;
+            return READ_DONE;
+        }
+        q->last_err = rc;
+        return READ_SKIP;
+    }
     if (rp->type != MC_MASTER_REPLICA_MEMORY) {
         q->last_err = MC_OBJECT_NOT_FOUND;
         return READ_SKIP;

@@ -174,6 +174,7 @@ static int teardown(mc_store *s)
      * master client, the engine and the segment without holding any lock. */
     mc__tasks_stop(s);   /* the task thread uses the master client, engine and segment */
     mc__offload_stop(s); /* the disk tier's thread uses the master client and segment */
+    mc__shared_fs_stop(s); /* so does the shared-FS writer */
     mc__hb_stop(s);
     mc__hb_flush(s); /* fences applied but not yet acknowledged */
     mc__xseg_teardown(s); /* mount_segment & co. (segments.c) */
@@ -624,7 +625,11 @@ static int setup_locked(mc_store *s, const mc_store_config *c, const setup_args 
     rc = mc__offload_start(s, c, a->hb_ms);
     if (rc != MC_OK)
         return rc;
-    /* 7. replica copy / move tasks (tasks.c) */
+    /* 7. shared-FS DISK replicas (shared_fs.c), when the master has --root_fs_dir */
+    rc = mc__shared_fs_start(s, c, a->hb_ms);
+    if (rc != MC_OK)
+        return rc;
+    /* 8. replica copy / move tasks (tasks.c) */
     return mc__tasks_start(s);
 }
 

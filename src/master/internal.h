@@ -23,6 +23,8 @@
  *   snapshot.c      snapshots (copied shard by shard, written on their own thread),
  *                   restore and mc_master_log_apply (master/persist.h)
  *   oplog_codec.c   the log / snapshot frames (master/oplog_codec.h)
+ *   offload.c       the disk tier (LOCAL_DISK replicas, tasks for clients)
+ *   shared_fs.c     shared-FS DISK replicas' file names and descriptors (with offload.c)
  *
  * Layout
  *   - Index: `nshards` shards chosen by the low bits of XXH3-64(key); each shard has one
@@ -761,6 +763,23 @@ void mc__tasks_rewritten(mc_master_service *svc, obj *o);
 /* Whether a PENDING part waits for client id (the ping's hint). Cheap when no task is
  * unfinished. Takes tasks.mu only. */
 bool mc__tasks_pending_for(mc_master_service *svc, mc_master_uuid id);
+
+/* ---- shared_fs.c: shared-FS DISK replicas (--root_fs_dir, docs/ssd-tier.md) ----
+ * They ride on offload.c's machinery (F_DISK, its key map, its task channel): in this
+ * mode (svc->off->shared) a key's disk replica is owned by MC__SHARED_FS_OWNER rather
+ * than a client, so no client's expiry takes it, and its DELETE goes to any client
+ * polling. */
+#define MC__SHARED_FS_OWNER ((mc_master_uuid){UINT64_MAX, UINT64_MAX})
+#define MC__SHARED_FS_DIR_MAX 200u /* the longest fs_dir (a path must fit a NAME_MAX) */
+
+/* The file of key (len bytes), generation gen, under dir: "<dir>/<32 hex digits of
+ * XXH3-128(key)>-<16 hex digits of gen>.mcsf" into out (MC_MASTER_NAME_MAX); *id = those
+ * 128 bits xor gen (the descriptor's segment id, one per file, so a reply's segment table
+ * never merges two files). The client computes the same name (src/client/shared_fs.c). */
+void mc__shared_fs_path(const char *dir, const void *key, size_t len, uint64_t gen, char *out,
+                        mc_master_uuid *id);
+/* Fills d as the DISK descriptor of o (size bytes), file generation gen, in dir. */
+void mc__shared_fs_desc(const char *dir, obj *o, uint64_t gen, mc_master_replica *d);
 
 /* ---- writes.c / service.c ---- */
 

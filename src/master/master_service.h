@@ -121,6 +121,12 @@ typedef struct mc_master_config {
                                /* name is mounted by another client and the host ids do  */
                                /* not prove a restart on the same host (both non-empty   */
                                /* and equal: then the older one is taken over, as before) */
+    const char *fs_dir;        /* NULL/"": none. Shared-FS DISK replicas (upstream         */
+                               /* --root_fs_dir, §4.10; docs/ssd-tier.md): the directory  */
+                               /* "<root_fs_dir>/<cluster_id>" every client mounts; every */
+                               /* new object is written there by the client holding its   */
+                               /* memory replica. Absolute, < 200 bytes; copied at create. */
+                               /* The master never touches it. Not with enable_offload.   */
 } mc_master_config;
 
 /* mc_master_config_init: fills *cfg with the defaults above. */
@@ -591,8 +597,11 @@ MC_API int mc_master_service_query_key(mc_master_service *svc, const void *key,
  * bytes, where readers of its LOCAL_DISK replicas reach it) and marks it alive. out gets
  * up to max_tasks (<= MC_MASTER_MAX_OFFLOAD_TASKS) tasks, oldest first; out->keys is
  * malloc'd (the caller frees it; NULL when n == 0). A task handed out stays pending
- * until offload_end reports it or offload_task_timeout_ms passes. Returns OK;
- * NOT_SUPPORTED (the master runs without --enable_offload); INVALID_PARAMS. */
+ * until offload_end reports it or offload_task_timeout_ms passes. out->fsdir: with
+ * cfg.fs_dir (shared-FS DISK replicas) that directory, where the WRITEs go; else "".
+ * max_tasks == 0 is a probe (client setup): OK with out->fsdir filled (also without any
+ * disk tier), nothing registered, no task. Returns OK; NOT_SUPPORTED (the master runs
+ * without --enable_offload or --root_fs_dir); INVALID_PARAMS. */
 MC_API int mc_master_service_offload_heartbeat(mc_master_service *svc,
                                                mc_master_uuid client_id,
                                                const char *endpoint, uint32_t max_tasks,

@@ -38,6 +38,7 @@ typedef struct dtask {
     uint8_t op;       /* mc_master_offload_op */
     uint64_t sent;    /* ms when handed out; 0 = queued */
     uint64_t size, addr;
+    uint64_t gen;     /* shared mode: the file's generation (WRITE, DELETE) */
     uint16_t klen;
     uint8_t key[];
 } dtask;
@@ -53,6 +54,7 @@ typedef struct dent {
     struct dent *next;
     uint64_t h;
     mc_master_uuid owner;
+    uint64_t gen;     /* shared mode: the generation of the key's file */
     uint32_t hits;
     uint16_t klen;
     uint8_t key[];
@@ -67,6 +69,12 @@ struct mc__offload {
     counter queued, requests, successes, failures, hits, preq, pok, pfail, lost;
     counter disk_bytes, disk_only;
     bool prefetch; /* a prefetch pass runs (under evict_mu): queue, never drop */
+    bool shared;   /* shared-FS DISK replicas (cfg.fs_dir; shared_fs.c): disk replicas */
+                   /* are owned by MC__SHARED_FS_OWNER, WRITEs go to fsdir            */
+    char fsdir[MC_MASTER_NAME_MAX];
+    size_t rr;     /* shared: the next client handed a DELETE (round robin)           */
+    _Atomic uint64_t gen_next; /* shared: the next file generation (starts at the   */
+                   /* wall clock in ms x 1024, so a restarted master never reuses one) */
 };
 
 #define PREFETCH_MAX_QUEUED 512 /* no prefetch pass while this many tasks are queued */
@@ -92,6 +100,7 @@ static void task_push(struct mc__offload *f, dclient *c, int op, const void *key
     t->sent = 0;
     t->size = size;
     t->addr = addr;
+    t->gen = 0;
     t->klen = (uint16_t)klen;
     memcpy(t->key, key, klen);
     mc_list_push_back(&c->tasks, &t->link);
@@ -145,6 +154,7 @@ static dent *map_put(struct mc__offload *f, uint64_t h, const void *key, size_t 
     e->next = NULL;
     e->h = h;
     e->owner = owner;
+    e->gen = 0;
     e->hits = 0;
     e->klen = (uint16_t)klen;
     memcpy(e->key, key, klen);
@@ -176,17 +186,26 @@ static bool map_del(struct mc__offload *f, uint64_t h, const void *key, size_t k
 /* Removes client c's task (op, key) (handed out, unless any), if there is one: true
  * when one was. off->mu held. */
 static bool task_done(struct mc__offload *f, dclient *c, int op, const void *key,
-                      size_t klen, bool any)
+                      size_t klen, bool any, uint64_t gen)
 {
     MC_LIST_FOREACH(it, &c->tasks) {
         dtask *t = MC_CONTAINER_OF(it, dtask, link);
-        if (t->op == op && (any || t->sent) && t->klen == klen &&
+        if (t->op == op && (any || (t->sent && t->gen == gen)) && t->klen == klen &&
             memcmp(t->key, key, klen) == 0) {
             task_free(f, c, t);
             return true;
         }
     }
     return false;
+}
+
+/* The client a DELETE of a disk replica owned by `owner` goes to: the owner itself, or
+ * in shared mode any client polling (round robin; none: the file stays). */
+static dclient *delete_target(struct mc__offload *f, mc_master_uuid owner)
+{
+    if (!f->shared)
+        return client_find(f, owner);
+    return f->nclients ? f->clients[f->rr++ % f->nclients] : NULL;
 }
 
 static uint64_t okhash(mc_master_service *svc, obj *o)
@@ -198,8 +217,13 @@ static uint64_t okhash(mc_master_service *svc, obj *o)
 
 void mc__offload_create(mc_master_service *svc)
 {
-    if (!svc->cfg.enable_offload)
+    bool shared = svc->cfg.fs_dir && *svc->cfg.fs_dir;
+    if (!svc->cfg.enable_offload && !shared)
         return;
+    if (shared) { /* write-through to the shared directory, no promotion (shared_fs.c) */
+        svc->cfg.offload_on_evict = false;
+        svc->cfg.promotion_on_hit = false;
+    }
     if (!svc->cfg.promotion_admission_threshold)
         svc->cfg.promotion_admission_threshold = 1;
     if (!svc->cfg.offload_task_timeout_ms)
@@ -208,6 +232,12 @@ void mc__offload_create(mc_master_service *svc)
     pthread_mutex_init(&f->mu, NULL);
     f->nb = 1024;
     f->b = mc_xcalloc(f->nb, sizeof *f->b);
+    f->shared = shared;
+    f->gen_next = mc_wall_ms() * 1024;
+    if (shared)
+        snprintf(f->fsdir, sizeof f->fsdir, "%.*s", (int)MC__SHARED_FS_DIR_MAX,
+                 svc->cfg.fs_dir);
+    svc->cfg.fs_dir = NULL; /* borrowed for create only */
     svc->off = f;
 }
 
@@ -268,8 +298,11 @@ static bool queue_write(mc_master_service *svc, obj *o)
         return false;
     pthread_mutex_lock(&f->mu);
     dclient *c = client_find(f, id);
-    if (c)
+    if (c) {
         task_push(f, c, MC_MASTER_OFFLOAD_WRITE, okey(o), o->key_len, o->size, addr);
+        if (f->shared) /* a new file name per write: a late rename never hits a newer one */
+            MC_CONTAINER_OF(c->tasks.prev, dtask, link)->gen = f->gen_next++;
+    }
     pthread_mutex_unlock(&f->mu);
     if (!c)
         return false;
@@ -351,19 +384,23 @@ void mc__offload_forget(mc_master_service *svc, obj *o)
     if (queued) /* the WRITE would copy bytes that are changing: its result is refused */
         for (size_t i = 0; i < f->nclients; i++)
             if (task_done(f, f->clients[i], MC_MASTER_OFFLOAD_WRITE, okey(o), o->key_len,
-                          true))
+                          true, 0))
                 break;
     if (!disk) {
         pthread_mutex_unlock(&f->mu);
         return;
     }
+    dent *de = map_get(f, okhash(svc, o), okey(o), o->key_len);
+    uint64_t gen = de ? de->gen : 0;
     if (map_del(f, okhash(svc, o), okey(o), o->key_len, &owner)) {
         csub(&f->disk_bytes, o->size);
         if (o->nrep == 0)
             csub(&f->disk_only, 1);
-        dclient *c = client_find(f, owner);
-        if (c)
+        dclient *c = delete_target(f, owner);
+        if (c) {
             task_push(f, c, MC_MASTER_OFFLOAD_DELETE, okey(o), o->key_len, o->size, 0);
+            MC_CONTAINER_OF(c->tasks.prev, dtask, link)->gen = gen;
+        }
     }
     pthread_mutex_unlock(&f->mu);
 }
@@ -374,6 +411,13 @@ void mc__offload_fill_locked(mc_master_service *svc, obj *o, mc_master_replica_l
     if (!f || !(o->flags & F_DISK) || out->n >= MC_MASTER_MAX_REPLICAS)
         return;
     pthread_mutex_lock(&f->mu);
+    if (f->shared) {
+        dent *se = map_get(f, okhash(svc, o), okey(o), o->key_len);
+        if (se)
+            mc__shared_fs_desc(f->fsdir, o, se->gen, &out->replicas[out->n++]);
+        pthread_mutex_unlock(&f->mu);
+        return;
+    }
     dent *e = map_get(f, okhash(svc, o), okey(o), o->key_len);
     dclient *c = e ? client_find(f, e->owner) : NULL;
     if (c) {
@@ -476,6 +520,15 @@ int mc_master_service_offload_heartbeat(mc_master_service *svc, mc_master_uuid c
         out->n = 0;
         out->keys = NULL;
         out->fresh = false;
+        out->fsdir[0] = '\0';
+    }
+    if (out && max_tasks == 0 && endpoint_ok(endpoint)) {
+        /* a probe (client setup): which shared directory, if any; registers nothing,
+         * hands out nothing, and is answered without any disk tier too */
+        if (f)
+            memcpy(out->fsdir, f->fsdir, sizeof out->fsdir);
+        count_op(svc, MC_MASTER_OP_OFFLOAD_HEARTBEAT, MC_OK);
+        return MC_OK;
     }
     if (!f)
         rc = MC_NOT_SUPPORTED;
@@ -485,6 +538,7 @@ int mc_master_service_offload_heartbeat(mc_master_service *svc, mc_master_uuid c
         count_op(svc, MC_MASTER_OP_OFFLOAD_HEARTBEAT, rc);
         return rc;
     }
+    memcpy(out->fsdir, f->fsdir, sizeof out->fsdir);
     if (max_tasks > MC_MASTER_MAX_OFFLOAD_TASKS)
         max_tasks = MC_MASTER_MAX_OFFLOAD_TASKS;
     uint64_t now = now_ms(svc);
@@ -526,6 +580,7 @@ int mc_master_service_offload_heartbeat(mc_master_service *svc, mc_master_uuid c
         d->size = t->size;
         d->address = t->addr;
         d->status = MC_OK;
+        d->gen = t->gen;
         kb += t->klen;
         if (t->op != MC_MASTER_OFFLOAD_DELETE)
             bytes += t->size;
@@ -559,7 +614,8 @@ static int end_write(mc_master_service *svc, mc_master_uuid client,
     } else {
         o->flags = (uint8_t)((o->flags & ~(F_OFFQ | F_NOOFF)) | F_DISK);
         pthread_mutex_lock(&f->mu);
-        map_put(f, h, it->key, it->key_len, client);
+        map_put(f, h, it->key, it->key_len, f->shared ? MC__SHARED_FS_OWNER : client)->gen =
+            it->gen;
         pthread_mutex_unlock(&f->mu);
         cadd(&f->disk_bytes, o->size);
         cadd(&f->successes, 1);
@@ -572,8 +628,10 @@ static int end_write(mc_master_service *svc, mc_master_uuid client,
         /* the client wrote a copy nobody will read: tell it to drop it */
         pthread_mutex_lock(&f->mu);
         dclient *c = client_find(f, client);
-        if (c)
+        if (c) {
             task_push(f, c, MC_MASTER_OFFLOAD_DELETE, it->key, it->key_len, it->size, 0);
+            MC_CONTAINER_OF(c->tasks.prev, dtask, link)->gen = it->gen;
+        }
         pthread_mutex_unlock(&f->mu);
     }
     return rc;
@@ -584,6 +642,8 @@ static int end_register(mc_master_service *svc, mc_master_uuid client,
                         const mc_master_offload_item *it)
 {
     struct mc__offload *f = svc->off;
+    if (f->shared)
+        return MC_NOT_SUPPORTED; /* the shared directory is not re-registered (yet) */
     uint64_t h = key_hash(svc, it->key, it->key_len);
     uint32_t h32;
     shard *sh = shard_of(svc, h, &h32);
@@ -669,9 +729,11 @@ int mc_master_service_offload_end(mc_master_service *svc, mc_master_uuid client_
              * the timeout, nor one for bytes replaced since) */
             pthread_mutex_lock(&f->mu);
             dclient *c = client_find(f, client_id);
-            bool found = c && task_done(f, c, it->op, it->key, it->key_len, false);
-            if (!found && c && it->op == MC_MASTER_OFFLOAD_WRITE && it->status == MC_OK)
+            bool found = c && task_done(f, c, it->op, it->key, it->key_len, false, it->gen);
+            if (!found && c && it->op == MC_MASTER_OFFLOAD_WRITE && it->status == MC_OK) {
                 task_push(f, c, MC_MASTER_OFFLOAD_DELETE, it->key, it->key_len, it->size, 0);
+                MC_CONTAINER_OF(c->tasks.prev, dtask, link)->gen = it->gen;
+            }
             pthread_mutex_unlock(&f->mu);
             if (!found)
                 st = MC_OBJECT_NOT_FOUND;

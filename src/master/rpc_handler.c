@@ -806,6 +806,8 @@ static int shape_OFFLOAD_HB(mc_master_rpc_handler *h, offload_hb_fn fn,
     Mcrpc__OffloadHeartbeatReply r = MCRPC__OFFLOAD_HEARTBEAT_REPLY__INIT;
     r.status = fn(h->svc, uuid_from_pb(req->client_id), req->endpoint, req->max_tasks, t);
     r.fresh = t->fresh;
+    if (r.status == MC_OK && t->fsdir[0])
+        r.fsdir = astrndup(h, t->fsdir, strnlen(t->fsdir, sizeof t->fsdir));
     r.n_tasks = t->n;
     r.tasks = aalloc_n(h, t->n, sizeof *r.tasks);
     Mcrpc__OffloadItem *d = aalloc_n(h, t->n, sizeof *d);
@@ -818,6 +820,7 @@ static int shape_OFFLOAD_HB(mc_master_rpc_handler *h, offload_hb_fn fn,
         memcpy(d[i].key.data, it->key, it->key_len);
         d[i].size = it->size;
         d[i].address = it->address;
+        d[i].gen = it->gen;
         r.tasks[i] = &d[i];
     }
     free(t->keys);
@@ -840,7 +843,8 @@ static int shape_OFFLOAD_END(mc_master_rpc_handler *h, offload_end_fn fn,
         const Mcrpc__OffloadItem *it = req->results[i];
         items[i] = (mc_master_offload_item){.op = (int)it->op, .key = it->key.data,
                                             .key_len = it->key.len, .size = it->size,
-                                            .address = it->address, .status = it->status};
+                                            .address = it->address, .status = it->status,
+                                            .gen = it->gen};
         st[i] = MC_OK;
     }
     int rc = fn(h->svc, uuid_from_pb(req->client_id), req->endpoint, items, n, st);

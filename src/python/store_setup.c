@@ -52,9 +52,9 @@ static PyObject *setup_dict(mcpy_store *self, PyObject *dict)
         "local_hostname", "metadata_server", "global_segment_size", "local_buffer_size",
         "protocol", "rdma_devices", "master_server_addr", "ipc_socket_path",
         "enable_ssd_offload", "ssd_offload_path", "tenant_id", "enable_client_http_server",
-        "client_http_port", "auth_token", "auth_token_file", NULL,
+        "client_http_port", "auth_token", "auth_token_file", "storage_root_dir", NULL,
     };
-    enum { N = 15 }; /* val[i] is the str() of known[i], borrowed from strs[i] */
+    enum { N = 16 }; /* val[i] is the str() of known[i], borrowed from strs[i] */
     PyObject *strs[N] = {0};
     const char *val[N] = {0};
     PyObject *k, *v;
@@ -153,6 +153,8 @@ static PyObject *setup_dict(mcpy_store *self, PyObject *dict)
         cfg.auth_token = val[13];
     if (val[14] && *val[14])
         cfg.auth_token_file = val[14];
+    if (val[15] && *val[15]) /* LMCache's key: the shared-FS directory (docs/ssd-tier.md) */
+        cfg.storage_root_dir = val[15];
     if (bad) {
         ret = PyLong_FromLong(MC_INVALID_PARAMS);
         goto out;

@@ -369,6 +369,9 @@ static PyObject *replica_repr(PyObject *o)
     else if (r->disk && r->local_disk)
         res = PyUnicode_FromFormat("<ReplicaDescriptor status=%U local_disk=%R>", name,
                                    ((diskdesc_object *)r->disk)->file_path);
+    else if (r->disk)
+        res = PyUnicode_FromFormat("<ReplicaDescriptor status=%U disk=%R>", name,
+                                   ((diskdesc_object *)r->disk)->file_path);
     else
         res = PyUnicode_FromFormat("<ReplicaDescriptor status=%U>", name);
     Py_DECREF(name);
@@ -378,7 +381,8 @@ static PyObject *replica_repr(PyObject *o)
 static PyMethodDef replica_methods[] = {
     {"is_memory_replica", replica_is_memory, METH_NOARGS, "True for an in-memory replica."},
     {"is_disk_replica", replica_is_disk, METH_NOARGS,
-     "True for a shared-FS DISK replica (never here: --root_fs_dir is not implemented)."},
+     "True for a shared-FS DISK replica (master --root_fs_dir): get_disk_descriptor()."
+     "file_path is its file in the shared directory."},
     {"is_local_disk_replica", replica_is_local_disk, METH_NOARGS,
      "True for a LOCAL_DISK replica (on the disk tier of the client named by "
      "get_disk_descriptor().file_path)."},
@@ -412,7 +416,8 @@ static PyType_Spec memdesc_spec = {"mooncake.store.MemoryDescriptor", sizeof(mem
                                    0, NO_NEW_FLAGS, memdesc_slots};
 
 static PyType_Slot diskdesc_slots[] = {
-    {Py_tp_doc, "Disk replica descriptor (no disk replicas in mooncake-c yet)."},
+    {Py_tp_doc, "Disk replica descriptor: file_path (DISK: the file in the shared "
+                "directory; LOCAL_DISK: the owner's disk-read endpoint), object_size."},
     {Py_tp_dealloc, diskdesc_dealloc},
     {Py_tp_members, diskdesc_members},
     {0, NULL},
@@ -434,7 +439,8 @@ static PyType_Spec replica_spec = {"mooncake.store.ReplicaDescriptor", sizeof(re
 /* A LOCAL_DISK replica (docs/ssd-tier.md): ReplicaDescriptor whose disk descriptor's
  * file_path is the owning client's segment name (where its disk tier is read through)
  * and object_size the object's bytes; is_local_disk_replica() is True. */
-static PyObject *local_disk_to_py(mcpy_state *st, const mc_store_replica_desc *d)
+static PyObject *local_disk_to_py(mcpy_state *st, const mc_store_replica_desc *d,
+                                  bool local)
 {
     diskdesc_object *dd = PyObject_New(diskdesc_object, st->diskdesc_type);
     if (!dd)
@@ -454,7 +460,7 @@ static PyObject *local_disk_to_py(mcpy_state *st, const mc_store_replica_desc *d
     }
     r->memory = NULL;
     r->disk = (PyObject *)dd;
-    r->local_disk = true;
+    r->local_disk = local;
     r->status = mcpy_enum_member(st->replica_status_cls, d->status);
     if (!r->status) {
         Py_DECREF(r);
@@ -467,8 +473,8 @@ static PyObject *local_disk_to_py(mcpy_state *st, const mc_store_replica_desc *d
  * memory replica), or the LOCAL_DISK form above. */
 static PyObject *replica_to_py(mcpy_state *st, const mc_store_replica_desc *d)
 {
-    if (d->replica_type == 2)
-        return local_disk_to_py(st, d);
+    if (d->replica_type == 2 || d->replica_type == 1) /* LOCAL_DISK / DISK (shared FS) */
+        return local_disk_to_py(st, d, d->replica_type == 2);
     desc_object *desc = PyObject_New(desc_object, st->desc_type);
     if (!desc)
         return NULL;

@@ -48,8 +48,10 @@ typedef enum mc_master_replica_status {
 /* Upstream ReplicaType (`replica.h`): where a replica's bytes are. MEMORY: in a mounted
  * segment (address valid in the owner's process); LOCAL_DISK: in the disk store of the
  * client that owns it (docs/ssd-tier.md), read through that client; segment_id is then
- * the owning client's id and transport_endpoint its segment name, address 0. DISK
- * (shared-FS replicas, --root_fs_dir) is not implemented. */
+ * the owning client's id and transport_endpoint its segment name, address 0. DISK: a
+ * file in the shared directory of --root_fs_dir (docs/ssd-tier.md "Shared-FS DISK
+ * replicas"), any client reads it there; transport_endpoint is the file's path,
+ * segment_id zero, address 0, protocol "file". */
 typedef enum mc_master_replica_type {
     MC_MASTER_REPLICA_MEMORY = 0,
     MC_MASTER_REPLICA_DISK = 1,
@@ -206,6 +208,8 @@ typedef struct mc_master_offload_item {
     uint64_t size;    /* the object's bytes */
     uint64_t address; /* WRITE / PROMOTE: the memory replica in the client's segment */
     int status;
+    uint64_t gen;     /* shared-FS DISK replicas: the file's generation, part of its name */
+                      /* (WRITE, DELETE and WRITE results; 0 elsewhere)                   */
 } mc_master_offload_item;
 
 /* An offload heartbeat's tasks: n <= MC_MASTER_MAX_OFFLOAD_TASKS; the keys live in
@@ -217,6 +221,9 @@ typedef struct mc_master_offload_tasks {
                  * objects on its disk again */
     mc_master_offload_item items[MC_MASTER_MAX_OFFLOAD_TASKS];
     void *keys;
+    char fsdir[MC_MASTER_NAME_MAX]; /* shared-FS DISK replicas (--root_fs_dir): the
+                 * directory "<root_fs_dir>/<cluster_id>" its WRITEs go to ("": none,
+                 * WRITEs go to the client's own disk tier) */
 } mc_master_offload_tasks;
 
 

@@ -439,7 +439,7 @@ def test_upstream_flags_and_config_file(spawn, tmp_path):
     assert "client_ttl 1s" in out
 
 
-@pytest.mark.parametrize("flag", ["--enable_kv_events=true", "--root_fs_dir=/tmp/mc-fs",
+@pytest.mark.parametrize("flag", ["--enable_kv_events=true", "--enable_multi_tenants",
                                   "--enable_cxl"])
 def test_unimplemented_features_are_refused(flag):
     # a flag we would otherwise accept and ignore is refused, naming it and what to do

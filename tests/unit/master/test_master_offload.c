@@ -246,6 +246,109 @@ static void test_refused_without_enable_offload(void **state)
     mc_master_service_destroy(svc);
 }
 
+/* Shared-FS DISK replicas (cfg.fs_dir, master/shared_fs.c): a probe registers nothing;
+ * every put is queued for the client holding its memory replica; OK records a DISK
+ * replica (its path in the descriptor), kept when the owner expires (disk-only); a remove
+ * hands a DELETE to a polling client. */
+static void test_shared_fs_mode(void **state)
+{
+    (void)state;
+    fake_now = 1000000;
+    mc_master_config cfg;
+    mc_master_config_init(&cfg);
+    cfg.shard_count = 16;
+    cfg.clock = fake_clock;
+    cfg.default_kv_lease_ttl = 10;
+    cfg.client_ttl_ms = 1000;
+    char dir[] = "/shared/c1";
+    cfg.fs_dir = dir;
+    mc_master_service *svc = NULL;
+    assert_int_equal(mc_master_service_create(&cfg, &svc), MC_OK);
+    dir[1] = 'X'; /* copied at create */
+    mc_master_segment a = {.id = {10, 10}, .name = "A", .base = 1ull << 32, .size = 4 * OBJ};
+    assert_int_equal(mc_master_service_mount_segment(svc, &a, C1), MC_OK);
+    mc_master_offload_tasks *t = malloc(sizeof *t);
+    assert_int_equal(mc_master_service_offload_heartbeat(svc, C1, "a:9", 0, t), MC_OK);
+    assert_string_equal(t->fsdir, "/shared/c1");
+    mc_master_stats st;
+    mc_master_service_get_stats(svc, &st);
+    assert_int_equal(st.disk_clients, 0); /* the probe registered nothing */
+    free(t);
+    free(poll_tasks(svc)->keys);
+    assert_int_equal(put(svc, "k0"), MC_OK);
+    t = poll_tasks(svc);
+    assert_string_equal(t->fsdir, "/shared/c1");
+    assert_int_equal(t->n, 1);
+    assert_int_equal(t->items[0].op, MC_MASTER_OFFLOAD_WRITE);
+    assert_int_equal(t->items[0].address, 1ull << 32);
+    report(svc, t, MC_OK);
+    free(t->keys);
+    free(t);
+    mc_master_replica_list out;
+    fake_now += 100;
+    assert_int_equal(mc_master_service_get_replica_list(svc, "k0", 2, &out), MC_OK);
+    assert_int_equal(out.n, 2);
+    assert_int_equal(out.replicas[0].type, MC_MASTER_REPLICA_MEMORY);
+    assert_int_equal(out.replicas[1].type, MC_MASTER_REPLICA_DISK);
+    assert_int_equal(out.replicas[1].size, OBJ);
+    assert_int_equal(strncmp(out.replicas[1].transport_endpoint, "/shared/c1/", 11), 0);
+    assert_int_equal(strlen(out.replicas[1].transport_endpoint), 11 + 32 + 1 + 16 + 5);
+    /* the owner expires: the DISK replica stays, disk-only */
+    fake_now += 5000;
+    mc_master_service_tick(svc);
+    fake_now += 100;
+    assert_int_equal(mc_master_service_get_replica_list(svc, "k0", 2, &out), MC_OK);
+    assert_int_equal(out.n, 1);
+    assert_int_equal(out.replicas[0].type, MC_MASTER_REPLICA_DISK);
+    /* a remove hands a DELETE to a client that polls */
+    free(poll_tasks(svc)->keys); /* C1 is back, polling */
+    fake_now += 100;
+    assert_int_equal(mc_master_service_remove(svc, "k0", 2, false), MC_OK);
+    t = poll_tasks(svc);
+    assert_int_equal(t->n, 1);
+    assert_int_equal(t->items[0].op, MC_MASTER_OFFLOAD_DELETE);
+    free(t->keys);
+    free(t);
+    /* a write overtaken by a newer one of the key: each has its own generation (file
+     * name); the late report is refused and its file deleted, never listed */
+    mc_master_segment b = {.id = {11, 11}, .name = "A", .base = 1ull << 33, .size = 4 * OBJ};
+    assert_int_equal(mc_master_service_mount_segment(svc, &b, C1), MC_OK); /* C1 is back */
+    assert_int_equal(put(svc, "k1"), MC_OK);
+    t = poll_tasks(svc);
+    assert_int_equal(t->n, 1);
+    mc_master_offload_item old = t->items[0];
+    old.key = "k1";
+    fake_now += 100;
+    assert_int_equal(mc_master_service_remove(svc, "k1", 2, false), MC_OK);
+    assert_int_equal(put(svc, "k1"), MC_OK);
+    mc_master_offload_tasks *t2 = poll_tasks(svc);
+    assert_int_equal(t2->n, 1);
+    assert_int_equal(t2->items[0].op, MC_MASTER_OFFLOAD_WRITE);
+    assert_true(t2->items[0].gen != old.gen);
+    int st1 = MC_OK;
+    assert_int_equal(mc_master_service_offload_end(svc, C1, "a:9", &old, 1, &st1), MC_OK);
+    assert_int_equal(st1, MC_OBJECT_NOT_FOUND);
+    report(svc, t2, MC_OK);
+    char want[MC_MASTER_NAME_MAX];
+    snprintf(want, sizeof want, "-%016llx.mcsf", (unsigned long long)t2->items[0].gen);
+    fake_now += 100;
+    assert_int_equal(mc_master_service_get_replica_list(svc, "k1", 2, &out), MC_OK);
+    assert_int_equal(out.replicas[out.n - 1].type, MC_MASTER_REPLICA_DISK);
+    const char *ep = out.replicas[out.n - 1].transport_endpoint;
+    assert_string_equal(ep + strlen(ep) - strlen(want), want);
+    free(t->keys);
+    free(t);
+    free(t2->keys);
+    free(t2);
+    t = poll_tasks(svc); /* the DELETE of the late write's file */
+    assert_int_equal(t->n, 1);
+    assert_int_equal(t->items[0].op, MC_MASTER_OFFLOAD_DELETE);
+    assert_true(t->items[0].gen == old.gen);
+    free(t->keys);
+    free(t);
+    mc_master_service_destroy(svc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -253,6 +356,7 @@ int main(void)
         cmocka_unit_test(test_refused_offload_keeps_memory_then_falls_back),
         cmocka_unit_test(test_register_and_expiry),
         cmocka_unit_test(test_refused_without_enable_offload),
+        cmocka_unit_test(test_shared_fs_mode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
