@@ -700,15 +700,12 @@ int main(int argc, char **argv)
         }
     }
     if (enable_ha && ha_sync_mode != MC_MASTER_HA_SYNC_NONE &&
-        (enable_offload || mc_auth_enabled(&secret) || (ign_s[4] && *ign_s[4]))) {
-        /* the log records memory replicas only; the standby's fetch connection does not
-         * speak the cluster-secret handshake */
+        (enable_offload || (ign_s[4] && *ign_s[4]))) {
+        /* the log records memory replicas only */
         fprintf(stderr, "%s: --ha_sync=%s (index replication) together with %s is not "
                 "implemented in mooncake-c yet: add --ha_sync=none (a new leader then starts "
                 "empty) or drop it (docs/ha.md)\n", prog, ha_sync,
-                enable_offload                ? "--enable_offload"
-                : mc_auth_enabled(&secret) ? "a cluster secret"
-                                           : "--root_fs_dir");
+                enable_offload ? "--enable_offload" : "--root_fs_dir");
         exit_code = 2;
         goto out;
     }
@@ -912,6 +909,7 @@ int main(int argc, char **argv)
                                 .self = self,
                                 .ttl_s = (uint32_t)ha_lease_ttl,
                                 .sync = ha_sync_mode,
+                                .auth = &secret,
                                 .on_deposed = on_deposed};
         rc = mc_master_ha_start(svc, &ho, &ha);
         if (rc != MC_OK) {

@@ -150,7 +150,7 @@ int mc_master_ha_start(mc_master_service *svc, const mc_master_ha_opts *opts,
     mc_cond_init_monotonic(&ha->cond);
     mc_master_service_ha_enable(svc);
     if (opts->sync != MC_MASTER_HA_SYNC_NONE)
-        ha->repl = mc__repl_create(svc, opts->sync, opts->ttl_s);
+        ha->repl = mc__repl_create(svc, opts->sync, opts->ttl_s, opts->auth);
     if (pthread_create(&ha->thread, NULL, ha_main, ha) != 0) {
         mc__repl_free(ha->repl);
         mc_election_destroy(ha->el);

@@ -40,6 +40,8 @@ typedef enum mc_master_ha_sync {
     MC_MASTER_HA_SYNC_SYNC = 2,
 } mc_master_ha_sync;
 
+struct mc_auth_secret;
+
 typedef struct mc_master_ha_opts {
     const char *conn;       /* etcd endpoints (election.h); borrowed for the call       */
     const char *cluster_id; /* [0-9A-Za-z_.-]{1,128}; borrowed                          */
@@ -55,6 +57,10 @@ typedef struct mc_master_ha_opts {
     void (*on_standby)(void *ctx, const char *leader, int64_t view);
     void *ctx;
     mc_master_ha_sync sync; /* replication of the index to the standbys (0: none)       */
+    /* the cluster secret (common/auth.h) a standby's fetch connections prove they hold
+     * to the leader's RPC port (label "master-rpc"); borrowed, must outlive the HA
+     * object; NULL or len 0: none */
+    const struct mc_auth_secret *auth;
 } mc_master_ha_opts;
 
 /* mc_master_ha_start: enables svc's gate (STANDBY) and starts the HA thread.

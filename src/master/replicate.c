@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/auth.h"
 #include "common/sync.h"
 #include "common/xalloc.h"
 #include "master.pb-c.h"
@@ -47,6 +48,7 @@ struct mc__repl {
     mc_master_service *svc;
     mc_master_ha_sync mode;
     uint32_t ttl_s;
+    const mc_auth_secret *auth; /* the cluster secret for the fetch connections (or NULL) */
     pthread_mutex_t mu;
     pthread_cond_t cond; /* acked moved, frames appended, stop */
     /* the ring (mu): frames with LSNs first..last, contiguous */
@@ -78,12 +80,14 @@ struct mc__repl {
     uint64_t fetches, records_applied, sync_waits, sync_degraded;
 };
 
-mc__repl *mc__repl_create(mc_master_service *svc, mc_master_ha_sync mode, uint32_t ttl_s)
+mc__repl *mc__repl_create(mc_master_service *svc, mc_master_ha_sync mode, uint32_t ttl_s,
+                          const mc_auth_secret *auth)
 {
     mc__repl *r = mc_xcalloc(1, sizeof *r);
     r->svc = svc;
     r->mode = mode;
     r->ttl_s = ttl_s;
+    r->auth = auth;
     r->first = 1;
     r->base = 1;
     r->hint_lsn = 1;
@@ -271,6 +275,29 @@ static int read_reply(mc__repl *r, unsigned i, uint64_t deadline, mc_frame_heade
     return MC_OK;
 }
 
+/* A new connection to the leader's RPC port within deadline, authenticated when the
+ * cluster has a secret (the leader's RPC server refuses anything else). fd or -1. */
+static int connect_leader(mc__repl *r, const char *leader, uint64_t deadline)
+{
+    char host[256];
+    uint16_t port;
+    if (mc_sock_parse_hostport(leader, host, sizeof host, &port, 0) != 0)
+        return -1;
+    uint64_t left = mc_ms_left(deadline);
+    int fd = mc_sock_connect_tcp(host, port, left ? (int)left : 1);
+    if (fd < 0 || !mc_auth_enabled(r->auth))
+        return fd < 0 ? -1 : fd;
+    char err[256];
+    int rc = mc_auth_client_fd(fd, r->auth, "master-rpc", deadline, err, sizeof err);
+    if (rc != MC_AUTH_OK) {
+        mc_log(MC_LOG_WARN, "master-ha", "standby: the leader %s refused the replication "
+               "connection: %s (both masters need the same --auth_token_file)", leader, err);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 /* A connection to leader with no reply outstanding (connecting, or reading a late reply
  * that has arrived, as needed). Returns its index, or -1 (none now: all are waiting for
  * replies, or the leader refuses connections). */
@@ -292,12 +319,7 @@ static int free_conn(mc__repl *r, const char *leader, uint64_t deadline)
                 free(b); /* a late reply: its frames are asked again */
         }
         if (r->fd[i] < 0) {
-            char host[256];
-            uint16_t port;
-            if (mc_sock_parse_hostport(leader, host, sizeof host, &port, 0) != 0)
-                return -1;
-            uint64_t left = mc_ms_left(deadline);
-            int fd = mc_sock_connect_tcp(host, port, left ? (int)left : 1);
+            int fd = connect_leader(r, leader, deadline);
             if (fd < 0)
                 return -1;
             r->fd[i] = fd;
@@ -309,12 +331,7 @@ static int free_conn(mc__repl *r, const char *leader, uint64_t deadline)
      * (its reply, if it ever comes, is lost with it; the frames are asked again) */
     unsigned i = r->cur % REPL_CONNS;
     close_one(r, i);
-    char host[256];
-    uint16_t port;
-    if (mc_sock_parse_hostport(leader, host, sizeof host, &port, 0) != 0)
-        return -1;
-    uint64_t left = mc_ms_left(deadline);
-    int fd = mc_sock_connect_tcp(host, port, left ? (int)left : 1);
+    int fd = connect_leader(r, leader, deadline);
     if (fd < 0)
         return -1;
     r->fd[i] = fd;

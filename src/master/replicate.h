@@ -21,7 +21,8 @@ typedef struct mc__repl mc__repl;
 
 /* A ring for svc (svc->repl is set); mode = --ha_sync; ttl_s = the lease TTL (the
  * standby's fetch timeouts derive from it). */
-mc__repl *mc__repl_create(mc_master_service *svc, mc_master_ha_sync mode, uint32_t ttl_s);
+mc__repl *mc__repl_create(mc_master_service *svc, mc_master_ha_sync mode, uint32_t ttl_s,
+                          const struct mc_auth_secret *auth);
 /* Stops the follower thread (a standby). The ring stays (RPC threads may still read it). */
 void mc__repl_stop(mc__repl *r);
 /* Closes the log opened at promotion and frees r (after the RPC server stopped). */

@@ -230,7 +230,7 @@ def _ha_store_pair(spawn, etcd, mode, ttl=2):
     return m1, m2
 
 
-def _failover_fraction(spawn, etcd, mode, n=40, size=20000):
+def _failover_fraction(spawn, etcd, mode, n=40, size=20000, check_new_leader=None):
     """Puts n objects through the leader, kills it with SIGKILL right after the last
     acknowledgement, and returns (fraction of them that read back right through the new
     leader, the checker's answers); never a wrong byte."""
@@ -262,6 +262,8 @@ def _failover_fraction(spawn, etcd, mode, n=40, size=20000):
         assert p.fn("put_values", more, size) == [0] * 10
         r2 = p.fn("check_values", keys + more, size, timeout=60)
         assert r2[:n] == r and r2[n:] == ["ok"] * 10, r2
+        if check_new_leader:
+            check_new_leader(m2)
         return r.count("ok") / n, r
     finally:
         p.kill()
@@ -288,3 +290,15 @@ def test_ha_sync_flag_and_refusals():
     r = _run("--enable_ha", "--rpc_address=127.0.0.1", "--etcd_endpoints=127.0.0.1:2379",
              "--ha_sync=sync", "--rpc_thread_num=1")
     assert r.returncode == 2 and "--rpc_thread_num" in r.stderr, r.stderr
+
+
+def test_failover_sync_with_a_cluster_secret(spawn, etcd_server, tmp_path, monkeypatch):
+    # the standby's replication connections prove the secret to the leader's RPC port
+    # like any client: with one set cluster-wide, sync mode still keeps every object
+    from test_auth_http import token_file
+    monkeypatch.setenv("MC_AUTH_TOKEN_FILE", token_file(tmp_path))
+
+    def authenticated(m2):   # the masters did hold the secret: the client proved it to m2
+        assert m2.metrics().get("master_rpc_authenticated_total", 0) > 0, m2.metrics()
+    frac, r = _failover_fraction(spawn, etcd_server, "sync", check_new_leader=authenticated)
+    assert frac == 1.0, r
