@@ -24,9 +24,13 @@ Kernel work (system calls) is not counted by callgrind.
 Usage:
   python3 bench/bench_store_instr.py [--build build/release] [--base DIR]
       [--ops put,get,exist] [--size 4096] [--batch 128] [--iters 40] [--warmup 10]
-      [--tcp] [--keep DIR] [--out bench/out/store-instr]
+      [--tcp] [--auth] [--keep DIR] [--out bench/out/store-instr]
 --base DIR: another build (e.g. of the main branch: `git worktree add /tmp/base <commit>`
 and build it) measured the same way; prints before, after, after/before.
+--auth: the build is measured twice, as given ("before") and with a cluster secret in
+every process ("after": a 0600 token file named in MC_AUTH_TOKEN_FILE for the master,
+the node and the client; docs/security.md), and the table compares the two (not with
+--base).
 --keep DIR: keep the callgrind dumps there (client-OP.cg*, master.cg*; read them with
 callgrind_annotate --inclusive=yes FILE).
 Results: <out>/results.json and <out>/table.md. Needs valgrind (callgrind_control too).
@@ -228,6 +232,8 @@ def main():
     ap.add_argument("--iters", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--tcp", action="store_true", help="MC_FORCE_TCP=1 in the clients")
+    ap.add_argument("--auth", action="store_true",
+                    help="measure the build without and with a cluster secret")
     ap.add_argument("--keep", default="", help="keep the callgrind dumps in this directory")
     ap.add_argument("--out", default="bench/out/store-instr")
     args = ap.parse_args()
@@ -238,32 +244,49 @@ def main():
     env.pop("MC_FORCE_TCP", None)
     if args.tcp:
         env["MC_FORCE_TCP"] = "1"
-    builds = [os.path.join(ROOT, args.build)]
+    env.pop("MC_AUTH_TOKEN_FILE", None)
+    if args.auth and args.base:
+        sys.exit("--auth compares one build with and without a secret: drop --base")
+    runs = [(os.path.join(ROOT, args.build), env)]
     if args.base:
-        builds.insert(0, os.path.abspath(args.base))
+        runs.insert(0, (os.path.abspath(args.base), env))
     print(f"# store instructions per key (callgrind): size {args.size}, batch {args.batch}, "
           f"{args.iters} measured batches after {args.warmup}, "
           f"{'tcp' if args.tcp else 'same-host'} path; load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     tmp = tempfile.mkdtemp(prefix="mc-store-instr-")
+    if args.auth:
+        import secrets
+        token = os.path.join(tmp, "cluster.token")
+        fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, (secrets.token_hex(32) + "\n").encode())
+        os.close(fd)
+        runs.append((runs[0][0], dict(env, MC_AUTH_TOKEN_FILE=token)))
     try:
-        per_build = [run_build(b, args, env, tmp) for b in builds]
+        per_build = []
+        for n, (b, e) in enumerate(runs):   # each run its own dumps (master.cg.PID.N)
+            sub = os.path.join(tmp, f"run{n}")
+            os.makedirs(sub)
+            per_build.append(run_build(b, args, e, sub))
     except (RuntimeError, subprocess.SubprocessError) as e:
-        log = os.path.join(tmp, "stderr.log")
-        tail = open(log, errors="replace").read()[-3000:] if os.path.exists(log) else ""
+        logs = sorted(glob.glob(os.path.join(tmp, "run*", "stderr.log")))
+        tail = open(logs[-1], errors="replace").read()[-3000:] if logs else ""
         print(f"bench_store_instr: {e}\n--- stderr (tail):\n{tail}", file=sys.stderr)
         return 1
     finally:
         if args.keep:
             os.makedirs(args.keep, exist_ok=True)
-            for f in glob.glob(os.path.join(tmp, "*")):
-                shutil.copy(f, args.keep)
+            for f in glob.glob(os.path.join(tmp, "run*", "*")):
+                run = os.path.basename(os.path.dirname(f))
+                shutil.copy(f, os.path.join(args.keep, f"{run}-{os.path.basename(f)}"))
         shutil.rmtree(tmp, ignore_errors=True)
     out = os.path.join(ROOT, args.out)
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "results.json"), "w") as f:
         json.dump({"args": vars(args), "builds": per_build}, f, indent=1)
-    if args.base:
+    if args.base or args.auth:
+        if args.auth:
+            print("# before: no secret; after: with a cluster secret")
         lines = ["| op | client Ir/key before | after | after/before | excl. copies before "
                  "| after | master handler Ir/key before | after | after/before "
                  "| master (all) before | after |",

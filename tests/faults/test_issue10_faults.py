@@ -28,7 +28,9 @@ def md_get(cluster, key):
 
     url = f"{cluster.sc.metadata}?key={urllib.parse.quote(key, safe='')}"
     try:
-        with urllib.request.urlopen(url, timeout=5) as r:
+        # signed under MC_TEST_AUTH=1 (tests/integration/conftest.py)
+        req = harness._iconf.sign_urllib(urllib.request.Request(url))
+        with urllib.request.urlopen(req, timeout=5) as r:
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()

@@ -161,6 +161,32 @@ def rpc_handshake(sock, secret, label=b"master-rpc", record=None):
     return body[0]
 
 
+def rpc_serve_handshake(conn, secret=None, label=b"master-rpc"):
+    """The server side of the handshake on an accepted socket, for a test's stand-in of a
+    server (secret None: the suite's; nothing happens when there is none). Returns True
+    when the peer proved it holds the secret (RESULT ok sent), False after a RESULT that
+    refuses it."""
+    import hmac
+    secret = secret if secret is not None else auth_secret()
+    if not secret:
+        return True
+    try:
+        t, body = hs_read(conn)
+    except AssertionError:   # not a handshake frame: a client without the secret
+        conn.sendall(hs_frame(HS_RESULT, bytes([1])))   # client-no-secret
+        return False
+    if t != HS_HELLO or len(body) < 33 or body[33:33 + body[32]] != label:
+        conn.sendall(hs_frame(HS_RESULT, bytes([5 if t == HS_HELLO else 6])))
+        return False
+    cn, sn = body[:32], secrets.token_bytes(32)
+    conn.sendall(hs_frame(HS_CHALLENGE, sn + hs_mac(secret, b"server", label, cn, sn)))
+    t, body = hs_read(conn)
+    ok = t == HS_RESPONSE and hmac.compare_digest(body[:32],
+                                                  hs_mac(secret, b"client", label, cn, sn))
+    conn.sendall(hs_frame(HS_RESULT, bytes([0 if ok else 3])))   # ok / bad-client-mac
+    return ok
+
+
 def rpc_connect(port, secret=None, timeout=10):
     """A connection to a master RPC port, authenticated with secret (None: the suite's,
     and no handshake when there is none)."""

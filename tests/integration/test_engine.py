@@ -23,8 +23,8 @@ import time
 import numpy as np
 import pytest
 
-from conftest import (METADATA_BACKENDS, free_port, kv_metadata, tool, unsent_tcp_bytes,
-                      wait_port, wait_until)
+from conftest import (METADATA_BACKENDS, free_port, kv_metadata, sign_urllib, tool,
+                      unsent_tcp_bytes, wait_port, wait_until)
 
 import mooncake.engine as me
 from mooncake.engine import (ErrorCode, InnerTransferEngine, TransferEngine, TransferNotify,
@@ -657,8 +657,9 @@ def test_metadata_keys_as_upstream(meta, request, env):
     if mode == "http":
         def read(key):
             try:
-                with urllib.request.urlopen(f"{conn}?key={urllib.parse.quote(key)}",
-                                            timeout=5) as r:
+                req = sign_urllib(urllib.request.Request(
+                    f"{conn}?key={urllib.parse.quote(key)}"))
+                with urllib.request.urlopen(req, timeout=5) as r:
                     return r.read()
             except urllib.error.HTTPError as e:
                 assert e.code == 404

@@ -17,7 +17,7 @@ import socket
 import pytest
 
 import mc_master
-from conftest import tool, wait_until
+from conftest import rpc_connect, rpc_serve_handshake, tool, wait_until
 from mc_master import Ctl, Master, decode_fields, frame, ping_body, recv_frame
 
 UNAVAILABLE = -1010
@@ -52,7 +52,7 @@ def test_ha_flags():
 
 
 def _ping(port):
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+    with rpc_connect(port) as s:   # authenticated under MC_TEST_AUTH=1
         s.sendall(frame(mc_master.OP_PING, ping_body()))
         return recv_frame(s)
 
@@ -175,6 +175,9 @@ class _OldViewMaster:
                 continue
             with conn:
                 try:
+                    # a real master authenticates its peers first (MC_TEST_AUTH=1)
+                    if not rpc_serve_handshake(conn):
+                        continue
                     while not self.stop:
                         hdr, _ = recv_frame(conn, timeout=5)
                         body = (b"\x10" + mc_master._varint(self.view) + b"\x18\x01" +

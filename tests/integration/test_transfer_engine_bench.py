@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from conftest import read_until, tool
+from conftest import auth_secret, read_until, rpc_handshake, tool
 
 FINAL = re.compile(r"Test completed: duration ([\d.]+), batch count (\d+), "
                    r"throughput ([\d.]+) GB/s")
@@ -77,9 +77,22 @@ def test_bench_bad_flags_and_unknown_peer(spawn):
     assert out.returncode == 1 and "segment" in out.stderr
 
 
+def te_connect(port, label, timeout=5.0):
+    """A connection to an engine's handshake (label b"te-handshake") or data (b"te-data")
+    port, authenticated first when the suite has a secret (MC_TEST_AUTH=1), so what
+    follows reaches the port's own parser."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    secret = auth_secret()
+    if secret:
+        code = rpc_handshake(s, secret, label=label)
+        assert code == 0, f"handshake refused: {code}"
+        s.settimeout(timeout)
+    return s
+
+
 def hs_request(port, ftype, payload, timeout=5.0):
     """One handshake frame (u64 length incl. type, u8 type, payload) and its answer."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+    with te_connect(port, b"te-handshake", timeout) as s:
         s.sendall(struct.pack("<QB", len(payload) + 1, ftype) + payload)
         hdr = b""
         while len(hdr) < 9:
@@ -119,13 +132,13 @@ def test_garbage_on_data_and_handshake_ports(spawn):
     # data port: random bytes, a header with an absurd length, half a header
     # (wire version 2: 40-byte request headers ending in the fence epoch)
     for junk in (os.urandom(4096), b"MCTE" + b"\x02\x01\x00\x00" + b"\xff" * 32, b"MCTE\x02"):
-        with socket.create_connection(("127.0.0.1", data_port), timeout=5) as s:
+        with te_connect(data_port, b"te-data") as s:
             s.sendall(junk)
             if len(junk) > 5:
                 expect_closed(s)
     # a well-formed write to an address the target never registered: refused, and the
     # connection stays usable (a ping right after is answered)
-    with socket.create_connection(("127.0.0.1", data_port), timeout=5) as s:
+    with te_connect(data_port, b"te-data") as s:
         s.sendall(struct.pack("<IBBHQQQQ", 0x4554434D, 2, 1, 0, 1, 4096, 8, 0) + b"x" * 8)
         s.sendall(struct.pack("<IBBHQQQQ", 0x4554434D, 2, 4, 0, 2, 0, 0, 0))
         rep = b""
@@ -141,7 +154,7 @@ def test_garbage_on_data_and_handshake_ports(spawn):
     # handshake port: zero length and oversized frames are dropped, unknown types answered
     for frame in (struct.pack("<Q", 0) + b"\x01", struct.pack("<Q", 1 << 40) + b"\x01",
                   os.urandom(64)):
-        with socket.create_connection(("127.0.0.1", rpc_port), timeout=5) as s:
+        with te_connect(rpc_port, b"te-handshake") as s:
             s.sendall(frame)
             expect_closed(s)
     t, body = hs_request(rpc_port, 7, b"{}")
