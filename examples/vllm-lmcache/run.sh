@@ -52,9 +52,14 @@ done
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
-wait_http() {  # url, seconds, what
+wait_http() {  # url, seconds, what, its log: fails at once when the process it waits for died
   local i; for ((i = 0; i < $2; i++)); do
-    curl -sf -o /dev/null "$1" && return 0; sleep 1; done
+    curl -sf -o /dev/null "$1" && return 0
+    if ! kill -0 "${pids[-1]}" 2>/dev/null; then
+      echo "run.sh: $3 exited before it came up; the end of $4:" >&2
+      grep -E "Error|error:" "$4" | tail -3 >&2 || true; exit 1
+    fi
+    sleep 1; done
   echo "run.sh: $3 did not come up at $1 in $2 s; see $WORK" >&2; exit 1
 }
 # a master metric, or the sum of those whose name matches the regex $1
@@ -76,7 +81,7 @@ echo "== mooncake_master --enable_http_metadata_server=1 (rpc $RPC_PORT, metadat
   --enable_http_metadata_server=1 --http_metadata_server_host=127.0.0.1 \
   --http_metadata_server_port="$META_PORT" --metrics_host=127.0.0.1 \
   --metrics_port="$METRICS_PORT" >"$WORK/master.log" 2>&1 & pids+=($!)
-wait_http "http://127.0.0.1:$METRICS_PORT/metrics" 30 mooncake_master
+wait_http "http://127.0.0.1:$METRICS_PORT/metrics" 30 mooncake_master "$WORK/master.log"
 # the guide's LMCache config with this run's ports
 sed -e "s/:50051/:$RPC_PORT/g" -e "s/:8080/:$META_PORT/g" \
   examples/vllm-lmcache/lmcache-mooncake.yaml >"$WORK/lmcache-mooncake.yaml"
@@ -113,9 +118,9 @@ serve() {  # name port
 }
 echo "== vLLM A on :$A_PORT and B on :$B_PORT ($KV)"
 serve A "$A_PORT"
-wait_http "http://127.0.0.1:$A_PORT/health" 600 "vLLM A"
+wait_http "http://127.0.0.1:$A_PORT/health" 600 "vLLM A" "$WORK/A.log"
 serve B "$B_PORT"
-wait_http "http://127.0.0.1:$B_PORT/health" 600 "vLLM B"
+wait_http "http://127.0.0.1:$B_PORT/health" 600 "vLLM B" "$WORK/B.log"
 
 keys0=$(metric master_key_count)
 ta=$("$PY" examples/vllm-lmcache/ttft.py "$A_PORT" "$WORK/prompt.txt")
@@ -130,7 +135,13 @@ sleep 11  # vLLM logs its stats (external prefix cache hit rate) every 10 s
 echo "== results ($TOKENS-token prompt)"
 echo "master keys: $keys0 before A, $keys1 after A (A's KV chunks in Mooncake)"
 echo "master get_replica_list requests during B's request: $((${gets1%.*} - ${gets0%.*}))"
-echo "B's log (LMCache hit tokens / vLLM external prefix cache hit rate):"
-grep -oE "LMCache hit tokens: [0-9]+|Retrieved [0-9]+ out of [0-9]+|External prefix cache hit rate: [0-9.]+%" \
-  "$WORK/B.log" | head -3 | sed 's/^/  /' || true
+echo "B's log (LMCache hit tokens / vLLM external prefix cache hit rate / keys loaded from Mooncake):"
+grep -oE "LMCache hit tokens: [0-9]+|Retrieved [0-9]+ out of [0-9]+|External prefix cache hit rate: [0-9.]+%|load_get_total_keys=[0-9]+, load_get_total_bytes=[0-9]+" \
+  "$WORK/B.log" | head -4 | sed 's/^/  /' || true
 echo "TTFT: A (cold) ${ta}s; B, same prompt, from Mooncake ${tb}s; B, fresh prompt ${tf}s"
+if grep -q "No supported cpu connector found" "$WORK/B.log"; then
+  echo "note: LMCache $("$PY" -c 'import lmcache; print(lmcache.__version__)' 2>/dev/null) has no" \
+    "CPU KV connector (\"No supported cpu connector found\" in $WORK/B.log): it ran in" \
+    "degraded mode (recompute), nothing went through Mooncake; on CPU use" \
+    "CONNECTOR=mooncake-store (README.md)"
+fi
