@@ -726,7 +726,10 @@ MC_API int mc_store_batch_put_abort(mc_store *s, const mc_store_key *keys, size_
  * client's protocol (only one transport per client). location: NULL/""/"*"/"cpu:N"
  * (CPU memory only). id_out (>= MC_STORE_SEGMENT_ID_LEN bytes) receives the new id.
  * Returns MC_OK; MC_INVALID_PARAMS (not set up, bad arguments, file cannot be opened or
- * mapped, too many segments); the engine's or the master's code (nothing is left mapped
+ * mapped, too many segments, or a range that overlaps bytes of the same file (same
+ * device and inode, whatever the path) this client has mounted already, retiring segments
+ * included: two segments over one memory would overwrite each other's objects; ours, not
+ * upstream's); the engine's or the master's code (nothing is left mapped
  * or mounted then). The mapping is the client's until the segment is unmounted or the
  * client closes (the file itself is the caller's). Threads: any. */
 MC_API int mc_store_mount_segment(mc_store *s, const char *path, uint64_t size, uint64_t offset,

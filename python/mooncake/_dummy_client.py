@@ -592,6 +592,8 @@ class _DummyView(_TensorCalls):
         if off is None:  # not pool memory: the bytes travel in the request
             if size <= 0:
                 return 0 if size == 0 else INVALID_PARAMS
+            if not buffer_ptr:  # as the real client: ctypes would read NULL (garbage)
+                return INVALID_PARAMS
             return self._put(PUT if op == PUT_FROM else UPSERT, key,
                              ctypes.string_at(buffer_ptr, size), config)
         body = b"".join((_kb(key), _ROW.pack(off, size), _U32.pack(_replicas(config))))
@@ -657,6 +659,8 @@ class _DummyView(_TensorCalls):
         off = c.pool_off(buffer_ptr, size)
         try:
             if off is None:  # not pool memory: the bytes travel in the reply
+                if not buffer_ptr or size < 0:  # as the real client (else a segfault here)
+                    return INVALID_PARAMS
                 st, rest = c.call(GET, _kb(key))
                 if st > size:
                     return INVALID_PARAMS
@@ -782,7 +786,7 @@ class _DummyView(_TensorCalls):
         res = _ints(rest, n) if st == OK else [st] * n
         for i in outside:
             ptrs, sizes = all_buffer_ptrs[i], all_sizes[i]
-            if len(ptrs) != len(sizes) or any(s < 0 for s in sizes):
+            if len(ptrs) != len(sizes) or any(s < 0 for s in sizes) or not all(ptrs):
                 res[i] = INVALID_PARAMS
                 continue
             res[i] = self._put(PUT, keys[i], b"".join(
@@ -809,7 +813,7 @@ class _DummyView(_TensorCalls):
         res = _ints(rest, n) if st == OK else [st] * n
         for i in outside:
             ptrs, sizes = all_buffer_ptrs[i], all_sizes[i]
-            if len(ptrs) != len(sizes) or any(s < 0 for s in sizes):
+            if len(ptrs) != len(sizes) or any(s < 0 for s in sizes) or not all(ptrs):
                 res[i] = INVALID_PARAMS
                 continue
             try:

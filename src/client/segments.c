@@ -41,6 +41,10 @@ typedef struct xseg {
     void *base;
     uint64_t size;         /* bytes */
     bool shared;           /* mc_te_alloc_shared (else mmap of a file + register) */
+    bool file;             /* mapped from a file: dev/ino/off say which bytes */
+    dev_t dev;
+    ino_t ino;
+    uint64_t off;          /* bytes into the file */
     int state;             /* XS_*, under xseg_lock */
     uint64_t release_at;   /* ms (mc_now_ms), XS_RETIRING only */
     char protocol[MC_STORE_PROTOCOL_MAX];
@@ -144,10 +148,38 @@ static bool protocol_ok(const mc_store *s, const char *protocol)
 
 /* Common tail of both mounts: registers nothing (the caller did), mounts x on the master
  * and links it. On failure x is released. */
-static int mount_finish(mc_store *s, xseg *x, char *id_out)
+static int mount_finish(mc_store *s, xseg *x, char *id_out, const char *path)
 {
     pthread_mutex_lock(&s->xseg_lock);
     bool room = s->n_xsegs < MC_STORE_MAX_EXTRA_SEGMENTS;
+    /* Two segments over the same bytes of a file would let the master place two objects
+     * on one range: each write would overwrite the other's bytes (wrong bytes on a get).
+     * Checked under the lock with the insertion, so two concurrent mounts cannot both
+     * pass. Every state counts: a retiring segment's objects are still readable. */
+    const xseg *alias = NULL;
+    if (x->file) {
+        const xseg *y;
+        MC_LIST_FOREACH_ENTRY(y, &s->xsegs, xseg, node)
+        {
+            if (y->file && y->dev == x->dev && y->ino == x->ino && x->off < y->off + y->size &&
+                y->off < x->off + x->size) {
+                alias = y;
+                break;
+            }
+        }
+    }
+    if (alias) {
+        uint64_t aoff = alias->off, aend = alias->off + alias->size;
+        pthread_mutex_unlock(&s->xseg_lock);
+        mc_log(MC_LOG_ERROR, TAG,
+               "mount_segment: [%" PRIu64 ", %" PRIu64 ") of %s overlaps bytes [%" PRIu64
+               ", %" PRIu64 ") of the same file that this client has mounted already (two "
+               "segments over the same memory would overwrite each other's objects); unmount "
+               "that segment or mount another range",
+               x->off, x->off + x->size, path ? path : "", aoff, aend);
+        xseg_release(s, x);
+        return MC_INVALID_PARAMS;
+    }
     if (room) {
         x->state = XS_BUSY;
         mc_list_push_back(&s->xsegs, &x->node);
@@ -253,8 +285,12 @@ int mc_store_mount_segment(mc_store *s, const char *path, uint64_t size, uint64_
     mc_list_init(&x->node);
     x->base = base;
     x->size = size;
+    x->file = true;
+    x->dev = st.st_dev;
+    x->ino = st.st_ino;
+    x->off = offset;
     snprintf(x->protocol, sizeof x->protocol, "%s", s->protocol);
-    rc = mount_finish(s, x, id_out);
+    rc = mount_finish(s, x, id_out, path);
 out:
     mc__store_leave(s);
     return rc;
@@ -301,7 +337,7 @@ int mc_store_allocate_and_mount_segment(mc_store *s, uint64_t size, const char *
     x->size = size;
     x->shared = true;
     snprintf(x->protocol, sizeof x->protocol, "%s", s->protocol);
-    rc = mount_finish(s, x, id_out);
+    rc = mount_finish(s, x, id_out, NULL);
     if (rc == MC_OK && allocated)
         *allocated = size;
 out:

@@ -237,3 +237,19 @@ def test_dummy_tensor_calls(env):
     assert checks == {k: True for k in checks}, checks
     # the other dummy reads the tensor objects through its own forwarding
     assert b.fn("tensor_shape", "t-b1") == [4, 6]
+
+
+def test_dummy_refuses_null_pointers_as_the_real_client(env):
+    """A new user's get_into(key, 0, 16) on a dummy killed the dummy's process (SIGSEGV
+    in a memmove to NULL) and put_from(key, 0, 16) stored 16 bytes of garbage, where a
+    real client answers INVALID_PARAMS (-600) to both."""
+    cluster, real, dummy = env
+    a = dummy()
+    assert a.call("put", "np-1", b"abc") == 0
+    assert a.call("get_into", "np-1", 0, 16) == -600
+    assert a.call("batch_get_into", ["np-1"], [0], [16]) == [-600]
+    assert a.call("put_from", "np-2", 0, 16) == -600
+    assert a.call("batch_put_from", ["np-3"], [0], [16]) == [-600]
+    assert a.call("batch_put_from_multi_buffers", ["np-4"], [[0]], [[4]]) == [-600]
+    assert a.call("batch_get_into_multi_buffers", ["np-1"], [[0]], [[16]]) == [-600]
+    assert a.call("is_exist", "np-2") == 0 and a.call("get", "np-1") == b"abc"

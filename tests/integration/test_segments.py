@@ -135,3 +135,32 @@ def test_extra_segment_remounted_after_master_restart():
     finally:
         s.close()
         sp.cleanup()
+
+
+def test_mount_refuses_a_range_already_mounted(store, shm_file):
+    """The same bytes of one file mounted twice (found by a new user) made two segments
+    over one memory: the master placed objects in both and they overwrote each other
+    (31 of 100 gets returned another object's bytes). An overlapping range of the same
+    file (by device and inode: another path to it counts) is refused; a disjoint range
+    of it, or the same range after an unmount, is fine."""
+    half = SEG // 2
+    r = store.mount_segment(shm_file, half, 0)
+    assert r["ret"] == 0
+    assert store.mount_segment(shm_file, half, 0) == {"ret": INVALID_PARAMS, "segment_ids": []}
+    assert store.mount_segment(shm_file, half, 4096)["ret"] == INVALID_PARAMS   # overlaps
+    link = shm_file + "-link"
+    os.symlink(shm_file, link)
+    try:
+        assert store.mount_segment(link, half, 0)["ret"] == INVALID_PARAMS       # same inode
+    finally:
+        os.unlink(link)
+    r2 = store.mount_segment(shm_file, half, half)                               # disjoint
+    assert r2["ret"] == 0
+    values = {f"al{i}": bytes([i]) * (64 << 10) for i in range(100)}
+    for k, v in values.items():
+        assert store.put(k, v) in (0, NO_AVAILABLE_HANDLE)
+    for k, v in values.items():
+        got = store.get(k)
+        assert got in (b"", v), f"{k}: another object's bytes"
+    assert store.unmount_segment(r["segment_ids"]) == 0
+    assert store.mount_segment(shm_file, half, 0)["ret"] == 0
