@@ -59,7 +59,8 @@ static const mc_option options[] = {
     {.name = "tenant_id", .type = MC_OPT_STRING, .target = &tenant_id, .def = "default",
      .help = "tenant of this client (recorded; the master has no tenants yet)"},
     {.name = "enable_offload", .type = MC_OPT_BOOL, .target = &enable_offload, .def = "false",
-     .help = "SSD offload: not implemented in mooncake-c, only false is accepted"},
+     .help = "a disk tier for the dummy clients: not in mooncake_client yet, only false is "
+             "accepted (store clients: setup(enable_ssd_offload=True))"},
     {.name = "enable_http_server", .type = MC_OPT_BOOL, .target = &enable_http_server,
      .def = "false",
      .help = "the client's HTTP server (/health, /metrics): not implemented in mooncake-c, "
@@ -74,8 +75,9 @@ static int refuse(const char *prog)
 {
     if (enable_offload) {
         fprintf(stderr,
-                "%s: --enable_offload=true asks for SSD offload, which mooncake-c does not "
-                "implement; drop the flag to run with memory replicas only\n",
+                "%s: --enable_offload=true: mooncake-c's mooncake_client does not run a disk tier for "
+                "its dummy clients yet; drop the flag (a store client gets one with "
+                "setup(enable_ssd_offload=True, ssd_offload_path=...), docs/ssd-tier.md)\n",
                 prog);
         return 2;
     }

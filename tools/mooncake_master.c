@@ -420,6 +420,18 @@ static int refuse_unsupported(const char *prog)
 static int persist_flags(const char *prog, mc_master_persist_opts *o)
 {
     memset(o, 0, sizeof(*o));
+    /* checked whether or not the log is on: a bad value is a typo either way */
+    if (!strcmp(oplog_sync, "fsync"))
+        o->sync = MC_MASTER_LOG_SYNC_FSYNC;
+    else if (!strcmp(oplog_sync, "write"))
+        o->sync = MC_MASTER_LOG_SYNC_WRITE;
+    else if (!strcmp(oplog_sync, "none"))
+        o->sync = MC_MASTER_LOG_SYNC_NONE;
+    else {
+        fprintf(stderr, "%s: invalid value '%s' for --oplog_sync: fsync, write or none\n", prog,
+                oplog_sync);
+        return 2;
+    }
     if (!enable_snapshot) {
         if (enable_snapshot_restore || enable_oplog) {
             fprintf(stderr,
@@ -444,17 +456,6 @@ static int persist_flags(const char *prog, mc_master_persist_opts *o)
     if (!dir || !*dir) {
         fprintf(stderr, "%s: --enable_snapshot needs a directory: --snapshot_backup_dir=DIR or "
                         "MOONCAKE_SNAPSHOT_LOCAL_PATH\n", prog);
-        return 2;
-    }
-    if (!strcmp(oplog_sync, "fsync"))
-        o->sync = MC_MASTER_LOG_SYNC_FSYNC;
-    else if (!strcmp(oplog_sync, "write"))
-        o->sync = MC_MASTER_LOG_SYNC_WRITE;
-    else if (!strcmp(oplog_sync, "none"))
-        o->sync = MC_MASTER_LOG_SYNC_NONE;
-    else {
-        fprintf(stderr, "%s: invalid value '%s' for --oplog_sync: fsync, write or none\n", prog,
-                oplog_sync);
         return 2;
     }
     o->dir = dir;
@@ -681,6 +682,12 @@ int main(int argc, char **argv)
     else if (strcmp(ha_sync, "async") != 0) {
         fprintf(stderr, "%s: invalid value '%s' for --ha_sync: none, async or sync\n", prog,
                 ha_sync);
+        exit_code = 2;
+        goto out;
+    }
+    if (!enable_ha && ha_sync_mode == MC_MASTER_HA_SYNC_SYNC) {
+        fprintf(stderr, "%s: --ha_sync=sync acknowledges puts once a standby has them: it "
+                "needs --enable_ha (a master without HA has no standby)\n", prog);
         exit_code = 2;
         goto out;
     }

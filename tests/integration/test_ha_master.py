@@ -287,6 +287,10 @@ def test_ha_sync_flag_and_refusals():
     r = _run("--enable_ha", "--rpc_address=127.0.0.1", "--etcd_endpoints=127.0.0.1:2379",
              "--ha_sync=maybe")
     assert r.returncode == 2 and "--ha_sync" in r.stderr
+    r = _run("--rpc_address=127.0.0.1", "--ha_sync=sync")   # no standby to wait for
+    assert r.returncode == 2 and "needs --enable_ha" in r.stderr, r.stderr
+    r = _run("--rpc_address=127.0.0.1", "--oplog_sync=sometimes")   # checked without the log
+    assert r.returncode == 2 and "--oplog_sync" in r.stderr, r.stderr
     r = _run("--enable_ha", "--rpc_address=127.0.0.1", "--etcd_endpoints=127.0.0.1:2379",
              "--enable_offload")
     assert r.returncode == 2 and "--ha_sync=none" in r.stderr, r.stderr
