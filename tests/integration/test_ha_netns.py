@@ -85,6 +85,19 @@ def test_kill_leader_then_stop_leader(ha):
     c = ha.store("c1")
     assert c.cmd("put_get", key="before", size=4096) == {"put": 0, "ok": True}
 
+    # --ha_sync=async (the default) acknowledges before the standby has the record: wait
+    # until m2 applied everything m1 logged, so "before" is one the standby holds
+    def repl_lsn(host, name):
+        st, text = ha.lab.http(host, f"http://{ha.lab.addr[host]}:9003/metrics")
+        for line in (text.splitlines() if st == 200 and isinstance(text, str) else []):
+            if line.startswith(name + " "):
+                return int(float(line.split()[1]))
+        return None
+    last = repl_lsn("m1", "master_ha_repl_last_lsn")
+    assert last and last > 0, last
+    wait_until(lambda: (repl_lsn("m2", "master_ha_repl_applied_lsn") or 0) >= last, 20,
+               "m2 applied m1's log")
+
     # 1. kill -9 the leader: the client's put + get works through the new one
     ha.kill("m1")
     r = c.cmd("until_ok", key="after-kill", size=4096, seconds=TTL + SLACK)
