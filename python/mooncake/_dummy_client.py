@@ -257,6 +257,21 @@ def _buffer_bytes(value):
     return mv.tobytes() if not (mv.c_contiguous and mv.format == "B") else bytes(mv)
 
 
+def _pool_rows(c, keys, buffer_ptrs, sizes):
+    """A batch's request rows: the count, then (key, pool offset, size) per row; rows whose
+    buffer is not in the shared pool get an offset the real client refuses and are listed
+    in `outside` (the caller does them one by one, the bytes in the message)."""
+    parts = [_U32.pack(len(keys))]
+    outside = []
+    for i, (k, p, s) in enumerate(zip(keys, buffer_ptrs, sizes)):
+        off = c.pool_off(p, s)
+        if off is None:
+            outside.append(i)
+            off = 1 << 63
+        parts += (_kb(k), _ROW.pack(off, s))
+    return parts, outside
+
+
 def _conn(view):
     c = view._c
     if c is None:
@@ -621,14 +636,7 @@ class _DummyView(_TensorCalls):
         if not n:
             return []
         c = _conn(self)
-        parts = [_U32.pack(n)]
-        outside = []
-        for i, (k, p, s) in enumerate(zip(keys, buffer_ptrs, sizes)):
-            off = c.pool_off(p, s)
-            if off is None:
-                outside.append(i)
-                off = 1 << 63  # refused by the real client; done inline below
-            parts += (_kb(k), _ROW.pack(off, s))
+        parts, outside = _pool_rows(c, keys, buffer_ptrs, sizes)
         parts.append(_U32.pack(_replicas(config)))
         try:
             st, rest = c.call(op, b"".join(parts))
@@ -678,14 +686,7 @@ class _DummyView(_TensorCalls):
         if not n:
             return []
         c = _conn(self)
-        parts = [_U32.pack(n)]
-        outside = []
-        for i, (k, p, s) in enumerate(zip(keys, buffer_ptrs, sizes)):
-            off = c.pool_off(p, s)
-            if off is None:
-                outside.append(i)
-                off = 1 << 63  # refused by the real client; done inline below
-            parts += (_kb(k), _ROW.pack(off, s))
+        parts, outside = _pool_rows(c, keys, buffer_ptrs, sizes)
         try:
             st, rest = c.call(BATCH_GET_INTO, b"".join(parts))
         except _Gone:
