@@ -126,6 +126,19 @@ def measured_dump(prefix):
     return None
 
 
+def stop_all(procs):
+    """Stops the process groups this bench started, newest first: SIGTERM, then SIGKILL
+    after 30 s (a group already gone is skipped)."""
+    for p in reversed(procs):
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+                p.wait(timeout=30)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+
 def run_build(build, args, env, tmp):
     ops_exe = os.path.join(build, "bench", "bench_store_ops")
     master_exe = os.path.join(build, "tools", "mooncake_master")
@@ -211,14 +224,7 @@ def run_build(build, args, env, tmp):
         node.wait(timeout=60)
         return rows
     finally:
-        for p in reversed(procs):
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGTERM)
-                    p.wait(timeout=30)
-                except (ProcessLookupError, subprocess.TimeoutExpired):
-                    os.killpg(p.pid, signal.SIGKILL)
-                    p.wait()
+        stop_all(procs)
         logs.close()
 
 

@@ -24,7 +24,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
-from bench_store_instr import expect, free_port, wait_port  # noqa: E402
+from bench_store_instr import expect, free_port, stop_all, wait_port  # noqa: E402
 
 
 def strace_attach(pid, out):
@@ -140,14 +140,7 @@ def main():
         node.stdin.close()
         node.wait(timeout=60)
     finally:
-        for p in reversed(procs):
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGTERM)
-                    p.wait(timeout=30)
-                except (ProcessLookupError, subprocess.TimeoutExpired):
-                    os.killpg(p.pid, signal.SIGKILL)
-                    p.wait()
+        stop_all(procs)
         logs.close()
         if not os.environ.get("KEEP_TMP"):
             shutil.rmtree(tmp, ignore_errors=True)
