@@ -58,7 +58,10 @@ static const mc_option options[] = {
      .help = "upstream's RPC thread count; here each dummy connection has its own thread, "
              "so only 1 (the default) is accepted"},
     {.name = "tenant_id", .type = MC_OPT_STRING, .target = &tenant_id, .def = "default",
-     .help = "tenant of this client (recorded; the master has no tenants yet)"},
+     .only_default = "mooncake-c does not implement tenants (the master has no "
+                     "multi-tenant quotas: its --enable_multi_tenants is refused)",
+     .help = "tenant of this client: tenants are not implemented, only upstream's default "
+             "is accepted (another value: exit 2)"},
     {.name = "enable_offload", .type = MC_OPT_BOOL, .target = &enable_offload, .def = "false",
      .help = "a disk tier for the dummy clients: not in mooncake_client yet, only false is "
              "accepted (store clients: setup(enable_ssd_offload=True))"},
