@@ -423,8 +423,8 @@ static const mc_option options[] = {
      .max = 31536000, .unit = "s",
      .help = "a copy / move task fetched and not completed within this fails"},
     OD_INT("max_retry_attempts", 7, "10",
-           "mooncake-c does not implement retries of failed copy / move tasks (a failed "
-           "task ends FAILED with its message; create a new one)"),
+           "mooncake-c does not retry failed copy / move tasks (a failed task ends "
+           "FAILED with its message; create a new one)"),
     OD_BOOL("enable_cxl", 4, "false", WHY_CXL),
     OD_STR("cxl_path", 4, "/dev/dax0.0", WHY_CXL),
     OD_SIZE("cxl_size", 2, "8gb", WHY_CXL),

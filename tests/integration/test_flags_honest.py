@@ -84,7 +84,7 @@ def test_master_default_only_flag_refused_at_another_value(flag, default, other)
     r = _run([tool("mooncake_master"), "--rpc_address=127.0.0.1", "--rpc_port=0",
               "--metrics_port=0", f"--{flag}={other}"])
     assert r.returncode == 2, r.stdout + r.stderr
-    assert f"--{flag}=" in r.stderr and "does not implement" in r.stderr, r.stderr
+    assert f"--{flag}=" in r.stderr and "mooncake-c does not" in r.stderr, r.stderr
     assert f"--{flag}={default}" in r.stderr and "drop the flag" in r.stderr, r.stderr
 
 
@@ -119,12 +119,12 @@ def test_tool_default_only_flags(prog, flag, default, other):
     pre = (free_port(),) if prog == "mooncake_client" else ()
     refused = _run(args(*pre, f"--{flag}={other}"))
     assert refused.returncode == 2, refused.stdout + refused.stderr
-    assert f"--{flag}=" in refused.stderr and "does not implement" in refused.stderr
+    assert f"--{flag}=" in refused.stderr and "mooncake-c does not" in refused.stderr
     # at the default the flags pass: the run goes on to fail at what follows (no master
     # / no target: exit 1), not at the flag
     accepted = _run(args(*pre, f"--{flag}={default}"))
     assert accepted.returncode == 1, accepted.stdout + accepted.stderr
-    assert "refused" not in accepted.stderr, accepted.stderr
+    assert f"--{flag}=" not in accepted.stderr, accepted.stderr
 
 
 # ---- implemented flags -------------------------------------------------------------------
