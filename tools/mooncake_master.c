@@ -1,7 +1,9 @@
 /* mooncake_master: the metadata service of the Mooncake memory pool.
  *
  * Flags: upstream names and defaults (`mooncake-store/src/master.cpp`; upstream-mooncake.md
- * §5.1, API.md §4) through the options table, plus --config_path (JSON). Serves:
+ * §5.1, API.md §4) through the options table, plus --config_path (JSON). Each upstream
+ * flag is implemented or accepted at its default only (refused otherwise, exit 2):
+ * docs/flags.md has the table, `--help` says it per flag. Serves:
  *   - the master RPC (proto/master.proto) on --rpc_address:--rpc_port (50051);
  *   - Prometheus /metrics and the admin routes on --metrics_host:--metrics_port (9003);
  *   - with --enable_http_metadata_server, the transfer engine's HTTP metadata server on
