@@ -51,13 +51,17 @@ static const mc_option options[] = {
     {.name = "protocol", .type = MC_OPT_STRING, .target = &protocol, .def = "tcp",
      .help = "transfer protocol (tcp; rdma as the store's setup allows)"},
     {.name = "device_names", .type = MC_OPT_STRING, .target = &device_names, .def = "",
-     .help = "RDMA device filter passed to the transfer engine (\"\": all)"},
+     .help = "RDMA device filter passed to the transfer engine (\"\": all); its tcp "
+             "transport ignores it, as upstream's does"},
     {.name = "threads", .type = MC_OPT_INT, .target = &threads, .def = "1", .bounded = true,
      .min = 1, .max = 1024,
      .help = "upstream's RPC thread count; here each dummy connection has its own thread, "
              "so only 1 (the default) is accepted"},
     {.name = "tenant_id", .type = MC_OPT_STRING, .target = &tenant_id, .def = "default",
-     .help = "tenant of this client (recorded; the master has no tenants yet)"},
+     .only_default = "mooncake-c does not implement tenants (the master has no "
+                     "multi-tenant quotas: its --enable_multi_tenants is refused)",
+     .help = "tenant of this client: tenants are not implemented, only upstream's default "
+             "is accepted (another value: exit 2)"},
     {.name = "enable_offload", .type = MC_OPT_BOOL, .target = &enable_offload, .def = "false",
      .help = "a disk tier for the dummy clients: not in mooncake_client yet, only false is "
              "accepted (store clients: setup(enable_ssd_offload=True))"},
@@ -67,7 +71,10 @@ static const mc_option options[] = {
              "only false is accepted"},
     {.name = "http_port", .type = MC_OPT_INT, .target = &http_port, .def = "9300",
      .bounded = true, .min = 0, .max = 65535,
-     .help = "port of the client's HTTP server (only with --enable_http_server)"},
+     .only_default = "mooncake-c does not implement the client's HTTP server "
+                     "(--enable_http_server) this port is for",
+     .help = "port of the client's HTTP server, which mooncake-c does not implement: only "
+             "the default is accepted (another value: exit 2)"},
 };
 #define N_OPTIONS (sizeof options / sizeof options[0])
 
@@ -114,7 +121,8 @@ int main(int argc, char **argv)
         code = 2;
         goto out;
     }
-    if ((code = refuse(prog)) != 0)
+    if ((code = refuse(prog)) != 0 ||
+        (code = mc_tool_refuse_non_defaults(prog, options, N_OPTIONS)) != 0)
         goto out;
     code = 1;
     sigset_t stop;

@@ -1,7 +1,9 @@
 /* mooncake_master: the metadata service of the Mooncake memory pool.
  *
  * Flags: upstream names and defaults (`mooncake-store/src/master.cpp`; upstream-mooncake.md
- * §5.1, API.md §4) through the options table, plus --config_path (JSON). Serves:
+ * §5.1, API.md §4) through the options table, plus --config_path (JSON). Each upstream
+ * flag is implemented or accepted at its default only (refused otherwise, exit 2):
+ * docs/flags.md has the table, `--help` says it per flag. Serves:
  *   - the master RPC (proto/master.proto) on --rpc_address:--rpc_port (50051);
  *   - Prometheus /metrics and the admin routes on --metrics_host:--metrics_port (9003);
  *   - with --enable_http_metadata_server, the transfer engine's HTTP metadata server on
@@ -32,7 +34,10 @@
  * e.g. "Address already in use") or etcd refuses the election setup; 2 for a bad flag;
  * 3 when this master was the HA leader and lost its lease (it stopped serving first;
  * restart it to rejoin as a standby). */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -43,6 +48,7 @@
 #include <unistd.h>
 
 #include "common/auth.h"
+#include "common/xalloc.h"
 #include "master/admin.h"
 #include "master/ha.h"
 #include "master/master_service.h"
@@ -87,16 +93,51 @@ static bool enable_snapshot, enable_snapshot_restore, enable_oplog;
 static int64_t snapshot_interval, snapshot_retention;
 static char *oplog_sync, *snapshot_store, *snapshot_catalog, *snapshot_dir;
 
-/* ---- upstream flags accepted for compatibility, without effect here ---- */
-static bool ign_b[24];
-static char *ign_s[40];
+/* RPC sockets and the address (upstream --rpc_interface etc.) */
+static char *rpc_interface, *root_fs_dir;
+static int64_t rpc_conn_timeout;
+static bool rpc_tcp_nodelay;
+/* glog's flags, mapped onto mc_log (apply_log_flags) */
+static char *log_dir;
+static bool logtostderr, alsologtostderr;
+static int64_t minloglevel, stderrthreshold;
 
-#define IGNORED_BOOL(nm, i, d)                                                              \
-    {.name = nm, .type = MC_OPT_BOOL, .target = &ign_b[i], .def = d,                        \
-     .help = "upstream flag, accepted; not supported by mooncake-c (no effect)"}
-#define IGNORED_STR(nm, i, d)                                                               \
-    {.name = nm, .type = MC_OPT_STRING, .target = &ign_s[i], .def = d,                      \
-     .help = "upstream flag, accepted; no effect in mooncake-c"}
+/* ---- upstream flags accepted at their default only (docs/flags.md) ---- */
+/* Their values land here; any other than the default is refused by
+ * mc_tool_refuse_non_defaults (exit 2) with the row's text. */
+static bool od_b[16];
+static int64_t od_i[16];
+static double od_d[8];
+static uint64_t od_z[8];
+static char *od_s[16];
+
+#define OD_HELP "only upstream's default is accepted (another value: exit 2): "
+#define OD_BOOL(nm, i, d, why)                                                              \
+    {.name = nm, .type = MC_OPT_BOOL, .target = &od_b[i], .def = d, .only_default = why,   \
+     .help = OD_HELP why}
+#define OD_INT(nm, i, d, why)                                                               \
+    {.name = nm, .type = MC_OPT_INT, .target = &od_i[i], .def = d, .only_default = why,    \
+     .help = OD_HELP why}
+#define OD_DOUBLE(nm, i, d, why)                                                            \
+    {.name = nm, .type = MC_OPT_DOUBLE, .target = &od_d[i], .def = d, .only_default = why, \
+     .help = OD_HELP why}
+#define OD_SIZE(nm, i, d, why)                                                              \
+    {.name = nm, .type = MC_OPT_SIZE, .target = &od_z[i], .def = d, .only_default = why,   \
+     .unit = "bytes", .help = OD_HELP why}
+#define OD_STR(nm, i, d, why)                                                               \
+    {.name = nm, .type = MC_OPT_STRING, .target = &od_s[i], .def = d, .only_default = why, \
+     .help = OD_HELP why}
+
+#define WHY_NOF "mooncake-c does not implement the NVMe-oF SSD tier this tunes (memory " \
+                "eviction: --eviction_ratio, --eviction_high_watermark_ratio)"
+#define WHY_TIERQ "mooncake-c does not implement this disk-tier limit (its queues are " \
+                  "bounded otherwise, docs/ssd-tier.md)"
+#define WHY_KV "mooncake-c does not implement KV event publishing (ZMQ)"
+#define WHY_OPLOG "mooncake-c does not implement upstream's polled etcd oplog: standbys " \
+                  "pull the leader's mutation log over the master RPC (--ha_sync, docs/ha.md)"
+#define WHY_TENANT "mooncake-c does not implement multi-tenant quotas"
+#define WHY_CXL "mooncake-c does not implement CXL memory segments"
+#define WHY_POD "mooncake-c does not implement Kubernetes label routing"
 
 static const mc_option options[] = {
     {.name = "rpc_port", .alias = "port", .type = MC_OPT_INT, .target = &rpc_port,
@@ -132,9 +173,22 @@ static const mc_option options[] = {
      .help = "with a cluster secret: an RPC connection must complete the handshake within "
              "this of its accept (reason handshake_timeout)"},
     {.name = "max_threads", .type = MC_OPT_INT, .target = &max_threads, .def = "16",
-     .bounded = true, .min = 0, .max = 1024,
-     .help = "deprecated upstream alias of the RPC thread count; ignored (use "
-             "--rpc_thread_num)"},
+     .bounded = true, .min = 1, .max = 64,
+     .help = "deprecated upstream name of the RPC thread count: used when "
+             "--rpc_thread_num is 0 and this is not its default 16 (with both at their "
+             "defaults: min(4, CPU cores))"},
+    {.name = "rpc_interface", .type = MC_OPT_STRING, .target = &rpc_interface, .def = "",
+     .help = "network interface (\"eth0\") whose IPv4 address the RPC listens on and, with "
+             "--enable_ha, publishes; overrides --rpc_address (an interface without one: "
+             "exit 2)"},
+    {.name = "rpc_conn_timeout_seconds", .type = MC_OPT_INT, .target = &rpc_conn_timeout,
+     .def = "0", .bounded = true, .min = 0, .max = 86400, .unit = "s",
+     .help = "close an RPC connection that sent no request for this long (0: never; "
+             "store clients ping every second)"},
+    {.name = "rpc_enable_tcp_no_delay", .type = MC_OPT_BOOL, .target = &rpc_tcp_nodelay,
+     .def = "true",
+     .help = "TCP_NODELAY on accepted RPC connections (false: Nagle's algorithm may hold "
+             "small replies back)"},
     {.name = "metrics_port", .type = MC_OPT_INT, .target = &metrics_port, .def = "9003",
      .bounded = true, .min = 0, .max = 65535,
      .help = "HTTP port of /metrics, /health, /get_all_keys, /get_all_segments, "
@@ -273,32 +327,56 @@ static const mc_option options[] = {
      .min = 0, .max = 9, .help = "verbose logging (glog -v): 1 = DEBUG, 2+ = TRACE"},
     {.name = "config_path", .type = MC_OPT_STRING, .target = &config_path, .def = "",
      .help = "JSON file of flag -> value (command-line flags override it)"},
-    /* accepted, no effect (see upstream-mooncake.md §5.1) */
-    IGNORED_STR("rpc_interface", 0, ""),
-    IGNORED_STR("rpc_conn_timeout_seconds", 1, "0"),
-    IGNORED_BOOL("rpc_enable_tcp_no_delay", 0, "true"),
-    IGNORED_STR("nof_eviction_ratio", 2, "0.05"),
-    IGNORED_STR("nof_eviction_high_watermark_ratio", 3, "0.90"),
-    {.name = "root_fs_dir", .type = MC_OPT_STRING, .target = &ign_s[4], .def = "",
+    {.name = "log_dir", .type = MC_OPT_STRING, .target = &log_dir, .def = "",
+     .help = "glog's: write the log to <log_dir>/mooncake_master.<pid>.log (the directory "
+             "must exist); stderr then gets only --stderrthreshold and above. Without it "
+             "the log goes to stderr (glog would write files in /tmp)"},
+    {.name = "logtostderr", .type = MC_OPT_BOOL, .target = &logtostderr, .def = "false",
+     .help = "glog's: log to stderr only, no file even with --log_dir"},
+    {.name = "alsologtostderr", .type = MC_OPT_BOOL, .target = &alsologtostderr,
+     .def = "false", .help = "glog's: with --log_dir, every message to stderr as well"},
+    {.name = "minloglevel", .type = MC_OPT_INT, .target = &minloglevel, .def = "0",
+     .bounded = true, .min = 0, .max = 3,
+     .help = "glog's: drop messages below 0 INFO, 1 WARNING, 2 ERROR, 3 FATAL (mooncake-c "
+             "logs no FATAL: 3 logs nothing); raises the level -v or MC_LOG_LEVEL set"},
+    {.name = "stderrthreshold", .type = MC_OPT_INT, .target = &stderrthreshold, .def = "2",
+     .bounded = true, .min = 0, .max = 3,
+     .help = "glog's: with --log_dir, messages of this severity and above (0 INFO, 1 "
+             "WARNING, 2 ERROR, 3 FATAL: none) also go to stderr"},
+    {.name = "root_fs_dir", .type = MC_OPT_STRING, .target = &root_fs_dir, .def = "",
      .help = "shared directory for DISK replicas: every new object is also written to "
              "<root_fs_dir>/<cluster_id> by a client (docs/ssd-tier.md; all clients mount it)"},
-    IGNORED_STR("global_file_segment_size", 5, ""),
-    IGNORED_BOOL("enable_disk_eviction", 2, "true"),
-    IGNORED_STR("quota_bytes", 6, "0"),
-    IGNORED_BOOL("offload_force_evict", 5, "false"),
-    IGNORED_STR("offloading_queue_limit", 7, "50000"),
-    IGNORED_STR("offload_cap_ratio", 8, "0.5"),
-    IGNORED_STR("promotion_queue_limit", 10, "50000"),
-    IGNORED_STR("promotion_max_per_heartbeat", 11, "1"),
-    IGNORED_STR("dynamic_replication_mode", 12, "off"),
-    IGNORED_BOOL("enable_kv_events", 7, "false"),
-    IGNORED_STR("kv_events_bind_endpoint", 13, ""),
+    /* ---- accepted at upstream's default only (docs/flags.md) ---- */
+    OD_DOUBLE("nof_eviction_ratio", 0, "0.05", WHY_NOF),
+    OD_DOUBLE("nof_eviction_high_watermark_ratio", 1, "0.90", WHY_NOF),
+    OD_SIZE("global_file_segment_size", 0, "9223372036854775807",
+            "mooncake-c does not implement a size limit on the shared-FS DISK tier "
+            "(--root_fs_dir): the file system bounds it"),
+    OD_BOOL("enable_disk_eviction", 0, "true",
+            "mooncake-c does not implement switching the disk tier's eviction: the master "
+            "never evicts disk replicas, each owner's disk store bounds its files "
+            "(docs/ssd-tier.md)"),
+    OD_SIZE("quota_bytes", 1, "0",
+            "mooncake-c does not implement a disk-tier quota on the master: each owner's "
+            "disk store bounds its files (docs/ssd-tier.md)"),
+    OD_BOOL("offload_force_evict", 1, "false",
+            "mooncake-c does not implement forced eviction of offloaded objects (the disk "
+            "tier drops memory only by the eviction rule, docs/ssd-tier.md)"),
+    OD_INT("offloading_queue_limit", 0, "50000", WHY_TIERQ),
+    OD_DOUBLE("offload_cap_ratio", 2, "0.5", WHY_TIERQ),
+    OD_INT("promotion_queue_limit", 1, "50000", WHY_TIERQ),
+    OD_INT("promotion_max_per_heartbeat", 2, "1", WHY_TIERQ),
+    OD_STR("dynamic_replication_mode", 0, "off",
+           "mooncake-c does not implement dynamic replication (observe, enforce): an object "
+           "has the replicas its put asked for"),
+    OD_BOOL("enable_kv_events", 2, "false", WHY_KV),
+    OD_STR("kv_events_bind_endpoint", 1, "", WHY_KV),
     {.name = "enable_oplog", .type = MC_OPT_BOOL, .target = &enable_oplog, .def = "false",
      .help = "the mutation log of every metadata change between snapshots; always on with "
              "--enable_snapshot (alone: refused, the log lives in the snapshot directory)"},
-    IGNORED_STR("oplog_poll_interval_ms", 14, "1000"),
-    IGNORED_STR("oplog_batch_max_entries", 15, "1024"),
-    IGNORED_STR("batch_oplog_retry_timeout_sec", 16, "180"),
+    OD_INT("oplog_poll_interval_ms", 3, "1000", WHY_OPLOG),
+    OD_INT("oplog_batch_max_entries", 4, "1024", WHY_OPLOG),
+    OD_INT("batch_oplog_retry_timeout_sec", 5, "180", WHY_OPLOG),
     {.name = "enable_snapshot", .type = MC_OPT_BOOL, .target = &enable_snapshot,
      .def = "false",
      .help = "write periodic snapshots of the index and segments plus a log of every "
@@ -314,7 +392,9 @@ static const mc_option options[] = {
      .help = "when a put_end is acknowledged: fsync (its log record's group was written and "
              "fdatasync'ed), write (written to the kernel: survives kill -9, not a power "
              "loss) or none (at once; the record is written within 2 ms)"},
-    IGNORED_STR("snapshot_child_timeout_seconds", 18, "300"),
+    OD_INT("snapshot_child_timeout_seconds", 6, "300",
+           "mooncake-c does not implement forked snapshot children: a thread of the master "
+           "writes each snapshot, there is no child to time out"),
     {.name = "snapshot_retention_count", .type = MC_OPT_INT, .target = &snapshot_retention,
      .def = "2", .bounded = true, .min = 1, .max = 1000,
      .help = "snapshots kept (older ones and the log they cover are deleted)"},
@@ -325,9 +405,9 @@ static const mc_option options[] = {
     {.name = "snapshot_backup_dir", .type = MC_OPT_STRING, .target = &snapshot_dir, .def = "",
      .help = "directory of the snapshots and the mutation log (default: "
              "MOONCAKE_SNAPSHOT_LOCAL_PATH, upstream's local snapshot path)"},
-    IGNORED_BOOL("enable_multi_tenants", 11, "false"),
-    IGNORED_STR("tenant_quota_connector_type", 23, "file"),
-    IGNORED_STR("tenant_quota_connector_uri", 24, ""),
+    OD_BOOL("enable_multi_tenants", 3, "false", WHY_TENANT),
+    OD_STR("tenant_quota_connector_type", 2, "file", WHY_TENANT),
+    OD_STR("tenant_quota_connector_uri", 3, "", WHY_TENANT),
     {.name = "max_total_finished_tasks", .type = MC_OPT_INT, .target = &max_finished_tasks,
      .def = "10000", .bounded = true, .min = 1, .max = 10000000,
      .help = "finished copy / move tasks kept for query_task (the oldest is forgotten)"},
@@ -344,74 +424,90 @@ static const mc_option options[] = {
      .target = &processing_task_timeout, .def = "300", .bounded = true, .min = 1,
      .max = 31536000, .unit = "s",
      .help = "a copy / move task fetched and not completed within this fails"},
-    IGNORED_STR("max_retry_attempts", 30, "10"),
-    IGNORED_BOOL("enable_cxl", 12, "false"),
-    IGNORED_STR("cxl_path", 31, "/dev/dax0.0"),
-    IGNORED_STR("cxl_size", 32, ""),
-    IGNORED_STR("pod_name", 33, ""),
-    IGNORED_STR("pod_namespace", 34, ""),
-    IGNORED_BOOL("enable_gc", 13, "false"),
-    IGNORED_STR("log_dir", 35, ""),
-    IGNORED_BOOL("logtostderr", 14, "false"),
-    IGNORED_BOOL("alsologtostderr", 15, "false"),
-    IGNORED_STR("minloglevel", 36, "0"),
-    IGNORED_STR("stderrthreshold", 37, "2"),
+    OD_INT("max_retry_attempts", 7, "10",
+           "mooncake-c does not retry failed copy / move tasks (a failed task ends "
+           "FAILED with its message; create a new one)"),
+    OD_BOOL("enable_cxl", 4, "false", WHY_CXL),
+    OD_STR("cxl_path", 4, "/dev/dax0.0", WHY_CXL),
+    OD_SIZE("cxl_size", 2, "8gb", WHY_CXL),
+    OD_STR("pod_name", 5, "", WHY_POD),
+    OD_STR("pod_namespace", 6, "", WHY_POD),
+    OD_BOOL("enable_gc", 5, "false",
+            "mooncake-c does not implement the v0.3 masters' GC (gone upstream too): "
+            "objects are freed by remove, lease expiry and eviction"),
 };
 #define N_OPTIONS (sizeof options / sizeof options[0])
 
-/* Features that change behaviour upstream and that mooncake-c does not implement: asking
- * for one is refused (exit 2) rather than accepted and ignored, so a user who configures
- * e.g. a disk tier does not silently run without one. Their "off" values stay accepted
- * (upstream's defaults). Returns 0, or 2 after printing which flag and what to do. */
-static int refuse_unsupported(const char *prog)
+/* --rpc_interface: the interface's first IPv4 address replaces --rpc_address (upstream:
+ * the NIC's address overrides rpc_address). Returns 0, or 2 after printing why. */
+static int apply_rpc_interface(const char *prog)
 {
-    static const struct {
-        const char *flag;
-        int idx;
-        const char *what;
-    } bools[] = {
-        {"enable_kv_events", 7, "KV event publishing"},
-        {"enable_multi_tenants", 11, "multi-tenant quotas"},
-        {"enable_cxl", 12, "CXL memory segments"},
-        {"offload_force_evict", 5, "forced eviction of offloaded objects (the disk tier "
-                                   "drops memory only by the eviction rule, docs/ssd-tier.md)"},
-    };
-    for (size_t i = 0; i < sizeof bools / sizeof bools[0]; i++)
-        if (ign_b[bools[i].idx]) {
-            fprintf(stderr,
-                    "%s: --%s=true asks for %s, which mooncake-c does not implement; "
-                    "drop the flag (or set it false) to run without it\n",
-                    prog, bools[i].flag, bools[i].what);
-            return 2;
-        }
-    /* disk-tier tuning upstream has and we do not (docs/ssd-tier.md): their defaults
-     * stay accepted, any other value is refused */
-    static const struct {
-        const char *flag;
-        int idx;
-        const char *def;
-    } tiers[] = {
-        {"offloading_queue_limit", 7, "50000"},
-        {"offload_cap_ratio", 8, "0.5"},
-        {"promotion_queue_limit", 10, "50000"},
-        {"promotion_max_per_heartbeat", 11, "1"},
-    };
-    /* a failed copy / move task is not retried (the caller creates a new one) */
-    if (ign_s[30] && strcmp(ign_s[30], "10") != 0) {
-        fprintf(stderr,
-                "%s: --max_retry_attempts=%s: mooncake-c does not retry failed copy / move "
-                "tasks (a failed task ends FAILED with its message); drop the flag\n",
-                prog, ign_s[30]);
+    if (!*rpc_interface)
+        return 0;
+    struct ifaddrs *all = NULL;
+    if (getifaddrs(&all) != 0) {
+        fprintf(stderr, "%s: --rpc_interface=%s: cannot list the interfaces: %s\n", prog,
+                rpc_interface, strerror(errno));
         return 2;
     }
-    for (size_t i = 0; i < sizeof tiers / sizeof tiers[0]; i++)
-        if (ign_s[tiers[i].idx] && strcmp(ign_s[tiers[i].idx], tiers[i].def) != 0) {
-            fprintf(stderr,
-                    "%s: --%s=%s is a disk-tier limit mooncake-c does not implement (its "
-                    "queues are bounded otherwise, docs/ssd-tier.md); drop the flag\n",
-                    prog, tiers[i].flag, ign_s[tiers[i].idx]);
-            return 2;
+    char addr[INET_ADDRSTRLEN] = "";
+    bool exists = false;
+    char names[512] = "";
+    for (struct ifaddrs *i = all; i; i = i->ifa_next) {
+        if (!i->ifa_name)
+            continue;
+        if (strcmp(i->ifa_name, rpc_interface) == 0) {
+            exists = true;
+            if (!*addr && i->ifa_addr && i->ifa_addr->sa_family == AF_INET)
+                inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, addr,
+                          sizeof addr);
         }
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+            strlen(names) + strlen(i->ifa_name) + 3 < sizeof names) {
+            if (*names)
+                strcat(names, ", ");
+            strcat(names, i->ifa_name);
+        }
+    }
+    freeifaddrs(all);
+    if (!*addr) {
+        fprintf(stderr, "%s: --rpc_interface=%s: %s; interfaces with one: %s (or give "
+                "--rpc_address instead)\n", prog, rpc_interface,
+                exists ? "the interface has no IPv4 address" : "no such network interface",
+                *names ? names : "none");
+        return 2;
+    }
+    free(rpc_address); /* owned by the options table, freed by mc_options_free */
+    rpc_address = mc_xstrdup(addr);
+    return 0;
+}
+
+/* glog's flags -> mc_log (see their help). Returns 0, or 2 after printing why. */
+static FILE *log_file;
+
+static int apply_log_flags(const char *prog)
+{
+    static const mc_log_level glog[4] = {MC_LOG_INFO, MC_LOG_WARN, MC_LOG_ERROR, MC_LOG_OFF};
+    if (minloglevel > 0 && glog[minloglevel] > mc_log_get_level())
+        mc_log_set_level(glog[minloglevel]);
+    if (!*log_dir || logtostderr)
+        return 0; /* everything to stderr (glog's logtostderr) */
+    char path[4096];
+    int n = snprintf(path, sizeof path, "%s/mooncake_master.%ld.log", log_dir,
+                     (long)getpid());
+    if (n < 0 || (size_t)n >= sizeof path) {
+        fprintf(stderr, "%s: --log_dir=%s is too long\n", prog, log_dir);
+        return 2;
+    }
+    log_file = fopen(path, "a");
+    if (!log_file) {
+        fprintf(stderr, "%s: --log_dir=%s: cannot open %s: %s (the directory must exist "
+                "and be writable)\n", prog, log_dir, path, strerror(errno));
+        return 2;
+    }
+    setvbuf(log_file, NULL, _IOLBF, 0); /* each line reaches the file as it is logged */
+    mc_log_set_file(log_file, alsologtostderr ? MC_LOG_TRACE : glog[stderrthreshold]);
+    fprintf(stderr, "%s: logging to %s\n", prog, path);
     return 0;
 }
 
@@ -636,11 +732,17 @@ int main(int argc, char **argv)
         mc_log_set_level(MC_LOG_TRACE);
     else if (verbosity == 1)
         mc_log_set_level(MC_LOG_DEBUG);
+    if (apply_log_flags(prog) != 0 || apply_rpc_interface(prog) != 0) {
+        exit_code = 2;
+        goto out;
+    }
+    if (rpc_thread_num == 0 && max_threads != 16)
+        rpc_thread_num = max_threads; /* upstream: rpc_thread_num 0 -> max_threads */
     if (enable_ha && ha_flags(prog, &ha_conn) != 0) {
         exit_code = 2;
         goto out;
     }
-    if (refuse_unsupported(prog) != 0) {
+    if (mc_tool_refuse_non_defaults(prog, options, N_OPTIONS) != 0) {
         exit_code = 2;
         goto out;
     }
@@ -707,7 +809,7 @@ int main(int argc, char **argv)
         }
     }
     if (enable_ha && ha_sync_mode != MC_MASTER_HA_SYNC_NONE &&
-        (enable_offload || (ign_s[4] && *ign_s[4]))) {
+        (enable_offload || (root_fs_dir && *root_fs_dir))) {
         /* the log records memory replicas only */
         fprintf(stderr, "%s: --ha_sync=%s (index replication) together with %s is not "
                 "implemented in mooncake-c yet: add --ha_sync=none (a new leader then starts "
@@ -766,8 +868,8 @@ int main(int argc, char **argv)
         goto out;
     }
     char fs_dir[MC_MASTER_NAME_MAX];
-    if (ign_s[4] && *ign_s[4]) { /* --root_fs_dir: shared-FS DISK replicas */
-        const char *root = ign_s[4];
+    if (root_fs_dir && *root_fs_dir) { /* --root_fs_dir: shared-FS DISK replicas */
+        const char *root = root_fs_dir;
         size_t rl = strlen(root);
         while (rl > 1 && root[rl - 1] == '/')
             rl--;
@@ -858,7 +960,9 @@ int main(int argc, char **argv)
                                     .max_connections_per_ip = (unsigned)rpc_max_conns_ip,
                                     .max_body = (uint32_t)rpc_max_request,
                                     .max_pending_request_bytes = rpc_max_pending,
-                                    .max_unread_reply_bytes = rpc_max_unread};
+                                    .max_unread_reply_bytes = rpc_max_unread,
+                                    .idle_timeout_ms = (unsigned)rpc_conn_timeout * 1000u,
+                                    .no_tcp_nodelay = !rpc_tcp_nodelay};
     rc = mc_master_rpc_server_start(svc, &ro, &rpc);
     if (rc != 0) {
         exit_code = mc_tool_listen_failed(prog, "rpc_address", rpc_address, "rpc_port",
@@ -994,5 +1098,9 @@ out:
     mc_master_service_destroy(svc);
     mc_options_free(options, N_OPTIONS);
     mc_auth_secret_wipe(&secret);
+    if (log_file) {
+        mc_log_set_file(NULL, MC_LOG_TRACE);
+        fclose(log_file);
+    }
     return exit_code;
 }

@@ -31,6 +31,7 @@
 #include "mooncake/options.h"
 #include "mooncake/status.h"
 #include "mooncake/transfer_engine.h"
+#include "tool_util.h"
 
 static char *mode, *operation, *protocol, *device_name, *metadata_server, *local_server_name,
     *segment_id, *report_unit, *backend, *nic_priority_matrix;
@@ -47,7 +48,8 @@ static const mc_option options[] = {
     {.name = "protocol", .type = MC_OPT_STRING, .target = &protocol, .def = "tcp",
      .help = "transport protocol (tcp; rdma only with MC_FORCE_TCP)"},
     {.name = "device_name", .type = MC_OPT_STRING, .target = &device_name, .def = "",
-     .help = "NIC filter (ignored on tcp)"},
+     .help = "RDMA NIC filter, passed to the engine; its tcp transport (the only one in "
+             "mooncake-c) ignores it, as upstream's does"},
     {.name = "metadata_server", .type = MC_OPT_STRING, .target = &metadata_server,
      .def = "P2PHANDSHAKE", .env = "MC_METADATA_SERVER",
      .help = "P2PHANDSHAKE, http://host:port/metadata, etcd://host:port, ..."},
@@ -69,15 +71,24 @@ static const mc_option options[] = {
     {.name = "threads", .type = MC_OPT_INT, .target = &threads, .def = "12", .bounded = true,
      .min = 1, .max = 1024, .help = "initiator threads"},
     {.name = "auto_discovery", .type = MC_OPT_BOOL, .target = &auto_discovery,
-     .def = "false", .help = "accepted for compatibility (no effect on tcp)"},
+     .def = "false",
+     .only_default = "mooncake-c does not implement NIC topology discovery (the engine "
+                     "runs the --protocol transport only)",
+     .help = "upstream's NIC topology discovery, not implemented: only false is accepted "
+             "(true: exit 2)"},
     {.name = "report_unit", .type = MC_OPT_STRING, .target = &report_unit, .def = "GB",
      .help = "GB|GiB|Gb|MB|MiB|Mb|KB|KiB|Kb (GB = 1e9 bytes, Gb = 1e9 bits)"},
     {.name = "report_precision", .type = MC_OPT_INT, .target = &report_precision, .def = "2",
      .bounded = true, .min = 0, .max = 9, .help = "digits after the decimal point"},
     {.name = "backend", .type = MC_OPT_STRING, .target = &backend, .def = "classic",
-     .help = "accepted for compatibility (classic only)"},
+     .only_default = "mooncake-c does not implement the TENT backend (its engine is the "
+                     "classic one)",
+     .help = "engine backend: classic only (tent: exit 2)"},
     {.name = "nic_priority_matrix", .type = MC_OPT_STRING, .target = &nic_priority_matrix,
-     .def = "", .help = "accepted for compatibility (no effect on tcp)"},
+     .def = "",
+     .only_default = "mooncake-c does not implement RDMA NIC priority matrices (the tcp "
+                     "transport uses the routing table)",
+     .help = "RDMA NIC priority matrix, not implemented: only \"\" is accepted"},
     {.name = "use_shm", .type = MC_OPT_BOOL, .target = &use_shm, .def = "false",
      .help = "target: memfd-backed buffer, so a same-host initiator uses shared memory"},
 };
@@ -371,6 +382,8 @@ int main(int argc, char **argv)
     bool bits;
     if (argc > 1) {
         fprintf(stderr, "%s: unexpected argument '%s'\n", argv[0], argv[1]);
+    } else if (mc_tool_refuse_non_defaults(argv[0], options, N_OPTIONS) != 0) {
+        /* printed: an upstream flag set to what mooncake-c does not implement */
     } else if (strcmp(mode, "target") != 0 && strcmp(mode, "initiator") != 0) {
         fprintf(stderr, "%s: invalid value '%s' for --mode (initiator or target)\n", argv[0],
                 mode);

@@ -12,6 +12,7 @@
 
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdio.h>
 
 #include "mooncake/mc_api.h"
 
@@ -52,6 +53,15 @@ MC_API int mc_log_init_from_env(void);
  * delivered while the sink changes may still go to the old sink, so the old ctx must
  * stay valid (the sinks in this tree use static or NULL contexts). */
 MC_API void mc_log_set_sink(mc_log_sink_fn fn, void *ctx);
+
+/* mc_log_set_file: glog-style file output (mooncake_master --log_dir): with fp set,
+ * messages that would go to stderr (no sink set) are written to fp, one line per
+ * message with one stdio call, and stderr gets only those at stderr_level or above
+ * (MC_LOG_OFF: none). fp is borrowed: the caller keeps it open until it calls
+ * mc_log_set_file(NULL, ...), which restores plain stderr. Call it at start-up or
+ * shutdown (a message being delivered meanwhile may still use the old fp). A sink set
+ * with mc_log_set_sink takes precedence over both. */
+MC_API void mc_log_set_file(FILE *fp, mc_log_level stderr_level);
 
 /* mc_log_level_name: "TRACE".."ERROR". */
 MC_API const char *mc_log_level_name(mc_log_level level);

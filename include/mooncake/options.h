@@ -41,6 +41,12 @@ typedef struct mc_option {
     const char *unit;  /* "ms", "s", "bytes", "" ...: shown in --help               */
     const char *env;   /* environment variable that sets it, or NULL                */
     const char *help;  /* one line                                                  */
+    /* non-NULL: the flag is accepted at its default only (an upstream flag whose other
+     * values ask for something mooncake-c does not implement). The text says what and
+     * what mooncake-c does instead; mc_options_parse does not look at it: the tool calls
+     * mc_tool_refuse_non_defaults (tools/tool_util.h) after parsing, which refuses any
+     * other value with this text (exit 2). */
+    const char *only_default;
 } mc_option;
 
 enum { MC_OPTS_OK = 0, MC_OPTS_HELP = 1, MC_OPTS_ERROR = -1 };

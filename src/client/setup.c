@@ -382,6 +382,67 @@ static bool master_answers(const char *addr)
     return true;
 }
 
+/* Logs why a call to the master at addr failed with rc (MC_RPC_FAIL / MC_RPC_TIMEOUT)
+ * during setup's `step`: the address, what a fresh TCP connect there says (refused, timed
+ * out, unknown host) or, when it connects, that the service there did not answer as a
+ * mooncake master, and what to check. An HA address (etcd://, redis://) gets the plain
+ * code: the master client resolved the leader itself. */
+static void explain_master_failure(const char *addr, const char *step, int rc)
+{
+    char host[HOST_MAX];
+    uint16_t port = 0;
+    if (strstr(addr, "://") ||
+        mc_sock_parse_hostport(addr, host, sizeof host, &port, 50051) != 0) {
+        mc_log(MC_LOG_ERROR, TAG, "setup: %s the master at %s failed: %s", step, addr,
+               mc_strerror(rc));
+        return;
+    }
+    int fd = mc_sock_connect_tcp(host, port, 2000);
+    if (fd >= 0) {
+        close(fd);
+        if (rc == MC_RPC_TIMEOUT)
+            mc_log(MC_LOG_ERROR, TAG,
+                   "setup: %s the master at %s failed: timeout: %s:%u accepts connections "
+                   "but sent no reply within the RPC timeout (MC_RPC_TIMEOUT_MS): not a "
+                   "mooncake master, or a stuck one. Check that master_server_addr names "
+                   "mooncake_master's --rpc_port (default 50051), not another port of it "
+                   "(--metrics_port 9003, --http_metadata_server_port 8080) or another "
+                   "service", step, addr, host, (unsigned)port);
+        else
+            mc_log(MC_LOG_ERROR, TAG,
+                   "setup: %s the master at %s failed: not a mooncake master (bad frame): "
+                   "%s:%u accepts connections but answered with something that is not the "
+                   "master RPC protocol, or closed the connection. Check that "
+                   "master_server_addr names mooncake_master's --rpc_port (default 50051), "
+                   "not another port of it (--metrics_port 9003, "
+                   "--http_metadata_server_port 8080) or another service", step, addr, host,
+                   (unsigned)port);
+        return;
+    }
+    const char *why, *check;
+    switch (-fd) {
+    case ECONNREFUSED:
+        why = "connection refused";
+        check = "nothing listens on that port: check that mooncake_master runs on that host "
+                "and that the port is its --rpc_port (default 50051)";
+        break;
+    case ETIMEDOUT:
+        why = "connect timed out";
+        check = "check the host's address, the route to it and any firewall in between";
+        break;
+    case ENOENT:
+        why = "unknown host";
+        check = "the host name does not resolve: check master_server_addr";
+        break;
+    default:
+        why = strerror(-fd);
+        check = "check master_server_addr and that mooncake_master runs there";
+        break;
+    }
+    mc_log(MC_LOG_ERROR, TAG, "setup: %s the master at %s failed: %s (%s)", step, addr, why,
+           check);
+}
+
 /* Creates and initializes the engine (picking a port when none was given). */
 static int start_engine(mc_store *s, const mc_store_config *c, const setup_args *a)
 {
@@ -536,6 +597,10 @@ static int setup_locked(mc_store *s, const mc_store_config *c, const setup_args 
                a->master);
         return rc;
     }
+    if (rc == MC_RPC_FAIL || rc == MC_RPC_TIMEOUT) {
+        explain_master_failure(a->master, "connecting to", rc);
+        return rc;
+    }
     if (rc != MC_OK) {
         mc_log(MC_LOG_ERROR, TAG, "setup: cannot reach the master at %s: %s", a->master,
                mc_strerror(rc));
@@ -583,6 +648,10 @@ static int setup_locked(mc_store *s, const mc_store_config *c, const setup_args 
         mc_master_segment seg;
         mc__store_fill_segment(s, &seg);
         rc = mc_master_client_mount_segment(s->mc, &seg, s->client_id);
+        if (rc == MC_RPC_FAIL || rc == MC_RPC_TIMEOUT) {
+            explain_master_failure(a->master, "mounting the segment on", rc);
+            return rc;
+        }
         if (rc != MC_OK) {
             mc_log(MC_LOG_ERROR, TAG, "setup: mounting the segment on the master failed: %s",
                    mc_strerror(rc));
@@ -592,6 +661,10 @@ static int setup_locked(mc_store *s, const mc_store_config *c, const setup_args 
     } else {
         /* A pure client still registers itself, so pings are answered OK. */
         rc = mc_master_client_remount_segments(s->mc, NULL, 0, s->client_id);
+        if (rc == MC_RPC_FAIL || rc == MC_RPC_TIMEOUT) {
+            explain_master_failure(a->master, "registering with", rc);
+            return rc;
+        }
         if (rc != MC_OK) {
             mc_log(MC_LOG_ERROR, TAG, "setup: registering with the master failed: %s",
                    mc_strerror(rc));

@@ -1,5 +1,5 @@
 /* log.c: see include/mooncake/log.h. Owns the level (a C11 atomic), the sink pointer
- * and the stderr format. Lock rule: g_lock guards only the sink pointer and is never
+ * and the stderr format. Lock rule: g_lock guards only the sink and file pointers and is never
  * held while a message is delivered (the Python sink takes the GIL; code holding the
  * GIL calls mc_log), so log.c takes part in no lock order. */
 #include "mooncake/log.h"
@@ -17,6 +17,8 @@ _Atomic int mc__log_threshold = MC_LOG_INFO;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static mc_log_sink_fn g_sink;  /* guarded by g_lock */
 static void *g_sink_ctx;       /* guarded by g_lock */
+static FILE *g_file;           /* guarded by g_lock: --log_dir's file, or NULL */
+static int g_stderr_level;     /* guarded by g_lock: with g_file, stderr's threshold */
 static pthread_once_t g_env_once = PTHREAD_ONCE_INIT;
 
 static const char *const k_names[] = {"TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "OFF"};
@@ -90,6 +92,14 @@ void mc_log_set_sink(mc_log_sink_fn fn, void *ctx)
     pthread_mutex_unlock(&g_lock);
 }
 
+void mc_log_set_file(FILE *fp, mc_log_level stderr_level)
+{
+    pthread_mutex_lock(&g_lock);
+    g_file = fp;
+    g_stderr_level = (int)stderr_level;
+    pthread_mutex_unlock(&g_lock);
+}
+
 void mc__log_emit(mc_log_level level, const char *tag, const char *fmt, ...)
 {
     char buf[2048];
@@ -105,6 +115,8 @@ void mc__log_emit(mc_log_level level, const char *tag, const char *fmt, ...)
     pthread_mutex_lock(&g_lock);
     mc_log_sink_fn sink = g_sink;
     void *ctx = g_sink_ctx;
+    FILE *file = g_file;
+    int stderr_level = g_stderr_level;
     pthread_mutex_unlock(&g_lock);
     if (sink) {
         sink(level, tag, buf, ctx);
@@ -125,7 +137,11 @@ void mc__log_emit(mc_log_level level, const char *tag, const char *fmt, ...)
         n = (int)sizeof line - 1;
         line[n - 1] = '\n';
     }
-    if (n > 0)
+    if (n <= 0)
+        return;
+    if (file)
+        fwrite(line, 1, (size_t)n, file);
+    if (!file || (int)level >= stderr_level)
         fwrite(line, 1, (size_t)n, stderr);
 }
 

@@ -50,6 +50,7 @@ typedef struct srv_conn {
     size_t have;
     mc_loop_timer *deadline;       /* handshake deadline, or NULL */
     uint64_t reserved;             /* bytes of max_pending taken by the body being read */
+    uint64_t last_ms;              /* when it last sent request bytes (idle timeout)     */
 } srv_conn;
 
 /* Connections per source address: a small table under a lock (touched at accept and
@@ -65,6 +66,7 @@ struct loop_ctx {
     mc_master_rpc_handler *h; /* used only on this loop's thread */
     mc_list conns;            /* srv_conn.link; guarded by the loop thread */
     bool started;
+    mc_loop_timer *idle;      /* the idle-connection sweep, or NULL */
 };
 
 struct mc_master_rpc_server {
@@ -79,6 +81,8 @@ struct mc_master_rpc_server {
     bool hk_started;
     const mc_auth_secret *auth; /* NULL = open */
     unsigned hs_ms, max_conns, max_conns_ip;
+    unsigned idle_ms;         /* 0 = connections may stay idle */
+    bool nodelay;
     uint64_t max_pending, max_unread, pause;
     pthread_mutex_t ip_mu;
     ip_count *ips;
@@ -260,6 +264,7 @@ static int on_header(mc_conn *c, const mc_frame_header *hdr, void *arg)
     (void)c;
     srv_conn *sc = arg;
     mc_master_rpc_server *srv = sc->lc->srv;
+    sc->last_ms = mc_now_ms();
     if (!hdr->body_len)
         return 0;
     uint64_t now = __atomic_add_fetch(&srv->pending, hdr->body_len, __ATOMIC_RELAXED);
@@ -415,6 +420,7 @@ static void pre_io(mc_loop *loop, int fd, uint32_t events, void *arg)
         return;
     }
     sc->have += (size_t)n;
+    sc->last_ms = mc_now_ms();
     if (sc->phase == PH_SNIFF) {
         /* open server: the RPC's magic "MCRP" and the handshake's "MCAU" share "MC" */
         if (!mc_auth_looks_like_frame(sc->in, sc->have)) {
@@ -458,6 +464,7 @@ static void adopt_fd(loop_ctx *lc, int fd, const uint8_t ip[16])
     sc->lc = lc;
     sc->fd = fd;
     memcpy(sc->ip, ip, 16);
+    sc->last_ms = mc_now_ms();
     mc_list_push_front(&lc->conns, &sc->link);
     count(&srv->conns_total, 1);
     if (srv->auth) {
@@ -529,7 +536,8 @@ static void on_accept(mc_loop *loop, int lfd, uint32_t events, void *arg)
                    srv->max_conns_ip);
             continue;
         }
-        mc_sock_set_nodelay(fd);
+        if (srv->nodelay) /* --rpc_enable_tcp_no_delay (default true) */
+            mc_sock_set_nodelay(fd);
         loop_ctx *lc = &srv->lcs[srv->rr++ % srv->n]; /* round robin over the loops */
         if (lc == &srv->lcs[0]) {
             adopt_fd(lc, fd, ip);
@@ -573,6 +581,30 @@ static void close_all_task(void *arg)
     }
 }
 
+/* Runs on each loop every sweep period when idle_ms is set: closes its connections that
+ * sent nothing for idle_ms (upstream coro_rpc's conn_timeout_duration). */
+static void idle_sweep(void *arg)
+{
+    loop_ctx *lc = arg;
+    uint64_t now = mc_now_ms();
+    unsigned idle_ms = lc->srv->idle_ms;
+    mc_list *it = mc_list_front(&lc->conns);
+    while (it) {
+        /* closing unlinks and frees it (synchronously: a timer is no conn callback) */
+        mc_list *next = it->next == &lc->conns ? NULL : it->next;
+        srv_conn *sc = MC_CONTAINER_OF(it, srv_conn, link);
+        if (now - sc->last_ms >= idle_ms) {
+            mc_log(MC_LOG_DEBUG, TAG, "closing a connection idle for %llu ms "
+                   "(--rpc_conn_timeout_seconds)", (unsigned long long)(now - sc->last_ms));
+            if (sc->phase == PH_RPC)
+                mc_conn_close(sc->c);
+            else
+                pre_close(sc);
+        }
+        it = next;
+    }
+}
+
 static void tick_task(void *arg)
 {
     mc_master_rpc_server *srv = arg;
@@ -606,6 +638,8 @@ int mc_master_rpc_server_start(mc_master_service *svc, const mc_master_rpc_serve
     srv->lfd = -1;
     srv->auth = mc_auth_enabled(o.auth) ? o.auth : NULL;
     srv->hs_ms = o.handshake_timeout_ms ? o.handshake_timeout_ms : DEF_HANDSHAKE_MS;
+    srv->idle_ms = o.idle_timeout_ms;
+    srv->nodelay = !o.no_tcp_nodelay;
     srv->max_conns = o.max_connections ? o.max_connections : DEF_MAX_CONNS;
     srv->max_conns_ip = o.max_connections_per_ip ? o.max_connections_per_ip : DEF_MAX_CONNS_IP;
     srv->max_pending = o.max_pending_request_bytes ? o.max_pending_request_bytes
@@ -640,6 +674,15 @@ int mc_master_rpc_server_start(mc_master_service *svc, const mc_master_rpc_serve
             goto fail;
         lc->h = mc_master_rpc_handler_create(svc);
         mc_master_rpc_handler_set_open(lc->h, srv->auth == NULL);
+        if (srv->idle_ms) { /* before the loop runs: allowed from this thread */
+            uint64_t every = srv->idle_ms / 4;
+            every = every < 100 ? 100 : every > 1000 ? 1000 : every;
+            lc->idle = mc_loop_timer_add(lc->loop, every, every, idle_sweep, lc);
+            if (!lc->idle) {
+                rc = -ENOMEM;
+                goto fail;
+            }
+        }
     }
     rc = mc_loop_create(&srv->hk);
     if (rc)

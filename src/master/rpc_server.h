@@ -105,6 +105,13 @@ typedef struct mc_master_rpc_server_opts {
     uint64_t pause_reply_bytes;        /* queued replies of one connection at which it is
                                           not read until they drain; 0 = 1 MiB (at most
                                           half of max_unread_reply_bytes)                 */
+    unsigned idle_timeout_ms;          /* a connection that sent no request byte for this
+                                          long is closed (checked every
+                                          min(1 s, max(100 ms, this / 4))); 0 = never
+                                          (upstream --rpc_conn_timeout_seconds)            */
+    bool no_tcp_nodelay;               /* true: accepted sockets keep Nagle's algorithm
+                                          (upstream --rpc_enable_tcp_no_delay=false);
+                                          false (default) = TCP_NODELAY                   */
 } mc_master_rpc_server_opts;
 
 #define MC_MASTER_RPC_AUTH_LABEL "master-rpc"

@@ -1015,19 +1015,27 @@ static uint64_t restore_files(const char *dir, rmap *m, mc_master_restore_info *
         if (why == MC_MASTER_LOG_END)
             continue;
         stopped = true;
+        char snap_what[48]; /* what the lines below say was restored before the cut */
+        if (slsn)
+            snprintf(snap_what, sizeof snap_what, "snapshot LSN %" PRIu64, slsn);
+        else
+            snprintf(snap_what, sizeof snap_what, "no snapshot");
         if (why == MC_MASTER_LOG_STOPPED) {
+            /* m->lsn is 0 when no record was applied: say what was restored instead */
             mc_log(MC_LOG_ERROR, TAG,
                    "restore: %s: records missing or malformed after LSN %" PRIu64
-                   ": the replay stops there",
-                   logs[i].path, m->lsn);
+                   ": the replay stops there (restored: %s, %" PRIu64
+                   " log record(s) applied)",
+                   logs[i].path, m->lsn > slsn ? m->lsn : slsn, snap_what, m->records);
             continue;
         }
         size_t keep = len >= MC_MASTER_LOG_MAGIC_LEN ? MC_MASTER_LOG_MAGIC_LEN + good : 0;
         info->truncated_bytes += len - keep;
         mc_log(MC_LOG_WARN, TAG,
-               "restore: %s: %s tail of %zu byte(s) after LSN %" PRIu64 ": truncated",
+               "restore: %s: %s tail of %zu byte(s) after LSN %" PRIu64 ": truncated "
+               "(restored: %s, %" PRIu64 " log record(s) applied)",
                logs[i].path, why == MC_MASTER_LOG_TORN ? "a torn" : "a corrupt", len - keep,
-               m->lsn);
+               m->lsn > slsn ? m->lsn : slsn, snap_what, m->records);
         if (truncate(logs[i].path, (off_t)keep) != 0)
             mc_log(MC_LOG_ERROR, TAG, "restore: truncate %s: %s", logs[i].path,
                    strerror(errno));

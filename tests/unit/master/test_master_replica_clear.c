@@ -12,41 +12,23 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "master/master_service.h"
+#include "fixture.h"
 
 #define MIB (1024ull * 1024)
 
-static uint64_t fake_now;
-static uint64_t fake_clock(void *ctx)
-{
-    (void)ctx;
-    return fake_now;
-}
-
-static const mc_master_uuid C1 = {1, 1}, C2 = {2, 2};
-
 static mc_master_service *make(void)
 {
-    fake_now = 1000000;
     mc_master_config cfg;
-    mc_master_config_init(&cfg);
-    cfg.shard_count = 16;
-    cfg.clock = fake_clock;
-    cfg.default_kv_lease_ttl = 500;
+    fx_config(&cfg, 500);
     cfg.client_ttl = 1000000;
-    mc_master_service *svc = NULL;
-    assert_int_equal(mc_master_service_create(&cfg, &svc), MC_OK);
-    return svc;
+    return fx_service(&cfg);
 }
 
 /* Two segments "A" (owned by C1) and "B" (owned by C2), 16 MiB each. */
 static mc_master_service *make2(void)
 {
     mc_master_service *svc = make();
-    mc_master_segment a = {.id = {10, 10}, .name = "A", .base = 1ull << 32, .size = 16 * MIB};
-    mc_master_segment b = {.id = {20, 20}, .name = "B", .base = 2ull << 32, .size = 16 * MIB};
-    assert_int_equal(mc_master_service_mount_segment(svc, &a, C1), MC_OK);
-    assert_int_equal(mc_master_service_mount_segment(svc, &b, C2), MC_OK);
+    fx_mount_ab(svc, 16 * MIB, 16 * MIB);
     return svc;
 }
 

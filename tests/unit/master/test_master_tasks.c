@@ -15,39 +15,22 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "master/master_service.h"
+#include "fixture.h"
 
 #define OBJ (256 * 1024ull)
 
-static uint64_t fake_now;
-static uint64_t fake_clock(void *ctx)
-{
-    (void)ctx;
-    return fake_now;
-}
-
-static const mc_master_uuid C1 = {1, 1}, C2 = {2, 2};
-static const mc_master_uuid SA = {10, 10}, SB = {20, 20};
-
+/* A (C1, 4 objects) and B (C2, 2 objects) (fixture.h), with the task limits given. */
 static mc_master_service *make(uint32_t max_finished, uint32_t max_pending)
 {
-    fake_now = 1000000;
     mc_master_config cfg;
-    mc_master_config_init(&cfg);
-    cfg.shard_count = 16;
-    cfg.clock = fake_clock;
-    cfg.default_kv_lease_ttl = 10;
+    fx_config(&cfg, 10);
     cfg.client_ttl_ms = 1000000;
     cfg.max_total_finished_tasks = max_finished;
     cfg.max_total_pending_tasks = max_pending;
     cfg.pending_task_timeout_ms = 5000;
     cfg.processing_task_timeout_ms = 5000;
-    mc_master_service *svc = NULL;
-    assert_int_equal(mc_master_service_create(&cfg, &svc), MC_OK);
-    mc_master_segment a = {.id = SA, .name = "A", .base = 1ull << 32, .size = 4 * OBJ};
-    mc_master_segment b = {.id = SB, .name = "B", .base = 2ull << 32, .size = 2 * OBJ};
-    assert_int_equal(mc_master_service_mount_segment(svc, &a, C1), MC_OK);
-    assert_int_equal(mc_master_service_mount_segment(svc, &b, C2), MC_OK);
+    mc_master_service *svc = fx_service(&cfg);
+    fx_mount_ab(svc, 4 * OBJ, 2 * OBJ);
     return svc;
 }
 
