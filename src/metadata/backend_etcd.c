@@ -137,13 +137,14 @@ static const char *gw_error(json_t *j)
     return m ? m : "";
 }
 
-static void errs_add(char *errs, mc__md_ratelimit *rl, const char *where, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+static void errs_add(char *errs, mc__md_ratelimit *rl, const char *where, const char *fmt,
+                     ...) __attribute__((format(printf, 4, 5)));
 
 /* Adds "where: <reason>" to errs, at most once per MC__MD_RL_MS per endpoint (rl): a
  * client retrying an unreachable etcd (a setup waiting 30 s for a leader) would print
  * hundreds of lines otherwise; the dropped ones are counted in the next. */
-static void errs_add(char *errs, mc__md_ratelimit *rl, const char *where, const char *fmt, ...)
+static void errs_add(char *errs, mc__md_ratelimit *rl, const char *where, const char *fmt,
+                     ...)
 {
     unsigned dropped = 0;
     if (!mc__md_rl_take(rl, &dropped))
@@ -223,8 +224,8 @@ int mc__md_etcd_call(mc_metadata *md, const char *path, json_t *req, const char 
             errs_add(errs, &e->rl[ep], where, "%s", curl_easy_strerror(cc));
             last = MC_RPC_FAIL;
         } else if (st == 404) {
-            errs_add(errs, &e->rl[ep], where, "HTTP 404 on %s: not an etcd v3 gateway (etcd >= 3.4)",
-                     path);
+            errs_add(errs, &e->rl[ep], where,
+                     "HTTP 404 on %s: not an etcd v3 gateway (etcd >= 3.4)", path);
             last = MC_RPC_FAIL;
         } else if (st == 200) {
             errs_add(errs, &e->rl[ep], where, "the answer is not a JSON object");
