@@ -151,15 +151,15 @@ def test_leader_cut_off_from_etcd(ha_cut):
 
 
 def _raft_leader(ha):
-    ids = {}
-    leader = None
-    for h in ha.etcd_hosts:
-        s = ha.etcd_call(h, "/v3/maintenance/status", {})
-        assert s, f"etcd on {h}: no status"
-        ids[s["header"]["member_id"]] = h
-        leader = s.get("leader", leader)
-    assert leader in ids, (leader, ids)
-    return ids[leader]
+    """The etcd host that is the Raft leader now (one status and one member list)."""
+    h0 = ha.etcd_hosts[0]
+    s = ha.etcd_call(h0, "/v3/maintenance/status", {})
+    members = ha.etcd_call(h0, "/v3/cluster/member/list", {})
+    assert s and members, f"etcd on {h0}: no status / member list"
+    for m in members["members"]:
+        if m["ID"] == s["leader"]:
+            return m["name"]
+    raise AssertionError(f"no member is the leader {s['leader']}: {members}")
 
 
 def test_kill_one_of_three_etcd_members(ha_3etcd):
@@ -171,15 +171,17 @@ def test_kill_one_of_three_etcd_members(ha_3etcd):
     alive = [h for h in ha.etcd_hosts if h != dead]
     ha.kill_etcd(dead)
     # the lease is renewed through the surviving members: its TTL goes up again
+    lease = wait_until(lambda: ha.lease_ttl(alive[0]), 20, "the leader key's lease")[0]
     seen = {"min": None}
 
     def renewed():
-        r = ha.lease_ttl(alive[0])
-        if not r:
+        t = ha.etcd_call(alive[0], "/v3/lease/timetolive", {"ID": lease})
+        if not t or "TTL" not in t:
             return False
-        if seen["min"] is not None and r[1] > seen["min"]:
+        ttl = int(t["TTL"])
+        if seen["min"] is not None and ttl > seen["min"]:
             return True
-        seen["min"] = r[1] if seen["min"] is None else min(seen["min"], r[1])
+        seen["min"] = ttl if seen["min"] is None else min(seen["min"], ttl)
         return False
     wait_until(renewed, 3 * ha.ttl, f"the leader's lease renewed after etcd {dead} died",
                step=0.2)
