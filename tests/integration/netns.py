@@ -17,7 +17,6 @@ veth pairs to one bridge (``ip netns``, ``ip link``; Debian iproute2; needs root
   `name` to each peer's address (its packets to them are dropped, connects fail at once;
   the peers still reach nothing of it back), and its removal: a partition between
   `name` and `peers` while the rest of the lab still reaches `name`.
-  ``lab.link(name, up)``: the host's eth0 up or down (cut off from every other host).
 - ``unavailable()``: None when namespaces can be made here, else the reason (for a skip).
 
 Every wait is bounded by a deadline.
@@ -154,9 +153,6 @@ class Lab:
         for peer in peers:
             _ip("-n", self.ns[name], "route", "del", "blackhole", f"{self.addr[peer]}/32",
                 check=False)
-
-    def link(self, name, up):
-        _ip("-n", self.ns[name], "link", "set", "eth0", "up" if up else "down")
 
     def close(self):
         for p in self.procs:
