@@ -5,7 +5,9 @@
  * cluster id is the env MC_MASTER_CLUSTER_ID (default "mooncake_cluster", upstream's
  * --cluster_id default).
  *
- * Two ways a client learns of a new leader (upstream's clients watch the key as well):
+ * Two ways a client learns of a new leader (issue 12: "follow it on change (watch, with a
+ * poll as fallback)"; upstream's clients resolve the leader through their HA coordinator,
+ * upstream-mooncake.md §1.3, which does not say how they notice a change):
  *  - the follow thread (mc__leader_follow): etcd: a v3 watch of the key (the gateway's
  *    streaming /v3/watch, election.c), restarted every WATCH_PERIOD_MS with one read of
  *    the key in between (a safety net for a stream that hangs without an error); while
