@@ -546,5 +546,19 @@ void mc__leader_destroy(mc__leader *l);
 /* The leader now: addr ("host:port", len bytes with the NUL) and its view. MC_OK,
  * MC_OBJECT_NOT_FOUND (between two leaders), or a transport code. Thread-safe. */
 int mc__leader_resolve(mc__leader *l, char *addr, size_t len, int64_t *view);
+/* mc__leader_resolve until a leader is found or timeout_ms (ms) passed, every 100 ms;
+ * on failure one ERROR line sums the lookups up (the backend's own warnings are
+ * rate-limited). Same codes. */
+int mc__leader_wait(mc__leader *l, uint32_t timeout_ms, char *addr, size_t len,
+                    int64_t *view);
+/* A new leader found by the follow thread: addr "host:port" (borrowed for the call), its
+ * view (larger than every one reported before and than the start view), how ("the
+ * watch", "the poll", "a read of the key": for messages). Runs on the follow thread. */
+typedef void (*mc__leader_fn)(void *ctx, const char *addr, int64_t view, const char *how);
+/* mc__leader_follow: starts the follow thread (leader.c file comment) from view (the
+ * leader in use); fn(ctx, ...) on each newer view until mc__leader_destroy, which stops
+ * and joins it (so ctx must outlive l). Once per l. MC_OK, or a code (logged): calls
+ * still find a change when they fail. */
+int mc__leader_follow(mc__leader *l, int64_t view, mc__leader_fn fn, void *ctx);
 
 #endif

@@ -101,7 +101,9 @@ MC_API const char *mc_master_client_address(const mc_master_client *c);
 /* ---- HA (docs/ha.md) ----
  * An address "etcd://h:p;h:p" or "redis://h:p" (where the masters elect; cluster id
  * from env MC_MASTER_CLUSTER_ID, default "mooncake_cluster") makes the client follow the
- * leader: create waits up to rpc_timeout_ms for one; a call that finds no serving master
+ * leader: create waits up to rpc_timeout_ms for one; then a thread follows the leader key
+ * (an etcd watch, a Redis poll; leader.c) and moves the pool to a new leader at once, and
+ * a call that finds no serving master
  * (connection failure, a standby's or deposed leader's UNAVAILABLE_IN_CURRENT_STATUS)
  * looks the leader up again and is resent while none of it ran, or when it is
  * idempotent (ping, service_ready, gets, exists, remount), until its deadline; a
@@ -113,8 +115,9 @@ MC_API const char *mc_master_client_address(const mc_master_client *c);
  * deposed leader, an older view) returns MC_UNAVAILABLE_IN_CURRENT_STATUS.
  * "k8s://" is refused (MC_NOT_SUPPORTED). */
 
-/* mc_master_client_set_leader_hook: fn(ctx) runs (on the calling thread of the call
- * that found it) after every leader change. Set before calls start. */
+/* mc_master_client_set_leader_hook: fn(ctx) runs after every leader change, on the
+ * thread that found it: the call that failed over, or the client's follow thread (which
+ * watches the leader key, leader.c), so fn must be thread-safe. Set before calls start. */
 MC_API void mc_master_client_set_leader_hook(mc_master_client *c, void (*fn)(void *ctx),
                                              void *ctx);
 

@@ -433,33 +433,52 @@ static bool idempotent(uint16_t op)
     }
 }
 
-/* HA: looks the leader up; a new address moves the pool there (every slot reconnects)
- * and calls on_change. Returns true when the leader changed. */
-static bool leader_refresh(mc_master_client *c)
+/* HA: a new leader (addr, view): the pool moves there (every slot reconnects) and
+ * on_change runs. A view older than the one in use is ignored (a slow lookup racing the
+ * follow thread). Returns true when the leader changed. Any thread. */
+static bool leader_switch(mc_master_client *c, const char *addr, int64_t view,
+                          const char *how)
 {
-    char addr[MC_MASTER_NAME_MAX], host[MC_MASTER_NAME_MAX];
-    int64_t view = 0;
+    char host[MC_MASTER_NAME_MAX];
     uint16_t port;
-    if (mc__leader_resolve(c->leader, addr, sizeof addr, &view) != MC_OK ||
-        mc_sock_parse_hostport(addr, host, sizeof host, &port, MC_MASTER_DEFAULT_PORT) != 0)
+    if (mc_sock_parse_hostport(addr, host, sizeof host, &port, MC_MASTER_DEFAULT_PORT) != 0)
         return false;
     see_view(c, view);
     pthread_mutex_lock(&c->lock);
-    bool changed = view != c->leader_view || port != c->port || strcmp(host, c->host) != 0;
+    bool changed = view >= c->leader_view &&
+                   (view != c->leader_view || port != c->port || strcmp(host, c->host) != 0);
     if (changed) {
         memcpy(c->host, host, sizeof c->host);
         c->port = port;
         c->leader_view = view;
         c->gen++;
     }
+    void (*fn)(void *) = c->on_change; /* under the lock: the follow thread runs already */
+    void *fn_ctx = c->change_ctx;
     pthread_mutex_unlock(&c->lock);
     if (changed) {
-        mc_log(MC_LOG_INFO, TAG, "%s: the leader is %s (view %lld)", c->address, addr,
-               (long long)view);
-        if (c->on_change)
-            c->on_change(c->change_ctx);
+        mc_log(MC_LOG_INFO, TAG, "%s: the leader is %s (view %lld), found by %s", c->address,
+               addr, (long long)view, how);
+        if (fn)
+            fn(fn_ctx);
     }
     return changed;
+}
+
+/* HA: looks the leader up (a call found no serving master). */
+static bool leader_refresh(mc_master_client *c)
+{
+    char addr[MC_MASTER_NAME_MAX];
+    int64_t view = 0;
+    if (mc__leader_resolve(c->leader, addr, sizeof addr, &view) != MC_OK)
+        return false;
+    return leader_switch(c, addr, view, "a lookup after a failed call");
+}
+
+/* HA: the follow thread's report (leader.c): the idle pool moves at once. */
+static void leader_followed(void *ctx, const char *addr, int64_t view, const char *how)
+{
+    leader_switch(ctx, addr, view, how);
 }
 
 #define LEADER_RETRY_MS 100u /* between two lookups while no leader answers */
@@ -554,17 +573,16 @@ static int leader_open(mc_master_client *c, const char *address, uint32_t timeou
     int rc = mc__leader_create(address, &c->leader);
     if (rc != MC_OK)
         return rc;
-    uint64_t deadline = mc_deadline_ms(timeout_ms);
     char addr[MC_MASTER_NAME_MAX];
     int64_t view = 0;
-    while ((rc = mc__leader_resolve(c->leader, addr, sizeof addr, &view)) != MC_OK &&
-           mc_ms_left(deadline) > 0)
-        mc_sleep_ms(LEADER_RETRY_MS);
+    rc = mc__leader_wait(c->leader, timeout_ms, addr, sizeof addr, &view); /* logs */
     if (rc == MC_OK && mc_sock_parse_hostport(addr, c->host, sizeof c->host, &c->port,
-                                              MC_MASTER_DEFAULT_PORT) != 0)
+                                              MC_MASTER_DEFAULT_PORT) != 0) {
+        mc_log(MC_LOG_ERROR, TAG, "%s: the leader key holds '%s', not host:port", address,
+               addr);
         rc = MC_RPC_FAIL;
+    }
     if (rc != MC_OK) {
-        mc_log(MC_LOG_ERROR, TAG, "%s: no leader found (%s)", address, mc_strerror(rc));
         mc__leader_destroy(c->leader);
         return rc == MC_OBJECT_NOT_FOUND ? MC_RPC_FAIL : rc;
     }
@@ -621,6 +639,8 @@ int mc_master_client_create(const char *address, const mc_master_client_opts *op
         mc_master_client_destroy(c);
         return rc;
     }
+    if (c->leader) /* HA: follow the leader by watch / poll (leader.c) */
+        mc__leader_follow(c->leader, c->leader_view, leader_followed, c);
     *out = c;
     return MC_OK;
 }
@@ -629,6 +649,8 @@ void mc_master_client_destroy(mc_master_client *c)
 {
     if (!c)
         return;
+    mc__leader_destroy(c->leader); /* first: its follow thread calls into c */
+    c->leader = NULL;
     for (unsigned i = 0; i < c->n; i++) {
         slot_close(&c->slots[i]);
         mc__arena_destroy(&c->slots[i].ar);
@@ -639,15 +661,16 @@ void mc_master_client_destroy(mc_master_client *c)
     mc_auth_secret_wipe(&c->auth);
     pthread_cond_destroy(&c->cond);
     pthread_mutex_destroy(&c->lock);
-    mc__leader_destroy(c->leader);
     free(c->address);
     free(c);
 }
 
 void mc_master_client_set_leader_hook(mc_master_client *c, void (*fn)(void *ctx), void *ctx)
 {
+    pthread_mutex_lock(&c->lock);
     c->on_change = fn;
     c->change_ctx = ctx;
+    pthread_mutex_unlock(&c->lock);
 }
 
 int64_t mc_master_client_view(const mc_master_client *c)

@@ -74,6 +74,39 @@ int mc__md_b64_decode(const char *s, size_t len, char **out, size_t *outlen);
  * endpoint answered; logged). Any thread (no shared state but the endpoint cursor). */
 int mc__md_etcd_call(mc_metadata *md, const char *path, json_t *req, const char *op,
                      const char *key, json_t **out);
+/* A streaming request (the etcd watch): created and run by one thread, stopped from any.
+ * mc__md_stream_new: a new one (never NULL). mc__md_stream_free: frees (not while it
+ * runs). mc__md_stream_stop: makes the running mc__md_etcd_stream (and every later one on
+ * it) return MC_OK at once; any thread. */
+typedef struct mc__md_stream mc__md_stream;
+mc__md_stream *mc__md_stream_new(void);
+void mc__md_stream_free(mc__md_stream *st);
+void mc__md_stream_stop(mc__md_stream *st);
+bool mc__md_stream_stopped(mc__md_stream *st);
+/* mc__md_etcd_stream: one streaming POST of req (JSON, borrowed) to `path` ("/v3/watch")
+ * on one endpoint of md (the one that answered last; on a connection failure the cursor
+ * moves to the next, so the next call tries another member). The answer is a sequence
+ * of newline-delimited JSON objects (the gateway's server streaming): on_msg(ctx, obj)
+ * for each (obj borrowed for the call); a nonzero return ends the stream.
+ *   max_ms: the stream is ended after this long (the caller polls, then restarts it).
+ * Returns MC_OK (stopped, max_ms passed, or on_msg ended it), MC_RPC_FAIL /
+ * MC_RPC_TIMEOUT (the endpoint did not answer or the stream broke; logged at most once
+ * per endpoint per few seconds, see mc__md_ratelimit), MC_INVALID_PARAMS (a 4xx). One
+ * thread per stream. */
+int mc__md_etcd_stream(mc_metadata *md, mc__md_stream *st, const char *path, json_t *req,
+                       uint32_t max_ms, int (*on_msg)(void *ctx, json_t *obj), void *ctx);
+
+/* A log rate limit: one message per MC__MD_RL_MS per limiter (an endpoint of a client),
+ * the rest counted and reported with the next one. mc__md_rl_take: true when a message
+ * may be logged now; *suppressed = the messages dropped since the last one logged.
+ * Any thread (atomics). */
+#define MC__MD_RL_MS 5000u
+typedef struct mc__md_ratelimit {
+    _Atomic uint64_t next_ms;
+    _Atomic unsigned suppressed;
+} mc__md_ratelimit;
+bool mc__md_rl_take(mc__md_ratelimit *rl, unsigned *suppressed);
+
 /* mc__md_json_i64: an int64 field the gateway writes as a string ("1") or a number;
  * 0 when absent or neither. */
 long long mc__md_json_i64(json_t *v);

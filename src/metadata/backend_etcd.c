@@ -27,6 +27,7 @@
 #include "backend.h"
 #include "common/xalloc.h"
 #include "mooncake/log.h"
+#include "mooncake/mc_time.h"
 #include "mooncake/status.h"
 
 #define TAG "metadata"
@@ -39,7 +40,21 @@ typedef struct etcd_impl {
     char where[MC_METADATA_MAX_ENDPOINTS][BASE_MAX]; /* "h:p" for messages; immutable */
     uint64_t max_resp;                           /* bytes of one answer; immutable */
     atomic_uint cur;                             /* endpoint that answered last */
+    mc__md_ratelimit rl[MC_METADATA_MAX_ENDPOINTS]; /* WARN lines per endpoint */
 } etcd_impl;
+
+bool mc__md_rl_take(mc__md_ratelimit *rl, unsigned *suppressed)
+{
+    uint64_t now = mc_now_ms();
+    uint64_t next = atomic_load(&rl->next_ms);
+    if (now < next || !atomic_compare_exchange_strong(&rl->next_ms, &next,
+                                                      now + MC__MD_RL_MS)) {
+        atomic_fetch_add(&rl->suppressed, 1);
+        return false;
+    }
+    *suppressed = atomic_exchange(&rl->suppressed, 0);
+    return true;
+}
 
 /* ---- base64 (RFC 4648 with padding, what the gateway reads and writes): OpenSSL's
  * EVP_EncodeBlock / EVP_DecodeBlock (libcrypto is linked for the cluster secret) ---- */
@@ -122,11 +137,18 @@ static const char *gw_error(json_t *j)
     return m ? m : "";
 }
 
-static void errs_add(char *errs, const char *where, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+static void errs_add(char *errs, mc__md_ratelimit *rl, const char *where, const char *fmt,
+                     ...) __attribute__((format(printf, 4, 5)));
 
-static void errs_add(char *errs, const char *where, const char *fmt, ...)
+/* Adds "where: <reason>" to errs, at most once per MC__MD_RL_MS per endpoint (rl): a
+ * client retrying an unreachable etcd (a setup waiting 30 s for a leader) would print
+ * hundreds of lines otherwise; the dropped ones are counted in the next. */
+static void errs_add(char *errs, mc__md_ratelimit *rl, const char *where, const char *fmt,
+                     ...)
 {
+    unsigned dropped = 0;
+    if (!mc__md_rl_take(rl, &dropped))
+        return;
     size_t used = strlen(errs);
     if (used + 8 >= ERRS_MAX)
         return;
@@ -135,8 +157,11 @@ static void errs_add(char *errs, const char *where, const char *fmt, ...)
         return;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(errs + used, ERRS_MAX - used, fmt, ap);
+    used += (size_t)vsnprintf(errs + used, ERRS_MAX - used, fmt, ap);
     va_end(ap);
+    if (dropped && used < ERRS_MAX)
+        snprintf(errs + used, ERRS_MAX - used, " (%u more failures of it not logged in the "
+                 "last %u s)", dropped, MC__MD_RL_MS / 1000);
 }
 
 /* One call: POST req to path on the endpoints in turn (see the file comment).
@@ -193,28 +218,29 @@ int mc__md_etcd_call(mc_metadata *md, const char *path, json_t *req, const char 
             return rc;
         }
         if (cc == CURLE_OPERATION_TIMEDOUT) {
-            errs_add(errs, where, "timed out after %u ms", md->opts.timeout_ms);
+            errs_add(errs, &e->rl[ep], where, "timed out after %u ms", md->opts.timeout_ms);
             last = MC_RPC_TIMEOUT;
         } else if (cc != CURLE_OK) {
-            errs_add(errs, where, "%s", curl_easy_strerror(cc));
+            errs_add(errs, &e->rl[ep], where, "%s", curl_easy_strerror(cc));
             last = MC_RPC_FAIL;
         } else if (st == 404) {
-            errs_add(errs, where, "HTTP 404 on %s: not an etcd v3 gateway (etcd >= 3.4)",
-                     path);
+            errs_add(errs, &e->rl[ep], where,
+                     "HTTP 404 on %s: not an etcd v3 gateway (etcd >= 3.4)", path);
             last = MC_RPC_FAIL;
         } else if (st == 200) {
-            errs_add(errs, where, "the answer is not a JSON object");
+            errs_add(errs, &e->rl[ep], where, "the answer is not a JSON object");
             last = MC_RPC_FAIL;
         } else {
-            errs_add(errs, where, "HTTP %ld%s%s", st, *msg ? ": " : "", msg);
+            errs_add(errs, &e->rl[ep], where, "HTTP %ld%s%s", st, *msg ? ": " : "", msg);
             last = st == 408 || st == 504 ? MC_RPC_TIMEOUT : MC_RPC_FAIL;
         }
         json_decref(j);
         free(resp.data);
     }
     free(payload);
-    mc_log(MC_LOG_WARN, TAG, "etcd %s %s: no endpoint of %s answered: %s", op, key,
-           md->conn.url, errs);
+    if (errs[0]) /* empty: every endpoint's failure was rate-limited */
+        mc_log(MC_LOG_WARN, TAG, "etcd %s %s: no endpoint of %s answered: %s", op, key,
+               md->conn.url, errs);
     return last;
 }
 
@@ -343,6 +369,207 @@ static int etcd_del(mc_metadata *md, const char *key)
     if (rc == MC_OK && mc__md_json_i64(json_object_get(r, "deleted")) < 1)
         rc = MC_OBJECT_NOT_FOUND;
     json_decref(r);
+    return rc;
+}
+
+/* ---- streaming (the watch) ------------------------------------------------------------ */
+
+#define STREAM_LINE_MAX (4u << 20) /* bytes of one streamed message */
+
+struct mc__md_stream {
+    pthread_mutex_t mu; /* guards multi's wake-up against its free */
+    CURLM *multi;       /* made by the first stream; woken by stop */
+    atomic_bool stop;
+};
+
+mc__md_stream *mc__md_stream_new(void)
+{
+    mc__md_stream *st = mc_xcalloc(1, sizeof *st);
+    pthread_mutex_init(&st->mu, NULL);
+    atomic_init(&st->stop, false);
+    return st;
+}
+
+void mc__md_stream_free(mc__md_stream *st)
+{
+    if (!st)
+        return;
+    if (st->multi)
+        curl_multi_cleanup(st->multi);
+    pthread_mutex_destroy(&st->mu);
+    free(st);
+}
+
+void mc__md_stream_stop(mc__md_stream *st)
+{
+    atomic_store(&st->stop, true);
+    pthread_mutex_lock(&st->mu);
+    if (st->multi)
+        curl_multi_wakeup(st->multi);
+    pthread_mutex_unlock(&st->mu);
+}
+
+bool mc__md_stream_stopped(mc__md_stream *st)
+{
+    return atomic_load(&st->stop);
+}
+
+typedef struct stream_ctx {
+    body buf;    /* bytes of the message being received (no newline yet) */
+    int (*on_msg)(void *ctx, json_t *obj);
+    void *ctx;
+    bool ended;  /* on_msg asked to end */
+    bool bad;    /* a message over STREAM_LINE_MAX or not JSON */
+    size_t msgs;
+} stream_ctx;
+
+/* Takes every complete line of sc->buf to on_msg; keeps the rest. */
+static void stream_lines(stream_ctx *sc)
+{
+    size_t start = 0;
+    for (size_t i = 0; i < sc->buf.len && !sc->ended; i++) {
+        if (sc->buf.data[i] != '\n')
+            continue;
+        size_t len = i - start;
+        json_t *j = len ? json_loadb(sc->buf.data + start, len, 0, NULL) : NULL;
+        start = i + 1;
+        if (!json_is_object(j)) {
+            json_decref(j);
+            if (len > 1) /* not an empty line */
+                sc->bad = true;
+            continue;
+        }
+        sc->msgs++;
+        if (sc->on_msg(sc->ctx, j) != 0)
+            sc->ended = true;
+        json_decref(j);
+    }
+    memmove(sc->buf.data, sc->buf.data + start, sc->buf.len - start);
+    sc->buf.len -= start;
+    sc->buf.data[sc->buf.len] = '\0';
+}
+
+static size_t stream_write(char *ptr, size_t size, size_t nmemb, void *ud)
+{
+    stream_ctx *sc = ud;
+    size_t n = size * nmemb;
+    if (sc->buf.len + n + 1 > STREAM_LINE_MAX) {
+        sc->bad = true;
+        return 0; /* aborts the transfer */
+    }
+    if (sc->buf.len + n + 1 > sc->buf.cap) {
+        size_t cap = sc->buf.cap ? sc->buf.cap : 4096;
+        while (cap < sc->buf.len + n + 1)
+            cap *= 2;
+        sc->buf.data = mc_xrealloc(sc->buf.data, cap);
+        sc->buf.cap = cap;
+    }
+    memcpy(sc->buf.data + sc->buf.len, ptr, n);
+    sc->buf.len += n;
+    sc->buf.data[sc->buf.len] = '\0';
+    stream_lines(sc);
+    return sc->ended || sc->bad ? 0 : n;
+}
+
+int mc__md_etcd_stream(mc_metadata *md, mc__md_stream *st, const char *path, json_t *req,
+                       uint32_t max_ms, int (*on_msg)(void *ctx, json_t *obj), void *ctx)
+{
+    etcd_impl *e = md->impl;
+    if (atomic_load(&st->stop))
+        return MC_OK;
+    pthread_mutex_lock(&st->mu);
+    if (!st->multi)
+        st->multi = curl_multi_init();
+    CURLM *m = st->multi;
+    pthread_mutex_unlock(&st->mu);
+    if (!m)
+        return MC_INTERNAL_ERROR;
+    char *payload = json_dumps(req, JSON_COMPACT);
+    if (!payload)
+        mc_oom(0);
+    unsigned ep = atomic_load(&e->cur) % (unsigned)e->n;
+    CURL *h = curl_easy_init();
+    if (!h) {
+        free(payload);
+        return MC_INTERNAL_ERROR;
+    }
+    char url[BASE_MAX + 32];
+    snprintf(url, sizeof url, "%s%s", e->base[ep], path);
+    stream_ctx sc = {.on_msg = on_msg, .ctx = ctx};
+    struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
+    hdrs = curl_slist_append(hdrs, "Expect:");
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)md->opts.connect_timeout_ms);
+    /* a member that vanished without a FIN: found by TCP keepalive (and by the caller's
+     * poll every max_ms at the latest) */
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPIDLE, 2L);
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 1L);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, stream_write);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &sc);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+#if LIBCURL_VERSION_NUM >= 0x075500
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http");
+#else
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS, (long)CURLPROTO_HTTP);
+#endif
+    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(payload));
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, payload);
+    curl_multi_add_handle(m, h);
+    uint64_t end = mc_deadline_ms(max_ms);
+    int running = 1;
+    bool expired = false;
+    while (running && !atomic_load(&st->stop)) {
+        if (curl_multi_perform(m, &running) != CURLM_OK)
+            break;
+        if (!running)
+            break;
+        uint64_t left = mc_ms_left(end);
+        if (left == 0) {
+            expired = true;
+            break;
+        }
+        curl_multi_poll(m, NULL, 0, left < 1000 ? (int)left : 1000, NULL);
+    }
+    CURLcode cc = CURLE_OK;
+    bool done = false;
+    int q;
+    CURLMsg *msg;
+    while ((msg = curl_multi_info_read(m, &q)) != NULL) {
+        if (msg->msg == CURLMSG_DONE && msg->easy_handle == h) {
+            cc = msg->data.result;
+            done = true;
+        }
+    }
+    long status = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    curl_multi_remove_handle(m, h);
+    curl_slist_free_all(hdrs);
+    curl_easy_cleanup(h);
+    free(payload);
+    int rc = MC_OK;
+    unsigned dropped = 0;
+    if (atomic_load(&st->stop) || expired || sc.ended) {
+        rc = MC_OK;
+    } else if (status >= 400 && status < 500 && status != 404 && status != 408) {
+        if (mc__md_rl_take(&e->rl[ep], &dropped))
+            mc_log(MC_LOG_WARN, TAG, "etcd stream %s on %s: HTTP %ld: %.200s", path,
+                   e->where[ep], status, sc.buf.data ? sc.buf.data : "");
+        rc = MC_INVALID_PARAMS;
+    } else {
+        /* the member closed the stream, or did not answer: the next try uses another */
+        rc = done && cc == CURLE_OPERATION_TIMEDOUT ? MC_RPC_TIMEOUT : MC_RPC_FAIL;
+        if (sc.msgs == 0 && e->n > 1)
+            atomic_compare_exchange_strong(&e->cur, &ep, (ep + 1) % (unsigned)e->n);
+        if (mc__md_rl_take(&e->rl[ep], &dropped))
+            mc_log(MC_LOG_WARN, TAG, "etcd stream %s on %s ended: %s%s (%u more not logged)",
+                   path, e->where[ep],
+                   done && cc != CURLE_OK ? curl_easy_strerror(cc) : "closed by the peer",
+                   sc.bad ? ", an undecodable message" : "", dropped);
+    }
+    free(sc.buf.data);
     return rc;
 }
 

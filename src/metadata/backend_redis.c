@@ -35,6 +35,7 @@ typedef struct redis_impl {
     char user[MC_METADATA_MAX_SECRET];     /* AUTH user ("" = none); immutable */
     char pass[MC_METADATA_MAX_SECRET];     /* AUTH password ("" = no AUTH); immutable */
     int db;                                /* SELECT when > 0; immutable */
+    mc__md_ratelimit rl;                   /* connection-failure warnings */
 } redis_impl;
 
 static struct timeval tv_ms(uint32_t ms)
@@ -84,7 +85,10 @@ static int connect_locked(mc_metadata *md)
         mc_oom(sizeof *c);
     if (c->err) {
         int rc = io_status(c);
-        mc_log(MC_LOG_WARN, TAG, "redis %s: cannot connect: %s", r->where, c->errstr);
+        unsigned dropped = 0; /* a client retrying a server that is down: one per 5 s */
+        if (mc__md_rl_take(&r->rl, &dropped))
+            mc_log(MC_LOG_WARN, TAG, "redis %s: cannot connect: %s (%u more not logged in the "
+                   "last %u s)", r->where, c->errstr, dropped, MC__MD_RL_MS / 1000);
         redisFree(c);
         return rc;
     }

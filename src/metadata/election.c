@@ -32,6 +32,7 @@ struct mc_election {
     uint32_t ttl_s;
     long long lease;  /* our lease id; 0 = none */
     int64_t view;     /* create_revision of our key while we lead; 0 otherwise */
+    mc__md_stream *stream; /* the watch's (etcd); made at create, stopped from any thread */
 };
 
 bool mc_election_cluster_id_ok(const char *id)
@@ -155,6 +156,7 @@ int mc_election_create(const char *conn, const char *cluster_id, uint32_t ttl_s,
     }
     e->k64 = mc__md_b64_encode(e->key, strlen(e->key));
     e->ttl_s = ttl_s;
+    e->stream = mc__md_stream_new();
     *out = e;
     return MC_OK;
 }
@@ -166,6 +168,7 @@ void mc_election_destroy(mc_election *e)
     if (e->lease)
         mc_election_resign(e);
     mc_metadata_destroy(e->md);
+    mc__md_stream_free(e->stream);
     free(e->key);
     free(e->vkey);
     free(e->k64);
@@ -526,4 +529,102 @@ int mc_election_renew(mc_election *e, uint64_t *serve_until_ms)
         return rc;
     *serve_until_ms = deadline_from(e, t_sent, ttl);
     return MC_OK;
+}
+
+/* ---- the watch (etcd) ---- */
+
+bool mc_election_watchable(const mc_election *e)
+{
+    return e->kind == MC_METADATA_ETCD;
+}
+
+void mc_election_watch_stop(mc_election *e)
+{
+    mc__md_stream_stop(e->stream);
+}
+
+typedef struct watch_ctx {
+    mc_election *e;
+    int64_t *from_rev;
+    mc_election_view_fn fn;
+    void *ctx;
+    int rc; /* MC_RPC_FAIL after a cancel or a compaction */
+} watch_ctx;
+
+/* One WatchResponse: {"result": {"header": {"revision"}, "created", "canceled",
+ * "compact_revision", "events": [{"type": "DELETE" (absent for a put), "kv": {...}}]}}
+ * (a stream error: {"error": {...}}). */
+static int watch_msg(void *ud, json_t *obj)
+{
+    watch_ctx *w = ud;
+    json_t *res = json_object_get(obj, "result");
+    if (!json_is_object(res)) {
+        const char *m = json_string_value(
+            json_object_get(json_object_get(obj, "error"), "message"));
+        mc_log(MC_LOG_WARN, TAG, "watch of %s: the stream carried an error: %.200s", w->e->key,
+               m ? m : "no result");
+        w->rc = MC_RPC_FAIL;
+        return 1;
+    }
+    long long compact = mc__md_json_i64(field(res, "compact_revision", "compactRevision"));
+    if (json_is_true(json_object_get(res, "canceled")) || compact > 0) {
+        mc_log(MC_LOG_INFO, TAG, "watch of %s canceled by etcd%s%lld: reading the view",
+               w->e->key, compact > 0 ? ", compacted at revision " : "", compact);
+        *w->from_rev = 0;
+        w->rc = MC_RPC_FAIL;
+        return 1;
+    }
+    if (json_is_true(json_object_get(res, "created"))) {
+        long long rev = mc__md_json_i64(json_object_get(json_object_get(res, "header"),
+                                                        "revision"));
+        if (*w->from_rev <= 0 && rev > 0)
+            *w->from_rev = rev + 1;
+        w->fn(w->ctx, NULL);
+    }
+    json_t *evs = json_object_get(res, "events");
+    size_t i;
+    json_t *ev;
+    json_array_foreach(evs, i, ev) {
+        json_t *kv = json_object_get(ev, "kv");
+        long long mod = mc__md_json_i64(field(kv, "mod_revision", "modRevision"));
+        if (mod > 0)
+            *w->from_rev = mod + 1;
+        const char *type = json_string_value(json_object_get(ev, "type"));
+        if (type && strcmp(type, "PUT") != 0)
+            continue; /* DELETE: no leader until the next put */
+        json_t *wrap = json_pack("{s:[O]}", "kvs", kv);
+        if (!wrap)
+            mc_oom(0);
+        mc_election_view v;
+        int rc = view_of(wrap, &v, NULL);
+        json_decref(wrap);
+        if (rc == MC_OK)
+            w->fn(w->ctx, &v);
+        else
+            mc_log(MC_LOG_WARN, TAG, "watch of %s: an undecodable view (%s)", w->e->key,
+                   mc_strerror(rc));
+    }
+    return 0;
+}
+
+int mc_election_watch(mc_election *e, int64_t *from_rev, uint32_t max_ms,
+                      mc_election_view_fn fn, void *ctx)
+{
+    if (e->kind != MC_METADATA_ETCD)
+        return MC_NOT_SUPPORTED;
+    json_t *req;
+    if (*from_rev > 0) {
+        char rev[24];
+        snprintf(rev, sizeof rev, "%lld", (long long)*from_rev);
+        req = json_pack("{s:{s:s, s:s}}", "create_request", "key", e->k64, "start_revision",
+                        rev);
+    } else {
+        req = json_pack("{s:{s:s}}", "create_request", "key", e->k64);
+    }
+    if (!req)
+        mc_oom(0);
+    watch_ctx w = {.e = e, .from_rev = from_rev, .fn = fn, .ctx = ctx, .rc = MC_OK};
+    int rc = mc__md_etcd_stream(e->md, e->stream, "/v3/watch", req, max_ms, watch_msg, &w);
+    json_decref(req);
+    return rc == MC_OK ? w.rc : rc;
 }

@@ -110,4 +110,33 @@ int mc_election_resign(mc_election *e);
  * leader now: between two leases); a transport code. */
 int mc_election_read_view(mc_election *e, mc_election_view *view);
 
+/* ---- following the leader (clients; docs/ha.md "How clients follow the leader") ---- */
+
+/* mc_election_view_fn: a watch's report. view: a new leader's view (borrowed for the
+ * call), or NULL once when the watch is established (events flow from then on). */
+typedef void (*mc_election_view_fn)(void *ctx, const mc_election_view *view);
+
+/* mc_election_watchable: true for etcd (a v3 watch); Redis is followed by polling
+ * mc_election_read_view (the election publishes nothing). */
+bool mc_election_watchable(const mc_election *e);
+
+/* mc_election_watch: follows the view key through etcd's v3 watch (the gateway's
+ * streaming POST /v3/watch on one endpoint, the next one after a failure; each message a
+ * WatchResponse). Blocks until max_ms (ms) passed, the stream broke, or
+ * mc_election_watch_stop. fn(ctx, view) runs on this thread for every put of the key
+ * (a new leader; a delete, i.e. no leader between two leases, is not reported).
+ *   *from_rev: in, the etcd revision to start from (0: from now); out, the revision to
+ *   resume from (the last event's mod_revision + 1), 0 after a compaction (the caller
+ *   reads the view and starts from now).
+ * Returns MC_OK (max_ms passed, or stopped), MC_RPC_FAIL / MC_RPC_TIMEOUT (the stream
+ * broke or no endpoint answered: read the view, then watch again), MC_NOT_SUPPORTED
+ * (Redis). Threads: one thread watches; it must not use e for anything else meanwhile
+ * (give the watch its own mc_election). */
+int mc_election_watch(mc_election *e, int64_t *from_rev, uint32_t max_ms,
+                      mc_election_view_fn fn, void *ctx);
+
+/* mc_election_watch_stop: makes the running mc_election_watch return at once, and every
+ * later one return MC_OK without watching. Any thread; e stays valid. */
+void mc_election_watch_stop(mc_election *e);
+
 #endif

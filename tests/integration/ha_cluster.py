@@ -12,6 +12,11 @@ clients, each on its own "host".
   admin 9003 on the host's address, lease ``ttl`` s); ``role(host)`` its /role JSON
   (None when it does not answer); ``wait_leader(timeout, among)`` the host that reports
   leader; ``kill(host, sig)``.
+- ``etcd[host]``: the Popen of each etcd member (``kill_etcd(host)``: SIGKILL and
+  wait); ``etcd_call(host, path, obj)``: a v3 gateway POST from that host (JSON
+  answer, None when it failed); ``lease_ttl(host)``: (lease id, seconds left) of the
+  leader key's lease as etcd on `host` reports it (None when there is no key).
+- ``log_text(name)``: what a process of the cluster logged so far.
 - ``store(host)``: a ha_store_child.py client on that host (master_server_addr the etcd
   locator, P2PHANDSHAKE metadata); ``StoreChild.cmd(op, timeout, **kw)`` (ops of
   ha_store_child.py: put_get, until_ok, put_many, check_many, close).
@@ -60,6 +65,7 @@ class HaCluster:
         self.ha_sync = ha_sync
         self.logdir = logdir or tempfile.mkdtemp(prefix="mc-ha-")
         self.masters = {}
+        self.etcd = {}
         self.etcd_hosts = list(etcd_hosts)
         self.endpoints = ";".join(f"{lab.addr[h]}:2379" for h in self.etcd_hosts)
         self.locator = "etcd://" + self.endpoints
@@ -98,7 +104,8 @@ class HaCluster:
                     "--initial-advertise-peer-urls", f"http://{a[h]}:2380",
                     "--initial-cluster", initial, "--initial-cluster-state", "new",
                     "--heartbeat-interval", "100", "--election-timeout", "1000"]
-            self.lab.popen(h, args, stdout=self.log(h), stderr=subprocess.STDOUT)
+            self.etcd[h] = self.lab.popen(h, args, stdout=self.log(h),
+                                          stderr=subprocess.STDOUT)
         deadline = time.monotonic() + START_TIMEOUT
         for h in self.etcd_hosts:
             while True:
@@ -152,6 +159,32 @@ class HaCluster:
 
     def kill(self, host, sig=signal.SIGKILL):
         os.kill(self.masters[host].pid, sig)
+
+    def kill_etcd(self, host):
+        self.etcd[host].kill()
+        self.etcd[host].wait(timeout=10)
+
+    def etcd_call(self, host, path, obj):
+        st, body = self.lab.post(host, f"http://{self.lab.addr[host]}:2379{path}", obj)
+        return body if st == 200 and isinstance(body, dict) else None
+
+    def lease_ttl(self, host, cluster_id="mooncake_cluster"):
+        import base64
+        key = base64.b64encode(f"mooncake-store/{cluster_id}/master_view".encode()).decode()
+        r = self.etcd_call(host, "/v3/kv/range", {"key": key})
+        kvs = (r or {}).get("kvs") or []
+        if not kvs or "lease" not in kvs[0]:
+            return None
+        lease = kvs[0]["lease"]
+        t = self.etcd_call(host, "/v3/lease/timetolive", {"ID": lease})
+        return (lease, int(t["TTL"])) if t and "TTL" in t else None
+
+    def log_text(self, name):
+        try:
+            with open(os.path.join(self.logdir, f"{name}.log"), "rb") as f:
+                return f.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
 
     def store(self, host):
         args = [sys.executable, os.path.join(HERE, "ha_store_child.py"), self.lab.addr[host],

@@ -12,6 +12,11 @@ veth pairs to one bridge (``ip netns``, ``ip link``; Debian iproute2; needs root
   ``lab.close()`` kills every process started through the lab (its process group) and
   deletes the namespaces (their veths go with them); also run at exit and from the
   pytest fixture's teardown, so a failed test leaves nothing.
+  ``lab.post(name, url, obj)`` POSTs JSON from inside a host (etcd's v3 gateway).
+  ``lab.cut(name, peers)`` / ``lab.heal(name, peers)``: a blackhole route in host
+  `name` to each peer's address (its packets to them are dropped, connects fail at once;
+  the peers still reach nothing of it back), and its removal: a partition between
+  `name` and `peers` while the rest of the lab still reaches `name`.
 - ``unavailable()``: None when namespaces can be made here, else the reason (for a skip).
 
 Every wait is bounded by a deadline.
@@ -117,6 +122,37 @@ class Lab:
             return status, json.loads(rest)
         except ValueError:
             return status, rest
+
+    def post(self, name, url, obj, timeout=3):
+        """POST obj (JSON) to url from inside host `name`: (status, parsed JSON or text),
+        (0, reason) when nothing answered."""
+        code = ("import json,sys,urllib.request\n"
+                "try:\n"
+                "    q=urllib.request.Request(sys.argv[1],data=sys.argv[2].encode(),"
+                "headers={'Content-Type':'application/json'})\n"
+                f"    r=urllib.request.urlopen(q,timeout={timeout})\n"
+                "    print(r.status); print(r.read().decode())\n"
+                "except Exception as e:\n"
+                "    print(0); print(e)\n")
+        r = self.run(name, ["python3", "-c", code, url, json.dumps(obj)], timeout=timeout + 10)
+        first, _, rest = r.stdout.partition("\n")
+        try:
+            status = int(first)
+        except ValueError:
+            return 0, r.stderr
+        try:
+            return status, json.loads(rest)
+        except ValueError:
+            return status, rest
+
+    def cut(self, name, peers):
+        for peer in peers:
+            _ip("-n", self.ns[name], "route", "add", "blackhole", f"{self.addr[peer]}/32")
+
+    def heal(self, name, peers):
+        for peer in peers:
+            _ip("-n", self.ns[name], "route", "del", "blackhole", f"{self.addr[peer]}/32",
+                check=False)
 
     def close(self):
         for p in self.procs:

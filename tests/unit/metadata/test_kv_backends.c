@@ -5,7 +5,7 @@
  * value limits, the typed helpers). Then what is particular to each: etcd failover
  * across endpoints, a port that is not etcd, Redis AUTH (URL and MC_REDIS_PASSWORD),
  * SELECT, reconnect after a server restart, concurrent callers; and a server that is
- * down. A server binary that is not installed skips its tests (scripts/setup.sh installs
+ * down. And the election's watch of the leader key (etcd; Redis refuses it). A server binary that is not installed skips its tests (scripts/setup.sh installs
  * both: etcd-server, redis-server). */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,6 +26,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "metadata/election.h"
 #include "mooncake/log.h"
 #include "mooncake/metadata.h"
 #include "mooncake/status.h"
@@ -569,6 +570,122 @@ static void test_redis_reconnect(void **state)
     mc_metadata_destroy(md);
 }
 
+/* ---- the leader key's watch (election.h, what clients follow the leader by) ---- */
+
+typedef struct watch_seen {
+    pthread_mutex_t mu;
+    int created;
+    int64_t last;
+    char leader[MC_ELECTION_ADDR_MAX];
+} watch_seen;
+
+typedef struct watch_run {
+    mc_election *e;
+    int64_t from;
+    int rc;
+    watch_seen *seen;
+} watch_run;
+
+static void on_view(void *ctx, const mc_election_view *v)
+{
+    watch_seen *s = ctx;
+    pthread_mutex_lock(&s->mu);
+    if (!v) {
+        s->created++;
+    } else {
+        s->last = v->version;
+        snprintf(s->leader, sizeof s->leader, "%s", v->leader);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void *watch_main(void *arg)
+{
+    watch_run *w = arg;
+    w->rc = mc_election_watch(w->e, &w->from, 60000, on_view, w->seen);
+    return NULL;
+}
+
+/* Polls until the watch reported version (or created when version is 0), 20 s. */
+static void wait_seen(watch_seen *s, int64_t version, const char *leader)
+{
+    uint64_t deadline = now_ms() + 20000;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        bool ok = version ? s->last == version && strcmp(s->leader, leader) == 0
+                          : s->created > 0;
+        pthread_mutex_unlock(&s->mu);
+        if (ok)
+            return;
+        if (now_ms() > deadline)
+            fail_msg("the watch did not report view %lld of %s", (long long)version,
+                     leader ? leader : "(created)");
+        usleep(20000);
+    }
+}
+
+static void test_election_watch(void **state)
+{
+    (void)state;
+    const char *conn = conn_of(B_ETCD);
+    char cid[64];
+    snprintf(cid, sizeof cid, "watch-%d-%u", (int)getpid(), (unsigned)now_ms());
+    mc_election *w, *cand;
+    assert_int_equal(mc_election_create(conn, cid, 2, &w), MC_OK);
+    assert_int_equal(mc_election_create(conn, cid, 2, &cand), MC_OK);
+    assert_true(mc_election_watchable(w));
+    watch_seen seen = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    watch_run run = {.e = w, .from = 0, .rc = -1, .seen = &seen};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, watch_main, &run), 0);
+    wait_seen(&seen, 0, NULL);
+    /* two leaders in turn: each put of the key is reported with its view */
+    mc_election_view v1, v2;
+    uint64_t until;
+    assert_int_equal(mc_election_campaign(cand, "127.0.0.1:1111", &v1, &until), MC_OK);
+    wait_seen(&seen, v1.version, "127.0.0.1:1111");
+    assert_int_equal(mc_election_resign(cand), MC_OK);
+    assert_int_equal(mc_election_campaign(cand, "127.0.0.1:2222", &v2, &until), MC_OK);
+    assert_true(v2.version > v1.version);
+    wait_seen(&seen, v2.version, "127.0.0.1:2222");
+    /* stop ends the running watch (MC_OK) and every later one */
+    mc_election_watch_stop(w);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(run.rc, MC_OK);
+    assert_true(run.from > v2.version); /* resumes after the last event */
+    assert_int_equal(mc_election_watch(w, &run.from, 60000, on_view, &seen), MC_OK);
+    assert_int_equal(mc_election_resign(cand), MC_OK);
+    mc_election_destroy(cand);
+    mc_election_destroy(w);
+    /* a watch from a revision catches up on what happened before it started */
+    assert_int_equal(mc_election_create(conn, cid, 2, &w), MC_OK);
+    assert_int_equal(mc_election_create(conn, cid, 2, &cand), MC_OK);
+    mc_election_view v3;
+    assert_int_equal(mc_election_campaign(cand, "127.0.0.1:3333", &v3, &until), MC_OK);
+    watch_seen seen2 = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    watch_run run2 = {.e = w, .from = v2.version, .rc = -1, .seen = &seen2};
+    assert_int_equal(pthread_create(&th, NULL, watch_main, &run2), 0);
+    wait_seen(&seen2, v3.version, "127.0.0.1:3333");
+    mc_election_watch_stop(w);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(run2.rc, MC_OK);
+    assert_int_equal(mc_election_resign(cand), MC_OK);
+    mc_election_destroy(cand);
+    mc_election_destroy(w);
+}
+
+static void test_election_watch_redis(void **state)
+{
+    (void)state;
+    const char *conn = conn_of(B_REDIS);
+    mc_election *w;
+    assert_int_equal(mc_election_create(conn, "watch", 2, &w), MC_OK);
+    assert_false(mc_election_watchable(w)); /* followed by polling the hash */
+    int64_t from = 0;
+    assert_int_equal(mc_election_watch(w, &from, 1000, on_view, NULL), MC_NOT_SUPPORTED);
+    mc_election_destroy(w);
+}
+
 int main(void)
 {
     mc_log_set_level(MC_LOG_OFF);
@@ -577,7 +694,8 @@ int main(void)
         cmocka_unit_test(test_contract_redis),  cmocka_unit_test(test_threads_etcd),
         cmocka_unit_test(test_threads_redis),   cmocka_unit_test(test_down),
         cmocka_unit_test(test_etcd_failover),   cmocka_unit_test(test_redis_auth_and_db),
-        cmocka_unit_test(test_redis_reconnect),
+        cmocka_unit_test(test_redis_reconnect), cmocka_unit_test(test_election_watch),
+        cmocka_unit_test(test_election_watch_redis),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
