@@ -19,6 +19,8 @@ import json
 import signal
 import uuid
 
+import pytest
+
 import mc_master
 from conftest import rpc_connect, wait_until
 from mc_master import Ctl, Master, _varint, decode_fields, frame, recv_frame
@@ -151,9 +153,20 @@ def _fetch(port, op, body):
     return (st >> 1) ^ -(st & 1)   # sint32
 
 
-def test_a_plain_rpc_client_may_not_fetch(spawn, etcd_server):
-    etcd_server.clear()
-    m1 = Master(spawn, *_flags(etcd_server, "sync"))
+@pytest.mark.parametrize("kind", ["etcd", "redis"])
+def test_a_plain_rpc_client_may_not_fetch(spawn, request, kind):
+    # the term token comes from either election backend (etcd: its own key; Redis: the
+    # view hash's token field)
+    if kind == "etcd":
+        srv = request.getfixturevalue("etcd_server")
+        flags = _flags(srv, "sync")
+    else:
+        srv = request.getfixturevalue("redis_metadata_server")
+        flags = ("--enable_ha", "--ha_backend_type=redis",
+                 f"--ha_backend_connstring={srv.conn()}", "--ha_lease_ttl_sec=2",
+                 "--ha_sync=sync", "--enable_metric_reporting=false", "--client_ttl=5")
+    srv.clear()
+    m1 = Master(spawn, *flags)
     wait_until(lambda: _role(m1) == "leader", 20, "m1 elected")
     c = Ctl(spawn, m1.addr)
     assert c("mount", mc_master.segment())["status"] == 0   # LSN 1
@@ -172,8 +185,21 @@ def test_a_plain_rpc_client_may_not_fetch(spawn, etcd_server):
     assert _metric(m1, "master_ha_repl_acked_lsn") == 0
     assert _metric(m1, "master_ha_repl_fetches_total") == 0
     # the standby, which read the token from etcd, is admitted
-    m2 = Master(spawn, *_flags(etcd_server, "sync"))
+    m2 = Master(spawn, *flags)
     wait_until(lambda: _metric(m1, "master_ha_repl_acked_lsn") >= 1, 20,
                "the standby's fetch acknowledges")
     assert _metric(m1, refused) == 3
     assert _metric(m2, "master_ha_repl_applied_lsn") >= 1
+
+
+def test_ring_size_knob_is_checked():
+    import os
+    import subprocess
+
+    from conftest import tool
+    env = dict(os.environ, MC_HA_REPL_RING_BYTES="lots")
+    r = subprocess.run([tool("mooncake_master"), "--enable_ha", "--rpc_address=127.0.0.1",
+                        "--etcd_endpoints=127.0.0.1:1", "--enable_metric_reporting=false",
+                        "--rpc_port=0", "--metrics_port=0"],
+                       capture_output=True, text=True, timeout=20, env=env)
+    assert r.returncode != 0 and "MC_HA_REPL_RING_BYTES=lots" in r.stderr, r
