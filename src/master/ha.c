@@ -125,7 +125,8 @@ static void *ha_main(void *arg)
                     if (token_view < 0)
                         token[0] = '\0';
                 }
-                mc__repl_follow(ha->repl, v.leader, v.version, token);
+                if (token_view == v.version) /* else retried next round */
+                    mc__repl_follow(ha->repl, v.leader, v.version, token);
             }
             if (ha->o.on_standby)
                 ha->o.on_standby(ha->o.ctx, v.leader, v.version);
