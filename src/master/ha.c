@@ -167,7 +167,7 @@ int mc_master_ha_start(mc_master_service *svc, const mc_master_ha_opts *opts,
     mc_master_service_ha_enable(svc);
     if (opts->sync != MC_MASTER_HA_SYNC_NONE) {
         ha->repl = mc__repl_create(svc, opts->sync, opts->ttl_s, opts->auth);
-        if (!ha->repl) { /* MC_HA_REPL_RING_BYTES malformed (logged) */
+        if (!ha->repl) { /* MC_HA_REPL_RING_BYTES malformed, or no eventfd (logged) */
             mc_election_destroy(ha->el);
             pthread_cond_destroy(&ha->cond);
             pthread_mutex_destroy(&ha->mu);

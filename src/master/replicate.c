@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -81,6 +82,8 @@ struct mc__repl {
     int64_t view;               /* mu: the view of `leader`                            */
     bool running, fstop;        /* mu: the follower runs / is asked to stop     */
     pthread_t thr;
+    int wake_fd;                /* eventfd: written when the follower is asked to stop, */
+                                /* so a wait for a stopped leader's reply ends at once  */
     uint64_t applied;           /* the last LSN applied (follower thread; mu to read)  */
     int64_t applied_view;       /* the view of the leader the last record came from    */
     const char *broken;         /* why this copy cannot be trusted (NULL: fine)        */
@@ -129,6 +132,12 @@ mc__repl *mc__repl_create(mc_master_service *svc, mc_master_ha_sync mode, uint32
     r->hint_lsn = 1;
     for (unsigned i = 0; i < REPL_CONNS; i++)
         r->fd[i] = -1;
+    r->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (r->wake_fd < 0) {
+        mc_log(MC_LOG_ERROR, TAG, "eventfd: %s", strerror(errno));
+        free(r);
+        return NULL;
+    }
     pthread_mutex_init(&r->mu, NULL);
     pthread_mutex_init(&r->smu, NULL);
     mc_cond_init_monotonic(&r->cond);
@@ -509,6 +518,27 @@ static int free_conn(mc__repl *r, const char *leader, uint64_t deadline)
     return (int)i;
 }
 
+/* poll(fd, POLLIN) until ready or deadline, or until the follower is asked to stop. 1
+ * ready, -ETIMEDOUT, -ECANCELED (stop asked), -errno. */
+static int wait_reply(mc__repl *r, int fd, uint64_t deadline)
+{
+    for (;;) {
+        struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = r->wake_fd, .events = POLLIN}};
+        uint64_t left = mc_ms_left(deadline);
+        int n = poll(p, 2, left > 60000 ? 60000 : (int)left);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        if (p[1].revents)
+            return -ECANCELED;
+        if (n > 0)
+            return 1;
+        if (!mc_ms_left(deadline))
+            return -ETIMEDOUT;
+    }
+}
+
 /* One request (opcode op, body[0..blen)) to leader within deadline. Returns MC_OK with
  * *rb (malloc'd reply body, *rlen bytes), or an error (a frame status, e.g.
  * UNAVAILABLE_IN_CURRENT_STATUS from a master that is not the leader). */
@@ -535,7 +565,9 @@ static int rpc_once(mc__repl *r, const char *leader, uint16_t op, const uint8_t 
          * connection, wait for the reply */
         uint64_t stuck = r->mode == MC_MASTER_HA_SYNC_SYNC ? mc_now_ms() + REPL_STUCK_MS
                                                            : deadline; /* nobody waits */
-        int w = mc_sock_wait(r->fd[i], POLLIN, stuck < deadline ? stuck : deadline);
+        int w = wait_reply(r, r->fd[i], stuck < deadline ? stuck : deadline);
+        if (w == -ECANCELED)
+            return MC_UNAVAILABLE_IN_CURRENT_STATUS; /* stop asked (a promotion waits) */
         if (w <= 0) {
             if (!mc_ms_left(deadline))
                 return MC_RPC_TIMEOUT;
@@ -892,8 +924,17 @@ static void stop_follower(mc__repl *r)
     bool running = r->running;
     r->running = false;
     pthread_mutex_unlock(&r->mu);
+    /* a fetch waiting for a leader that stopped answering (SIGSTOP, partition) would
+     * hold the promotion for its whole deadline, past the new lease's first renewal */
+    uint64_t one = 1;
+    if (write(r->wake_fd, &one, sizeof one) < 0) {
+        /* EAGAIN only (the counter is full): it is signalled already */
+    }
     if (running)
         pthread_join(r->thr, NULL);
+    uint64_t v;
+    while (read(r->wake_fd, &v, sizeof v) > 0) { /* drained: the promotion's own last */
+    }                                            /* fetches wait normally             */
 }
 
 int mc__repl_promote(mc__repl *r, int64_t view)
@@ -970,6 +1011,7 @@ void mc__repl_free(mc__repl *r)
     }
     r->svc->repl = NULL;
     free(r->snap);
+    close(r->wake_fd);
     pthread_cond_destroy(&r->cond);
     pthread_mutex_destroy(&r->smu);
     pthread_mutex_destroy(&r->mu);

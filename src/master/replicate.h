@@ -27,7 +27,7 @@ typedef struct mc__repl mc__repl;
 /* A ring for svc (svc->repl is set); mode = --ha_sync; ttl_s = the lease TTL (the
  * standby's fetch timeouts derive from it). The ring's size is REPL_RING_MAX (256 MiB)
  * or MC_HA_REPL_RING_BYTES (a size, 4 KiB..64 GiB; for tests that need a ring that
- * drops frames soon). NULL when that variable is malformed (logged). */
+ * drops frames soon). NULL when that variable is malformed, or no eventfd (logged). */
 mc__repl *mc__repl_create(mc_master_service *svc, mc_master_ha_sync mode, uint32_t ttl_s,
                           const struct mc_auth_secret *auth);
 /* Stops the follower thread (a standby). The ring stays (RPC threads may still read it). */
