@@ -718,6 +718,13 @@ static json_t *cmd_FETCH_LOG(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
                "/metrics (master_ha_repl_*) instead");
 }
 
+static json_t *cmd_FETCH_SNAPSHOT(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
+{
+    (void)op, (void)a1, (void)a2, (void)a3;
+    return err("fetch_snapshot is the standbys' bootstrap RPC (docs/ha.md): watch it with "
+               "/metrics (master_ha_repl_*) instead");
+}
+
 static json_t *cmd_OFFLOAD_END(uint16_t op, json_t *a1, json_t *a2, json_t *a3)
 {
     (void)op, (void)a3;

@@ -95,6 +95,9 @@ char *mc_master_metrics_text(mc_master_service *svc, mc_master_rpc_server *rpc, 
                "Highest LSN a standby acknowledged (leader)", st.repl_acked_lsn);
         metric(&b, "master_ha_repl_fetches_total", "counter",
                "FETCH_LOG requests served to standbys", st.repl_fetches);
+        metric(&b, "master_ha_repl_snapshots_loaded_total", "counter",
+               "Leader snapshots this master loaded as a standby (bootstraps)",
+               st.repl_snapshots_loaded);
         metric(&b, "master_ha_sync_degraded_total", "counter",
                "Puts acknowledged in --ha_sync=sync without a standby's acknowledgement",
                st.repl_sync_degraded);
@@ -240,6 +243,10 @@ char *mc_master_metrics_text(mc_master_service *svc, mc_master_rpc_server *rpc, 
         for (int i = 0; i < MC_RPC_REFUSED_COUNT; i++)
             sb_printf(&b, "master_rpc_refused_total{reason=\"%s\"} %" PRIu64 "\n",
                       mc_master_rpc_refusal_name(i), rs.refused[i]);
+        /* HA replication fetches without the term token (replicate.c; docs/ha.md "Who
+         * may fetch"): refused per request, not per connection */
+        sb_printf(&b, "master_rpc_refused_total{reason=\"fetch_not_standby\"} %" PRIu64 "\n",
+                  st.repl_refused);
     }
     if (len)
         *len = b.len;

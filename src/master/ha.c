@@ -84,11 +84,15 @@ static void *ha_main(void *arg)
     mc_master_ha *ha = arg;
     int64_t seen = -1;
     int last_rc = MC_OK;
+    char token[MC_ELECTION_TOKEN_MAX] = ""; /* the leader's term token (standby) */
+    int64_t token_view = -1;                /* the view it belongs to              */
     while (!wait_ms(ha, 0)) {
         mc_election_view v;
         uint64_t until = 0;
         int rc = mc_election_campaign(ha->el, ha->self, &v, &until);
         if (rc == MC_OK) {
+            if (ha->repl) /* the fetches this term admits carry it (docs/ha.md) */
+                mc__repl_set_token(ha->repl, mc_election_term_token(ha->el));
             int prc = ha->repl ? mc__repl_promote(ha->repl, v.version) : MC_OK;
             if (prc == MC_OK && ha->o.on_promote)
                 prc = ha->o.on_promote(ha->o.ctx, v.version);
@@ -110,8 +114,20 @@ static void *ha_main(void *arg)
                 mc_log(MC_LOG_INFO, TAG, "standby: the leader is %s (view %lld)", v.leader,
                        (long long)v.version);
             seen = v.version;
-            if (ha->repl)
-                mc__repl_follow(ha->repl, v.leader, v.version);
+            if (ha->repl) {
+                /* the leader admits fetches with its term token only: read it once per
+                 * view, and again when the leader refused it */
+                if (v.version != token_view || mc__repl_token_refused(ha->repl)) {
+                    token_view = mc_election_read_token(ha->el, v.version, token,
+                                                        sizeof token) == MC_OK
+                                     ? v.version
+                                     : -1;
+                    if (token_view < 0)
+                        token[0] = '\0';
+                }
+                if (token_view == v.version) /* else retried next round */
+                    mc__repl_follow(ha->repl, v.leader, v.version, token);
+            }
             if (ha->o.on_standby)
                 ha->o.on_standby(ha->o.ctx, v.leader, v.version);
         } else if (rc != last_rc) {
@@ -149,8 +165,16 @@ int mc_master_ha_start(mc_master_service *svc, const mc_master_ha_opts *opts,
     pthread_mutex_init(&ha->mu, NULL);
     mc_cond_init_monotonic(&ha->cond);
     mc_master_service_ha_enable(svc);
-    if (opts->sync != MC_MASTER_HA_SYNC_NONE)
+    if (opts->sync != MC_MASTER_HA_SYNC_NONE) {
         ha->repl = mc__repl_create(svc, opts->sync, opts->ttl_s, opts->auth);
+        if (!ha->repl) { /* MC_HA_REPL_RING_BYTES malformed, or no eventfd (logged) */
+            mc_election_destroy(ha->el);
+            pthread_cond_destroy(&ha->cond);
+            pthread_mutex_destroy(&ha->mu);
+            free(ha);
+            return MC_INVALID_PARAMS;
+        }
+    }
     if (pthread_create(&ha->thread, NULL, ha_main, ha) != 0) {
         mc__repl_free(ha->repl);
         mc_election_destroy(ha->el);

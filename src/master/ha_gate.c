@@ -77,4 +77,6 @@ void mc_master_service_ha_info(mc_master_service *svc, mc_master_stats *out)
     out->repl_acked_lsn = rs.acked_lsn;
     out->repl_fetches = rs.fetches;
     out->repl_sync_degraded = rs.sync_degraded;
+    out->repl_refused = rs.refused;
+    out->repl_snapshots_loaded = rs.snapshots_loaded;
 }

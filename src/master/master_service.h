@@ -531,6 +531,9 @@ typedef struct mc_master_stats {
      * --ha_sync=sync without a standby's acknowledgement (the degradation rule) */
     uint64_t repl_last_lsn, repl_applied_lsn, repl_acked_lsn, repl_fetches;
     uint64_t repl_sync_degraded;
+    /* FETCH_LOG / FETCH_SNAPSHOT requests refused (no term token of this leader's);
+     * snapshots loaded by this master as a standby (bootstraps) */
+    uint64_t repl_refused, repl_snapshots_loaded;
 } mc_master_stats;
 
 /* mc_master_value_size_bound: upper bound (bytes, inclusive: Prometheus `le`) of bucket i
@@ -716,10 +719,37 @@ MC_API void mc_master_service_ha_info(mc_master_service *svc, mc_master_stats *o
  * from_lsn.. into buf (at most cap bytes; *len = bytes copied, 0 when nothing is newer);
  * *first = the oldest LSN held, *last = the newest given out, *base = the first LSN this
  * master logged itself. Counts from_lsn - 1 as the caller's acknowledged LSN (sync mode).
+ * token: the caller's term token (docs/ha.md "Who may fetch"): a request without this
+ * term's token is refused (MC_ILLEGAL_CLIENT, counted, no acknowledgement taken).
  * Returns MC_OK; MC_OBJECT_NOT_FOUND when from_lsn is older than what is held (the
- * standby must be restarted empty); MC_NOT_SUPPORTED without HA replication. Any thread. */
-MC_API int mc_master_service_fetch_log(mc_master_service *svc, uint64_t from_lsn, uint8_t *buf,
-                                       size_t cap, size_t *len, uint64_t *first,
-                                       uint64_t *last, uint64_t *base);
+ * standby bootstraps from a snapshot: FETCH_SNAPSHOT); MC_NOT_SUPPORTED without HA
+ * replication. Any thread. */
+MC_API int mc_master_service_fetch_log(mc_master_service *svc, const char *token,
+                                       uint64_t from_lsn, uint8_t *buf, size_t cap,
+                                       size_t *len, uint64_t *first, uint64_t *last,
+                                       uint64_t *base);
+
+/* What one FETCH_SNAPSHOT answer holds (mc_master_service_fetch_snapshot). */
+typedef struct mc_master_snapshot_chunk {
+    bool ready;      /* false: being built, ask again (the rest is 0)                   */
+    uint64_t id;     /* the snapshot's id (ask the next chunk with it)                   */
+    uint64_t lsn;    /* it holds every record up to lsn: FETCH_LOG continues at lsn + 1  */
+    uint64_t total;  /* its size, bytes                                                  */
+    uint64_t offset; /* where the chunk starts                                           */
+    size_t len;      /* bytes copied into buf                                            */
+} mc_master_snapshot_chunk;
+
+/* mc_master_service_fetch_snapshot: the FETCH_SNAPSHOT RPC (HA standby bootstrap,
+ * replicate.c, docs/ha.md "Bootstrap from a snapshot"). id 0: the current snapshot of
+ * the leader's index, started on a thread of its own when there is none usable (the
+ * caller's RPC loop never serialises; *out->ready is false until it is built); else the
+ * chunk of snapshot id at offset: at most cap bytes into buf. token: the caller's term
+ * token (as fetch_log). Returns MC_OK; MC_OBJECT_NOT_FOUND (id is not the current
+ * snapshot any more: ask with 0); MC_ILLEGAL_CLIENT (token is not this term's: refused,
+ * counted); MC_INVALID_PARAMS (offset past the end); MC_NOT_SUPPORTED without HA
+ * replication. Any thread. */
+MC_API int mc_master_service_fetch_snapshot(mc_master_service *svc, const char *token,
+                                            uint64_t id, uint64_t offset, uint8_t *buf,
+                                            size_t cap, mc_master_snapshot_chunk *out);
 
 #endif

@@ -8,6 +8,18 @@
  * after REPL_IDLE_MS when it was up to date). Its request's from_lsn - 1 is its
  * acknowledgement: the leader's sync mode waits on that.
  *
+ * Bootstrap (docs/ha.md "Bootstrap from a snapshot"): a standby whose next LSN the
+ * ring no longer holds (it starts late, or fell behind) gets OBJECT_NOT_FOUND and asks
+ * FETCH_SNAPSHOT instead: the leader builds a snapshot of its index (snapshot.c's
+ * format, at L = the last LSN given out) on a thread of its own, into memory, and
+ * serves it in chunks of at most 4 MiB; the standby replaces its index with it and
+ * continues with FETCH_LOG from L + 1 (the copy is fuzzy; the records after L make it
+ * exact, as for a restore).
+ *
+ * Who may fetch (docs/ha.md "Who may fetch"): a fetch must carry the term token the
+ * leader published with its lease in the election backend; anything else is refused
+ * (ILLEGAL_CLIENT), counted, and acknowledges nothing.
+ *
  * No upstream counterpart in this form: upstream's op log travels through etcd in
  * batches (upstream-mooncake.md §4.8). */
 #include "master/replicate.h"
@@ -18,10 +30,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "common/auth.h"
+#include "common/env.h"
 #include "common/sync.h"
 #include "common/xalloc.h"
 #include "master.pb-c.h"
@@ -43,6 +57,9 @@
 #define REPL_GONE_MS 2000          /* sync: no fetch for this long = no standby       */
 #define REPL_CONNS 8               /* follower connections (>= the leader's RPC loops) */
 #define REPL_STUCK_MS 20           /* a reply later than this: try the next connection */
+#define REPL_SNAP_KEEP_MS 30000    /* a snapshot nobody read for this long is freed      */
+#define REPL_SNAP_WAIT_MS 20       /* a standby asks again this often while one is built */
+#define REPL_TOKEN_MAX 64          /* bytes of a term token, with the NUL                */
 
 struct mc__repl {
     mc_master_service *svc;
@@ -65,9 +82,13 @@ struct mc__repl {
     int64_t view;               /* mu: the view of `leader`                            */
     bool running, fstop;        /* mu: the follower runs / is asked to stop     */
     pthread_t thr;
+    int wake_fd;                /* eventfd: written when the follower is asked to stop, */
+                                /* so a wait for a stopped leader's reply ends at once  */
     uint64_t applied;           /* the last LSN applied (follower thread; mu to read)  */
     int64_t applied_view;       /* the view of the leader the last record came from    */
     const char *broken;         /* why this copy cannot be trusted (NULL: fine)        */
+    bool behind;                /* mu: the leader's ring lost records this copy lacks  */
+                                /* and no bootstrap has succeeded since                */
     /* the follower's connections to `leader` (REPL_CONNS, spread over its RPC loops by
      * its round robin: a fetch stuck behind a put waiting on one loop goes through
      * another); pend: a request sent whose reply was not read yet (its id) */
@@ -78,12 +99,30 @@ struct mc__repl {
     char fd_leader[256];
     mc__oplog *log;             /* opened at promotion                                 */
     uint64_t fetches, records_applied, sync_waits, sync_degraded;
+    size_t ring_max;            /* REPL_RING_MAX or MC_HA_REPL_RING_BYTES              */
+    /* who may fetch (mu): the leader's term token; a standby's copy of it, and whether
+     * the leader refused it since the HA thread last looked */
+    char token[REPL_TOKEN_MAX];
+    bool token_refused;
+    uint64_t refused;
+    /* leader: the snapshot standbys bootstrap from (smu) */
+    pthread_mutex_t smu;
+    bool snap_building, snap_joinable;
+    pthread_t snap_thr;
+    uint8_t *snap;
+    size_t snap_len;
+    uint64_t snap_id, snap_lsn, snap_used_ms, snapshots_built;
+    uint64_t snapshots_loaded;  /* standby: bootstraps done (mu to read)               */
 };
 
 mc__repl *mc__repl_create(mc_master_service *svc, mc_master_ha_sync mode, uint32_t ttl_s,
                           const mc_auth_secret *auth)
 {
+    uint64_t ring = REPL_RING_MAX;
+    if (mc_env_size("MC_HA_REPL_RING_BYTES", REPL_RING_MAX, 4096, 64ull << 30, &ring) != 0)
+        return NULL;
     mc__repl *r = mc_xcalloc(1, sizeof *r);
+    r->ring_max = (size_t)ring;
     r->svc = svc;
     r->mode = mode;
     r->ttl_s = ttl_s;
@@ -93,7 +132,14 @@ mc__repl *mc__repl_create(mc_master_service *svc, mc_master_ha_sync mode, uint32
     r->hint_lsn = 1;
     for (unsigned i = 0; i < REPL_CONNS; i++)
         r->fd[i] = -1;
+    r->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (r->wake_fd < 0) {
+        mc_log(MC_LOG_ERROR, TAG, "eventfd: %s", strerror(errno));
+        free(r);
+        return NULL;
+    }
     pthread_mutex_init(&r->mu, NULL);
+    pthread_mutex_init(&r->smu, NULL);
     mc_cond_init_monotonic(&r->cond);
     svc->repl = r;
     return r;
@@ -111,11 +157,11 @@ static uint64_t frame_lsn(const uint8_t *p)
     return mc_get_le64(p + 8);
 }
 
-/* Drops old frames until the ring is at most half of REPL_RING_MAX (mu held). */
+/* Drops old frames until the ring is at most half of its size (mu held). */
 static void ring_trim(mc__repl *r)
 {
     size_t off = 0;
-    while (r->ring.len - off > REPL_RING_MAX / 2 && off < r->ring.len)
+    while (r->ring.len - off > r->ring_max / 2 && off < r->ring.len)
         off += frame_len(r->ring.p + off);
     if (off >= r->ring.len) {
         r->ring.len = 0;
@@ -138,7 +184,7 @@ static void ring_add(mc__repl *r, const uint8_t *frames, size_t len, uint64_t la
     memcpy(mc__buf_room(&r->ring, len), frames, len);
     r->ring.len += len;
     r->last = last;
-    if (r->ring.len > REPL_RING_MAX)
+    if (r->ring.len > r->ring_max)
         ring_trim(r);
 }
 
@@ -149,18 +195,55 @@ void mc__repl_append(mc__repl *r, const uint8_t *frames, size_t len, uint64_t la
     pthread_mutex_unlock(&r->mu);
 }
 
-int mc_master_service_fetch_log(mc_master_service *svc, uint64_t from, uint8_t *buf,
-                                size_t cap, size_t *len, uint64_t *first, uint64_t *last,
-                                uint64_t *base)
+/* Whether token is this term's (mu held). A leader that has none refuses everyone. */
+static bool token_ok_locked(mc__repl *r, const char *token)
+{
+    size_t n = strlen(r->token);
+    if (!n || !token || strlen(token) != n)
+        return false;
+    unsigned char d = 0;
+    for (size_t i = 0; i < n; i++)
+        d |= (unsigned char)(r->token[i] ^ token[i]);
+    return d == 0;
+}
+
+/* Refuses a fetch without the term token (mu held): counted, logged once a minute. */
+static int refuse_locked(mc__repl *r, const char *what)
+{
+    static uint64_t last_log_ms;
+    r->refused++;
+    uint64_t now = mc_now_ms();
+    if (!last_log_ms || now - last_log_ms > 60000) {
+        last_log_ms = now;
+        mc_log(MC_LOG_WARN, TAG, "refused a %s without this term's token: only the standbys "
+               "that read it from the election backend may fetch (docs/ha.md \"Who may "
+               "fetch\"; counted in master_rpc_refused_total{reason=\"fetch_not_standby\"})",
+               what);
+    }
+    return MC_ILLEGAL_CLIENT;
+}
+
+static void snap_expire(mc__repl *r, uint64_t now);
+
+int mc_master_service_fetch_log(mc_master_service *svc, const char *token, uint64_t from,
+                                uint8_t *buf, size_t cap, size_t *len, uint64_t *first,
+                                uint64_t *last, uint64_t *base)
 {
     mc__repl *r = svc->repl;
     *len = 0;
     *first = *last = *base = 0;
     if (!r || r->mode == MC_MASTER_HA_SYNC_NONE)
         return MC_NOT_SUPPORTED;
-    if (from == 0)
-        return MC_INVALID_PARAMS;
     pthread_mutex_lock(&r->mu);
+    if (!token_ok_locked(r, token)) {
+        int rc = refuse_locked(r, "FETCH_LOG");
+        pthread_mutex_unlock(&r->mu);
+        return rc;
+    }
+    if (from == 0) {
+        pthread_mutex_unlock(&r->mu);
+        return MC_INVALID_PARAMS;
+    }
     *first = r->first;
     *last = r->last;
     *base = r->base;
@@ -194,8 +277,105 @@ int mc_master_service_fetch_log(mc_master_service *svc, uint64_t from, uint8_t *
         r->hint_off = end;
         r->hint_lsn = lsn;
     }
+    uint64_t now = r->last_fetch_ms;
     pthread_mutex_unlock(&r->mu);
+    snap_expire(r, now);
     return rc;
+}
+
+/* ---- the bootstrap snapshot (leader) ---- */
+
+/* Frees a snapshot nobody read for REPL_SNAP_KEEP_MS (any thread). */
+static void snap_expire(mc__repl *r, uint64_t now)
+{
+    pthread_mutex_lock(&r->smu);
+    if (r->snap && !r->snap_building && now - r->snap_used_ms > REPL_SNAP_KEEP_MS) {
+        free(r->snap);
+        r->snap = NULL;
+        r->snap_len = 0;
+    }
+    pthread_mutex_unlock(&r->smu);
+}
+
+static void *snap_main(void *arg)
+{
+    mc__repl *r = arg;
+    size_t len = 0;
+    uint64_t lsn = 0, nobjs = 0, t0 = mc_now_ms();
+    uint8_t *p = mc__snapshot_encode(r->svc, r->log, &len, &lsn, &nobjs);
+    pthread_mutex_lock(&r->smu);
+    free(r->snap);
+    r->snap = p;
+    r->snap_len = len;
+    r->snap_lsn = lsn;
+    r->snap_id++;
+    r->snap_used_ms = mc_now_ms();
+    r->snap_building = false;
+    r->snapshots_built++;
+    uint64_t id = r->snap_id;
+    pthread_mutex_unlock(&r->smu);
+    mc_log(MC_LOG_INFO, TAG, "snapshot %llu for a standby's bootstrap: LSN %llu, %llu "
+           "object(s), %zu bytes, built in %llu ms", (unsigned long long)id,
+           (unsigned long long)lsn, (unsigned long long)nobjs, len,
+           (unsigned long long)(mc_now_ms() - t0));
+    return NULL;
+}
+
+int mc_master_service_fetch_snapshot(mc_master_service *svc, const char *token, uint64_t id,
+                                     uint64_t offset, uint8_t *buf, size_t cap,
+                                     mc_master_snapshot_chunk *out)
+{
+    mc__repl *r = svc->repl;
+    memset(out, 0, sizeof *out);
+    if (!r || r->mode == MC_MASTER_HA_SYNC_NONE || !r->log)
+        return MC_NOT_SUPPORTED; /* no replication, or not a leader (no log of its own) */
+    pthread_mutex_lock(&r->mu);
+    bool ok = token_ok_locked(r, token);
+    int rc = ok ? MC_OK : refuse_locked(r, "FETCH_SNAPSHOT");
+    uint64_t first = r->first; /* a snapshot at L is usable while the ring holds L + 1 */
+    pthread_mutex_unlock(&r->mu);
+    if (!ok)
+        return rc;
+    pthread_mutex_lock(&r->smu);
+    if (id == 0) {
+        bool usable = r->snap && r->snap_lsn + 1 >= first;
+        if (!usable && !r->snap_building) {
+            if (r->snap_joinable)
+                pthread_join(r->snap_thr, NULL); /* it has finished: building is false */
+            r->snap_joinable = false;
+            r->snap_building = true;
+            if (pthread_create(&r->snap_thr, NULL, snap_main, r) == 0) {
+                r->snap_joinable = true;
+            } else {
+                r->snap_building = false;
+                rc = MC_INTERNAL_ERROR;
+            }
+        }
+        if (!usable) {
+            pthread_mutex_unlock(&r->smu);
+            return rc; /* ready = false: ask again */
+        }
+        id = r->snap_id;
+    }
+    if (!r->snap || id != r->snap_id) {
+        pthread_mutex_unlock(&r->smu);
+        return MC_OBJECT_NOT_FOUND; /* replaced or freed: ask with 0 */
+    }
+    if (offset > r->snap_len) {
+        pthread_mutex_unlock(&r->smu);
+        return MC_INVALID_PARAMS;
+    }
+    size_t n = r->snap_len - offset < cap ? r->snap_len - (size_t)offset : cap;
+    memcpy(buf, r->snap + offset, n);
+    out->ready = true;
+    out->id = r->snap_id;
+    out->lsn = r->snap_lsn;
+    out->total = r->snap_len;
+    out->offset = offset;
+    out->len = n;
+    r->snap_used_ms = mc_now_ms();
+    pthread_mutex_unlock(&r->smu);
+    return MC_OK;
 }
 
 void mc__repl_wait_acked(mc__repl *r, uint64_t lsn)
@@ -338,24 +518,40 @@ static int free_conn(mc__repl *r, const char *leader, uint64_t deadline)
     return (int)i;
 }
 
-/* One FETCH_LOG round trip to leader within deadline. Returns MC_OK with *out (free it
- * with mcrpc__fetch_log_reply__free_unpacked), or an error. */
-static int fetch_once(mc__repl *r, const char *leader, uint64_t from, uint64_t deadline,
-                      Mcrpc__FetchLogReply **out)
+/* poll(fd, POLLIN) until ready or deadline, or until the follower is asked to stop. 1
+ * ready, -ETIMEDOUT, -ECANCELED (stop asked), -errno. */
+static int wait_reply(mc__repl *r, int fd, uint64_t deadline)
+{
+    for (;;) {
+        struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = r->wake_fd, .events = POLLIN}};
+        uint64_t left = mc_ms_left(deadline);
+        int n = poll(p, 2, left > 60000 ? 60000 : (int)left);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        if (p[1].revents)
+            return -ECANCELED;
+        if (n > 0)
+            return 1;
+        if (!mc_ms_left(deadline))
+            return -ETIMEDOUT;
+    }
+}
+
+/* One request (opcode op, body[0..blen)) to leader within deadline. Returns MC_OK with
+ * *rb (malloc'd reply body, *rlen bytes), or an error (a frame status, e.g.
+ * UNAVAILABLE_IN_CURRENT_STATUS from a master that is not the leader). */
+static int rpc_once(mc__repl *r, const char *leader, uint16_t op, const uint8_t *body,
+                    size_t blen, uint64_t deadline, uint8_t **rb, size_t *rlen)
 {
     for (;;) {
         int i = free_conn(r, leader, deadline);
         if (i < 0)
             return MC_RPC_FAIL;
-        Mcrpc__FetchLogRequest req = MCRPC__FETCH_LOG_REQUEST__INIT;
-        req.from_lsn = from;
-        req.max_bytes = REPL_FETCH_MAX;
-        uint8_t body[64];
-        size_t blen = mcrpc__fetch_log_request__pack(&req, body);
         uint8_t hb[MC_FRAME_HEADER_SIZE];
         uint64_t id = ++r->next_id;
-        mc_frame_header h = {.version = MC_FRAME_VERSION,
-                             .opcode = MC_MASTER_RPC_OPCODE_FETCH_LOG,
+        mc_frame_header h = {.version = MC_FRAME_VERSION, .opcode = op,
                              .body_len = (uint32_t)blen, .request_id = id};
         mc_frame_encode_header(&h, hb);
         if (mc_sock_send_all(r->fd[i], hb, sizeof hb, deadline) != 0 ||
@@ -369,33 +565,197 @@ static int fetch_once(mc__repl *r, const char *leader, uint64_t from, uint64_t d
          * connection, wait for the reply */
         uint64_t stuck = r->mode == MC_MASTER_HA_SYNC_SYNC ? mc_now_ms() + REPL_STUCK_MS
                                                            : deadline; /* nobody waits */
-        int w = mc_sock_wait(r->fd[i], POLLIN, stuck < deadline ? stuck : deadline);
+        int w = wait_reply(r, r->fd[i], stuck < deadline ? stuck : deadline);
+        if (w == -ECANCELED)
+            return MC_UNAVAILABLE_IN_CURRENT_STATUS; /* stop asked (a promotion waits) */
         if (w <= 0) {
             if (!mc_ms_left(deadline))
                 return MC_RPC_TIMEOUT;
             r->cur = (unsigned)(i + 1) % REPL_CONNS;
             continue;
         }
-        uint8_t *rb;
-        if (read_reply(r, (unsigned)i, deadline, &h, &rb) != MC_OK)
+        if (read_reply(r, (unsigned)i, deadline, &h, rb) != MC_OK)
             return MC_RPC_FAIL;
         if (h.request_id != id) {
-            free(rb);
+            free(*rb);
             close_one(r, (unsigned)i);
             return MC_RPC_FAIL;
         }
         if (h.status != 0) {
-            free(rb);
+            free(*rb);
             return h.status; /* e.g. UNAVAILABLE_IN_CURRENT_STATUS: not the leader */
         }
-        *out = mcrpc__fetch_log_reply__unpack(NULL, h.body_len, rb);
-        free(rb);
-        if (!*out) {
-            close_one(r, (unsigned)i);
-            return MC_RPC_FAIL;
-        }
+        *rlen = h.body_len;
+        r->cur = (unsigned)i;
         return MC_OK;
     }
+}
+
+/* The token to send (a copy: the HA thread may replace it meanwhile). */
+static void token_copy(mc__repl *r, char out[REPL_TOKEN_MAX])
+{
+    pthread_mutex_lock(&r->mu);
+    memcpy(out, r->token, REPL_TOKEN_MAX);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* A reply status of ILLEGAL_CLIENT: the token is not (any more) the leader's. */
+static void note_refused(mc__repl *r, int status)
+{
+    if (status != MC_ILLEGAL_CLIENT)
+        return;
+    pthread_mutex_lock(&r->mu);
+    r->token_refused = true;
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* One FETCH_LOG round trip to leader within deadline. Returns MC_OK with *out (free it
+ * with mcrpc__fetch_log_reply__free_unpacked), or an error. */
+static int fetch_once(mc__repl *r, const char *leader, uint64_t from, uint64_t deadline,
+                      Mcrpc__FetchLogReply **out)
+{
+    char token[REPL_TOKEN_MAX];
+    token_copy(r, token);
+    Mcrpc__FetchLogRequest req = MCRPC__FETCH_LOG_REQUEST__INIT;
+    req.from_lsn = from;
+    req.max_bytes = REPL_FETCH_MAX;
+    req.term_token = token;
+    uint8_t body[128];
+    size_t blen = mcrpc__fetch_log_request__pack(&req, body);
+    uint8_t *rb;
+    size_t rlen;
+    int rc = rpc_once(r, leader, MC_MASTER_RPC_OPCODE_FETCH_LOG, body, blen, deadline, &rb,
+                      &rlen);
+    if (rc != MC_OK)
+        return rc;
+    *out = mcrpc__fetch_log_reply__unpack(NULL, rlen, rb);
+    free(rb);
+    if (!*out) {
+        close_fd(r);
+        return MC_RPC_FAIL;
+    }
+    note_refused(r, (*out)->status);
+    return MC_OK;
+}
+
+/* Waits ms or until the follower is asked to stop. True when it is. */
+static bool follower_wait(mc__repl *r, uint64_t ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t ns = (uint64_t)ts.tv_nsec + ms * 1000000ull;
+    ts.tv_sec += (time_t)(ns / 1000000000ull);
+    ts.tv_nsec = (long)(ns % 1000000000ull);
+    pthread_mutex_lock(&r->mu);
+    if (!r->fstop)
+        pthread_cond_timedwait(&r->cond, &r->mu, &ts);
+    bool stop = r->fstop;
+    pthread_mutex_unlock(&r->mu);
+    return stop;
+}
+
+/* The bootstrap: fetches the leader's snapshot (FETCH_SNAPSHOT, in chunks), replaces this
+ * standby's index with it and moves applied to its LSN. MC_OK, or an error (transport,
+ * refused, stop asked, a snapshot that does not load). */
+static int bootstrap(mc__repl *r, const char *leader, int64_t view)
+{
+    /* building and copying a large index takes a while: a deadline per request, and the
+     * whole bootstrap as long as it makes progress */
+    mc__buf got = {0};
+    uint64_t id = 0, lsn = 0, total = 0;
+    int rc = MC_OK;
+    uint64_t t0 = mc_now_ms();
+    mc_log(MC_LOG_INFO, TAG, "the leader %s no longer holds the records after LSN %llu: "
+           "copying its index from a snapshot", leader, (unsigned long long)r->applied);
+    for (;;) {
+        char token[REPL_TOKEN_MAX];
+        token_copy(r, token);
+        Mcrpc__FetchSnapshotRequest req = MCRPC__FETCH_SNAPSHOT_REQUEST__INIT;
+        req.snapshot_id = id;
+        req.offset = got.len;
+        req.max_bytes = REPL_FETCH_MAX;
+        req.term_token = token;
+        uint8_t body[160];
+        size_t blen = mcrpc__fetch_snapshot_request__pack(&req, body);
+        uint8_t *rb;
+        size_t rlen;
+        rc = rpc_once(r, leader, MC_MASTER_RPC_OPCODE_FETCH_SNAPSHOT, body, blen,
+                      mc_now_ms() + 1000u * r->ttl_s, &rb, &rlen);
+        if (rc != MC_OK)
+            break;
+        Mcrpc__FetchSnapshotReply *fr = mcrpc__fetch_snapshot_reply__unpack(NULL, rlen, rb);
+        free(rb);
+        if (!fr) {
+            close_fd(r);
+            rc = MC_RPC_FAIL;
+            break;
+        }
+        rc = fr->status;
+        note_refused(r, rc);
+        bool restart = rc == MC_OBJECT_NOT_FOUND ||
+                       (rc == MC_OK && fr->ready && (fr->snapshot_id != id && id != 0));
+        bool wait = rc == MC_OK && !fr->ready;
+        bool done = false;
+        if (rc == MC_OK && fr->ready && !restart) {
+            if (fr->offset != got.len || fr->total_bytes < got.len + fr->data.len ||
+                (fr->data.len == 0 && got.len < fr->total_bytes)) {
+                rc = MC_RPC_FAIL; /* not the chunk asked for */
+            } else {
+                id = fr->snapshot_id;
+                lsn = fr->lsn;
+                total = fr->total_bytes;
+                memcpy(mc__buf_room(&got, fr->data.len), fr->data.data, fr->data.len);
+                got.len += fr->data.len;
+                done = got.len == total;
+            }
+        }
+        mcrpc__fetch_snapshot_reply__free_unpacked(fr, NULL);
+        if (restart) { /* the leader replaced it: start over */
+            id = 0;
+            got.len = 0;
+            rc = MC_OK;
+            continue;
+        }
+        if (rc != MC_OK || done)
+            break;
+        if (wait && follower_wait(r, REPL_SNAP_WAIT_MS)) {
+            rc = MC_UNAVAILABLE_IN_CURRENT_STATUS; /* asked to stop */
+            break;
+        }
+        pthread_mutex_lock(&r->mu);
+        bool stop = r->fstop;
+        pthread_mutex_unlock(&r->mu);
+        if (stop) {
+            rc = MC_UNAVAILABLE_IN_CURRENT_STATUS;
+            break;
+        }
+    }
+    if (rc == MC_OK) {
+        uint64_t slsn = 0, objs = 0, dropped = 0;
+        rc = mc__snapshot_load_live(r->svc, got.p, got.len, &slsn, &objs, &dropped);
+        if (rc != MC_OK || slsn != lsn) {
+            mc_log(MC_LOG_WARN, TAG, "the snapshot from %s does not load (retrying)", leader);
+            rc = MC_RPC_FAIL;
+        } else {
+            r->applied = lsn; /* follower thread only */
+            r->applied_view = view;
+            pthread_mutex_lock(&r->mu);
+            r->ring.len = 0; /* this copy's ring restarts after the snapshot */
+            r->first = lsn + 1;
+            r->last = lsn;
+            r->hint_off = 0;
+            r->hint_lsn = r->first;
+            r->snapshots_loaded++;
+            pthread_mutex_unlock(&r->mu);
+            mc_log(MC_LOG_INFO, TAG, "bootstrapped from %s: snapshot at LSN %llu, %llu "
+                   "object(s) (%llu left to the log after it), %zu bytes in %llu ms; "
+                   "following its log from LSN %llu", leader, (unsigned long long)lsn,
+                   (unsigned long long)objs, (unsigned long long)dropped, got.len,
+                   (unsigned long long)(mc_now_ms() - t0), (unsigned long long)lsn + 1);
+        }
+    }
+    free(got.p);
+    return rc;
 }
 
 typedef struct apply_ctx {
@@ -419,6 +779,22 @@ static int apply_cb(void *ctx, uint64_t lsn, const Mclog__LogRecord *rec)
     return 0;
 }
 
+/* The copy is behind (or diverged): until a bootstrap succeeds it may not take over. */
+static int resync(mc__repl *r, const char *leader, int64_t view, bool *more)
+{
+    pthread_mutex_lock(&r->mu);
+    r->behind = true;
+    pthread_mutex_unlock(&r->mu);
+    int rc = bootstrap(r, leader, view);
+    if (rc == MC_OK) {
+        pthread_mutex_lock(&r->mu);
+        r->behind = false;
+        pthread_mutex_unlock(&r->mu);
+    }
+    *more = rc == MC_OK;
+    return rc;
+}
+
 /* Fetches from leader (view) and applies. Returns MC_OK with *more = whether the leader
  * has more; an error when the round failed (transport) or this copy broke (r->broken). */
 static int pull(mc__repl *r, const char *leader, int64_t view, uint64_t deadline, bool *more)
@@ -429,13 +805,19 @@ static int pull(mc__repl *r, const char *leader, int64_t view, uint64_t deadline
     if (rc != MC_OK)
         return rc;
     if (fr->status == MC_OBJECT_NOT_FOUND) {
-        r->broken = "the leader no longer holds the records this standby misses (restart it "
-                    "empty to copy the leader again)";
+        /* behind the leader's ring (a late start, or fell behind): copy its index */
+        mcrpc__fetch_log_reply__free_unpacked(fr, NULL);
+        return resync(r, leader, view, more);
     } else if (fr->status != MC_OK) {
         rc = fr->status;
     } else if (r->applied && view != r->applied_view && r->applied >= fr->base_lsn) {
-        r->broken = "it applied records of an older leader that the new leader does not have "
-                    "(restart it empty)";
+        /* it applied records of an older leader that the new leader does not have (it was
+         * ahead of the one elected): its copy diverged; copy the new leader's index */
+        mc_log(MC_LOG_WARN, TAG, "this standby applied records of an older leader up to LSN "
+               "%llu that the new leader %s does not have (its log starts at %llu)",
+               (unsigned long long)r->applied, leader, (unsigned long long)fr->base_lsn);
+        mcrpc__fetch_log_reply__free_unpacked(fr, NULL);
+        return resync(r, leader, view, more);
     } else if (fr->frames.len) {
         apply_ctx a = {r, MC_OK};
         size_t good = 0;
@@ -504,16 +886,33 @@ static void *follow_main(void *arg)
     return NULL;
 }
 
-void mc__repl_follow(mc__repl *r, const char *leader, int64_t view)
+void mc__repl_follow(mc__repl *r, const char *leader, int64_t view, const char *token)
 {
     if (r->mode == MC_MASTER_HA_SYNC_NONE || !leader || !*leader)
         return;
     pthread_mutex_lock(&r->mu);
+    snprintf(r->token, sizeof r->token, "%s", token ? token : "");
     snprintf(r->leader, sizeof r->leader, "%s", leader);
     r->view = view;
     bool start = !r->running && !r->fstop;
     if (start)
         r->running = pthread_create(&r->thr, NULL, follow_main, r) == 0;
+    pthread_mutex_unlock(&r->mu);
+}
+
+bool mc__repl_token_refused(mc__repl *r)
+{
+    pthread_mutex_lock(&r->mu);
+    bool v = r->token_refused;
+    r->token_refused = false;
+    pthread_mutex_unlock(&r->mu);
+    return v;
+}
+
+void mc__repl_set_token(mc__repl *r, const char *token)
+{
+    pthread_mutex_lock(&r->mu);
+    snprintf(r->token, sizeof r->token, "%s", token ? token : "");
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -525,8 +924,17 @@ static void stop_follower(mc__repl *r)
     bool running = r->running;
     r->running = false;
     pthread_mutex_unlock(&r->mu);
+    /* a fetch waiting for a leader that stopped answering (SIGSTOP, partition) would
+     * hold the promotion for its whole deadline, past the new lease's first renewal */
+    uint64_t one = 1;
+    if (write(r->wake_fd, &one, sizeof one) < 0) {
+        /* EAGAIN only (the counter is full): it is signalled already */
+    }
     if (running)
         pthread_join(r->thr, NULL);
+    uint64_t v;
+    while (read(r->wake_fd, &v, sizeof v) > 0) { /* drained: the promotion's own last */
+    }                                            /* fetches wait normally             */
 }
 
 int mc__repl_promote(mc__repl *r, int64_t view)
@@ -551,6 +959,11 @@ int mc__repl_promote(mc__repl *r, int64_t view)
     close_fd(r);
     if (r->broken)
         return MC_UNAVAILABLE_IN_CURRENT_STATUS;
+    if (r->behind) {
+        mc_log(MC_LOG_ERROR, TAG, "this standby's copy misses records its leader no longer "
+               "holds and no snapshot of the leader was loaded since: it will not take over");
+        return MC_UNAVAILABLE_IN_CURRENT_STATUS;
+    }
     if (!r->log) {
         char err[256];
         mc_master_log_sync sync = r->mode == MC_MASTER_HA_SYNC_ASYNC || r->mode ==
@@ -590,12 +1003,17 @@ void mc__repl_free(mc__repl *r)
 {
     if (!r)
         return;
+    if (r->snap_joinable) /* it reads the log: before the log closes */
+        pthread_join(r->snap_thr, NULL);
     if (r->log) {
         r->svc->oplog = NULL;
         mc__oplog_close(r->log);
     }
     r->svc->repl = NULL;
+    free(r->snap);
+    close(r->wake_fd);
     pthread_cond_destroy(&r->cond);
+    pthread_mutex_destroy(&r->smu);
     pthread_mutex_destroy(&r->mu);
     free(r->ring.p);
     free(r);
@@ -614,5 +1032,10 @@ void mc__repl_get_stats(mc__repl *r, mc__repl_stats *out)
     out->records_applied = r->records_applied;
     out->sync_waits = r->sync_waits;
     out->sync_degraded = r->sync_degraded;
+    out->refused = r->refused;
+    out->snapshots_loaded = r->snapshots_loaded;
     pthread_mutex_unlock(&r->mu);
+    pthread_mutex_lock(&r->smu);
+    out->snapshots_built = r->snapshots_built;
+    pthread_mutex_unlock(&r->smu);
 }

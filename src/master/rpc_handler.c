@@ -940,8 +940,8 @@ static int shape_TASK_MARK(mc_master_rpc_handler *h, task_mark_fn fn,
     return REPLY(r);
 }
 
-typedef int (*fetch_log_fn)(mc_master_service *, uint64_t, uint8_t *, size_t, size_t *,
-                            uint64_t *, uint64_t *, uint64_t *);
+typedef int (*fetch_log_fn)(mc_master_service *, const char *, uint64_t, uint8_t *, size_t,
+                            size_t *, uint64_t *, uint64_t *, uint64_t *);
 
 /* FETCH_LOG (HA replication, src/master/replicate.c): whole log frames from from_lsn. */
 static int shape_FETCH_LOG(mc_master_rpc_handler *h, fetch_log_fn fn,
@@ -952,10 +952,35 @@ static int shape_FETCH_LOG(mc_master_rpc_handler *h, fetch_log_fn fn,
     uint8_t *buf = aalloc(h, cap);
     size_t len = 0;
     Mcrpc__FetchLogReply r = MCRPC__FETCH_LOG_REPLY__INIT;
-    r.status = fn(h->svc, req->from_lsn, buf, cap, &len, &r.first_lsn, &r.last_lsn,
-                  &r.base_lsn);
+    r.status = fn(h->svc, req->term_token ? req->term_token : "", req->from_lsn, buf, cap,
+                  &len, &r.first_lsn, &r.last_lsn, &r.base_lsn);
     r.frames.data = buf;
     r.frames.len = len;
+    return REPLY(r);
+}
+
+typedef int (*fetch_snapshot_fn)(mc_master_service *, const char *, uint64_t, uint64_t,
+                                 uint8_t *, size_t, mc_master_snapshot_chunk *);
+
+/* FETCH_SNAPSHOT (HA standby bootstrap, src/master/replicate.c): a chunk of the
+ * leader's snapshot. */
+static int shape_FETCH_SNAPSHOT(mc_master_rpc_handler *h, fetch_snapshot_fn fn,
+                                const Mcrpc__FetchSnapshotRequest *req, OUT)
+{
+    DECODED(req);
+    size_t cap = req->max_bytes && req->max_bytes < (4u << 20) ? req->max_bytes : (4u << 20);
+    uint8_t *buf = aalloc(h, cap);
+    mc_master_snapshot_chunk c = {0};
+    Mcrpc__FetchSnapshotReply r = MCRPC__FETCH_SNAPSHOT_REPLY__INIT;
+    r.status = fn(h->svc, req->term_token ? req->term_token : "", req->snapshot_id,
+                  req->offset, buf, cap, &c);
+    r.ready = c.ready;
+    r.snapshot_id = c.id;
+    r.lsn = c.lsn;
+    r.total_bytes = c.total;
+    r.offset = c.offset;
+    r.data.data = buf;
+    r.data.len = c.len;
     return REPLY(r);
 }
 

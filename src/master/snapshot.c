@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "common/fdio.h"
+#include "master/replicate.h"
 #include "mooncake/log.h"
 
 struct mc_master_persist {
@@ -825,6 +826,70 @@ static void retention(mc_master_persist *p)
     fents_free(logs, nl);
 }
 
+/* Encodes svc's segments and objects as a snapshot at lsn (the file's bytes, magic
+ * first) into b: the segment table under seg_lock (read), then each shard in turn under
+ * its mutex, encoded into memory while the lock is held. flush (NULL: b keeps growing) is
+ * called after the segments, after each shard and after the end frame, with no index
+ * lock held (it writes b out and empties it). 0 or flush's error; *nsegs, *nobjs. */
+static int snap_encode(mc_master_service *svc, uint64_t lsn, mc__buf *b,
+                       int (*flush)(void *, mc__buf *), void *ctx, uint64_t *nsegs,
+                       uint64_t *nobjs)
+{
+    *nsegs = *nobjs = 0;
+    memcpy(mc__buf_room(b, MC_MASTER_LOG_MAGIC_LEN), MC_MASTER_SNAP_MAGIC,
+           MC_MASTER_LOG_MAGIC_LEN);
+    b->len += MC_MASTER_LOG_MAGIC_LEN;
+    Mclog__SnapshotHeader hd = MCLOG__SNAPSHOT_HEADER__INIT;
+    hd.version = 1;
+    hd.created_ms = mc_wall_ms();
+    Mclog__LogRecord rec = MCLOG__LOG_RECORD__INIT;
+    rec.op_case = MCLOG__LOG_RECORD__OP_HEADER;
+    rec.header = &hd;
+    frame_plain(b, lsn, &rec);
+    pthread_rwlock_rdlock(&svc->seg_lock);
+    for (uint32_t i = 0; i < svc->nslots; i++) {
+        seg *s = svc->segs[i];
+        if (s && !s->unmounting) {
+            mc__log_encode_mount(s, b, 0);
+            (*nsegs)++;
+        }
+    }
+    pthread_rwlock_unlock(&svc->seg_lock);
+    int rc = flush ? flush(ctx, b) : 0;
+    for (uint32_t k = 0; !rc && k < svc->nshards; k++) {
+        shard *sh = &svc->shards[k];
+        pthread_mutex_lock(&sh->mu);
+        uint64_t now = now_ms(svc), wall = mc_wall_ms();
+        pthread_rwlock_rdlock(&svc->seg_lock);
+        for (uint32_t i = 0; i <= sh->mask; i++) {
+            obj *o = slot_obj(sh->slots[i]);
+            if (!o)
+                continue; /* a write in flight goes in too, as a start frame */
+            mc__log_encode_put_locked(svc, o, now, wall, b);
+            (*nobjs)++;
+        }
+        pthread_rwlock_unlock(&svc->seg_lock);
+        pthread_mutex_unlock(&sh->mu);
+        rc = flush ? flush(ctx, b) : 0; /* no index lock held across the write */
+    }
+    if (!rc) {
+        Mclog__SnapshotEnd end = MCLOG__SNAPSHOT_END__INIT;
+        end.segments = *nsegs;
+        end.objects = *nobjs;
+        Mclog__LogRecord er = MCLOG__LOG_RECORD__INIT;
+        er.op_case = MCLOG__LOG_RECORD__OP_END;
+        er.end = &end;
+        frame_plain(b, 0, &er);
+        rc = flush ? flush(ctx, b) : 0;
+    }
+    return rc;
+}
+
+static int flush_fd(void *ctx, mc__buf *b)
+{
+    return write_buf(*(const int *)ctx, b);
+}
+
 static int take_snapshot(mc_master_persist *p)
 {
     mc_master_service *svc = p->svc;
@@ -843,54 +908,8 @@ static int take_snapshot(mc_master_persist *p)
     int rc = fd < 0 ? -errno : 0;
     mc__buf b = {0};
     uint64_t nsegs = 0, nobjs = 0;
-    if (!rc) {
-        memcpy(mc__buf_room(&b, MC_MASTER_LOG_MAGIC_LEN), MC_MASTER_SNAP_MAGIC,
-               MC_MASTER_LOG_MAGIC_LEN);
-        b.len += MC_MASTER_LOG_MAGIC_LEN;
-        Mclog__SnapshotHeader hd = MCLOG__SNAPSHOT_HEADER__INIT;
-        hd.version = 1;
-        hd.created_ms = mc_wall_ms();
-        Mclog__LogRecord rec = MCLOG__LOG_RECORD__INIT;
-        rec.op_case = MCLOG__LOG_RECORD__OP_HEADER;
-        rec.header = &hd;
-        frame_plain(&b, lsn, &rec);
-        pthread_rwlock_rdlock(&svc->seg_lock);
-        for (uint32_t i = 0; i < svc->nslots; i++) {
-            seg *s = svc->segs[i];
-            if (s && !s->unmounting) {
-                mc__log_encode_mount(s, &b, 0);
-                nsegs++;
-            }
-        }
-        pthread_rwlock_unlock(&svc->seg_lock);
-        rc = write_buf(fd, &b);
-    }
-    for (uint32_t k = 0; !rc && k < svc->nshards; k++) {
-        shard *sh = &svc->shards[k];
-        pthread_mutex_lock(&sh->mu);
-        uint64_t now = now_ms(svc), wall = mc_wall_ms();
-        pthread_rwlock_rdlock(&svc->seg_lock);
-        for (uint32_t i = 0; i <= sh->mask; i++) {
-            obj *o = slot_obj(sh->slots[i]);
-            if (!o)
-                continue; /* a write in flight goes in too, as a start frame */
-            mc__log_encode_put_locked(svc, o, now, wall, &b);
-            nobjs++;
-        }
-        pthread_rwlock_unlock(&svc->seg_lock);
-        pthread_mutex_unlock(&sh->mu);
-        rc = write_buf(fd, &b); /* no index lock held across the write */
-    }
-    if (!rc) {
-        Mclog__SnapshotEnd end = MCLOG__SNAPSHOT_END__INIT;
-        end.segments = nsegs;
-        end.objects = nobjs;
-        Mclog__LogRecord rec = MCLOG__LOG_RECORD__INIT;
-        rec.op_case = MCLOG__LOG_RECORD__OP_END;
-        rec.end = &end;
-        frame_plain(&b, 0, &rec);
-        rc = write_buf(fd, &b);
-    }
+    if (!rc)
+        rc = snap_encode(svc, lsn, &b, flush_fd, &fd, &nsegs, &nobjs);
     if (!rc && fdatasync(fd) != 0)
         rc = -errno;
     if (fd >= 0)
@@ -915,6 +934,123 @@ static int take_snapshot(mc_master_persist *p)
     free(path);
     pthread_mutex_unlock(&p->snap_mu);
     return rc ? MC_INTERNAL_ERROR : MC_OK;
+}
+
+/* ---- HA standby bootstrap (replicate.h; docs/ha.md "Bootstrap from a snapshot") ---- */
+
+uint8_t *mc__snapshot_encode(mc_master_service *svc, mc__oplog *log, size_t *len,
+                             uint64_t *lsn, uint64_t *nobjs)
+{
+    uint64_t l = 0;
+    if (log) {
+        pthread_mutex_lock(&log->mu);
+        l = log->last_lsn; /* every record at or below it mutated the index already */
+        pthread_mutex_unlock(&log->mu);
+    }
+    mc__buf b = {0};
+    uint64_t nsegs = 0;
+    snap_encode(svc, l, &b, NULL, NULL, &nsegs, nobjs);
+    *len = b.len;
+    *lsn = l;
+    return b.p;
+}
+
+typedef struct snap_check {
+    uint64_t lsn, segs, objs;
+    bool header, end, bad;
+} snap_check;
+
+/* The structure of a snapshot (snap_cb's rules), without building anything. */
+static int check_cb(void *ctx, uint64_t lsn, const Mclog__LogRecord *rec)
+{
+    snap_check *s = ctx;
+    if (s->end || (!s->header && (rec->op_case != MCLOG__LOG_RECORD__OP_HEADER ||
+                                  !rec->header || rec->header->version != 1))) {
+        s->bad = true;
+        return 1;
+    }
+    switch (rec->op_case) {
+    case MCLOG__LOG_RECORD__OP_HEADER:
+        if (s->header) {
+            s->bad = true;
+            return 1;
+        }
+        s->header = true;
+        s->lsn = lsn;
+        return 0;
+    case MCLOG__LOG_RECORD__OP_END:
+        s->end = true;
+        if (!rec->end || rec->end->segments != s->segs || rec->end->objects != s->objs) {
+            s->bad = true;
+            return 1;
+        }
+        return 0;
+    case MCLOG__LOG_RECORD__OP_MOUNT:
+        s->segs++;
+        return 0;
+    case MCLOG__LOG_RECORD__OP_PUT:
+    case MCLOG__LOG_RECORD__OP_START:
+        s->objs++;
+        return 0;
+    default:
+        s->bad = true;
+        return 1;
+    }
+}
+
+typedef struct snap_apply {
+    mc_master_service *svc;
+    uint64_t objs, dropped;
+} snap_apply;
+
+static int live_cb(void *ctx, uint64_t lsn, const Mclog__LogRecord *rec)
+{
+    snap_apply *a = ctx;
+    (void)lsn;
+    int rc = mc_master_log_apply(a->svc, 0, rec);
+    if (rec->op_case == MCLOG__LOG_RECORD__OP_PUT) {
+        if (rc == MC_OK)
+            a->objs++;
+        else
+            a->dropped++; /* a range taken by another object of the fuzzy copy: the log
+                           * after the snapshot's LSN settles it */
+    }
+    return 0;
+}
+
+int mc__snapshot_load_live(mc_master_service *svc, const uint8_t *buf, size_t len,
+                           uint64_t *lsn, uint64_t *objs, uint64_t *dropped)
+{
+    snap_check c = {0};
+    if (len < MC_MASTER_LOG_MAGIC_LEN ||
+        memcmp(buf, MC_MASTER_SNAP_MAGIC, MC_MASTER_LOG_MAGIC_LEN) ||
+        mc_master_log_parse(buf + MC_MASTER_LOG_MAGIC_LEN, len - MC_MASTER_LOG_MAGIC_LEN,
+                            check_cb, &c, NULL, NULL) != MC_MASTER_LOG_END ||
+        !c.header || !c.end || c.bad)
+        return MC_INVALID_PARAMS;
+    /* the copy replaces what this master held: every segment goes, with its objects */
+    for (;;) {
+        mc_master_uuid id = {0, 0};
+        bool any = false;
+        pthread_rwlock_rdlock(&svc->seg_lock);
+        for (uint32_t i = 0; i < svc->nslots && !any; i++) {
+            seg *s = svc->segs[i];
+            if (s && !s->unmounting) {
+                id = s->id;
+                any = true;
+            }
+        }
+        pthread_rwlock_unlock(&svc->seg_lock);
+        if (!any || mc__seg_unmount_id(svc, id) != MC_OK)
+            break;
+    }
+    snap_apply a = {.svc = svc};
+    mc_master_log_parse(buf + MC_MASTER_LOG_MAGIC_LEN, len - MC_MASTER_LOG_MAGIC_LEN, live_cb,
+                        &a, NULL, NULL);
+    *lsn = c.lsn;
+    *objs = a.objs;
+    *dropped = a.dropped;
+    return MC_OK;
 }
 
 int mc_master_persist_snapshot_now(mc_master_persist *p)

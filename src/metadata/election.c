@@ -27,8 +27,11 @@ struct mc_election {
     mc_metadata_kind kind;
     char *key;        /* "mooncake-store/<cluster>/master_view" (Redis: "{<cluster>}") */
     char *vkey;       /* Redis: the view counter "mooncake-store/{<cluster>}/view_version" */
-    char token[33];   /* Redis: our term's random id in the hash while we lead */
+    char token[33];   /* our term's random id while we lead (Redis: in the hash; etcd:
+                       * the value of tkey, under our lease) */
     char *k64;        /* key in base64 */
+    char *tk64;       /* etcd: the term token key "mooncake-store/<cluster>/repl_token",
+                       * base64 */
     uint32_t ttl_s;
     long long lease;  /* our lease id; 0 = none */
     int64_t view;     /* create_revision of our key while we lead; 0 otherwise */
@@ -153,6 +156,10 @@ int mc_election_create(const char *conn, const char *cluster_id, uint32_t ttl_s,
         snprintf(e->vkey, kn, "mooncake-store/{%s}/view_version", cluster_id);
     } else {
         snprintf(e->key, kn, "mooncake-store/%s/master_view", cluster_id);
+        char *tkey = mc_xmalloc(kn);
+        snprintf(tkey, kn, "mooncake-store/%s/repl_token", cluster_id);
+        e->tk64 = mc__md_b64_encode(tkey, strlen(tkey));
+        free(tkey);
     }
     e->k64 = mc__md_b64_encode(e->key, strlen(e->key));
     e->ttl_s = ttl_s;
@@ -172,6 +179,7 @@ void mc_election_destroy(mc_election *e)
     free(e->key);
     free(e->vkey);
     free(e->k64);
+    free(e->tk64);
     free(e);
 }
 
@@ -361,15 +369,23 @@ static uint64_t deadline_from(const mc_election *e, uint64_t t_sent, long long t
     return span > m ? t_sent + span - m : 0;
 }
 
-#ifdef MC_HAVE_HIREDIS
-static int r_campaign(mc_election *e, const char *self, mc_election_view *view,
-                      uint64_t *serve_until_ms)
+/* A new random term token in e->token (32 hex digits). MC_OK or MC_INTERNAL_ERROR. */
+static int new_token(mc_election *e)
 {
     unsigned char rnd[16];
     if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
         return MC_INTERNAL_ERROR;
     for (int i = 0; i < 16; i++)
         snprintf(e->token + 2 * i, 3, "%02x", rnd[i]);
+    return MC_OK;
+}
+
+#ifdef MC_HAVE_HIREDIS
+static int r_campaign(mc_election *e, const char *self, mc_election_view *view,
+                      uint64_t *serve_until_ms)
+{
+    if (new_token(e) != MC_OK)
+        return MC_INTERNAL_ERROR;
     char px[24];
     snprintf(px, sizeof px, "%u", e->ttl_s * 1000u);
     uint64_t t_sent = mc_now_ms();
@@ -453,13 +469,22 @@ int mc_election_campaign(mc_election *e, const char *self, mc_election_view *vie
     e->lease = lease;
     char id[32];
     snprintf(id, sizeof id, "%lld", lease);
+    if (new_token(e) != MC_OK) {
+        drop_lease(e);
+        return MC_INTERNAL_ERROR;
+    }
     char *v64 = mc__md_b64_encode(self, strlen(self));
+    char *t64 = mc__md_b64_encode(e->token, strlen(e->token));
+    /* the view and the term token (who may fetch the log: election.h) in one txn, under
+     * one lease: the token key's create_revision is the view version */
     json_t *req = jpack_or_die(json_pack(
-        "{s:[{s:s, s:s, s:s, s:s}], s:[{s:{s:s, s:s, s:s}}], s:[{s:{s:s}}]}", "compare", "key",
-        e->k64, "target", "CREATE", "result", "EQUAL", "create_revision", "0", "success",
-        "request_put", "key", e->k64, "value", v64, "lease", id, "failure", "request_range",
-        "key", e->k64));
+        "{s:[{s:s, s:s, s:s, s:s}], s:[{s:{s:s, s:s, s:s}}, {s:{s:s, s:s, s:s}}], "
+        "s:[{s:{s:s}}]}", "compare", "key", e->k64, "target", "CREATE", "result", "EQUAL",
+        "create_revision", "0", "success", "request_put", "key", e->k64, "value", v64,
+        "lease", id, "request_put", "key", e->tk64, "value", t64, "lease", id, "failure",
+        "request_range", "key", e->k64));
     free(v64);
+    free(t64);
     rc = call(e, "/v3/kv/txn", req, "campaign", &r);
     if (rc != MC_OK) {
         drop_lease(e); /* the txn's outcome is unknown: the lease takes the key with it */
@@ -627,4 +652,56 @@ int mc_election_watch(mc_election *e, int64_t *from_rev, uint32_t max_ms,
     int rc = mc__md_etcd_stream(e->md, e->stream, "/v3/watch", req, max_ms, watch_msg, &w);
     json_decref(req);
     return rc == MC_OK ? w.rc : rc;
+}
+
+const char *mc_election_term_token(const mc_election *e)
+{
+    return e->lease && e->view ? e->token : "";
+}
+
+int mc_election_read_token(mc_election *e, int64_t version, char *out, size_t cap)
+{
+    if (!out || cap < 33)
+        return MC_INVALID_PARAMS;
+    out[0] = '\0';
+#ifdef MC_HAVE_HIREDIS
+    if (e->kind == MC_METADATA_REDIS) {
+        redisReply *r;
+        const char *argv[] = {"HMGET", e->key, "view_version", "token"};
+        size_t lens[] = {5, strlen(e->key), 12, 5};
+        int rc = mc__md_redis_run(e->md, 4, argv, lens, "read token", e->key, &r);
+        if (rc != MC_OK)
+            return rc;
+        rc = MC_OBJECT_NOT_FOUND;
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+            r->element[0]->type == REDIS_REPLY_STRING &&
+            r->element[1]->type == REDIS_REPLY_STRING && r->element[1]->len < cap &&
+            strtoll(r->element[0]->str, NULL, 10) == version) {
+            memcpy(out, r->element[1]->str, r->element[1]->len);
+            out[r->element[1]->len] = '\0';
+            rc = MC_OK;
+        }
+        freeReplyObject(r);
+        return rc;
+    }
+#endif
+    json_t *r = NULL;
+    int rc = call(e, "/v3/kv/range", jpack_or_die(json_pack("{s:s}", "key", e->tk64)),
+                  "range token", &r);
+    if (rc != MC_OK)
+        return rc;
+    rc = MC_OBJECT_NOT_FOUND;
+    json_t *kv = json_array_get(json_object_get(r, "kvs"), 0);
+    const char *v = json_is_object(kv) ? json_string_value(json_object_get(kv, "value")) : NULL;
+    char *tok = NULL;
+    size_t tlen = 0;
+    if (v && mc__md_json_i64(field(kv, "create_revision", "createRevision")) == version &&
+        mc__md_b64_decode(v, strlen(v), &tok, &tlen) == 0 && tlen > 0 && tlen < cap) {
+        memcpy(out, tok, tlen);
+        out[tlen] = '\0';
+        rc = MC_OK;
+    }
+    free(tok);
+    json_decref(r);
+    return rc;
 }

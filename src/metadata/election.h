@@ -49,6 +49,7 @@
 #include <stdint.h>
 
 #define MC_ELECTION_ADDR_MAX 256 /* bytes of a leader address, with the NUL */
+#define MC_ELECTION_TOKEN_MAX 64 /* bytes of a term token buffer, with the NUL */
 #define MC_ELECTION_CLUSTER_MAX 128
 #define MC_ELECTION_MIN_TTL_S 1
 #define MC_ELECTION_MAX_TTL_S 3600
@@ -138,5 +139,20 @@ int mc_election_watch(mc_election *e, int64_t *from_rev, uint32_t max_ms,
 /* mc_election_watch_stop: makes the running mc_election_watch return at once, and every
  * later one return MC_OK without watching. Any thread; e stays valid. */
 void mc_election_watch_stop(mc_election *e);
+
+/* Who may fetch the leader's log (master/replicate.c, docs/ha.md "Who may fetch"): at
+ * each election the winner draws a random term token (32 hex digits) and publishes it
+ * with its lease: etcd: the key `mooncake-store/<cluster_id>/repl_token`, put in the
+ * campaign's txn with the view (so its create_revision is the view version); Redis: the
+ * view hash's `token` field. Readers of the election backend (the standbys) learn it;
+ * a peer that only reaches the RPC port does not.
+ * mc_election_term_token: our token while we lead ("" otherwise; borrowed, lives until
+ * the next campaign). */
+const char *mc_election_term_token(const mc_election *e);
+
+/* mc_election_read_token: the token of the leader of view `version` into out (cap >= 33
+ * bytes). MC_OK; MC_OBJECT_NOT_FOUND (no token of that view: the leader changed, or
+ * none is published); a transport code. */
+int mc_election_read_token(mc_election *e, int64_t version, char *out, size_t cap);
 
 #endif

@@ -106,7 +106,9 @@
       mark_task_request, status_reply, TASK_MARK, mc_master_service_mark_task_to_complete,  \
       OP)                                                                                    \
     X(FETCH_LOG, 85, "fetch_log", "fetch_log", fetch_log_request, fetch_log_reply,          \
-      FETCH_LOG, mc_master_service_fetch_log, NONE)
+      FETCH_LOG, mc_master_service_fetch_log, NONE)                                          \
+    X(FETCH_SNAPSHOT, 86, "fetch_snapshot", "fetch_snapshot", fetch_snapshot_request,       \
+      fetch_snapshot_reply, FETCH_SNAPSHOT, mc_master_service_fetch_snapshot, NONE)
 /* clang-format on */
 
 /* Row filters on COUNT for generators: MC__RPC_IF_OP_##COUNT(...) keeps its arguments
