@@ -15,6 +15,7 @@
 #include "master.pb-c.h"
 #include "master/rpc_server.h"
 #include "rpc/arena.h"
+#include "rpc/pbenc.h"
 #include "rpc/master_rpcs.h"
 
 #define TAG "master-rpc"
@@ -278,7 +279,13 @@ static int pack_reply(mc_master_rpc_handler *h, const ProtobufCMessage *msg,
                       const uint8_t **reply, size_t *reply_len)
 {
     MC_ASSERT(msg->descriptor == h->want_reply);
-    size_t need = protobuf_c_message_get_packed_size(msg) + MC_VIEW_FIELD_MAX;
+    /* The hot batch replies by hand (rpc/pbenc.h: the same bytes, about a tenth of
+     * protobuf-c's instructions); every other reply through protobuf-c. */
+    mc__pbenc_items items;
+    bool by_hand = mc__pbenc_items_of(msg, &items) && mc__pbenc_items_ok(msg, &items);
+    size_t need = (by_hand ? mc__pbenc_items_size(&items)
+                           : protobuf_c_message_get_packed_size(msg)) +
+                  MC_VIEW_FIELD_MAX;
     if (need > h->out_cap) {
         size_t cap = h->out_cap ? h->out_cap : 4096;
         while (cap < need)
@@ -287,7 +294,8 @@ static int pack_reply(mc_master_rpc_handler *h, const ProtobufCMessage *msg,
         h->out = mc_xmalloc(cap);
         h->out_cap = cap;
     }
-    size_t got = protobuf_c_message_pack(msg, h->out);
+    size_t got = by_hand ? mc__pbenc_items_pack(&items, h->out)
+                         : protobuf_c_message_pack(msg, h->out);
     *reply = h->out;
     *reply_len = got + append_view(h, h->out + got, h->out_cap - got);
     return 0;

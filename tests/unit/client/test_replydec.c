@@ -3,7 +3,9 @@
  * four decoded types, packed by protobuf-c, must be taken by the hand decoder and decode
  * equal both ways (replydec_check.h); random corruptions of them (byte flips, cuts,
  * inserted bytes) and encodings the hand decoder leaves alone (unknown fields, an id
- * given twice, unpacked lists) must never decode differently. Deterministic (fixed
+ * given twice, unpacked lists) must never decode differently. The master's hand-written
+ * encoder of the same replies (rpc/pbenc.h) must write protobuf-c's bytes for random
+ * messages. Deterministic (fixed
  * seed). With MC_REPLYDEC_CORPUS=DIR it also writes a few of the valid bodies there as
  * seeds for fuzz_replydec (first byte: the type's index in replydec_descs). */
 #include <setjmp.h>
@@ -16,6 +18,7 @@
 #include <cmocka.h>
 
 #include "../../fuzz/replydec_check.h"
+#include "rpc/pbenc.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
@@ -211,6 +214,31 @@ static void test_valid_messages(void **state)
     }
 }
 
+/* The master's hand-written encoder (rpc/pbenc.h) writes protobuf-c's bytes. */
+static void test_encoder_matches_protobuf_c(void **state)
+{
+    (void)state;
+    static gen g;
+    static uint8_t buf[BUFCAP], mine[BUFCAP];
+    for (unsigned it = 0; it < 2000; it++) {
+        unsigned which = it % 2; /* the two replica-list replies */
+        size_t n = gen_packed(&g, which, buf, sizeof buf);
+        const ProtobufCMessage *m = which ? &g.m.put.base : &g.m.get.base;
+        mc__pbenc_items r = {0};
+        assert_true(mc__pbenc_items_of(m, &r));
+        assert_true(mc__pbenc_items_ok(m, &r));
+        assert_int_equal(mc__pbenc_items_size(&r), n);
+        memset(mine, 0xa5, sizeof mine);
+        assert_int_equal(mc__pbenc_items_pack(&r, mine), n);
+        if (memcmp(mine, buf, n))
+            fail_msg("iteration %u (type %u, %zu bytes): the encodings differ", it, which, n);
+    }
+    /* other messages are left to protobuf-c */
+    mcrpc__batch_status_reply__init(&g.m.st);
+    mc__pbenc_items r = {0};
+    assert_false(mc__pbenc_items_of(&g.m.st.base, &r));
+}
+
 /* Corrupted messages: whatever the hand decoder takes, protobuf-c reads the same. */
 static void test_corrupted_messages(void **state)
 {
@@ -318,6 +346,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_valid_messages),
+        cmocka_unit_test(test_encoder_matches_protobuf_c),
         cmocka_unit_test(test_corrupted_messages),
         cmocka_unit_test(test_left_to_protobuf_c),
         cmocka_unit_test(test_arena_limit),
