@@ -6,6 +6,7 @@
 
 #include "client/internal.h"
 #include "rpc/limits.h"
+#include "rpc/pbdec.h"
 #include "rpc/pbwire.h"
 
 void mc__pb_uuid(Mcrpc__Uuid *u, mc_master_uuid id)
@@ -179,25 +180,6 @@ static bool rd_skip_len(const uint8_t **pp, const uint8_t *end)
     return true;
 }
 
-static bool rd_uuid(const uint8_t *p, const uint8_t *end, Mcrpc__Uuid *u)
-{
-    static const Mcrpc__Uuid init = MCRPC__UUID__INIT;
-    *u = init;
-    while (p < end) {
-        uint8_t t = *p++;
-        if (t == TAG_F64(1)) {
-            if (!mc__pb_fixed64(&p, end, &u->first))
-                return false;
-        } else if (t == TAG_F64(2)) {
-            if (!mc__pb_fixed64(&p, end, &u->second))
-                return false;
-        } else {
-            return false;
-        }
-    }
-    return true;
-}
-
 static bool rd_string(mc__arena *a, const uint8_t **pp, const uint8_t *end, char **out)
 {
     const uint8_t *d;
@@ -227,7 +209,7 @@ static bool rd_segment_ref(mc__arena *a, const uint8_t *p, const uint8_t *end,
             if (r->id || !rd_field(&p, end, &d, &n))
                 return false;
             Mcrpc__Uuid *u = mc__arena_alloc(a, sizeof *u);
-            if (!u || !rd_uuid(d, d + n, u))
+            if (!u || !mc__pbdec_uuid(d, d + n, u))
                 return false;
             r->id = u;
         } else if (t == TAG_L(2)) {

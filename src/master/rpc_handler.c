@@ -15,6 +15,7 @@
 #include "master.pb-c.h"
 #include "master/rpc_server.h"
 #include "rpc/arena.h"
+#include "rpc/pbdec.h"
 #include "rpc/pbenc.h"
 #include "rpc/master_rpcs.h"
 
@@ -988,6 +989,26 @@ const char *mc_master_rpc_opcode_name(uint16_t opcode)
     }
 }
 
+/* BatchKeysRequest (batch get / exist / end / revoke / remove / replica clear) is decoded
+ * by hand (rpc/pbdec.h); a body that decoder leaves goes to protobuf-c from a clean
+ * arena. */
+static Mcrpc__BatchKeysRequest *unpack_batch_keys(mc_master_rpc_handler *h, size_t len,
+                                                  const uint8_t *body)
+{
+    Mcrpc__BatchKeysRequest *r = mc__pbdec_batch_keys(&h->ar, len, body);
+    if (r)
+        return r;
+    size_t limit = h->ar.limit;
+    mc__arena_reset(&h->ar);
+    h->ar.limit = limit;
+    return (mcrpc__batch_keys_request__unpack)(&h->alloc, len, body);
+}
+
+/* The table's rows name their request's typed unpack function; this one (a
+ * function-like macro of the generated function's name, expanded when the dispatch's
+ * pasted name is rescanned) routes to unpack_batch_keys, keeping the row's type. */
+#define mcrpc__batch_keys_request__unpack(alloc, len, body) unpack_batch_keys(h, len, body)
+
 static int dispatch(mc_master_rpc_handler *h, uint16_t op, const uint8_t *body, size_t len,
                     const uint8_t **reply, size_t *reply_len)
 {
@@ -1006,6 +1027,7 @@ static int dispatch(mc_master_rpc_handler *h, uint16_t op, const uint8_t *body, 
         return MC_NOT_SUPPORTED;
     }
 }
+#undef mcrpc__batch_keys_request__unpack
 
 int mc_master_rpc_handle(mc_master_rpc_handler *h, uint16_t opcode, const uint8_t *body,
                          size_t len, const uint8_t **reply, size_t *reply_len)

@@ -1,8 +1,8 @@
 /* libFuzzer target: the client's hand-written decoder of the master's batch replies
  * (mc__replydec_unpack, src/client/master_codec.c, compiled in for coverage) against
- * protobuf-c's unpack on the same bytes. The first input byte picks the message type
- * (replydec_descs: the four it decodes and one it must leave alone), the rest is the
- * body. Whenever the hand decoder returns a message, protobuf-c must return an equal one
+ * protobuf-c's unpack on the same bytes, and the master's BatchKeysRequest decoder
+ * (rpc/pbdec.h) likewise. The first input byte picks the message type (replydec_descs:
+ * the five decoded by hand and one left alone), the rest is the body. Whenever the hand decoder returns a message, protobuf-c must return an equal one
  * (replydec_check.h); a difference aborts. Seeds: tests/fuzz/corpus/replydec. */
 #include <stddef.h>
 #include <stdint.h>

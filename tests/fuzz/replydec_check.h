@@ -1,5 +1,6 @@
 /* replydec_check.h: the property the client's hand-written reply decoder
- * (mc__replydec_unpack, src/client/master_codec.c) must keep, shared by the libFuzzer
+ * (mc__replydec_unpack, src/client/master_codec.c) and the master's request decoder
+ * (mc__pbdec_batch_keys, rpc/pbdec.h) must keep, shared by the libFuzzer
  * target (fuzz_replydec.c) and the unit test (tests/unit/client/test_replydec.c):
  * whenever it returns a message for a body, protobuf-c's protobuf_c_message_unpack
  * returns one too, equal field for field (compared through the descriptors, recursively)
@@ -15,14 +16,17 @@
 #include "client/internal.h"
 #include "master.pb-c.h"
 #include "rpc/arena.h"
+#include "rpc/pbdec.h"
 
-/* The messages the decoder handles, and one it leaves to protobuf-c. */
+/* The messages the decoders handle (four replies, mc__replydec_unpack; the master's
+ * batch request, mc__pbdec_batch_keys), and one they leave to protobuf-c (index 4). */
 static const ProtobufCMessageDescriptor *const replydec_descs[] = {
     &mcrpc__batch_get_replica_list_reply__descriptor,
     &mcrpc__batch_put_start_reply__descriptor,
     &mcrpc__batch_status_reply__descriptor,
     &mcrpc__batch_exist_key_reply__descriptor,
     &mcrpc__get_replica_list_reply__descriptor,
+    &mcrpc__batch_keys_request__descriptor,
 };
 #define REPLYDEC_NDESCS (sizeof replydec_descs / sizeof replydec_descs[0])
 
@@ -112,7 +116,13 @@ static int replydec_check(const ProtobufCMessageDescriptor *desc, const uint8_t 
 {
     mc__arena ar = {0};
     ar.limit = 64u << 20;
-    const ProtobufCMessage *fast = mc__replydec_unpack(desc, &ar, len, body);
+    const ProtobufCMessage *fast;
+    if (desc == &mcrpc__batch_keys_request__descriptor) {
+        const Mcrpc__BatchKeysRequest *k = mc__pbdec_batch_keys(&ar, len, body);
+        fast = k ? &k->base : NULL;
+    } else {
+        fast = mc__replydec_unpack(desc, &ar, len, body);
+    }
     ProtobufCMessage *slow = protobuf_c_message_unpack(desc, NULL, len, body);
     int rc = 0;
     if (fast)

@@ -139,6 +139,35 @@ static void gen_codes(gen *g, size_t *n, int32_t **v)
     *v = *n ? g->codes : NULL;
 }
 
+static uint8_t keybytes[MAXN][32];
+static ProtobufCBinaryData keys[MAXN];
+static Mcrpc__BatchKeysRequest kreq;
+static Mcrpc__Uuid kid;
+static char kseg[24];
+
+static ProtobufCMessage *gen_keys_request(void)
+{
+    mcrpc__batch_keys_request__init(&kreq);
+    if (rnd() % 4) {
+        mcrpc__uuid__init(&kid);
+        kid.first = rnd_u64();
+        kid.second = rnd_u64();
+        kreq.client_id = &kid;
+    }
+    kreq.n_keys = rnd() % MAXN;
+    for (size_t i = 0; i < kreq.n_keys; i++) {
+        keys[i].len = rnd() % sizeof keybytes[i];
+        for (size_t j = 0; j < keys[i].len; j++)
+            keybytes[i][j] = (uint8_t)rnd();
+        keys[i].data = keys[i].len ? keybytes[i] : NULL;
+    }
+    kreq.keys = kreq.n_keys ? keys : NULL;
+    kreq.force = rnd() % 2;
+    if (rnd() % 2)
+        kreq.segment_name = rnd_str(kseg, sizeof kseg);
+    return &kreq.base;
+}
+
 /* A random message of replydec_descs[which], packed into buf; its length. */
 static size_t gen_packed(gen *g, unsigned which, uint8_t *buf, size_t cap)
 {
@@ -166,6 +195,9 @@ static size_t gen_packed(gen *g, unsigned which, uint8_t *buf, size_t cap)
         g->m.st.status = rnd_i32();
         g->m.st.view = (int64_t)rnd_u64();
         m = &g->m.st.base;
+        break;
+    case 5:
+        m = gen_keys_request();
         break;
     default:
         mcrpc__batch_exist_key_reply__init(&g->m.ex);
@@ -203,8 +235,8 @@ static void test_valid_messages(void **state)
     static gen g;
     static uint8_t buf[BUFCAP];
     const char *corpus = getenv("MC_REPLYDEC_CORPUS");
-    for (unsigned it = 0; it < 2000; it++) {
-        unsigned which = it % 4;
+    for (unsigned it = 0; it < 2500; it++) {
+        unsigned which = it % 5 == 4 ? 5 : it % 5;
         size_t n = gen_packed(&g, which, buf, sizeof buf);
         int rc = replydec_check(replydec_descs[which], buf, n);
         if (rc != 1)
@@ -246,8 +278,8 @@ static void test_corrupted_messages(void **state)
     static gen g;
     static uint8_t buf[BUFCAP + 16];
     unsigned taken = 0, left = 0;
-    for (unsigned it = 0; it < 6000; it++) {
-        unsigned which = it % 4;
+    for (unsigned it = 0; it < 7500; it++) {
+        unsigned which = it % 5 == 4 ? 5 : it % 5;
         size_t n = gen_packed(&g, which, buf, BUFCAP);
         switch (rnd() % 4) {
         case 0: /* flip one to three bytes */
@@ -315,6 +347,10 @@ static void test_left_to_protobuf_c(void **state)
     static const uint8_t longtag[] = {0x88, 0x00, 0x02};
     assert_true(slow_ok(get, longtag, sizeof longtag));
     assert_int_equal(replydec_check(get, longtag, sizeof longtag), 0);
+    /* a request whose force is a two-byte varint */
+    static const uint8_t force2[] = {0x18, 0x81, 0x00};
+    assert_true(slow_ok(replydec_descs[5], force2, sizeof force2));
+    assert_int_equal(replydec_check(replydec_descs[5], force2, sizeof force2), 0);
     /* another message type is never decoded by hand */
     static const uint8_t plain[] = {0x08, 0x02};
     assert_int_equal(replydec_check(replydec_descs[4], plain, sizeof plain), 0);
