@@ -121,12 +121,9 @@ static inline int32_t mc__pb_sint32(uint64_t v)
 /* Bytes of v as a varint (1..10). */
 static inline size_t mc__pb_varint_size(uint64_t v)
 {
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
+    /* 7 bits a byte: (bit width * 9 + 64) / 64 = ceil(bit width / 7), 1 for 0 */
+    unsigned bits = 64u - (unsigned)__builtin_clzll(v | 1);
+    return (bits * 9u + 64u) / 64u;
 }
 
 /* Writes v as a varint at p; returns the bytes written. */
