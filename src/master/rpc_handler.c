@@ -284,7 +284,7 @@ static int pack_reply(mc_master_rpc_handler *h, const ProtobufCMessage *msg,
      * protobuf-c's instructions); every other reply through protobuf-c. */
     mc__pbenc_items items;
     bool by_hand = mc__pbenc_items_of(msg, &items) && mc__pbenc_items_ok(msg, &items);
-    size_t need = (by_hand ? mc__pbenc_items_size(&items)
+    size_t need = (by_hand ? mc__pbenc_items_bound(&items)
                            : protobuf_c_message_get_packed_size(msg)) +
                   MC_VIEW_FIELD_MAX;
     if (need > h->out_cap) {

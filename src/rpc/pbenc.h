@@ -27,54 +27,9 @@ typedef struct mc__pbenc_items {
     int64_t view;
 } mc__pbenc_items;
 
-static inline size_t mc__pbenc_field_u(uint64_t v)
-{
-    return v ? 1 + mc__pb_varint_size(v) : 0;
-}
-
-static inline size_t mc__pbenc_len_field(size_t len)
-{
-    return 1 + mc__pb_varint_size(len) + len;
-}
-
 static inline size_t mc__pbenc_str_len(const char *s)
 {
     return s ? strlen(s) : 0;
-}
-
-static inline size_t mc__pbenc_replica_size(const Mcrpc__ReplicaDescriptor *d)
-{
-    return mc__pbenc_field_u(d->segment) + mc__pbenc_field_u(d->address) +
-           mc__pbenc_field_u(d->size) + mc__pbenc_field_u(mc__pb_int32((int32_t)d->status)) +
-           mc__pbenc_field_u(d->fence_epoch) +
-           mc__pbenc_field_u(mc__pb_int32((int32_t)d->type));
-}
-
-static inline size_t mc__pbenc_list_size(const Mcrpc__ReplicaList *l)
-{
-    size_t n = mc__pbenc_field_u(mc__pb_zigzag32(l->status)) +
-               mc__pbenc_field_u(l->lease_ttl_ms);
-    for (size_t i = 0; i < l->n_replicas; i++)
-        n += mc__pbenc_len_field(mc__pbenc_replica_size(l->replicas[i]));
-    return n;
-}
-
-static inline size_t mc__pbenc_uuid_size(const Mcrpc__Uuid *u)
-{
-    return (u->first ? 9 : 0) + (u->second ? 9 : 0);
-}
-
-static inline size_t mc__pbenc_segref_size(const Mcrpc__SegmentRef *s)
-{
-    size_t n = 0, e = mc__pbenc_str_len(s->transport_endpoint),
-           p = mc__pbenc_str_len(s->protocol);
-    if (s->id)
-        n += mc__pbenc_len_field(mc__pbenc_uuid_size(s->id));
-    if (e)
-        n += mc__pbenc_len_field(e);
-    if (p)
-        n += mc__pbenc_len_field(p);
-    return n;
 }
 
 /* True when m (and everything under it) has no unknown fields: the only thing protobuf-c
@@ -98,16 +53,35 @@ static inline bool mc__pbenc_items_ok(const ProtobufCMessage *m, const mc__pbenc
     return true;
 }
 
-/* The packed size of r (what protobuf_c_message_get_packed_size returns). */
-static inline size_t mc__pbenc_items_size(const mc__pbenc_items *r)
+/* At least the packed size of r (every length prefix counted at 5 bytes, every varint
+ * at 10): the room mc__pbenc_items_pack needs. */
+static inline size_t mc__pbenc_items_bound(const mc__pbenc_items *r)
 {
-    size_t n = mc__pbenc_field_u(mc__pb_zigzag32(r->status)) +
-               mc__pbenc_field_u((uint64_t)r->view);
+    size_t n = 2 * 11;
     for (size_t i = 0; i < r->n_items; i++)
-        n += mc__pbenc_len_field(mc__pbenc_list_size(r->items[i]));
-    for (size_t i = 0; i < r->n_segments; i++)
-        n += mc__pbenc_len_field(mc__pbenc_segref_size(r->segments[i]));
+        n += 6 + 2 * 11 + r->items[i]->n_replicas * (6 + 6 * 11);
+    for (size_t i = 0; i < r->n_segments; i++) {
+        const Mcrpc__SegmentRef *s = r->segments[i];
+        n += 6 + (6 + 18) + 2 * 6 + mc__pbenc_str_len(s->transport_endpoint) +
+             mc__pbenc_str_len(s->protocol);
+    }
     return n;
+}
+
+/* A sub-message written as one byte of tag, one byte kept for its length and its body
+ * up to end: writes the length there, moving the body up when the length takes more
+ * than one byte. Returns the new end. */
+static inline uint8_t *mc__pbenc_close(uint8_t *head, uint8_t *end)
+{
+    size_t len = (size_t)(end - (head + 1));
+    if (len < 0x80) {
+        *head = (uint8_t)len;
+        return end;
+    }
+    size_t ls = mc__pb_varint_size(len);
+    memmove(head + ls, head + 1, len);
+    mc__pb_put_varint(head, len);
+    return head + ls + len;
 }
 
 static inline size_t mc__pbenc_put_u(uint8_t *p, unsigned field, uint64_t v)
@@ -144,37 +118,47 @@ static inline size_t mc__pbenc_put_fixed64(uint8_t *p, unsigned field, uint64_t 
     return 9;
 }
 
-/* Writes r at out (mc__pbenc_items_size(r) bytes of room); returns the bytes written. */
+/* Writes r at out (mc__pbenc_items_bound(r) bytes of room); returns the bytes written
+ * (protobuf-c's packed size). Each sub-message is written once: its length prefix is
+ * filled in after its body (mc__pbenc_close). */
 static inline size_t mc__pbenc_items_pack(const mc__pbenc_items *r, uint8_t *out)
 {
     uint8_t *p = out;
     p += mc__pbenc_put_u(p, 1, mc__pb_zigzag32(r->status));
     for (size_t i = 0; i < r->n_items; i++) {
         const Mcrpc__ReplicaList *l = r->items[i];
-        p += mc__pbenc_put_head(p, 2, mc__pbenc_list_size(l));
+        *p++ = MC__PB_TAG(2, MC__PB_LEN);
+        uint8_t *lh = p++;
         p += mc__pbenc_put_u(p, 1, mc__pb_zigzag32(l->status));
         for (size_t j = 0; j < l->n_replicas; j++) {
             const Mcrpc__ReplicaDescriptor *d = l->replicas[j];
-            p += mc__pbenc_put_head(p, 2, mc__pbenc_replica_size(d));
+            *p++ = MC__PB_TAG(2, MC__PB_LEN);
+            uint8_t *dh = p++; /* at most 66 bytes follow: a one-byte length */
             p += mc__pbenc_put_u(p, 1, d->segment);
             p += mc__pbenc_put_u(p, 2, d->address);
             p += mc__pbenc_put_u(p, 3, d->size);
             p += mc__pbenc_put_u(p, 4, mc__pb_int32((int32_t)d->status));
             p += mc__pbenc_put_u(p, 5, d->fence_epoch);
             p += mc__pbenc_put_u(p, 6, mc__pb_int32((int32_t)d->type));
+            *dh = (uint8_t)(p - (dh + 1));
         }
         p += mc__pbenc_put_u(p, 3, l->lease_ttl_ms);
+        p = mc__pbenc_close(lh, p);
     }
     for (size_t i = 0; i < r->n_segments; i++) {
         const Mcrpc__SegmentRef *s = r->segments[i];
-        p += mc__pbenc_put_head(p, 3, mc__pbenc_segref_size(s));
+        *p++ = MC__PB_TAG(3, MC__PB_LEN);
+        uint8_t *sh = p++;
         if (s->id) {
-            p += mc__pbenc_put_head(p, 1, mc__pbenc_uuid_size(s->id));
+            *p++ = MC__PB_TAG(1, MC__PB_LEN);
+            uint8_t *uh = p++;
             p += mc__pbenc_put_fixed64(p, 1, s->id->first);
             p += mc__pbenc_put_fixed64(p, 2, s->id->second);
+            *uh = (uint8_t)(p - (uh + 1));
         }
         p += mc__pbenc_put_str(p, 2, s->transport_endpoint);
         p += mc__pbenc_put_str(p, 3, s->protocol);
+        p = mc__pbenc_close(sh, p);
     }
     p += mc__pbenc_put_u(p, 15, (uint64_t)r->view);
     return (size_t)(p - out);

@@ -259,7 +259,8 @@ static void test_encoder_matches_protobuf_c(void **state)
         mc__pbenc_items r = {0};
         assert_true(mc__pbenc_items_of(m, &r));
         assert_true(mc__pbenc_items_ok(m, &r));
-        assert_int_equal(mc__pbenc_items_size(&r), n);
+        assert_true(mc__pbenc_items_bound(&r) >= n);
+        assert_true(mc__pbenc_items_bound(&r) <= sizeof mine);
         memset(mine, 0xa5, sizeof mine);
         assert_int_equal(mc__pbenc_items_pack(&r, mine), n);
         if (memcmp(mine, buf, n))
