@@ -5,7 +5,8 @@
  * Files of the module (each says what it owns at its top):
  *   master RPC client (library mc_client):
  *     master_conn.c    connection pool, framing, pipelining (mc__rpc_run), create/destroy
- *     master_codec.c   conversions between our types and the protobuf wire types
+ *     master_codec.c   conversions between our types and the protobuf wire types, and
+ *                      the hand-written decoders of the hot batch replies
  *     master_rpc.c     the single-key / single-request RPCs
  *     master_batch.c   the batch RPCs (split into chunks, pipelined on one connection)
  *   store client (library mc_store, include/mooncake/store.h):
