@@ -84,10 +84,13 @@ int mc__master_env_timeout(uint32_t *out);
 
 /* ---- wire conversions (master_codec.c) ---- */
 
-/* A reply's segment table (borrowed from the decoded reply). */
+/* A reply's segment table (borrowed from the decoded reply), with the string lengths of
+ * the entry mc__pb_replicas used last (consecutive keys mostly share a segment). */
 typedef struct mc__segtab {
     Mcrpc__SegmentRef **v;
     size_t n;
+    size_t memo;       /* index + 1 of the entry elen / plen are of; 0: none */
+    size_t elen, plen; /* its transport_endpoint's and protocol's lengths */
 } mc__segtab;
 
 void mc__pb_uuid(Mcrpc__Uuid *u, mc_master_uuid id);
@@ -96,8 +99,8 @@ void mc__pb_uuid(Mcrpc__Uuid *u, mc_master_uuid id);
 int mc__pb_segtab(Mcrpc__SegmentRef **v, size_t n, mc__segtab *t);
 /* Replica descriptors from the master into out. MC_RPC_FAIL when they break the
  * protocol (too many, a segment index outside the reply's table). */
-int mc__pb_replicas(Mcrpc__ReplicaDescriptor **v, size_t n, uint64_t lease,
-                    const mc__segtab *t, mc_master_replica_list *out);
+int mc__pb_replicas(Mcrpc__ReplicaDescriptor **v, size_t n, uint64_t lease, mc__segtab *t,
+                    mc_master_replica_list *out);
 /* cfg (NULL: one replica, defaults) -> wire config; MC_INVALID_PARAMS when it cannot be
  * sent. Strings stay borrowed from cfg. */
 int mc__pb_config(const mc_master_put_config *cfg, Mcrpc__ReplicateConfig *pc);

@@ -16,22 +16,12 @@ void mc__pb_uuid(Mcrpc__Uuid *u, mc_master_uuid id)
     u->second = id.second;
 }
 
-static bool copy_str(char *dst, size_t cap, const char *src)
-{
-    if (!src)
-        src = "";
-    size_t n = strnlen(src, cap);
-    if (n >= cap)
-        return false;
-    memcpy(dst, src, n + 1);
-    return true;
-}
-
 /* Checks every entry once: the strings fit mc_master_replica's fields. */
 int mc__pb_segtab(Mcrpc__SegmentRef **v, size_t n, mc__segtab *t)
 {
     t->v = v;
     t->n = n;
+    t->memo = 0;
     for (size_t i = 0; i < n; i++) {
         const char *e = v[i]->transport_endpoint ? v[i]->transport_endpoint : "";
         const char *p = v[i]->protocol ? v[i]->protocol : "";
@@ -44,8 +34,8 @@ int mc__pb_segtab(Mcrpc__SegmentRef **v, size_t n, mc__segtab *t)
 
 /* Replica descriptors from the master into out. MC_RPC_FAIL when they break the
  * protocol (too many, a segment index outside the reply's table). */
-int mc__pb_replicas(Mcrpc__ReplicaDescriptor **v, size_t n, uint64_t lease,
-                    const mc__segtab *t, mc_master_replica_list *out)
+int mc__pb_replicas(Mcrpc__ReplicaDescriptor **v, size_t n, uint64_t lease, mc__segtab *t,
+                    mc_master_replica_list *out)
 {
     out->n = 0;
     out->lease_ttl_ms = lease;
@@ -64,9 +54,17 @@ int mc__pb_replicas(Mcrpc__ReplicaDescriptor **v, size_t n, uint64_t lease,
         r->status = (int)d->status;
         r->fence_epoch = d->fence_epoch;
         r->type = (int)d->type; /* MEMORY, or LOCAL_DISK (read through its owner) */
-        /* Cannot truncate: mc__pb_segtab checked every string of the table. */
-        copy_str(r->transport_endpoint, sizeof r->transport_endpoint, sr->transport_endpoint);
-        copy_str(r->protocol, sizeof r->protocol, sr->protocol);
+        /* Cannot truncate: mc__pb_segtab checked every string of the table (so each
+         * has its NUL within the field's size). */
+        const char *e = sr->transport_endpoint ? sr->transport_endpoint : "";
+        const char *pr = sr->protocol ? sr->protocol : "";
+        if (t->memo != (size_t)d->segment + 1) {
+            t->elen = strlen(e);
+            t->plen = strlen(pr);
+            t->memo = (size_t)d->segment + 1;
+        }
+        memcpy(r->transport_endpoint, e, t->elen + 1);
+        memcpy(r->protocol, pr, t->plen + 1);
     }
     out->n = (uint32_t)n;
     return MC_OK;
