@@ -15,7 +15,9 @@ both figures cover exactly the measured batches:
   get    batch_get_into of BATCH stored keys (checked)
   exist  batch_is_exist of BATCH stored keys (the master's batch_is_exist)
 Reported per key: client Ir, client Ir without memcpy/memmove's own instructions (the
-value copy), master Ir (every thread: RPC decode, lookup, encode, plus its I/O loop and
+value copy), client Ir without the bench's own key formatting (the snprintf per key that
+bench_store_ops's put loop runs to name new keys: ~1,280 Ir/key, in every put figure
+before this column existed), master Ir (every thread: RPC decode, lookup, encode, plus its I/O loop and
 whatever its timers did meanwhile, so it moves by ~20% between runs), and the master's
 Ir inside mc_master_rpc_handle (decode, service, encode of the requests: the per-key
 part; a heartbeat ping or two land there too).
@@ -118,6 +120,31 @@ def inclusive_of(path, name):
     return total
 
 
+def inclusive_from(path, name, caller):
+    """The inclusive Ir of the calls to function `name` made from function `caller`."""
+    names, total, want, fn = {}, 0, False, None
+    with open(path, errors="replace") as f:
+        for line in f:
+            if line.startswith(("fn=", "cfn=")):
+                key, _, rest = line.rstrip("\n").partition("=")
+                m = re.match(r"\((\d+)\)(?: (.*))?$", rest)
+                if m and m.group(2) is not None:
+                    names[m.group(1)] = m.group(2)
+                nm = names.get(m.group(1), "?") if m else rest
+                if key == "fn":
+                    fn, want = nm, False
+                else:
+                    want = nm == name and fn == caller
+            elif line.startswith("calls="):
+                line = next(f)
+                if want:
+                    parts = line.split()
+                    if len(parts) >= 2:
+                        total += int(parts[1])
+                want = False
+    return total
+
+
 def measured_dump(prefix):
     for f in sorted(glob.glob(prefix + "*")):
         with open(f, errors="replace") as fh:
@@ -208,16 +235,22 @@ def run_build(build, args, env, tmp):
             ctot, _, ccopy = parse_callgrind(cdump)
             mtot, _, _ = parse_callgrind(mdump)
             mhandler = inclusive_of(mdump, "mc_master_rpc_handle")
+            # the bench's own key formatting (snprintf per key in one_batch / make_keys,
+            # inside the measured loop for put): not the store's cost
+            cbench = inclusive_from(cdump, "snprintf", "one_batch") + \
+                inclusive_from(cdump, "snprintf", "make_keys")
             keys = info["keys"]
             rows.append({"op": op, "size": args.size, "batch": args.batch,
                          "iters": args.iters, "keys": keys, "path": "tcp" if args.tcp
                          else "same-host", "client_Ir_per_key": ctot / keys,
                          "client_Ir_nocopy_per_key": (ctot - ccopy) / keys,
+                         "client_Ir_nobench_per_key": (ctot - cbench) / keys,
                          "master_Ir_per_key": mtot / keys,
                          "master_handler_Ir_per_key": mhandler / keys, "build": build})
             r = rows[-1]
             print(f"  {op:<5} {build}: client {r['client_Ir_per_key']:.0f} Ir/key "
-                  f"({r['client_Ir_nocopy_per_key']:.0f} excl. copies), master "
+                  f"({r['client_Ir_nocopy_per_key']:.0f} excl. copies, "
+                  f"{r['client_Ir_nobench_per_key']:.0f} excl. the bench's key formatting), master "
                   f"{r['master_Ir_per_key']:.0f} Ir/key ({r['master_handler_Ir_per_key']:.0f} "
                   f"in mc_master_rpc_handle)", flush=True)
         node.stdin.close()

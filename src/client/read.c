@@ -446,14 +446,17 @@ static void read_lease_check(ritem *it, const size_t *idx, size_t m, const rstat
                              const mc_master_key *keys)
 {
     bool hooked = false;
+    uint64_t now = 0; /* read once, after the hook: every transfer of the chunk has ended
+                         by then, so it bounds when each item's bytes landed */
     for (size_t k = 0; k < m; k++) {
         if (!rs[k].done)
             continue;
         if (!hooked) {
             mc__store_hook(MC__STORE_HOOK_READ_DONE, keys[k].data, keys[k].len);
             hooked = true;
+            now = mc_now_ms();
         }
-        if (rs[k].size > 0 && !rs[k].from_disk && mc_now_ms() > rs[k].deadline)
+        if (rs[k].size > 0 && !rs[k].from_disk && now > rs[k].deadline)
             it[idx[k]].result = MC_LEASE_EXPIRED;
         else
             it[idx[k]].result = (int64_t)rs[k].size;
