@@ -252,6 +252,8 @@ struct mc_master_service {
     counter npending; /* segments with `pending` set (0: the ping path skips a lock) */
     struct mc__offload *off; /* the disk tier (offload.c); NULL without enable_offload */
     struct mc__tasks *tasks; /* replica copy / move tasks (tasks.c) */
+    /* inflight.c: a standby's copy of the leader's writes in flight (NULL: none yet) */
+    struct mc__inflight *inflight;
 };
 
 /* ---- small helpers ---- */
@@ -708,6 +710,14 @@ void mc__fence_writer_state(mc_master_service *svc, mc_master_uuid id, bool gone
 void mc__fence_ping(mc_master_service *svc, mc_master_uuid id,
                     const mc_master_ping_request *req, mc_master_ping_result *out,
                     uint64_t now);
+
+/* inflight.c: frees a standby's table of its leader's writes in flight (destroy). */
+void mc__inflight_destroy(mc_master_service *svc);
+
+/* Raises fence_base (the epoch of a pair never raised) to at least base: a promoted
+ * standby hands out epochs above every one of its old leader's. Before serving (the
+ * gate closed); takes fence_lock. */
+void mc__fence_raise_base(mc_master_service *svc, uint64_t base);
 
 /* Frees the fence table and the quarantine records (destroy; no call in flight). */
 void mc__fence_destroy(mc_master_service *svc);

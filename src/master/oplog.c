@@ -98,6 +98,8 @@ size_t mc__log_encode_put_locked(mc_master_service *svc, obj *o, uint64_t now, u
         reps[n].seg_hi = s->id.first;
         reps[n].seg_lo = s->id.second;
         reps[n].addr = o->reps[i].addr;
+        if (o->flags & F_PROC)
+            reps[n].epoch = o->reps[i].epoch; /* the fence a promoted standby raises past */
         rp[n] = &reps[n];
         n++;
     }

@@ -62,6 +62,12 @@ void mc__oplog_set_repl(mc__oplog *l, struct mc__repl *r);
 /* Flushes, fsyncs and closes; joins the writer. */
 void mc__oplog_close(mc__oplog *l);
 
+/* inflight.c, called by mc_master_log_apply (one applying thread): a `start` record
+ * (a write in flight on the leader) is remembered; a `put` record of its key with its
+ * replicas forgets it (mc__inflight_destroy, internal.h, frees the table). */
+void mc__inflight_start(mc_master_service *svc, const Mclog__LogObject *lo);
+void mc__inflight_end(mc_master_service *svc, const Mclog__LogObject *lo);
+
 /* "<dir>/<prefix><20-digit lsn><suffix>" (malloc'd). */
 char *mc__persist_path(const char *dir, const char *prefix, uint64_t lsn, const char *suffix);
 /* fsyncs a directory (after a rename or create in it). */

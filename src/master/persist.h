@@ -106,12 +106,29 @@ void mc_master_persist_stop(mc_master_persist *p);
  * reserved at their addresses; a replica on an unknown segment is left out, an object
  * left with none is not added); remove: the key leaves (its space freed); mount: the
  * segment is added awaiting its owner (SEGMENT_ALREADY_EXISTS is fine); unmount: the
- * segment goes with its replicas. start (a write in flight on the leader): ignored; a
- * standby being promoted should quarantine the ranges of the writes still in flight, as
- * the restore does (not done yet). header / end: ignored. Returns MC_OK, or
+ * segment goes with its replicas. start (a write in flight on the leader): kept aside,
+ * not an object and no space reserved (src/master/inflight.c); a later put of its key
+ * with its replicas forgets it; mc_master_log_promote quarantines what is left.
+ * header / end: ignored. Returns MC_OK, or
  * MC_INVALID_PARAMS for a malformed record, MC_NO_AVAILABLE_HANDLE when a replica range
  * is taken (the key is then absent). Caller: one thread applies a stream in order; the
  * service may serve reads meanwhile. */
 int mc_master_log_apply(mc_master_service *svc, uint64_t lsn, const Mclog__LogRecord *rec);
+
+/* mc_master_log_promote: svc, a standby that applied its leader's stream, becomes the
+ * leader (HA thread, after the last records were applied, before the gate opens). The
+ * writes the old leader had in flight (`start` records with no later `put` of their key
+ * and replicas) are not objects here: each of their ranges still free is reserved and
+ * quarantined under its writer (fence.c, as a revoked write on one master: reused only
+ * after the segment's owner and the writer acknowledged a fence above the write's
+ * logged epoch, or the writer expired and put_start_release_timeout_sec passed with the
+ * owner fenced), so bytes the old leader's writer still sends land in no new object;
+ * their writers become known clients (one client_ttl to reach this master). A range a
+ * copied object occupies is left to it. Also raises the fence epochs this master hands
+ * out above every logged one and its wall-clock base. A writer's late put_end finds no
+ * write (OBJECT_NOT_FOUND): its client's put fails and a retry starts afresh.
+ * Returns the number of ranges quarantined. Not in upstream (its standbys copy nothing
+ * of the writes in flight). */
+uint64_t mc_master_log_promote(mc_master_service *svc);
 
 #endif

@@ -707,6 +707,7 @@ int mc_master_log_apply(mc_master_service *svc, uint64_t lsn, const Mclog__LogRe
         if (!lo || check_key(lo->key.data, lo->key.len) ||
             lo->n_replicas > MC_MASTER_MAX_REPLICAS)
             return MC_INVALID_PARAMS;
+        mc__inflight_end(svc, lo); /* that write completed (inflight.c) */
         uint64_t h = key_hash(svc, lo->key.data, lo->key.len);
         uint32_t h32;
         shard *sh = shard_of(svc, h, &h32);
@@ -785,7 +786,12 @@ int mc_master_log_apply(mc_master_service *svc, uint64_t lsn, const Mclog__LogRe
             return MC_INVALID_PARAMS;
         mc__seg_unmount_id(svc, (mc_master_uuid){rec->unmount->id_hi, rec->unmount->id_lo});
         return MC_OK;
-    case MCLOG__LOG_RECORD__OP_START: /* writes in flight: see persist.h */
+    case MCLOG__LOG_RECORD__OP_START: /* a write in flight: kept aside (inflight.c) */
+        if (!rec->start || check_key(rec->start->key.data, rec->start->key.len) ||
+            rec->start->n_replicas > MC_MASTER_MAX_REPLICAS)
+            return MC_INVALID_PARAMS;
+        mc__inflight_start(svc, rec->start);
+        return MC_OK;
     default:
         return MC_OK;
     }
