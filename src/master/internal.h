@@ -252,6 +252,11 @@ struct mc_master_service {
     counter npending; /* segments with `pending` set (0: the ping path skips a lock) */
     struct mc__offload *off; /* the disk tier (offload.c); NULL without enable_offload */
     struct mc__tasks *tasks; /* replica copy / move tasks (tasks.c) */
+    /* oplog.c: called by the log writer when a deferred reply may be due (the RPC
+     * server's, mc_master_log_set_notify); guarded by oplog.c's notify_mu */
+    void (*log_notify)(void *);
+    void *log_notify_arg;
+    _Atomic bool log_defer; /* a notify is set: RPC threads may defer their waits */
     /* inflight.c: a standby's copy of the leader's writes in flight (NULL: none yet) */
     struct mc__inflight *inflight;
 };
@@ -598,6 +603,8 @@ void mc__log_remove_slow(mc_master_service *svc, const obj *o);
 void mc__log_mount_slow(mc_master_service *svc, const seg *s);
 void mc__log_unmount_slow(mc_master_service *svc, const seg *s);
 void mc__log_wait_slow(mc_master_service *svc);
+/* The log's counters into out (oplog_*; zeros without a log). Any thread. */
+void mc__oplog_fill_stats(mc_master_service *svc, mc_master_stats *out);
 
 static inline void mc__log_put(mc_master_service *svc, obj *o)
 {

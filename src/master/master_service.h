@@ -531,6 +531,10 @@ typedef struct mc_master_stats {
      * --ha_sync=sync without a standby's acknowledgement (the degradation rule) */
     uint64_t repl_last_lsn, repl_applied_lsn, repl_acked_lsn, repl_fetches;
     uint64_t repl_sync_degraded;
+    /* the mutation log (oplog.c; all 0 without it): records appended, groups written,
+     * fdatasync calls, acknowledgements deferred to the RPC server (persist.h) */
+    bool oplog_on;
+    uint64_t oplog_records, oplog_groups, oplog_fsyncs, oplog_deferred;
 } mc_master_stats;
 
 /* mc_master_value_size_bound: upper bound (bytes, inclusive: Prometheus `le`) of bucket i

@@ -30,6 +30,7 @@ typedef struct mc__oplog {
     mc__buf pend, spare; /* frames appended, not yet handed to the kernel         */
     uint64_t last_lsn;   /* the last LSN given out                               */
     uint64_t durable;    /* the last LSN written in the mode `sync` promises     */
+    uint64_t defer_max;  /* the highest LSN a deferred reply waits for (notify)  */
     bool stop, failed, rotate;
     bool kick;           /* a caller waits for a record: write the group now       */
     bool writer_idle;    /* the writer sleeps with nothing pending (signal it)     */
@@ -37,7 +38,7 @@ typedef struct mc__oplog {
     int fd;              /* the current log file (writer thread only)            */
     pthread_t thr;
     struct mc__repl *repl; /* HA: groups written are handed to it (NULL: none)     */
-    counter records, bytes, groups, fsyncs, write_errors;
+    counter records, bytes, groups, fsyncs, write_errors, deferred;
 } mc__oplog;
 
 /* Encodes the record of o (caller holds its shard mutex and seg_lock for reading): PUT

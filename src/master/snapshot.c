@@ -1126,6 +1126,7 @@ void mc_master_persist_get_stats(mc_master_persist *p, mc_master_persist_stats *
     out->groups = cget(&l->groups);
     out->fsyncs = cget(&l->fsyncs);
     out->write_errors = cget(&l->write_errors);
+    out->deferred = cget(&l->deferred);
     out->snapshots = cget(&p->snapshots);
     out->snapshot_failures = cget(&p->snapshot_failures);
     pthread_mutex_lock(&l->mu);
