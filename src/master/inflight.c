@@ -24,6 +24,7 @@
 #include "master/oplog_internal.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 
 #include "mooncake/log.h"
 
@@ -42,10 +43,22 @@ typedef struct iw { /* one write in flight on the leader */
     uint8_t key[];
 } iw;
 
+/* A copy / move task of the leader (task / task_end records), oldest first. */
+typedef struct itask {
+    struct itask *next;
+    mc_master_task_info info; /* status PENDING until its task_end */
+    bool ended;
+    uint64_t size;
+    uint32_t nparts, held; /* held: parts whose reservation stays quarantined */
+    mc__log_task_part parts[MC_MASTER_MAX_TASK_TARGETS];
+} itask;
+
 struct mc__inflight {
     pthread_mutex_t mu;
     iw **b;
     size_t nb, n;
+    itask *th, *tt; /* tasks, oldest first */
+    size_t ntasks;
 };
 
 static pthread_mutex_t create_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -153,6 +166,83 @@ void mc__inflight_end(mc_master_service *svc, const Mclog__LogObject *lo)
     pthread_mutex_unlock(&im->mu);
 }
 
+/* ---- tasks ---- */
+
+static itask *task_find(struct mc__inflight *im, mc_master_uuid id)
+{
+    for (itask *k = im->th; k; k = k->next)
+        if (uuid_eq(k->info.id, id))
+            return k;
+    return NULL;
+}
+
+/* Forgets the oldest finished tasks with nothing held past max (im->mu held). */
+static void task_trim(struct mc__inflight *im, size_t max)
+{
+    size_t finished = 0;
+    for (itask *k = im->th; k; k = k->next)
+        finished += k->ended && !k->held;
+    for (itask **p = &im->th; *p && finished > max;) {
+        itask *k = *p;
+        if (k->ended && !k->held) {
+            *p = k->next;
+            free(k);
+            im->ntasks--;
+            finished--;
+        } else {
+            p = &k->next;
+        }
+    }
+    im->tt = NULL;
+    for (itask *k = im->th; k; k = k->next)
+        im->tt = k;
+}
+
+void mc__inflight_task(mc_master_service *svc, const Mclog__LogTask *lt, bool end)
+{
+    if (!lt || (!end && (!lt->n_parts || lt->n_parts > MC_MASTER_MAX_TASK_TARGETS)))
+        return;
+    struct mc__inflight *im = get(svc);
+    mc_master_uuid id = {lt->id_hi, lt->id_lo};
+    pthread_mutex_lock(&im->mu);
+    itask *k = task_find(im, id);
+    if (!k) { /* a task_end without its task: created before the snapshot a restore
+               * started from; reported as it ended */
+        k = mc_xcalloc(1, sizeof *k);
+        k->info.id = id;
+        k->info.type = (int)lt->type;
+        k->info.status = MC_MASTER_TASK_PENDING;
+        k->info.assigned_client = (mc_master_uuid){lt->assigned_hi, lt->assigned_lo};
+        if (im->tt)
+            im->tt->next = k;
+        else
+            im->th = k;
+        im->tt = k;
+        im->ntasks++;
+    }
+    if (!end) {
+        if (!k->nparts) {
+            k->info.created_at_ms_epoch = k->info.last_updated_at_ms_epoch = lt->created_ms;
+            k->size = lt->size;
+            for (size_t i = 0; i < lt->n_parts; i++)
+                k->parts[k->nparts++] = (mc__log_task_part){
+                    {lt->parts[i]->seg_hi, lt->parts[i]->seg_lo},
+                    {lt->parts[i]->executor_hi, lt->parts[i]->executor_lo},
+                    lt->parts[i]->addr};
+        }
+    } else {
+        k->ended = true;
+        k->info.status = lt->status == MC_MASTER_TASK_SUCCESS ? MC_MASTER_TASK_SUCCESS
+                                                              : MC_MASTER_TASK_FAILED;
+        k->info.last_updated_at_ms_epoch = lt->updated_ms;
+        snprintf(k->info.message, sizeof k->info.message, "%s",
+                 lt->message ? lt->message : "");
+        k->held = lt->held_parts & ((1u << k->nparts) - 1u);
+        task_trim(im, svc->cfg.max_total_finished_tasks);
+    }
+    pthread_mutex_unlock(&im->mu);
+}
+
 /* Takes every entry out of the table (a list through next). */
 static iw *take_all(mc_master_service *svc, size_t *n)
 {
@@ -175,10 +265,93 @@ static iw *take_all(mc_master_service *svc, size_t *n)
     return all;
 }
 
+/* Reserves [addr, + size) of segment seg_id if it is free and quarantines it under
+ * writer. Returns 1 when quarantined, 0 when the range is taken (an object copied from
+ * the leader holds it) or its segment went. Caller holds seg_lock for reading. */
+static int hold_range(mc_master_service *svc, mc_master_uuid writer, mc_master_uuid seg_id,
+                      uint64_t addr, uint64_t size, uint64_t epoch, uint64_t now)
+{
+    seg *s = NULL;
+    uint32_t slot = 0;
+    for (uint32_t k = 0; k < svc->nslots && !s; k++)
+        if (svc->segs[k] && !svc->segs[k]->unmounting && uuid_eq(svc->segs[k]->id, seg_id)) {
+            s = svc->segs[k];
+            slot = k;
+        }
+    if (!s || !size)
+        return 0;
+    pthread_mutex_lock(&s->mu);
+    uint32_t hd = mc__alloc_reserve(s->alloc, addr, size, NULL);
+    uint64_t bytes = hd != MC__ALLOC_NONE ? mc__alloc_block_size(s->alloc, hd) : 0;
+    pthread_mutex_unlock(&s->mu);
+    if (hd == MC__ALLOC_NONE)
+        return 0;
+    cadd(&s->used, bytes);
+    cadd(&svc->allocated, bytes);
+    rep r = {.seg = slot, .handle = hd, .addr = addr, .epoch = epoch};
+    mc__quarantine_rep_locked(svc, writer, &r, s, now);
+    return 1;
+}
+
+/* The leader's tasks into svc's task table: finished ones as they ended, unfinished
+ * ones FAILED (logged so); the reservations an executor may still be filling (every
+ * part of an unfinished task, the held parts of a finished one) quarantined under it. */
+static uint64_t promote_tasks(mc_master_service *svc, uint64_t now)
+{
+    struct mc__inflight *im = svc->inflight;
+    if (!im)
+        return 0;
+    pthread_mutex_lock(&im->mu);
+    itask *all = im->th;
+    im->th = im->tt = NULL;
+    im->ntasks = 0;
+    pthread_mutex_unlock(&im->mu);
+    uint64_t held = 0, failed = 0;
+    for (itask *k = all; k; k = k->next)
+        for (uint32_t i = 0; i < k->nparts; i++)
+            if (!k->ended || (k->held & (1u << i)))
+                mc__client_touch(svc, k->parts[i].executor, now);
+    pthread_rwlock_rdlock(&svc->seg_lock);
+    for (itask *k = all; k; k = k->next)
+        for (uint32_t i = 0; i < k->nparts; i++)
+            if (!k->ended || (k->held & (1u << i)))
+                held += (uint64_t)hold_range(svc, k->parts[i].executor, k->parts[i].seg,
+                                             k->parts[i].addr, k->size, 0, now);
+    pthread_rwlock_unlock(&svc->seg_lock);
+    for (itask *k = all, *nx; k; k = nx) {
+        nx = k->next;
+        if (!k->ended) {
+            k->info.status = MC_MASTER_TASK_FAILED;
+            k->info.last_updated_at_ms_epoch = mc_wall_ms();
+            snprintf(k->info.message, sizeof k->info.message,
+                     "interrupted by a master failover or restart while in flight (its "
+                     "executor's report is refused; the replicas it had added stay): "
+                     "create it again");
+            mc__log_task_rec lr = {.end = true, .id = k->info.id,
+                                   .assigned = k->info.assigned_client,
+                                   .type = k->info.type, .status = k->info.status,
+                                   .message = k->info.message,
+                                   .held_mask = (1u << k->nparts) - 1u,
+                                   .updated_ms = k->info.last_updated_at_ms_epoch};
+            mc__log_task(svc, &lr); /* the next standby / restore sees it ended */
+            failed++;
+        }
+        if (k->info.created_at_ms_epoch || k->ended)
+            mc__tasks_adopt(svc, &k->info);
+        free(k);
+    }
+    if (held || failed)
+        mc_log(MC_LOG_INFO, TAG,
+               "promotion: %" PRIu64 " task(s) in flight failed, %" PRIu64 " task "
+               "reservation(s) quarantined until their executors are fenced", failed, held);
+    return held;
+}
+
 uint64_t mc_master_log_promote(mc_master_service *svc)
 {
     if (!svc)
         return 0;
+    uint64_t tq = promote_tasks(svc, now_ms(svc));
     size_t n;
     iw *all = take_all(svc, &n);
     /* fences above every epoch the old leader can have handed out: at least its logged
@@ -190,7 +363,7 @@ uint64_t mc_master_log_promote(mc_master_service *svc)
                 base = w->reps[i].epoch + 1;
     mc__fence_raise_base(svc, base);
     if (!all)
-        return 0;
+        return tq;
     uint64_t now = now_ms(svc), quarantined = 0, taken = 0;
     /* the writers become known clients: one that never reaches this master expires,
      * which lets its quarantined ranges go after the release timeout */
@@ -199,30 +372,12 @@ uint64_t mc_master_log_promote(mc_master_service *svc)
     pthread_rwlock_rdlock(&svc->seg_lock);
     for (iw *w = all; w; w = w->next)
         for (uint32_t i = 0; i < w->nrep; i++) {
-            seg *s = NULL;
-            uint32_t slot = 0;
-            for (uint32_t k = 0; k < svc->nslots && !s; k++)
-                if (svc->segs[k] && !svc->segs[k]->unmounting &&
-                    uuid_eq(svc->segs[k]->id, w->reps[i].seg)) {
-                    s = svc->segs[k];
-                    slot = k;
-                }
-            if (!s)
-                continue; /* its segment went: the space went with it */
-            pthread_mutex_lock(&s->mu);
-            uint32_t hd = mc__alloc_reserve(s->alloc, w->reps[i].addr, w->size, NULL);
-            uint64_t bytes = hd != MC__ALLOC_NONE ? mc__alloc_block_size(s->alloc, hd) : 0;
-            pthread_mutex_unlock(&s->mu);
-            if (hd == MC__ALLOC_NONE) {
-                taken++; /* an object copied from the leader holds it: reused legitimately */
-                continue;
-            }
-            cadd(&s->used, bytes);
-            cadd(&svc->allocated, bytes);
-            rep r = {.seg = slot, .handle = hd, .addr = w->reps[i].addr,
-                     .epoch = w->reps[i].epoch};
-            mc__quarantine_rep_locked(svc, w->writer, &r, s, now);
-            quarantined++;
+            /* 0: its segment went (with the space), or an object copied from the
+             * leader holds the range (the leader reused it legitimately) */
+            int q = hold_range(svc, w->writer, w->reps[i].seg, w->reps[i].addr, w->size,
+                               w->reps[i].epoch, now);
+            quarantined += (uint64_t)q;
+            taken += (uint64_t)!q;
         }
     pthread_rwlock_unlock(&svc->seg_lock);
     for (iw *w = all, *nx; w; w = nx) {
@@ -233,7 +388,7 @@ uint64_t mc_master_log_promote(mc_master_service *svc)
            "promotion: %zu write(s) in flight on the old leader: %" PRIu64 " range(s) "
            "quarantined until their writers are fenced, %" PRIu64 " already reused",
            n, quarantined, taken);
-    return quarantined;
+    return quarantined + tq;
 }
 
 void mc__inflight_destroy(mc_master_service *svc)
@@ -245,6 +400,10 @@ void mc__inflight_destroy(mc_master_service *svc)
     for (iw *w = take_all(svc, &n), *nx; w; w = nx) {
         nx = w->next;
         free(w);
+    }
+    for (itask *k = im->th, *nx; k; k = nx) {
+        nx = k->next;
+        free(k);
     }
     free(im->b);
     pthread_mutex_destroy(&im->mu);

@@ -254,6 +254,48 @@ void mc__log_unmount_slow(mc_master_service *svc, const seg *s)
     append_scratch(svc->oplog);
 }
 
+void mc__log_task_slow(mc_master_service *svc, const mc__log_task_rec *t)
+{
+    Mclog__LogTaskPart parts[MC_MASTER_MAX_TASK_TARGETS];
+    Mclog__LogTaskPart *pp[MC_MASTER_MAX_TASK_TARGETS];
+    Mclog__LogTask lt = MCLOG__LOG_TASK__INIT;
+    lt.id_hi = t->id.first;
+    lt.id_lo = t->id.second;
+    lt.type = (uint32_t)t->type;
+    lt.assigned_hi = t->assigned.first;
+    lt.assigned_lo = t->assigned.second;
+    Mclog__LogRecord rec = MCLOG__LOG_RECORD__INIT;
+    if (!t->end) {
+        lt.key.data = (uint8_t *)t->key;
+        lt.key.len = t->klen;
+        lt.size = t->size;
+        lt.created_ms = t->created_ms;
+        for (uint32_t i = 0; i < t->nparts && i < MC_MASTER_MAX_TASK_TARGETS; i++) {
+            mclog__log_task_part__init(&parts[i]);
+            parts[i].seg_hi = t->parts[i].seg.first;
+            parts[i].seg_lo = t->parts[i].seg.second;
+            parts[i].executor_hi = t->parts[i].executor.first;
+            parts[i].executor_lo = t->parts[i].executor.second;
+            parts[i].addr = t->parts[i].addr;
+            pp[i] = &parts[i];
+            lt.n_parts++;
+        }
+        lt.parts = pp;
+        rec.op_case = MCLOG__LOG_RECORD__OP_TASK;
+        rec.task = &lt;
+    } else {
+        lt.status = t->status;
+        lt.message = (char *)(t->message ? t->message : "");
+        lt.held_parts = t->held_mask;
+        lt.updated_ms = t->updated_ms;
+        rec.op_case = MCLOG__LOG_RECORD__OP_TASK_END;
+        rec.task_end = &lt;
+    }
+    tl_scratch.len = 0;
+    put_frame(&tl_scratch, 0, &rec);
+    append_scratch(svc->oplog);
+}
+
 void mc__log_wait_slow(mc_master_service *svc)
 {
     mc__oplog *l = svc->oplog;

@@ -68,6 +68,9 @@ void mc__oplog_close(mc__oplog *l);
  * replicas forgets it (mc__inflight_destroy, internal.h, frees the table). */
 void mc__inflight_start(mc_master_service *svc, const Mclog__LogObject *lo);
 void mc__inflight_end(mc_master_service *svc, const Mclog__LogObject *lo);
+/* A task (end false) or task_end (true) record: the leader's copy / move tasks, which
+ * mc_master_log_promote adopts (persist.h). */
+void mc__inflight_task(mc_master_service *svc, const Mclog__LogTask *lt, bool end);
 
 /* "<dir>/<prefix><20-digit lsn><suffix>" (malloc'd). */
 char *mc__persist_path(const char *dir, const char *prefix, uint64_t lsn, const char *suffix);

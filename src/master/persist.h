@@ -137,6 +137,7 @@ void mc_master_persist_stop(mc_master_persist *p);
  * segment goes with its replicas. start (a write in flight on the leader): kept aside,
  * not an object and no space reserved (src/master/inflight.c); a later put of its key
  * with its replicas forgets it; mc_master_log_promote quarantines what is left.
+ * task / task_end (copy / move tasks): kept aside the same way, adopted at promotion.
  * header / end: ignored. Returns MC_OK, or
  * MC_INVALID_PARAMS for a malformed record, MC_NO_AVAILABLE_HANDLE when a replica range
  * is taken (the key is then absent). Caller: one thread applies a stream in order; the
@@ -155,6 +156,11 @@ int mc_master_log_apply(mc_master_service *svc, uint64_t lsn, const Mclog__LogRe
  * copied object occupies is left to it. Also raises the fence epochs this master hands
  * out above every logged one and its wall-clock base. A writer's late put_end finds no
  * write (OBJECT_NOT_FOUND): its client's put fails and a retry starts afresh.
+ * Copy / move tasks: the finished ones are reported by query_task as they ended; the
+ * unfinished ones become FAILED ("interrupted by a master failover or restart ...",
+ * logged as their task_end) and their target reservations are quarantined under their
+ * executors. mc_master_persist_start calls it after a restore too (the restore
+ * quarantines the writes itself; this adopts the tasks).
  * Returns the number of ranges quarantined. Not in upstream (its standbys copy nothing
  * of the writes in flight). */
 uint64_t mc_master_log_promote(mc_master_service *svc);

@@ -91,6 +91,7 @@ typedef struct rmap {
     robj **wb;
     size_t nwb, nw;
     uint64_t lsn, records; /* last LSN applied; records applied */
+    mc_master_service *svc; /* task records go to its inflight.c table (restore) */
 } rmap;
 
 static void rmap_free(rmap *m)
@@ -114,7 +115,9 @@ static void rmap_free(rmap *m)
             free(o);
         }
     free(m->wb);
+    mc_master_service *svc = m->svc;
     memset(m, 0, sizeof(*m));
+    m->svc = svc;
 }
 
 static robj **chain_slot(robj **b, size_t nb, const uint8_t *key, size_t len, uint64_t h)
@@ -294,6 +297,13 @@ static int rmap_apply(rmap *m, const Mclog__LogRecord *rec)
             m->segs[si].live = false; /* its objects' replicas on it are dropped later */
         return 0;
     }
+    case MCLOG__LOG_RECORD__OP_TASK: /* copy / move tasks: inflight.c, adopted after */
+    case MCLOG__LOG_RECORD__OP_TASK_END:
+        if (m->svc)
+            mc__inflight_task(m->svc, rec->op_case == MCLOG__LOG_RECORD__OP_TASK
+                                          ? rec->task : rec->task_end,
+                              rec->op_case == MCLOG__LOG_RECORD__OP_TASK_END);
+        return 0;
     default:
         return 0; /* header / end: structure, checked by the snapshot loader */
     }
@@ -792,6 +802,12 @@ int mc_master_log_apply(mc_master_service *svc, uint64_t lsn, const Mclog__LogRe
             return MC_INVALID_PARAMS;
         mc__inflight_start(svc, rec->start);
         return MC_OK;
+    case MCLOG__LOG_RECORD__OP_TASK: /* copy / move tasks: kept aside (inflight.c) */
+    case MCLOG__LOG_RECORD__OP_TASK_END:
+        mc__inflight_task(svc, rec->op_case == MCLOG__LOG_RECORD__OP_TASK ? rec->task
+                                                                          : rec->task_end,
+                          rec->op_case == MCLOG__LOG_RECORD__OP_TASK_END);
+        return MC_OK;
     default:
         return MC_OK;
     }
@@ -1065,7 +1081,7 @@ int mc_master_persist_start(mc_master_service *svc, const mc_master_persist_opts
     }
     uint64_t next = 1;
     if (opts->restore) {
-        rmap m = {0};
+        rmap m = {.svc = svc};
         next = restore_files(opts->dir, &m, info);
         materialise(svc, &m, info);
         rmap_free(&m);
@@ -1096,6 +1112,8 @@ int mc_master_persist_start(mc_master_service *svc, const mc_master_persist_opts
     if (!p->log)
         goto fail;
     svc->oplog = p->log; /* from here every mutation is logged */
+    if (opts->restore) /* the old master's tasks (inflight.c; logs their failures) */
+        mc_master_log_promote(svc);
     if (pthread_create(&p->thr, NULL, snap_main, p) != 0) {
         svc->oplog = NULL;
         mc__oplog_close(p->log);

@@ -222,11 +222,96 @@ static void test_completed_and_duplicate_starts(void **st)
     assert_int_equal(system(cmd), 0);
 }
 
+/* Copy tasks across a failover and a restart (task / task_end records): a finished
+ * task is reported as it ended, one in flight ends FAILED with a message, its
+ * executor's late report is refused, and its reservation (which the executor may still
+ * be filling) is quarantined. */
+static const mc_master_uuid OWNER2 = {3, 3};
+static const mc_master_segment SEG2 = {.id = {8, 8}, .name = "127.0.0.1:2",
+                                       .te_endpoint = "127.0.0.1:2", .base = 1ull << 40,
+                                       .size = 16 << 20};
+
+static void check_tasks(mc_master_service *svc, mc_master_uuid done, mc_master_uuid open)
+{
+    mc_master_task_info ti;
+    assert_int_equal(mc_master_service_query_task(svc, done, &ti), MC_OK);
+    assert_int_equal(ti.status, MC_MASTER_TASK_SUCCESS);
+    assert_int_equal(mc_master_service_query_task(svc, open, &ti), MC_OK);
+    assert_int_equal(ti.status, MC_MASTER_TASK_FAILED);
+    assert_non_null(strstr(ti.message, "interrupted by a master failover or restart"));
+    /* the executor's late report: the task is over */
+    assert_int_equal(mc_master_service_mark_task_to_complete(svc, OWNER2, open, 0, MC_OK, ""),
+                     MC_INVALID_PARAMS);
+    /* the finished copy's replica is the object's; the open one's range is held */
+    mc_master_replica_list out;
+    assert_int_equal(mc_master_service_remount_segments(svc, &SEG, 1, OWNER), MC_OK);
+    assert_int_equal(mc_master_service_remount_segments(svc, &SEG2, 1, OWNER2), MC_OK);
+    assert_int_equal(mc_master_service_get_replica_list(svc, "a", 1, &out), MC_OK);
+    assert_int_equal(out.n, 2);
+    assert_int_equal(mc_master_service_get_replica_list(svc, "b", 1, &out), MC_OK);
+    assert_int_equal(out.n, 1);
+    assert_int_equal(quarantined(svc), 1);
+}
+
+static void test_tasks_across_promotion_and_restore(void **st)
+{
+    (void)st;
+    char dir[64], cmd[128];
+    snprintf(dir, sizeof dir, "/tmp/mc-promote-test3-%d", (int)getpid());
+    mc_master_service *ld = make(0);
+    mc_master_persist_opts o = {.dir = dir, .interval_s = 3600, .retention = 2,
+                                .sync = MC_MASTER_LOG_SYNC_WRITE};
+    char err[256];
+    mc_master_persist *p = NULL;
+    assert_int_equal(mc_master_persist_start(ld, &o, &p, NULL, err, sizeof err), MC_OK);
+    assert_int_equal(mc_master_service_mount_segment(ld, &SEG, OWNER), MC_OK);
+    mc_master_replica_list rl;
+    assert_int_equal(start(ld, WRITER, "a", 8192, &rl), MC_OK);
+    assert_int_equal(mc_master_service_put_end(ld, WRITER, "a", 1), MC_OK);
+    assert_int_equal(start(ld, WRITER, "b", 8192, &rl), MC_OK);
+    assert_int_equal(mc_master_service_put_end(ld, WRITER, "b", 1), MC_OK);
+    assert_int_equal(mc_master_service_mount_segment(ld, &SEG2, OWNER2), MC_OK);
+    const char *tg[1] = {SEG2.name};
+    mc_master_uuid t1, t2;
+    mc_master_task_work w;
+    uint32_t n;
+    assert_int_equal(mc_master_service_create_copy_task(ld, "a", 1, NULL, tg, 1, &t1), MC_OK);
+    assert_int_equal(mc_master_service_fetch_tasks(ld, OWNER2, &w, &n), MC_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(mc_master_service_mark_task_to_complete(ld, OWNER2, t1, 0, MC_OK, ""),
+                     MC_OK);
+    assert_int_equal(mc_master_service_create_copy_task(ld, "b", 1, NULL, tg, 1, &t2), MC_OK);
+    assert_int_equal(mc_master_service_fetch_tasks(ld, OWNER2, &w, &n), MC_OK);
+    assert_int_equal(n, 1); /* t2 is being copied by OWNER2 when the leader dies */
+    mc_master_persist_stop(p);
+    mc_master_service_destroy(ld);
+
+    /* a standby applying the leader's log, promoted */
+    mc_master_service *sb = make(0);
+    apply_dir(dir, sb);
+    mc_master_task_info ti;
+    assert_int_equal(mc_master_log_promote(sb), 1); /* t2's reservation */
+    check_tasks(sb, t1, t2);
+    mc_master_service_destroy(sb);
+
+    /* a restart with restore of the same directory */
+    mc_master_service *rs = make(0);
+    o.restore = true;
+    assert_int_equal(mc_master_persist_start(rs, &o, &p, NULL, err, sizeof err), MC_OK);
+    check_tasks(rs, t1, t2);
+    (void)ti;
+    mc_master_persist_stop(p);
+    mc_master_service_destroy(rs);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_promotion_quarantines_writes_in_flight),
         cmocka_unit_test(test_completed_and_duplicate_starts),
+        cmocka_unit_test(test_tasks_across_promotion_and_restore),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
