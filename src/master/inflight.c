@@ -149,8 +149,8 @@ void mc__inflight_start(mc_master_service *svc, const Mclog__LogObject *lo)
 void mc__inflight_end(mc_master_service *svc, const Mclog__LogObject *lo)
 {
     struct mc__inflight *im = svc->inflight; /* set by this (the applying) thread */
-    if (!im || !lo || !lo->key.len)
-        return;
+    if (!im || !lo || !lo->key.len || !lo->n_replicas)
+        return; /* (a put without memory replicas completes no write's ranges) */
     uint64_t h = XXH3_64bits(lo->key.data, lo->key.len);
     pthread_mutex_lock(&im->mu);
     for (iw **p = &im->b[h & (im->nb - 1)]; *p;) {
