@@ -102,6 +102,19 @@ char *mc_master_metrics_text(mc_master_service *svc, mc_master_rpc_server *rpc, 
                "Puts acknowledged in --ha_sync=sync without a standby's acknowledgement",
                st.repl_sync_degraded);
     }
+    if (st.oplog_on) { /* the mutation log (docs/ha.md "Group commit") */
+        metric(&b, "master_oplog_records_total", "counter", "Mutation-log records appended",
+               st.oplog_records);
+        metric(&b, "master_oplog_groups_total", "counter",
+               "Mutation-log groups written (one write() each)", st.oplog_groups);
+        metric(&b, "master_oplog_fsyncs_total", "counter",
+               "fdatasync calls of the mutation log (one per group with --oplog_sync=fsync)",
+               st.oplog_fsyncs);
+        metric(&b, "master_oplog_deferred_acks_total", "counter",
+               "Acknowledgements sent by the RPC server once their record was durable "
+               "(no RPC thread waited)",
+               st.oplog_deferred);
+    }
     metric(&b, "master_key_count", "gauge", "Objects in the index (complete and in flight)",
            st.key_count);
     metric(&b, "master_soft_pin_key_count", "gauge", "Objects soft-pinned now",

@@ -348,6 +348,14 @@ void mc__fence_ping(mc_master_service *svc, mc_master_uuid id,
     pthread_rwlock_unlock(&svc->fence_lock);
 }
 
+void mc__fence_raise_base(mc_master_service *svc, uint64_t base)
+{
+    pthread_rwlock_wrlock(&svc->fence_lock);
+    if (base > svc->fence_base)
+        svc->fence_base = base;
+    pthread_rwlock_unlock(&svc->fence_lock);
+}
+
 void mc__fence_destroy(mc_master_service *svc)
 {
     mc_list *it;

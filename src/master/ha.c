@@ -1,6 +1,7 @@
 /* ha.c: the HA thread of a master (see ha.h): campaign as a standby, renew as the
  * leader, close the gate for good when the lease is lost. */
 #include "master/ha.h"
+#include "master/persist.h"
 #include "master/replicate.h"
 
 #include <pthread.h>
@@ -94,6 +95,8 @@ static void *ha_main(void *arg)
             if (ha->repl) /* the fetches this term admits carry it (docs/ha.md) */
                 mc__repl_set_token(ha->repl, mc_election_term_token(ha->el));
             int prc = ha->repl ? mc__repl_promote(ha->repl, v.version) : MC_OK;
+            if (prc == MC_OK && ha->repl) /* the old leader's writes in flight: quarantined */
+                mc_master_log_promote(ha->svc);
             if (prc == MC_OK && ha->o.on_promote)
                 prc = ha->o.on_promote(ha->o.ctx, v.version);
             if (prc != MC_OK) {

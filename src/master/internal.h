@@ -252,6 +252,13 @@ struct mc_master_service {
     counter npending; /* segments with `pending` set (0: the ping path skips a lock) */
     struct mc__offload *off; /* the disk tier (offload.c); NULL without enable_offload */
     struct mc__tasks *tasks; /* replica copy / move tasks (tasks.c) */
+    /* oplog.c: called by the log writer when a deferred reply may be due (the RPC
+     * server's, mc_master_log_set_notify); guarded by oplog.c's notify_mu */
+    void (*log_notify)(void *);
+    void *log_notify_arg;
+    _Atomic bool log_defer; /* a notify is set: RPC threads may defer their waits */
+    /* inflight.c: a standby's copy of the leader's writes in flight (NULL: none yet) */
+    struct mc__inflight *inflight;
 };
 
 /* ---- small helpers ---- */
@@ -596,6 +603,33 @@ void mc__log_remove_slow(mc_master_service *svc, const obj *o);
 void mc__log_mount_slow(mc_master_service *svc, const seg *s);
 void mc__log_unmount_slow(mc_master_service *svc, const seg *s);
 void mc__log_wait_slow(mc_master_service *svc);
+/* The log's counters into out (oplog_*; zeros without a log). Any thread. */
+void mc__oplog_fill_stats(mc_master_service *svc, mc_master_stats *out);
+
+/* A copy / move task's record (tasks.c -> oplog.c; proto LogTask): end false = created
+ * (id, type, key, size, created_ms, parts, assigned), true = finished (id, status,
+ * message, held_mask: bit i = part i's reservation was quarantined, updated_ms). */
+typedef struct mc__log_task_part {
+    mc_master_uuid seg, executor;
+    uint64_t addr;
+} mc__log_task_part;
+typedef struct mc__log_task_rec {
+    bool end;
+    mc_master_uuid id, assigned;
+    int type, status;
+    const void *key;
+    size_t klen;
+    uint64_t size, created_ms, updated_ms;
+    uint32_t nparts, held_mask;
+    mc__log_task_part parts[MC_MASTER_MAX_TASK_TARGETS];
+    const char *message;
+} mc__log_task_rec;
+void mc__log_task_slow(mc_master_service *svc, const mc__log_task_rec *t);
+static inline void mc__log_task(mc_master_service *svc, const mc__log_task_rec *t)
+{
+    if (svc->oplog)
+        mc__log_task_slow(svc, t);
+}
 
 static inline void mc__log_put(mc_master_service *svc, obj *o)
 {
@@ -708,6 +742,19 @@ void mc__fence_writer_state(mc_master_service *svc, mc_master_uuid id, bool gone
 void mc__fence_ping(mc_master_service *svc, mc_master_uuid id,
                     const mc_master_ping_request *req, mc_master_ping_result *out,
                     uint64_t now);
+
+/* tasks.c: adds a finished task (info, status SUCCESS or FAILED) to the done list, as
+ * query_task reports it (a promoted standby / a restore: the old master's tasks).
+ * Takes tasks.mu. */
+void mc__tasks_adopt(mc_master_service *svc, const mc_master_task_info *info);
+
+/* inflight.c: frees a standby's table of its leader's writes in flight (destroy). */
+void mc__inflight_destroy(mc_master_service *svc);
+
+/* Raises fence_base (the epoch of a pair never raised) to at least base: a promoted
+ * standby hands out epochs above every one of its old leader's. Before serving (the
+ * gate closed); takes fence_lock. */
+void mc__fence_raise_base(mc_master_service *svc, uint64_t base);
 
 /* Frees the fence table and the quarantine records (destroy; no call in flight). */
 void mc__fence_destroy(mc_master_service *svc);

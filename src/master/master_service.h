@@ -534,6 +534,10 @@ typedef struct mc_master_stats {
     /* FETCH_LOG / FETCH_SNAPSHOT requests refused (no term token of this leader's);
      * snapshots loaded by this master as a standby (bootstraps) */
     uint64_t repl_refused, repl_snapshots_loaded;
+    /* the mutation log (oplog.c; all 0 without it): records appended, groups written,
+     * fdatasync calls, acknowledgements deferred to the RPC server (persist.h) */
+    bool oplog_on;
+    uint64_t oplog_records, oplog_groups, oplog_fsyncs, oplog_deferred;
 } mc_master_stats;
 
 /* mc_master_value_size_bound: upper bound (bytes, inclusive: Prometheus `le`) of bucket i

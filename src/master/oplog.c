@@ -28,6 +28,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -47,6 +48,12 @@ static uint64_t mono_ns(void)
 /* The log and LSN of this thread's last appended record (mc__log_wait). */
 static _Thread_local mc__oplog *tl_log;
 static _Thread_local uint64_t tl_lsn;
+/* Deferred acknowledgements (mc_master_log_defer_begin): this thread's request may
+ * leave its wait to the caller; tl_deferred = the LSN its reply must wait for. */
+static _Thread_local bool tl_defer_ok;
+static _Thread_local uint64_t tl_deferred;
+/* Guards every service's log_notify (set by the RPC server, called by writers). */
+static pthread_mutex_t notify_mu = PTHREAD_MUTEX_INITIALIZER;
 
 uint8_t *mc__buf_room(mc__buf *b, size_t n)
 {
@@ -98,6 +105,8 @@ size_t mc__log_encode_put_locked(mc_master_service *svc, obj *o, uint64_t now, u
         reps[n].seg_hi = s->id.first;
         reps[n].seg_lo = s->id.second;
         reps[n].addr = o->reps[i].addr;
+        if (o->flags & F_PROC)
+            reps[n].epoch = o->reps[i].epoch; /* the fence a promoted standby raises past */
         rp[n] = &reps[n];
         n++;
     }
@@ -245,6 +254,48 @@ void mc__log_unmount_slow(mc_master_service *svc, const seg *s)
     append_scratch(svc->oplog);
 }
 
+void mc__log_task_slow(mc_master_service *svc, const mc__log_task_rec *t)
+{
+    Mclog__LogTaskPart parts[MC_MASTER_MAX_TASK_TARGETS];
+    Mclog__LogTaskPart *pp[MC_MASTER_MAX_TASK_TARGETS];
+    Mclog__LogTask lt = MCLOG__LOG_TASK__INIT;
+    lt.id_hi = t->id.first;
+    lt.id_lo = t->id.second;
+    lt.type = (uint32_t)t->type;
+    lt.assigned_hi = t->assigned.first;
+    lt.assigned_lo = t->assigned.second;
+    Mclog__LogRecord rec = MCLOG__LOG_RECORD__INIT;
+    if (!t->end) {
+        lt.key.data = (uint8_t *)t->key;
+        lt.key.len = t->klen;
+        lt.size = t->size;
+        lt.created_ms = t->created_ms;
+        for (uint32_t i = 0; i < t->nparts && i < MC_MASTER_MAX_TASK_TARGETS; i++) {
+            mclog__log_task_part__init(&parts[i]);
+            parts[i].seg_hi = t->parts[i].seg.first;
+            parts[i].seg_lo = t->parts[i].seg.second;
+            parts[i].executor_hi = t->parts[i].executor.first;
+            parts[i].executor_lo = t->parts[i].executor.second;
+            parts[i].addr = t->parts[i].addr;
+            pp[i] = &parts[i];
+            lt.n_parts++;
+        }
+        lt.parts = pp;
+        rec.op_case = MCLOG__LOG_RECORD__OP_TASK;
+        rec.task = &lt;
+    } else {
+        lt.status = t->status;
+        lt.message = (char *)(t->message ? t->message : "");
+        lt.held_parts = t->held_mask;
+        lt.updated_ms = t->updated_ms;
+        rec.op_case = MCLOG__LOG_RECORD__OP_TASK_END;
+        rec.task_end = &lt;
+    }
+    tl_scratch.len = 0;
+    put_frame(&tl_scratch, 0, &rec);
+    append_scratch(svc->oplog);
+}
+
 void mc__log_wait_slow(mc_master_service *svc)
 {
     mc__oplog *l = svc->oplog;
@@ -256,6 +307,19 @@ void mc__log_wait_slow(mc_master_service *svc)
     if (l->durable < lsn && !l->kick) {
         l->kick = true; /* someone waits: the writer writes the group now */
         pthread_cond_signal(&l->wake);
+    }
+    if (tl_defer_ok && !l->repl && atomic_load(&svc->log_defer)) {
+        /* the RPC server sends the reply once the record is durable: this thread goes
+         * on with other requests (the writer notifies it, mc_master_log_set_notify) */
+        if (l->durable < lsn && !l->failed && !l->stop) {
+            if (lsn > l->defer_max)
+                l->defer_max = lsn;
+            if (lsn > tl_deferred)
+                tl_deferred = lsn;
+            cadd(&l->deferred, 1);
+        }
+        pthread_mutex_unlock(&l->mu);
+        return;
     }
     while (l->durable < lsn && !l->failed && !l->stop)
         pthread_cond_wait(&l->done, &l->mu);
@@ -361,9 +425,18 @@ static void *writer_main(void *arg)
             l->failed = true;
         l->spare = group;
         l->spare.len = 0;
+        /* a deferred reply may be due: some reply waits above the old watermark (this
+         * group may have passed it; a spurious notify costs one look per loop) */
+        bool notify = l->defer_max > l->durable;
         if (last > l->durable)
             l->durable = last;
         pthread_cond_broadcast(&l->done);
+        if (notify) {
+            pthread_mutex_lock(&notify_mu);
+            if (l->svc->log_notify)
+                l->svc->log_notify(l->svc->log_notify_arg);
+            pthread_mutex_unlock(&notify_mu);
+        }
     }
     pthread_mutex_unlock(&l->mu);
     return NULL;
@@ -397,6 +470,54 @@ mc__oplog *mc__oplog_open(mc_master_service *svc, const char *dir, uint64_t firs
         return NULL;
     }
     return l;
+}
+
+void mc__oplog_fill_stats(mc_master_service *svc, mc_master_stats *out)
+{
+    mc__oplog *l = svc->oplog;
+    if (!l)
+        return;
+    out->oplog_on = true;
+    out->oplog_records = cget(&l->records);
+    out->oplog_groups = cget(&l->groups);
+    out->oplog_fsyncs = cget(&l->fsyncs);
+    out->oplog_deferred = cget(&l->deferred);
+}
+
+/* ---- deferred acknowledgements (the RPC server; persist.h) ---- */
+
+void mc_master_log_defer_begin(void)
+{
+    tl_defer_ok = true;
+    tl_deferred = 0;
+}
+
+uint64_t mc_master_log_defer_end(void)
+{
+    tl_defer_ok = false;
+    uint64_t lsn = tl_deferred;
+    tl_deferred = 0;
+    return lsn;
+}
+
+bool mc_master_log_is_durable(mc_master_service *svc, uint64_t lsn)
+{
+    mc__oplog *l = svc->oplog;
+    if (!l || !lsn)
+        return true;
+    pthread_mutex_lock(&l->mu);
+    bool done = l->durable >= lsn || l->failed || l->stop;
+    pthread_mutex_unlock(&l->mu);
+    return done;
+}
+
+void mc_master_log_set_notify(mc_master_service *svc, void (*fn)(void *), void *arg)
+{
+    pthread_mutex_lock(&notify_mu);
+    svc->log_notify = fn;
+    svc->log_notify_arg = arg;
+    atomic_store(&svc->log_defer, fn != NULL);
+    pthread_mutex_unlock(&notify_mu);
 }
 
 void mc__oplog_set_repl(mc__oplog *l, struct mc__repl *r)

@@ -30,6 +30,7 @@ typedef struct mc__oplog {
     mc__buf pend, spare; /* frames appended, not yet handed to the kernel         */
     uint64_t last_lsn;   /* the last LSN given out                               */
     uint64_t durable;    /* the last LSN written in the mode `sync` promises     */
+    uint64_t defer_max;  /* the highest LSN a deferred reply waits for (notify)  */
     bool stop, failed, rotate;
     bool kick;           /* a caller waits for a record: write the group now       */
     bool writer_idle;    /* the writer sleeps with nothing pending (signal it)     */
@@ -37,7 +38,7 @@ typedef struct mc__oplog {
     int fd;              /* the current log file (writer thread only)            */
     pthread_t thr;
     struct mc__repl *repl; /* HA: groups written are handed to it (NULL: none)     */
-    counter records, bytes, groups, fsyncs, write_errors;
+    counter records, bytes, groups, fsyncs, write_errors, deferred;
 } mc__oplog;
 
 /* Encodes the record of o (caller holds its shard mutex and seg_lock for reading): PUT
@@ -61,6 +62,15 @@ uint64_t mc__oplog_rotate(mc__oplog *l);
 void mc__oplog_set_repl(mc__oplog *l, struct mc__repl *r);
 /* Flushes, fsyncs and closes; joins the writer. */
 void mc__oplog_close(mc__oplog *l);
+
+/* inflight.c, called by mc_master_log_apply (one applying thread): a `start` record
+ * (a write in flight on the leader) is remembered; a `put` record of its key with its
+ * replicas forgets it (mc__inflight_destroy, internal.h, frees the table). */
+void mc__inflight_start(mc_master_service *svc, const Mclog__LogObject *lo);
+void mc__inflight_end(mc_master_service *svc, const Mclog__LogObject *lo);
+/* A task (end false) or task_end (true) record: the leader's copy / move tasks, which
+ * mc_master_log_promote adopts (persist.h). */
+void mc__inflight_task(mc_master_service *svc, const Mclog__LogTask *lt, bool end);
 
 /* "<dir>/<prefix><20-digit lsn><suffix>" (malloc'd). */
 char *mc__persist_path(const char *dir, const char *prefix, uint64_t lsn, const char *suffix);

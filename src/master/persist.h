@@ -18,7 +18,8 @@
  * so a put acknowledged before a kill -9 is served after the restart.
  *
  * Threads: one log writer thread (group commit) and one snapshot thread per instance; no
- * disk I/O on the callers' (RPC) threads. mc_master_persist_start and _stop are called
+ * disk I/O on the callers' (RPC) threads, and RPC threads do not wait for it either
+ * (their replies wait on the durable LSN: "deferred acknowledgements" below). mc_master_persist_start and _stop are called
  * by the program's main thread, start before the service serves, stop after it stopped
  * serving.
  */
@@ -34,9 +35,9 @@
 
 /* When a put_end is acknowledged relative to its log record (--oplog_sync):
  *   FSYNC  after the record's group was written and fdatasync'ed (survives a crash of
- *          the machine); the default.
+ *          the machine).
  *   WRITE  after the group was written to the kernel (survives kill -9 of the master,
- *          not a power loss).
+ *          not a power loss); mooncake_master's default.
  *   NONE   at once; the record is written within 2 ms (a crash may lose the last few
  *          milliseconds of puts). */
 typedef enum mc_master_log_sync {
@@ -87,11 +88,38 @@ int mc_master_persist_start(mc_master_service *svc, const mc_master_persist_opts
  * the periodic one. */
 int mc_master_persist_snapshot_now(mc_master_persist *p);
 
-/* Counters of the instance (monotonic since start). */
+/* Counters of the instance (monotonic since start). deferred: acknowledgements left to
+ * the RPC server (replies sent when their record became durable) instead of waited for
+ * on an RPC thread. */
 typedef struct mc_master_persist_stats {
     uint64_t records, bytes, groups, fsyncs, snapshots, snapshot_failures, write_errors;
-    uint64_t last_lsn, durable_lsn;
+    uint64_t last_lsn, durable_lsn, deferred;
 } mc_master_persist_stats;
+
+/* ---- deferred acknowledgements (the RPC server's side of group commit) ----
+ *
+ * A put_end (or a client's removal) is acknowledged once its record is as safe as
+ * --oplog_sync promises. Called from a thread that sent no notify, the service call
+ * itself waits (the thread blocks until its group is written). The RPC server instead
+ * brackets each request with mc_master_log_defer_begin / _end: the call returns at once
+ * with its result, _end gives the LSN the reply must wait for (0: none), the server
+ * keeps the reply (and every later reply of that connection, in order) until
+ * mc_master_log_is_durable(lsn), and the log writer calls the notify registered with
+ * mc_master_log_set_notify after each group that may have made a kept reply due. So an
+ * RPC thread never waits for a disk flush: the requests that arrive while a group is
+ * being written and fsync'ed form the next group, however many connections send them.
+ * Not with HA replication (--ha_sync=sync waits on the RPC thread as before).
+ *
+ * defer_begin / _end: the calling thread only (thread-local state). is_durable: any
+ * thread (takes the log mutex); true for lsn 0, without a log, and once the log failed
+ * or stops (acknowledged without a record, as documented for an I/O error). set_notify:
+ * fn(arg) is called on the log writer thread (keep it short: post to your loops); fn
+ * NULL unregisters, and no call is made after that returns; before serving / after it
+ * stopped. Ours (upstream has no log). */
+void mc_master_log_defer_begin(void);
+uint64_t mc_master_log_defer_end(void);
+bool mc_master_log_is_durable(mc_master_service *svc, uint64_t lsn);
+void mc_master_log_set_notify(mc_master_service *svc, void (*fn)(void *), void *arg);
 
 void mc_master_persist_get_stats(mc_master_persist *p, mc_master_persist_stats *out);
 
@@ -106,12 +134,35 @@ void mc_master_persist_stop(mc_master_persist *p);
  * reserved at their addresses; a replica on an unknown segment is left out, an object
  * left with none is not added); remove: the key leaves (its space freed); mount: the
  * segment is added awaiting its owner (SEGMENT_ALREADY_EXISTS is fine); unmount: the
- * segment goes with its replicas. start (a write in flight on the leader): ignored; a
- * standby being promoted should quarantine the ranges of the writes still in flight, as
- * the restore does (not done yet). header / end: ignored. Returns MC_OK, or
+ * segment goes with its replicas. start (a write in flight on the leader): kept aside,
+ * not an object and no space reserved (src/master/inflight.c); a later put of its key
+ * with its replicas forgets it; mc_master_log_promote quarantines what is left.
+ * task / task_end (copy / move tasks): kept aside the same way, adopted at promotion.
+ * header / end: ignored. Returns MC_OK, or
  * MC_INVALID_PARAMS for a malformed record, MC_NO_AVAILABLE_HANDLE when a replica range
  * is taken (the key is then absent). Caller: one thread applies a stream in order; the
  * service may serve reads meanwhile. */
 int mc_master_log_apply(mc_master_service *svc, uint64_t lsn, const Mclog__LogRecord *rec);
+
+/* mc_master_log_promote: svc, a standby that applied its leader's stream, becomes the
+ * leader (HA thread, after the last records were applied, before the gate opens). The
+ * writes the old leader had in flight (`start` records with no later `put` of their key
+ * and replicas) are not objects here: each of their ranges still free is reserved and
+ * quarantined under its writer (fence.c, as a revoked write on one master: reused only
+ * after the segment's owner and the writer acknowledged a fence above the write's
+ * logged epoch, or the writer expired and put_start_release_timeout_sec passed with the
+ * owner fenced), so bytes the old leader's writer still sends land in no new object;
+ * their writers become known clients (one client_ttl to reach this master). A range a
+ * copied object occupies is left to it. Also raises the fence epochs this master hands
+ * out above every logged one and its wall-clock base. A writer's late put_end finds no
+ * write (OBJECT_NOT_FOUND): its client's put fails and a retry starts afresh.
+ * Copy / move tasks: the finished ones are reported by query_task as they ended; the
+ * unfinished ones become FAILED ("interrupted by a master failover or restart ...",
+ * logged as their task_end) and their target reservations are quarantined under their
+ * executors. mc_master_persist_start calls it after a restore too (the restore
+ * quarantines the writes itself; this adopts the tasks).
+ * Returns the number of ranges quarantined. Not in upstream (its standbys copy nothing
+ * of the writes in flight). */
+uint64_t mc_master_log_promote(mc_master_service *svc);
 
 #endif

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/list.h"
+#include "master/persist.h"
 #include "common/xalloc.h"
 #include "mooncake/log.h"
 #include "mooncake/mc_time.h"
@@ -51,7 +53,20 @@ typedef struct srv_conn {
     mc_loop_timer *deadline;       /* handshake deadline, or NULL */
     uint64_t reserved;             /* bytes of max_pending taken by the body being read */
     uint64_t last_ms;              /* when it last sent request bytes (idle timeout)     */
+    mc_list replies;               /* kept replies (dreply), in request order            */
+    mc_list dlink;                 /* in lc->kept while replies is not empty             */
 } srv_conn;
+
+/* A reply kept until its log record is durable (persist.h "deferred
+ * acknowledgements"), or queued behind such a reply (lsn 0) so that one connection's
+ * replies leave in request order. */
+typedef struct dreply {
+    mc_list link;
+    uint64_t lsn;
+    mc_frame_header h;
+    size_t len;
+    uint8_t body[];
+} dreply;
 
 /* Connections per source address: a small table under a lock (touched at accept and
  * close only). */
@@ -65,6 +80,9 @@ struct loop_ctx {
     mc_loop *loop;
     mc_master_rpc_handler *h; /* used only on this loop's thread */
     mc_list conns;            /* srv_conn.link; guarded by the loop thread */
+    mc_list kept;             /* srv_conn.dlink: connections with kept replies (loop) */
+    _Atomic unsigned nkept;   /* entries of kept (read by the log writer's notify)  */
+    _Atomic bool posted;      /* a flush_kept task is queued on the loop            */
     bool started;
     mc_loop_timer *idle;      /* the idle-connection sweep, or NULL */
 };
@@ -196,9 +214,22 @@ static void ip_give(mc_master_rpc_server *srv, const uint8_t ip[16])
 }
 
 /* Gives back what a connection holds (its slot, its address count, its pending body). */
+static void drop_kept(srv_conn *sc)
+{
+    mc_list *it;
+    while ((it = mc_list_pop_front(&sc->replies)))
+        free(MC_CONTAINER_OF(it, dreply, link));
+    if (mc_list_linked(&sc->dlink)) {
+        mc_list_remove(&sc->dlink);
+        mc_list_init(&sc->dlink);
+        atomic_fetch_sub(&sc->lc->nkept, 1);
+    }
+}
+
 static void conn_gone(srv_conn *sc)
 {
     mc_master_rpc_server *srv = sc->lc->srv;
+    drop_kept(sc);
     if (sc->reserved)
         count(&srv->pending, -(int64_t)sc->reserved);
     sc->reserved = 0;
@@ -209,6 +240,72 @@ static void conn_gone(srv_conn *sc)
 }
 
 /* ---- connections ---- */
+
+/* Sends sc's kept replies from the head while they are due. Returns false when the
+ * connection went (a failed send frees it: sc is gone). Loop thread. */
+static bool flush_kept(srv_conn *sc)
+{
+    mc_master_service *svc = sc->lc->srv->svc;
+    mc_list *it;
+    while ((it = mc_list_front(&sc->replies))) {
+        dreply *d = MC_CONTAINER_OF(it, dreply, link);
+        if (d->lsn && !mc_master_log_is_durable(svc, d->lsn))
+            return true; /* the writer's notify brings us back */
+        mc_list_remove(it);
+        int rc = mc_conn_send(sc->c, &d->h, d->body, d->len);
+        free(d);
+        if (rc)
+            return false; /* failure closed (and freed) the connection */
+    }
+    if (mc_list_linked(&sc->dlink)) {
+        mc_list_remove(&sc->dlink);
+        mc_list_init(&sc->dlink);
+        atomic_fetch_sub(&sc->lc->nkept, 1);
+    }
+    return true;
+}
+
+static void flush_kept_task(void *arg)
+{
+    loop_ctx *lc = arg;
+    atomic_store(&lc->posted, false); /* a notify from now on posts again */
+    MC_LIST_FOREACH(it, &lc->kept)
+        flush_kept(MC_CONTAINER_OF(it, srv_conn, dlink));
+}
+
+/* The log writer's notify (mc_master_log_set_notify): a group was written; every loop
+ * with kept replies looks at them on its own thread. */
+static void log_notify(void *arg)
+{
+    mc_master_rpc_server *srv = arg;
+    for (unsigned i = 0; i < srv->n; i++) {
+        loop_ctx *lc = &srv->lcs[i];
+        if (!atomic_load(&lc->nkept) || atomic_exchange(&lc->posted, true))
+            continue;
+        if (mc_loop_post(lc->loop, flush_kept_task, lc) != 0)
+            atomic_store(&lc->posted, false);
+    }
+}
+
+/* Keeps the reply (copied) behind sc's earlier kept ones; sends what is due. */
+static void keep_reply(srv_conn *sc, uint64_t lsn, const mc_frame_header *h,
+                       const uint8_t *body, size_t len)
+{
+    dreply *d = mc_xmalloc(sizeof *d + len);
+    d->lsn = lsn;
+    d->h = *h;
+    d->len = len;
+    if (len)
+        memcpy(d->body, body, len);
+    mc_list_push_back(&sc->replies, &d->link);
+    if (!mc_list_linked(&sc->dlink)) {
+        /* counted before the durable check in flush_kept: a group published after the
+         * check sees the count and notifies */
+        atomic_fetch_add(&sc->lc->nkept, 1);
+        mc_list_push_back(&sc->lc->kept, &sc->dlink);
+    }
+    flush_kept(sc); /* inside on_frame: a failed send only marks the conn closing */
+}
 
 static void on_frame(mc_conn *c, const mc_frame_header *hdr, const uint8_t *body, void *arg)
 {
@@ -227,8 +324,10 @@ static void on_frame(mc_conn *c, const mc_frame_header *hdr, const uint8_t *body
      * into the handler's buffer, valid until its next request (mc_conn_send copies it) */
     const uint8_t *reply;
     size_t reply_len;
+    mc_master_log_defer_begin(); /* a put_end's wait for its log record becomes ours */
     int st = mc_master_rpc_handle(sc->lc->h, hdr->opcode, body, hdr->body_len, &reply,
                                   &reply_len);
+    uint64_t lsn = mc_master_log_defer_end();
     count(&srv->frames, 1);
     if (st != 0)
         count(&srv->frames_refused, 1);
@@ -239,6 +338,10 @@ static void on_frame(mc_conn *c, const mc_frame_header *hdr, const uint8_t *body
         .status = st,
         .request_id = hdr->request_id,
     };
+    if (lsn || !mc_list_empty(&sc->replies)) {
+        keep_reply(sc, lsn, &rh, reply, reply_len); /* sent once its record is durable */
+        return;
+    }
     mc_conn_send(c, &rh, reply, reply_len); /* failure closes the connection */
 }
 
@@ -463,6 +566,8 @@ static void adopt_fd(loop_ctx *lc, int fd, const uint8_t ip[16])
     srv_conn *sc = mc_xcalloc(1, sizeof *sc);
     sc->lc = lc;
     sc->fd = fd;
+    mc_list_init(&sc->replies);
+    mc_list_init(&sc->dlink);
     memcpy(sc->ip, ip, 16);
     sc->last_ms = mc_now_ms();
     mc_list_push_front(&lc->conns, &sc->link);
@@ -664,8 +769,10 @@ int mc_master_rpc_server_start(mc_master_service *svc, const mc_master_rpc_serve
     mc_sock_set_nonblock(srv->lfd, true);
 
     srv->lcs = mc_xcalloc(srv->n, sizeof *srv->lcs);
-    for (unsigned i = 0; i < srv->n; i++)
+    for (unsigned i = 0; i < srv->n; i++) {
         mc_list_init(&srv->lcs[i].conns); /* before any failure: destroy walks them all */
+        mc_list_init(&srv->lcs[i].kept);
+    }
     for (unsigned i = 0; i < srv->n; i++) {
         loop_ctx *lc = &srv->lcs[i];
         lc->srv = srv;
@@ -691,6 +798,8 @@ int mc_master_rpc_server_start(mc_master_service *svc, const mc_master_rpc_serve
         rc = -ENOMEM;
         goto fail;
     }
+    /* replies that wait for their log record are kept, not waited for (persist.h) */
+    mc_master_log_set_notify(svc, log_notify, srv);
     add_listener_task(srv); /* before loop 0 runs: allowed from this thread */
     for (unsigned i = 0; i < srv->n; i++) {
         char name[16];
@@ -753,6 +862,7 @@ void mc_master_rpc_server_destroy(mc_master_rpc_server *srv)
 {
     if (!srv)
         return;
+    mc_master_log_set_notify(srv->svc, NULL, NULL); /* no call into srv after this */
     if (srv->hk_started)
         mc_loop_join(srv->hk);
     /* Loop 0 first: it owns the listener, so no connection is handed off afterwards. */

@@ -161,6 +161,7 @@ void mc_master_service_destroy(mc_master_service *svc)
     pthread_mutex_destroy(&svc->evict_mu);
     pthread_mutex_destroy(&svc->defer_mu);
     pthread_mutex_destroy(&svc->ha_mu);
+    mc__inflight_destroy(svc);
     mc__fence_destroy(svc);
     mc__offload_destroy(svc);
     mc__tasks_destroy(svc);

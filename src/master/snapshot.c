@@ -92,6 +92,7 @@ typedef struct rmap {
     robj **wb;
     size_t nwb, nw;
     uint64_t lsn, records; /* last LSN applied; records applied */
+    mc_master_service *svc; /* task records go to its inflight.c table (restore) */
 } rmap;
 
 static void rmap_free(rmap *m)
@@ -115,7 +116,9 @@ static void rmap_free(rmap *m)
             free(o);
         }
     free(m->wb);
+    mc_master_service *svc = m->svc;
     memset(m, 0, sizeof(*m));
+    m->svc = svc;
 }
 
 static robj **chain_slot(robj **b, size_t nb, const uint8_t *key, size_t len, uint64_t h)
@@ -295,6 +298,13 @@ static int rmap_apply(rmap *m, const Mclog__LogRecord *rec)
             m->segs[si].live = false; /* its objects' replicas on it are dropped later */
         return 0;
     }
+    case MCLOG__LOG_RECORD__OP_TASK: /* copy / move tasks: inflight.c, adopted after */
+    case MCLOG__LOG_RECORD__OP_TASK_END:
+        if (m->svc)
+            mc__inflight_task(m->svc, rec->op_case == MCLOG__LOG_RECORD__OP_TASK
+                                          ? rec->task : rec->task_end,
+                              rec->op_case == MCLOG__LOG_RECORD__OP_TASK_END);
+        return 0;
     default:
         return 0; /* header / end: structure, checked by the snapshot loader */
     }
@@ -708,6 +718,7 @@ int mc_master_log_apply(mc_master_service *svc, uint64_t lsn, const Mclog__LogRe
         if (!lo || check_key(lo->key.data, lo->key.len) ||
             lo->n_replicas > MC_MASTER_MAX_REPLICAS)
             return MC_INVALID_PARAMS;
+        mc__inflight_end(svc, lo); /* that write completed (inflight.c) */
         uint64_t h = key_hash(svc, lo->key.data, lo->key.len);
         uint32_t h32;
         shard *sh = shard_of(svc, h, &h32);
@@ -786,7 +797,18 @@ int mc_master_log_apply(mc_master_service *svc, uint64_t lsn, const Mclog__LogRe
             return MC_INVALID_PARAMS;
         mc__seg_unmount_id(svc, (mc_master_uuid){rec->unmount->id_hi, rec->unmount->id_lo});
         return MC_OK;
-    case MCLOG__LOG_RECORD__OP_START: /* writes in flight: see persist.h */
+    case MCLOG__LOG_RECORD__OP_START: /* a write in flight: kept aside (inflight.c) */
+        if (!rec->start || check_key(rec->start->key.data, rec->start->key.len) ||
+            rec->start->n_replicas > MC_MASTER_MAX_REPLICAS)
+            return MC_INVALID_PARAMS;
+        mc__inflight_start(svc, rec->start);
+        return MC_OK;
+    case MCLOG__LOG_RECORD__OP_TASK: /* copy / move tasks: kept aside (inflight.c) */
+    case MCLOG__LOG_RECORD__OP_TASK_END:
+        mc__inflight_task(svc, rec->op_case == MCLOG__LOG_RECORD__OP_TASK ? rec->task
+                                                                          : rec->task_end,
+                          rec->op_case == MCLOG__LOG_RECORD__OP_TASK_END);
+        return MC_OK;
     default:
         return MC_OK;
     }
@@ -1203,7 +1225,7 @@ int mc_master_persist_start(mc_master_service *svc, const mc_master_persist_opts
     }
     uint64_t next = 1;
     if (opts->restore) {
-        rmap m = {0};
+        rmap m = {.svc = svc};
         next = restore_files(opts->dir, &m, info);
         materialise(svc, &m, info);
         rmap_free(&m);
@@ -1234,6 +1256,8 @@ int mc_master_persist_start(mc_master_service *svc, const mc_master_persist_opts
     if (!p->log)
         goto fail;
     svc->oplog = p->log; /* from here every mutation is logged */
+    if (opts->restore) /* the old master's tasks (inflight.c; logs their failures) */
+        mc_master_log_promote(svc);
     if (pthread_create(&p->thr, NULL, snap_main, p) != 0) {
         svc->oplog = NULL;
         mc__oplog_close(p->log);
@@ -1264,6 +1288,7 @@ void mc_master_persist_get_stats(mc_master_persist *p, mc_master_persist_stats *
     out->groups = cget(&l->groups);
     out->fsyncs = cget(&l->fsyncs);
     out->write_errors = cget(&l->write_errors);
+    out->deferred = cget(&l->deferred);
     out->snapshots = cget(&p->snapshots);
     out->snapshot_failures = cget(&p->snapshot_failures);
     pthread_mutex_lock(&l->mu);

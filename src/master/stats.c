@@ -68,6 +68,7 @@ void mc_master_service_get_stats(mc_master_service *svc, mc_master_stats *out)
      * e.g. allocated_bytes may already include a put that key_count does not yet */
     memset(out, 0, sizeof(*out));
     mc_master_service_ha_info(svc, out); /* ha_gate.c */
+    mc__oplog_fill_stats(svc, out);      /* oplog.c */
     out->allocated_bytes = cget(&svc->allocated);
     out->total_capacity_bytes = cget(&svc->capacity);
     out->key_count = cget(&svc->keys);

@@ -149,8 +149,10 @@ static void part_release_locked(mc_master_service *svc, tpart *p, bool hold, uin
 }
 
 /* Moves k to the done list (tasks.mu held), forgetting the oldest finished ones past the
- * bound. */
-static void finish_locked(mc_master_service *svc, task *k, int status, const char *msg)
+ * bound, and logs its end (held: bit i = part i's reservation is quarantined, its
+ * executor may still be writing). */
+static void finish_locked(mc_master_service *svc, task *k, int status, const char *msg,
+                          uint32_t held)
 {
     struct mc__tasks *t = svc->tasks;
     if (k->info.status == MC_MASTER_TASK_PENDING)
@@ -161,6 +163,11 @@ static void finish_locked(mc_master_service *svc, task *k, int status, const cha
     k->info.last_updated_at_ms_epoch = mc_wall_ms();
     if (msg)
         snprintf(k->info.message, sizeof k->info.message, "%s", msg);
+    mc__log_task_rec lr = {.end = true, .id = k->info.id, .assigned = k->info.assigned_client,
+                           .type = k->info.type, .status = status,
+                           .message = k->info.message, .held_mask = held,
+                           .updated_ms = k->info.last_updated_at_ms_epoch};
+    mc__log_task(svc, &lr); /* a promoted standby / a restore reports it so */
     mc_list_remove(&k->link);
     t->nactive--;
     csub(&t->unfinished, 1);
@@ -317,6 +324,16 @@ static int create(mc_master_service *svc, int type, const void *key, size_t key_
     k->info.created_at_ms_epoch = k->info.last_updated_at_ms_epoch = mc_wall_ms();
     k->info.assigned_client = k->parts[0].owner;
     *id = k->info.id;
+    if (svc->oplog) { /* before it is in the table: its end is logged after this */
+        mc__log_task_rec lr = {.id = k->info.id, .assigned = k->info.assigned_client,
+                               .type = type, .key = key, .klen = key_len, .size = k->size,
+                               .created_ms = k->info.created_at_ms_epoch,
+                               .nparts = k->nparts};
+        for (uint32_t i = 0; i < k->nparts; i++)
+            lr.parts[i] = (mc__log_task_part){k->parts[i].seg_id, k->parts[i].owner,
+                                              k->parts[i].r.addr};
+        mc__log_task(svc, &lr);
+    }
     pthread_mutex_lock(&t->mu);
     mc_list_push_back(&t->active, &k->link);
     t->nactive++;
@@ -571,13 +588,35 @@ int mc_master_service_mark_task_to_complete(mc_master_service *svc, mc_master_uu
          * parts that succeeded stay: each is complete) */
         if (k->ndone + k->nfailed == k->nparts)
             finish_locked(svc, k, k->nfailed ? MC_MASTER_TASK_FAILED : MC_MASTER_TASK_SUCCESS,
-                          NULL);
+                          NULL, 0);
         else
             k->info.last_updated_at_ms_epoch = mc_wall_ms();
     }
     pthread_mutex_unlock(&t->mu);
     count_op(svc, MC_MASTER_OP_MARK_TASK_TO_COMPLETE, MC_OK);
     return MC_OK;
+}
+
+void mc__tasks_adopt(mc_master_service *svc, const mc_master_task_info *info)
+{
+    struct mc__tasks *t = svc->tasks;
+    task *k = mc_xcalloc(1, sizeof *k);
+    k->info = *info;
+    pthread_mutex_lock(&t->mu);
+    if (find_in(&t->active, info->id) || find_in(&t->done, info->id)) {
+        pthread_mutex_unlock(&t->mu);
+        free(k);
+        return;
+    }
+    mc_list_push_back(&t->done, &k->link);
+    t->ndone++;
+    while (t->ndone > svc->cfg.max_total_finished_tasks && !mc_list_empty(&t->done)) {
+        task *old = MC_CONTAINER_OF(t->done.next, task, link);
+        mc_list_remove(&old->link);
+        t->ndone--;
+        task_free(old);
+    }
+    pthread_mutex_unlock(&t->mu);
 }
 
 void mc__tasks_rewritten(mc_master_service *svc, obj *o)
@@ -660,10 +699,13 @@ void mc__tasks_tick(mc_master_service *svc, uint64_t now)
             claimed |= k->parts[i].state == P_DONE && k->parts[i].r.handle != MC__ALLOC_NONE;
         if (claimed)
             continue;
+        uint32_t held = 0;
         for (uint32_t i = 0; i < k->nparts; i++) {
             tpart *p = &k->parts[i];
             if (p->state != P_PENDING && p->state != P_PROCESSING)
                 continue;
+            if (p->state == P_PROCESSING)
+                held |= 1u << i;
             if (nrel == cap) {
                 cap = cap ? cap * 2 : 8;
                 rel = mc_xrealloc(rel, cap * sizeof *rel);
@@ -677,7 +719,7 @@ void mc__tasks_tick(mc_master_service *svc, uint64_t now)
         mc_log(MC_LOG_WARN, TAG, "task %016llx%016llx failed: %s",
                (unsigned long long)k->info.id.first, (unsigned long long)k->info.id.second,
                msg);
-        finish_locked(svc, k, MC_MASTER_TASK_FAILED, msg);
+        finish_locked(svc, k, MC_MASTER_TASK_FAILED, msg, held);
     }
     pthread_mutex_unlock(&t->mu);
     for (size_t i = 0; i < nrel; i++)
