@@ -65,9 +65,11 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
     size_t first = b->n;
     for (size_t i = 0; i < n; i++) {
         te_task *t = &b->tasks[first + i];
-        atomic_store(&t->state, MC_TE_PENDING);
-        atomic_store(&t->error, 0);
-        atomic_store(&t->done_bytes, 0);
+        /* no other thread sees t before b->n covers it (below, under b->lock) */
+        atomic_init(&t->state, MC_TE_PENDING);
+        atomic_init(&t->error, 0);
+        atomic_init(&t->done_bytes, 0);
+        atomic_init(&t->slices_left, 0);
         t->length = reqs[i].length;
         t->batch = b;
     }
