@@ -279,6 +279,9 @@ typedef struct te_sconn {
     te_rbuf in;              /* request bytes read ahead (headers, small payloads) */
     mc__te_req cur;
     te_region *cur_reg;      /* ref held in TE_S_PAYLOAD */
+    te_region *pin;          /* a ref held during one I/O callback (tcp_server.c
+                                sconn_acquire): later requests in the same region take
+                                their ref without the table lookup; NULL between them */
     char *dst;               /* TE_S_PAYLOAD: destination; TE_S_NOTIFY: body buffer */
     uint64_t off;            /* payload bytes received */
     int pending_status;      /* status to answer after a discard */
