@@ -628,6 +628,10 @@ int mc__te_parse_gids(const char *text, uint32_t **out, size_t *n);
 int mc__te_shm_start(mc_te *te);
 void mc__te_shm_tick(te_io *io);
 void mc__te_shm_close_all(te_io *io);
+/* Whether mc__te_shm_try can move anything to p now (not forced onto TCP, and p is on
+ * this host with a shm socket). submit.c asks once per run of requests to one peer: a
+ * run started while it is false goes over TCP, which is always correct. */
+bool mc__te_shm_possible(mc_te *te, te_peer *p);
 /* Same-host copy. Returns 0 (*handled says whether it was done), 1 (range unknown: a
  * newer descriptor may have it), or -ESTALE (*handled true: a WRITE refused by the
  * target fence, checked under shm_rw before the copy). */
