@@ -46,7 +46,10 @@
  *                            (0/false/no/off: use it; anything else is an error)
  *   MC_TCP_SLICE_SIZE        bytes per slice on the TCP path (default 1 MiB; 4 KiB..64 MiB)
  *   MC_TE_TCP_CONNECTIONS    pooled TCP connections per peer (default 2; 1..16)
- *   MC_TE_IO_THREADS         I/O threads (default 1; 1..16)
+ *   MC_TE_IO_THREADS         I/O threads (1..16; default: one per pooled connection,
+ *                            at most half the CPUs the process may use, at least 1; a
+ *                            peer's connections are spread over min(this, connections)
+ *                            threads)
  *   MC_HANDSHAKE_MAX_LENGTH  largest handshake frame in bytes (default 1 MiB; up to 128 MiB)
  *   MC_TCP_BIND_ADDRESS      address the listeners bind (default: local_hostname's host)
  *   MC_MIN_RPC_PORT / MC_MAX_RPC_PORT  range for the rpc port (default 15000..17000)
@@ -138,7 +141,7 @@ typedef struct mc_te_opts {
     uint64_t transfer_timeout_ms; /* 0: MC_TRANSFER_TIMEOUT (s) or 30 s */
     uint64_t slice_size;          /* bytes; 0: MC_TCP_SLICE_SIZE or 1 MiB */
     unsigned conns_per_peer;      /* 0: MC_TE_TCP_CONNECTIONS or 2 */
-    unsigned io_threads;          /* 0: MC_TE_IO_THREADS or 1 */
+    unsigned io_threads;          /* 0: MC_TE_IO_THREADS or its default (above) */
     uint32_t handshake_max_length; /* bytes; 0: MC_HANDSHAKE_MAX_LENGTH or 1 MiB */
     int force_tcp;                /* -1 or 0: MC_FORCE_TCP; 1: force TCP */
     /* The clock that transfer deadlines (transfer_timeout_ms) and the rate limit on

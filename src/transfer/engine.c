@@ -4,6 +4,7 @@
  * files (see internal.h). See include/mooncake/transfer_engine.h. */
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,27 @@
 
 /* ---- options ---- */
 
+/* MC_TE_IO_THREADS' default (issue 17): one I/O loop per pooled connection to a peer
+ * (a peer's connections are spread over its lanes, one lane per loop: tcp_client.c), so
+ * N connections move data on N threads as N raw TCP streams do, but no more than half
+ * the CPUs this process may run on (a loopback pair of engines shares them), and at
+ * least 1. On a 2-CPU box that is 1, as before. */
+static uint64_t default_io_threads(unsigned conns)
+{
+    long cpus = 0;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        cpus = CPU_COUNT(&set);
+    if (cpus <= 0)
+        cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    uint64_t n = cpus > 1 ? (uint64_t)cpus / 2 : 1;
+    if (n > conns)
+        n = conns;
+    if (n > TE_MAX_IO)
+        n = TE_MAX_IO;
+    return n ? n : 1;
+}
+
 int mc_te_create(const mc_te_opts *opts, mc_te **out)
 {
     if (!out)
@@ -36,7 +58,6 @@ int mc_te_create(const mc_te_opts *opts, mc_te **out)
         mc_env_size("MC_TCP_SLICE_SIZE", MC_TE_DEFAULT_SLICE, 4096, MC_TE_MAX_SLICE, &slice) <
             0 ||
         mc_env_u64("MC_TE_TCP_CONNECTIONS", 2, 1, TE_MAX_CONNS, &conns) < 0 ||
-        mc_env_u64("MC_TE_IO_THREADS", 1, 1, TE_MAX_IO, &nio) < 0 ||
         mc_env_size("MC_HANDSHAKE_MAX_LENGTH", MC_TE_HS_DEFAULT_MAX, 64, MC_TE_HS_LIMIT,
                     &hs_max) < 0 ||
         mc_env_bool("MC_FORCE_TCP", false, &force_tcp) < 0 ||
@@ -45,6 +66,10 @@ int mc_te_create(const mc_te_opts *opts, mc_te **out)
         mc_env_u64("MC_TE_MAX_CONNECTIONS_PER_IP", 512, 1, 1u << 20, &max_ip) < 0 ||
         mc_env_size("MC_TE_MAX_PENDING_BYTES", 64ull << 20, 1u << 20, 1ull << 40,
                     &max_pending) < 0)
+        return MC_INVALID_PARAMS;
+    if (mc_env_u64("MC_TE_IO_THREADS", default_io_threads(o.conns_per_peer ? o.conns_per_peer
+                                                                         : (unsigned)conns),
+                   1, TE_MAX_IO, &nio) < 0)
         return MC_INVALID_PARAMS;
     const char *gids_text = o.shm_allowed_gids ? o.shm_allowed_gids
                                                : mc_env_str("MC_TE_SHM_ALLOWED_GIDS");

@@ -279,6 +279,9 @@ typedef struct te_sconn {
     te_rbuf in;              /* request bytes read ahead (headers, small payloads) */
     mc__te_req cur;
     te_region *cur_reg;      /* ref held in TE_S_PAYLOAD */
+    te_region *pin;          /* a ref held during one I/O callback (tcp_server.c
+                                sconn_acquire): later requests in the same region take
+                                their ref without the table lookup; NULL between them */
     char *dst;               /* TE_S_PAYLOAD: destination; TE_S_NOTIFY: body buffer */
     uint64_t off;            /* payload bytes received */
     int pending_status;      /* status to answer after a discard */
@@ -625,6 +628,10 @@ int mc__te_parse_gids(const char *text, uint32_t **out, size_t *n);
 int mc__te_shm_start(mc_te *te);
 void mc__te_shm_tick(te_io *io);
 void mc__te_shm_close_all(te_io *io);
+/* Whether mc__te_shm_try can move anything to p now (not forced onto TCP, and p is on
+ * this host with a shm socket). submit.c asks once per run of requests to one peer: a
+ * run started while it is false goes over TCP, which is always correct. */
+bool mc__te_shm_possible(mc_te *te, te_peer *p);
 /* Same-host copy. Returns 0 (*handled says whether it was done), 1 (range unknown: a
  * newer descriptor may have it), or -ESTALE (*handled true: a WRITE refused by the
  * target fence, checked under shm_rw before the copy). */

@@ -372,6 +372,16 @@ static te_map *find_map(te_peer *p, uint64_t base)
     return NULL;
 }
 
+bool mc__te_shm_possible(mc_te *te, te_peer *p)
+{
+    if (te->force_tcp)
+        return false;
+    pthread_rwlock_rdlock(&p->shm_rw);
+    bool ok = p->shm_ok;
+    pthread_rwlock_unlock(&p->shm_rw);
+    return ok;
+}
+
 int mc__te_shm_try(mc_te *te, te_peer *p, int op, char *local, uint64_t remote, uint64_t len,
                    uint64_t epoch, bool *handled)
 {

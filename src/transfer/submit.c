@@ -65,9 +65,11 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
     size_t first = b->n;
     for (size_t i = 0; i < n; i++) {
         te_task *t = &b->tasks[first + i];
-        atomic_store(&t->state, MC_TE_PENDING);
-        atomic_store(&t->error, 0);
-        atomic_store(&t->done_bytes, 0);
+        /* no other thread sees t before b->n covers it (below, under b->lock) */
+        atomic_init(&t->state, MC_TE_PENDING);
+        atomic_init(&t->error, 0);
+        atomic_init(&t->done_bytes, 0);
+        atomic_init(&t->slices_left, 0);
         t->length = reqs[i].length;
         t->batch = b;
     }
@@ -95,6 +97,8 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
     bool *tcp = n ? mc_xcalloc(n, sizeof *tcp) : NULL;
     nslices = 0;
     te_peer *fresh = NULL; /* the peer whose descriptor was last checked */
+    bool shm = false;      /* fresh may take the same-host path (issue 17: a remote peer's
+                              requests skip mc__te_shm_try's lock, once per request) */
     for (size_t i = 0; i < n; i++) {
         const mc_te_request *r = &reqs[i];
         te_task *t = &b->tasks[first + i];
@@ -110,11 +114,12 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
             if (stale)
                 mc__te_peer_refresh(te, p); /* on failure the slices fail and say so */
             fresh = p;
+            shm = mc__te_shm_possible(te, p);
         }
         bool done = false;
         uint64_t epoch = r->opcode == MC_TE_OP_WRITE ? r->fence_epoch : 0;
         int sr = mc__te_send_fenced(p, epoch) ? -ESTALE : 0;
-        if (sr == 0)
+        if (sr == 0 && shm)
             sr = mc__te_shm_try(te, p, r->opcode, r->source, r->target_offset, r->length,
                                 epoch, &done);
         if (sr == 1 && mc__te_now_ms(te) - p->last_refresh_ms > 1000 &&

@@ -62,8 +62,40 @@ static void notify_unhold(te_sconn *c)
     }
 }
 
+/* The region holding [addr, addr+len) with a ref taken for the caller, or NULL (not
+ * registered, or unregistered meanwhile). Issue 17: the first lookup of an I/O callback
+ * takes a second ref, c->pin, dropped when the callback ends (sconn_unpin); while it is
+ * held the region cannot be freed (mc__te_region_drain waits for every ref), so a later
+ * request inside it takes its ref with one atomic add and a check that it was not
+ * unregistered since (dead), instead of the table's lock and search. The pin is never
+ * held across an epoll wait, so an unregister waits for it at most one callback. */
+static te_region *sconn_acquire(te_sconn *c, uint64_t addr, uint64_t len)
+{
+    te_region *r = c->pin;
+    if (r && mc__te_range_inside(r->base, r->len, addr, len)) {
+        atomic_fetch_add(&r->refs, 1);
+        if (!atomic_load(&r->dead))
+            return r;
+        atomic_fetch_sub(&r->refs, 1); /* unregistered: as the table says, refused */
+        return NULL;
+    }
+    r = mc__te_region_acquire(c->io->te, addr, len);
+    if (r && !c->pin) {
+        atomic_fetch_add(&r->refs, 1);
+        c->pin = r;
+    }
+    return r;
+}
+
+static void sconn_unpin(te_sconn *c)
+{
+    mc__te_region_release(c->pin);
+    c->pin = NULL;
+}
+
 static void sconn_close(te_sconn *c)
 {
+    sconn_unpin(c);
     atomic_fetch_sub(&c->io->te->n_sconns, 1);
     mc__te_iplimit_release(&c->io->te->data_ips, &c->ip);
     mc__te_auth_srv_free(c->io, c->auth);
@@ -213,7 +245,7 @@ static int process_header(te_sconn *c, const uint8_t *h)
                 c->state = TE_S_DISCARD;
             return 0;
         }
-        r = q->len ? mc__te_region_acquire(te, q->addr, q->len) : NULL;
+        r = q->len ? sconn_acquire(c, q->addr, q->len) : NULL;
         if (r) {
             c->cur_reg = r;
             c->dst = (char *)(uintptr_t)q->addr;
@@ -228,7 +260,7 @@ static int process_header(te_sconn *c, const uint8_t *h)
         }
         return 0;
     case MC_TE_WOP_READ:
-        r = q->len ? mc__te_region_acquire(te, q->addr, q->len) : NULL;
+        r = q->len ? sconn_acquire(c, q->addr, q->len) : NULL;
         if (r) {
             out_push(c, 0, q->id, (const char *)(uintptr_t)q->addr, q->len, r);
         } else {
@@ -440,29 +472,27 @@ static int sconn_read(te_sconn *c)
     return 0;
 }
 
-static void sconn_io(mc_loop *loop, int fd, uint32_t events, void *arg)
+/* One I/O callback's work. Returns 0, or -1 when c was closed. */
+static int sconn_io_events(te_sconn *c, uint32_t events)
 {
-    (void)loop;
-    (void)fd;
-    te_sconn *c = arg;
     if (c->auth) { /* not authenticated yet: nothing but the handshake is read */
         int rc = mc__te_auth_srv_io(c->io->te, c->auth, c->fd);
         if (rc < 0) {
             sconn_close(c);
-            return;
+            return -1;
         }
         if (rc == 0)
-            return;
+            return 0;
         mc__te_auth_srv_free(c->io, c->auth);
         c->auth = NULL;
         events |= EPOLLIN; /* requests may already wait behind the handshake */
     }
     if (events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
         if (sconn_read(c) < 0)
-            return;
+            return -1;
     }
     if (c->out_head && sconn_flush(c) < 0)
-        return;
+        return -1;
     uint32_t ev = 0;
     if (!backpressured(c))
         ev |= EPOLLIN;
@@ -472,12 +502,22 @@ static void sconn_io(mc_loop *loop, int fd, uint32_t events, void *arg)
         /* resumed after backpressure: bytes may already wait */
         set_events(c, ev);
         if (sconn_read(c) < 0)
-            return;
+            return -1;
         if (c->out_head && sconn_flush(c) < 0)
-            return;
+            return -1;
         ev = EPOLLIN | (c->out_head ? EPOLLOUT : 0);
     }
     set_events(c, ev);
+    return 0;
+}
+
+static void sconn_io(mc_loop *loop, int fd, uint32_t events, void *arg)
+{
+    (void)loop;
+    (void)fd;
+    te_sconn *c = arg;
+    if (sconn_io_events(c, events) == 0)
+        sconn_unpin(c); /* never held between callbacks */
 }
 
 typedef struct adopt {

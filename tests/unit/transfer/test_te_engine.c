@@ -136,6 +136,99 @@ static void test_large_request_striped(void **state)
     }
 }
 
+/* Two I/O loops and two connections per peer (issue 17: MC_TE_IO_THREADS' default is one
+ * loop per connection where the CPUs allow): a batch is cut into one run per lane, each
+ * lane opens its own connection on its own loop, and the target serves them on its two
+ * loops; 128 small WRITEs and READs and a striped 1 MiB READ land right. */
+static void test_two_loops_per_peer(void **state)
+{
+    (void)state;
+    mc_te_opts o = {.force_tcp = 1, .transfer_timeout_ms = 20000, .clock = test_clock,
+                    .conns_per_peer = 2, .io_threads = 2};
+    mc_te *a, *b;
+    assert_int_equal(mc_te_create(&o, &a), MC_OK);
+    assert_int_equal(mc_te_initialize(a, "127.0.0.1", "P2PHANDSHAKE", "tcp", ""), MC_OK);
+    assert_int_equal(mc_te_create(&o, &b), MC_OK);
+    assert_int_equal(mc_te_initialize(b, "127.0.0.1", "P2PHANDSHAKE", "tcp", ""), MC_OK);
+    enum { N = 128, BLK = 4096 };
+    size_t len = 2 * MiB;
+    char *mem = malloc(len), *src = malloc(MiB), *dst = malloc(MiB);
+    assert_int_equal(mc_te_register_memory(b, mem, len, "cpu:0"), MC_OK);
+    const char *seg = mc_te_segment_name(b);
+    uint64_t base = (uint64_t)(uintptr_t)mem;
+    uint64_t local[N], remote[N], lens[N];
+    for (size_t i = 0; i < N; i++) {
+        local[i] = (uint64_t)(uintptr_t)src + i * BLK;
+        remote[i] = base + i * BLK;
+        lens[i] = BLK;
+    }
+    te_fill(src, (size_t)N * BLK, 21);
+    assert_int_equal(mc_te_transfer_sync(a, seg, MC_TE_OP_WRITE, local, remote, lens, N, NULL,
+                                         NULL, 0),
+                     MC_OK);
+    assert_true(te_check(mem, (size_t)N * BLK, 21));
+    mc_te_stats st;
+    mc_te_get_stats(a, &st);
+    assert_int_equal(st.connections_opened, 2); /* one per lane */
+    te_fill(mem + MiB, (size_t)N * BLK, 22);
+    for (size_t i = 0; i < N; i++) {
+        local[i] = (uint64_t)(uintptr_t)dst + i * BLK;
+        remote[i] = base + MiB + i * BLK;
+    }
+    memset(dst, 0xAB, MiB);
+    assert_int_equal(mc_te_transfer_sync(a, seg, MC_TE_OP_READ, local, remote, lens, N, NULL,
+                                         NULL, 0),
+                     MC_OK);
+    assert_true(te_check(dst, (size_t)N * BLK, 22));
+    te_fill(mem, MiB, 23); /* striped: one piece per connection, one per loop */
+    memset(dst, 0xAB, MiB);
+    assert_int_equal(xfer(a, seg, MC_TE_OP_READ, dst, base, MiB), MC_OK);
+    assert_true(te_check(dst, MiB, 23));
+    mc_te_get_stats(a, &st);
+    assert_int_equal(st.connections_opened, 2);
+    mc_te_destroy(a);
+    assert_int_equal(mc_te_unregister_memory(b, mem), MC_OK);
+    mc_te_destroy(b);
+    free(mem);
+    free(src);
+    free(dst);
+}
+
+/* A batch of 64 KiB requests on one I/O loop uses both pooled connections (issue 17:
+ * below the striping size a batch is still spread, least-loaded connection first, the
+ * second opened as soon as the first has work queued). */
+static void test_batch_spreads_over_connections(void **state)
+{
+    (void)state;
+    mc_te_opts o = {.force_tcp = 1, .transfer_timeout_ms = 20000, .clock = test_clock,
+                    .conns_per_peer = 2, .io_threads = 1};
+    mc_te *a, *b = mk_p2p(1);
+    assert_int_equal(mc_te_create(&o, &a), MC_OK);
+    assert_int_equal(mc_te_initialize(a, "127.0.0.1", "P2PHANDSHAKE", "tcp", ""), MC_OK);
+    enum { N = 16, BLK = 65536 };
+    char *mem = malloc((size_t)N * BLK), *src = malloc((size_t)N * BLK);
+    assert_int_equal(mc_te_register_memory(b, mem, (size_t)N * BLK, "cpu:0"), MC_OK);
+    uint64_t local[N], remote[N], lens[N];
+    for (size_t i = 0; i < N; i++) {
+        local[i] = (uint64_t)(uintptr_t)src + i * BLK;
+        remote[i] = (uint64_t)(uintptr_t)mem + i * BLK;
+        lens[i] = BLK;
+    }
+    te_fill(src, (size_t)N * BLK, 31);
+    assert_int_equal(mc_te_transfer_sync(a, mc_te_segment_name(b), MC_TE_OP_WRITE, local,
+                                         remote, lens, N, NULL, NULL, 0),
+                     MC_OK);
+    assert_true(te_check(mem, (size_t)N * BLK, 31));
+    mc_te_stats st;
+    mc_te_get_stats(a, &st);
+    assert_int_equal(st.connections_opened, 2);
+    mc_te_destroy(a);
+    assert_int_equal(mc_te_unregister_memory(b, mem), MC_OK);
+    mc_te_destroy(b);
+    free(mem);
+    free(src);
+}
+
 static void test_roundtrip_shm_and_forced_tcp(void **state)
 {
     (void)state;
@@ -611,6 +704,8 @@ int main(void)
         cmocka_unit_test(test_roundtrip_tcp),
         cmocka_unit_test(test_roundtrip_shm_and_forced_tcp),
         cmocka_unit_test(test_large_request_striped),
+        cmocka_unit_test(test_two_loops_per_peer),
+        cmocka_unit_test(test_batch_spreads_over_connections),
         cmocka_unit_test(test_refused_ranges),
         cmocka_unit_test(test_batch_api),
         cmocka_unit_test(test_notify_probe),
