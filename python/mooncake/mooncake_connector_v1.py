@@ -465,7 +465,7 @@ class _Worker:
 
         self._lock = threading.Lock()
         self._sending: dict[ReqId, _SendState] = {}      # prefill: waiting for a reader
-        self._done_early: set[ReqId] = set()              # read before the step's meta
+        self._done_early: dict[ReqId, float] = {}         # read before the step's meta
         self._finished_sending: set[ReqId] = set()
         self._finished_recving: set[ReqId] = set()
         self._failed_recving: set[ReqId] = set()
@@ -545,8 +545,8 @@ class _Worker:
                 for rid in msg.get("req_ids", []):
                     if self._sending.pop(rid, None) is not None:
                         self._finished_sending.add(rid)
-                    else:
-                        self._done_early.add(rid)
+                    else:   # kept until the abort timeout, then forgotten
+                        self._done_early[rid] = time.monotonic() + self.abort_timeout
             return {"ok": True}
         return {"error": f"unknown op {op!r}"}
 
@@ -578,8 +578,7 @@ class _Worker:
         now = time.monotonic()
         with self._lock:
             for rid, blocks in meta.reqs_to_send.items():
-                if rid in self._done_early:
-                    self._done_early.discard(rid)
+                if self._done_early.pop(rid, None) is not None:
                     self._finished_sending.add(rid)
                 else:
                     self._sending[rid] = _SendState(blocks, now + self.abort_timeout)
@@ -617,6 +616,8 @@ class _Worker:
                                        f"returned {rc}")
         except Exception as e:  # noqa: BLE001 - the request is recomputed
             ok = False
+            with self._lock:   # the peer may have restarted: ask for its layout again
+                self._peers.pop((recv.remote_host, port), None)
             logger.error("MooncakeConnector: reading the KV blocks of request %s from "
                          "%s:%d failed: %s", rid, recv.remote_host, port, e)
         try:
@@ -641,6 +642,8 @@ class _Worker:
                                "freeing its blocks", rid, self.abort_timeout)
                 del self._sending[rid]
                 self._finished_sending.add(rid)
+            for rid in [r for r, t in self._done_early.items() if t < now]:
+                del self._done_early[rid]
             out = (self._finished_sending, self._finished_recving, self._failed_recving)
             self._finished_sending, self._finished_recving = set(), set()
             self._failed_recving = set()

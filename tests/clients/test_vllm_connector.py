@@ -10,6 +10,8 @@ untouched, the prefill blocks released once read, and a failed load reported as 
 with its blocks invalid."""
 import json
 import os
+import subprocess
+import sys
 
 from clients.conftest import HERE, _iconf, client
 
@@ -37,3 +39,17 @@ def test_kv_blocks_move_prefill_to_decode(run_child):
     assert len(sent) == 4 and sorted(got) == sorted(sent)
     for layer in sent:   # every block of every layer region, byte for byte
         assert got[layer] == sent[layer], layer
+
+
+def test_import_needs_no_vllm_and_use_without_it_names_vllm():
+    """A plain import does not import vLLM (tools listing the package's names must not
+    pay its import); constructing the connector in a process where vLLM was not
+    imported first raises ImportError saying what to do."""
+    code = ("import sys, mooncake.mooncake_connector_v1 as m\n"
+            "assert 'vllm' not in sys.modules\n"
+            "try:\n    m.MooncakeConnector(None, None, None)\n"
+            "except ImportError as e:\n    print('ERR', e)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, cwd="/")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("ERR ") and "vLLM" in r.stdout, r.stdout
