@@ -13,7 +13,7 @@ For each ``POST /v1/completions`` or ``POST /v1/chat/completions`` it
    ``stream_options``, and ``kv_transfer_params = {"do_remote_decode": true,
    "do_remote_prefill": false, "remote_engine_id": null, "remote_block_ids": null,
    "remote_host": null, "remote_port": null}``; a non-2xx answer is returned to the
-   client as it came;
+   client as it came, an instance that cannot be reached gives 502;
 2. sends the client's request to the next decode instance with the
    ``kv_transfer_params`` of the prefill answer (when it has any), and streams the
    decode answer back unchanged (status, content type, body chunk by chunk: an SSE
@@ -42,7 +42,7 @@ import sys
 import uuid
 from typing import Any
 
-from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
+from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector, web
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +103,11 @@ def prefill_request(req: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _unreachable(role: str, url: str, e: Exception) -> web.Response:
+    logger.error("%s instance %s: %s", role, url, e)
+    return web.json_response({"error": f"{role} instance {url} failed: {e}"}, status=502)
+
+
 def make_app(prefillers: list[tuple[str, int]],
              decoders: list[tuple[str, int]]) -> web.Application:
     """The proxy application for these (host, port) instances."""
@@ -133,21 +138,28 @@ def make_app(prefillers: list[tuple[str, int]],
         rid = str(uuid.uuid4())
         session = request.app[session_key]
         pre, dec = next(pre_next), next(dec_next)
-        async with session.post(pre + api, json=prefill_request(req),
-                                headers=_headers(rid)) as r:
-            body = await r.read()
-            if r.status // 100 != 2:
-                logger.error("prefill %s%s answered %d", pre, api, r.status)
-                return web.Response(status=r.status, body=body,
-                                    content_type=r.content_type)
-            try:
-                params = json.loads(body).get("kv_transfer_params")
-            except (ValueError, AttributeError):
-                params = None
+        try:
+            async with session.post(pre + api, json=prefill_request(req),
+                                    headers=_headers(rid)) as r:
+                body = await r.read()
+                if r.status // 100 != 2:
+                    logger.error("prefill %s%s answered %d", pre, api, r.status)
+                    return web.Response(status=r.status, body=body,
+                                        content_type=r.content_type)
+                try:
+                    params = json.loads(body).get("kv_transfer_params")
+                except (ValueError, AttributeError):
+                    params = None
+        except ClientError as e:
+            return _unreachable("prefill", pre, e)
         dreq = dict(req)
         if params:
             dreq["kv_transfer_params"] = params
-        async with session.post(dec + api, json=dreq, headers=_headers(rid)) as r:
+        try:
+            r = await session.post(dec + api, json=dreq, headers=_headers(rid))
+        except ClientError as e:
+            return _unreachable("decode", dec, e)
+        async with r:
             out = web.StreamResponse(status=r.status, headers={
                 k: v for k, v in r.headers.items() if k.lower() not in _SKIP_HEADERS})
             await out.prepare(request)

@@ -170,6 +170,22 @@ def test_prefill_error_is_returned_and_decode_not_called(proxy):
     assert [role for role, _, _, _ in _take(stubs)] == ["prefill"]
 
 
+def test_unreachable_prefill_instance_gives_502():
+    sp = _iconf._Spawner()
+    port, dead = _iconf.free_port(), _iconf.free_port()   # nothing listens on dead
+    try:
+        p = sp([sys.executable, "-m", "mooncake.vllm_v1_proxy_server", "--port", str(port),
+                "--prefiller-host", "127.0.0.1", "--prefiller-port", str(dead),
+                "--decoder-host", "127.0.0.1", "--decoder-port", str(dead)], cwd="/")
+        _iconf.wait_port(port, timeout=30, proc=p)
+        with pytest.raises(urllib.error.HTTPError) as e:
+            _post(f"http://127.0.0.1:{port}/v1/completions", {"model": "m", "prompt": "x"})
+        assert e.value.code == 502
+        assert "prefill instance" in json.load(e.value)["error"]
+    finally:
+        sp.cleanup()
+
+
 def test_mismatched_host_and_port_lists_are_refused(capsys):
     from mooncake.vllm_v1_proxy_server import parse_args
     with pytest.raises(SystemExit) as e:
