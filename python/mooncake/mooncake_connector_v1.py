@@ -69,7 +69,11 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
+
 def _stand_in_error() -> ImportError:
+    if _VLLM_ERROR is not None:
+        return ImportError("mooncake.mooncake_connector_v1.MooncakeConnector needs vLLM, "
+                           f"whose connector base failed to import: {_VLLM_ERROR!r}")
     if importlib.util.find_spec("vllm") is None:
         return ImportError("mooncake.mooncake_connector_v1.MooncakeConnector is a vLLM KV "
                            "connector and needs vLLM, which is not installed (pip install "
@@ -78,8 +82,7 @@ def _stand_in_error() -> ImportError:
         "mooncake.mooncake_connector_v1 was imported before vLLM, so MooncakeConnector "
         "is not a vLLM connector class in this process: let vLLM load it "
         "(kv_connector_module_path=\"mooncake.mooncake_connector_v1\"), or import vllm "
-        "before this module" + (f" (importing vLLM failed: {_VLLM_ERROR!r})"
-                                if _VLLM_ERROR else ""))
+        "before this module")
 
 
 # The connector subclasses vLLM's KVConnectorBase_V1 when vLLM is already imported (as
