@@ -163,9 +163,12 @@ def make_app(prefillers: list[tuple[str, int]],
             out = web.StreamResponse(status=r.status, headers={
                 k: v for k, v in r.headers.items() if k.lower() not in _SKIP_HEADERS})
             await out.prepare(request)
-            async for chunk in r.content.iter_any():
-                await out.write(chunk)
-            await out.write_eof()
+            try:
+                async for chunk in r.content.iter_any():
+                    await out.write(chunk)
+                await out.write_eof()
+            except ConnectionResetError:   # the client went away: stop relaying
+                logger.info("client of request %s disconnected", rid)
             return out
 
     async def completions(request: web.Request) -> web.StreamResponse:
