@@ -260,22 +260,25 @@ static int handler(void *ctx, mc_httpd_req *rq)
     mc_store *s = ctx;
     if (!mc_httpd_method_is(rq, "GET") && !mc_httpd_method_is(rq, "HEAD"))
         return mc_httpd_reply_text(rq, 405, "text/plain", "Method not allowed\n");
-    if (strcmp(rq->url, "/health") == 0) {
-        if (atomic_load(&s->up))
-            return mc_httpd_reply_text(rq, 200, "text/plain", "OK");
+    bool known = strcmp(rq->url, "/health") == 0 || strcmp(rq->url, "/metrics") == 0 ||
+                 strcmp(rq->url, "/metrics/summary") == 0;
+    if (!known)
+        return mc_httpd_reply_text(rq, 404, "text/plain", "not found\n");
+    /* up is stored (seq_cst) after setup assigned s->http and cleared before teardown
+     * stops the server, which lets requests in progress finish first: seen true, every
+     * field read below is in place */
+    if (!atomic_load(&s->up))
         return mc_httpd_reply_text(rq, 503, "text/plain", "not set up\n");
-    }
+    if (strcmp(rq->url, "/health") == 0)
+        return mc_httpd_reply_text(rq, 200, "text/plain", "OK");
     if (strcmp(rq->url, "/metrics") == 0) {
         size_t len;
         char *body = metrics_text(s, &len);
         return mc_httpd_reply_take(rq, 200, "text/plain; version=0.0.4", body, len);
     }
-    if (strcmp(rq->url, "/metrics/summary") == 0) {
-        size_t len;
-        char *body = summary_text(s, &len);
-        return mc_httpd_reply_take(rq, 200, "text/plain", body, len);
-    }
-    return mc_httpd_reply_text(rq, 404, "text/plain", "not found\n");
+    size_t len;
+    char *body = summary_text(s, &len); /* /metrics/summary */
+    return mc_httpd_reply_take(rq, 200, "text/plain", body, len);
 }
 
 /* A loopback name: served on 127.0.0.1 (never on every interface by accident). */
