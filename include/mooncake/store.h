@@ -163,8 +163,11 @@ typedef struct mc_store_config {
     const char *ssd_offload_path; /* the disk tier's directory; NULL = "" */
     const char *tenant_id;        /* NULL/"" = "default"; at most 255 bytes; recorded
                                      (the master has no tenants yet) */
-    bool enable_client_http_server; /* accepted; not implemented (warning logged) */
-    int client_http_port;         /* 0..65535 (upstream default 9300); validated */
+    bool enable_client_http_server; /* serve /health, /metrics, /metrics/summary over
+                                       HTTP (upstream's client HTTP server; see
+                                       mc_store_client_http_port) */
+    int client_http_port;         /* its port, 0..65535 (upstream default 9300; 0: a free
+                                     one); a port in use fails setup */
     /* Ours: */
     uint32_t heartbeat_interval_ms; /* 0 = MC_STORE_HEARTBEAT_MS or 1000; 10..60000 */
     uint32_t rpc_timeout_ms;      /* per master RPC; 0 = the master client's default */
@@ -257,6 +260,17 @@ MC_API int mc_store_get_hostname(mc_store *s, char *buf, size_t buflen);
 /* mc_store_engine: the engine in use (borrowed, valid until close), NULL when not set
  * up. For the Python layer's `get_engine`-style sharing and the engine's counters. */
 MC_API mc_te *mc_store_engine(mc_store *s);
+
+/* mc_store_client_http_port: the port the client HTTP server listens on (setup with
+ * enable_client_http_server; useful with client_http_port 0). It listens on the host of
+ * the client's segment name, 127.0.0.1 for a loopback name ("localhost", 127.x), and
+ * answers GET /health ("OK" while set up), /metrics (Prometheus text: put/get/remove
+ * counts, failures by status, object and engine bytes, segment and local buffer sizes)
+ * and /metrics/summary (one line); with a cluster secret other paths need signed
+ * requests (docs/security.md). Stopped by close. Returns the port (1..65535), 0 when set
+ * up without the server, MC_INVALID_PARAMS when not set up. Thread-safe. Ours: upstream
+ * has no getter (its port is the one given). */
+MC_API int mc_store_client_http_port(mc_store *s);
 
 /* Health states (upstream health_check: HC_HEALTHY, HC_NOT_INITIALIZED,
  * HC_MASTER_UNREACHABLE). */

@@ -20,6 +20,8 @@
  *     query.c          exist, size, replica descriptors, remove
  *     shared_fs.c      shared-FS DISK replicas (--root_fs_dir): the writer thread,
  *                      reads of the files
+ *     client_http.c    the client's counters (mc__cstats) and its optional HTTP server
+ *                      (/health, /metrics, /metrics/summary on client_http_port)
  *
  * Lock order (a lock may be taken while holding only those to its left):
  *   mc_store.life (rwlock)  ->  { mc_store.ubuf_lock | mc__lbuf.lock | mc_store.hb_lock }
@@ -187,6 +189,25 @@ mc_store_buffer *mc__lbuf_take(mc__lbuf *a, uint64_t size);
  * when that malloc fails (size comes from the master: not an abort). */
 mc_store_buffer *mc__lbuf_buffer_new(mc__lbuf *a, uint64_t size);
 
+/* ---- the client's counters (client_http.c; shown on its HTTP server's /metrics) ---- */
+
+/* Operations counted (mc__cstats_count's op). */
+enum { MC__OP_PUT = 0, MC__OP_GET, MC__OP_REMOVE, MC__OP_COUNT };
+/* Status slots of the failure counters: one per row of MC_STATUS_TABLE (by table index)
+ * and a last one for a code outside it (client_http.c checks the table fits). */
+#define MC__CSTATS_SLOTS 128
+
+/* Counters of the calls on a set-up store, per item (a batch of n keys counts n). Reset
+ * by setup; relaxed atomics, written by any calling thread, read by the HTTP thread. */
+typedef struct mc__cstats {
+    atomic_uint_fast64_t done[MC__OP_COUNT];  /* items completed, ok or not */
+    atomic_uint_fast64_t bytes[MC__OP_COUNT]; /* object bytes of the successful ones
+                                                 (put: written, get: read; remove: 0) */
+    atomic_uint_fast64_t failed[MC__OP_COUNT][MC__CSTATS_SLOTS]; /* by status */
+} mc__cstats;
+
+struct mc_httpd;
+
 /* ---- the store ---- */
 
 /* One buffer given to mc_store_register_buffer (user_buffers.c): a node of a treap
@@ -301,6 +322,11 @@ struct mc_store {
     pthread_mutex_t xseg_lock;
     mc_list xsegs;
     size_t n_xsegs;
+    /* The client's counters and its HTTP server (client_http.c). The server is started
+     * last by setup and stopped first by teardown (both under life exclusive), so its
+     * handlers read what they show (te, ar, seg_size, name) without taking life. */
+    mc__cstats cstats;
+    struct mc_httpd *http;          /* NULL: not enabled (or not set up) */
 };
 
 /* ---- extra segments (segments.c) ---- */
@@ -413,6 +439,24 @@ void mc__hb_flush(mc_store *s);
  * after the copy. MC_TRANSFER_FAIL (no lock held) when the epoch is fenced. */
 int mc__own_fence_enter(mc_store *s, uint64_t epoch);
 void mc__own_fence_leave(mc_store *s);
+
+/* ---- counters and the client HTTP server (client_http.c) ---- */
+
+/* Zeroes the counters (setup, under life exclusive, before the store is up). */
+void mc__cstats_reset(mc_store *s);
+/* Counts one completed item of operation op (MC__OP_*): rc >= 0 is a success that moved
+ * `bytes` object bytes, rc < 0 a failure with that status. Any thread, no lock. */
+void mc__cstats_count(mc_store *s, int op, int64_t rc, uint64_t bytes);
+/* Starts the client HTTP server when c->enable_client_http_server: on the host of our
+ * segment name (127.0.0.1 for a loopback name such as "localhost"), port
+ * c->client_http_port (0: a free one), signed requests when the store has a secret
+ * (every path but the three open ones). Caller holds life exclusive, last step of
+ * setup. MC_OK (also when not enabled); MC_INTERNAL_ERROR (the port is taken, or the
+ * address cannot be bound) or MC_INVALID_PARAMS (the host does not resolve), logged
+ * naming the address and client_http_port. */
+int mc__chttp_start(mc_store *s, const mc_store_config *c);
+/* Stops it (joins its threads) when it runs. First step of teardown. */
+void mc__chttp_stop(mc_store *s);
 
 /* ---- replica copy / move tasks (tasks.c) ---- */
 

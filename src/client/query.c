@@ -181,6 +181,7 @@ int mc_store_remove(mc_store *s, const void *key, size_t key_len, bool force)
     if (rc != MC_OK)
         return rc;
     rc = mc_master_client_remove(s->mc, key, key_len, force);
+    mc__cstats_count(s, MC__OP_REMOVE, rc, 0); /* client_http.c's counters */
     mc__store_leave(s);
     return rc;
 }
@@ -196,7 +197,11 @@ static int remove_fn(mc_store *s, const mc_master_key *keys, size_t n, bool forc
 int mc_store_batch_remove(mc_store *s, const mc_store_key *keys, size_t n, bool force,
                           int *results)
 {
-    return keyed_batch(s, keys, n, force, results, NULL, remove_fn);
+    int rc = keyed_batch(s, keys, n, force, results, NULL, remove_fn);
+    if (rc == MC_OK && results) /* the items ran (not set up: nothing counted) */
+        for (size_t i = 0; i < n; i++)
+            mc__cstats_count(s, MC__OP_REMOVE, results[i], 0);
+    return rc;
 }
 
 static int clear_fn(mc_store *s, const mc_master_key *keys, size_t n, bool force, int *results,

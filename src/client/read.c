@@ -529,6 +529,7 @@ static int64_t read_single(mc_store *s, const void *key, size_t key_len, ritem *
     r->klen = key_len;
     r->result = MC_OK;
     do_read(s, r, 1, op);
+    mc__cstats_count(s, MC__OP_GET, r->result, r->result > 0 ? (uint64_t)r->result : 0);
     mc__store_leave(s);
     return r->result;
 }
@@ -635,8 +636,11 @@ static int read_batch(mc_store *s, const mc_store_key *keys, size_t n, void *con
         }
     }
     do_read(s, it, n, op);
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         results[i] = it[i].result;
+        mc__cstats_count(s, MC__OP_GET, it[i].result,
+                         it[i].result > 0 ? (uint64_t)it[i].result : 0);
+    }
     mc__store_leave(s);
     /* The items go back to the caller: the _with / _buffer forms hand out (or free) what
      * each one allocated. */

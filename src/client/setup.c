@@ -172,6 +172,7 @@ static int teardown(mc_store *s)
     int rc = MC_OK;
     /* Reverse order of setup_locked; the heartbeat goes first because it uses the
      * master client, the engine and the segment without holding any lock. */
+    mc__chttp_stop(s);   /* its handlers read the engine, segment and local buffer */
     mc__tasks_stop(s);   /* the task thread uses the master client, engine and segment */
     mc__offload_stop(s); /* the disk tier's thread uses the master client and segment */
     mc__shared_fs_stop(s); /* so does the shared-FS writer */
@@ -548,9 +549,7 @@ static int setup_locked(mc_store *s, const mc_store_config *c, const setup_args 
              (c->protocol && *c->protocol) ? c->protocol : "tcp");
     snprintf(s->tenant, sizeof s->tenant, "%s",
              (c->tenant_id && *c->tenant_id) ? c->tenant_id : "default");
-    if (c->enable_client_http_server)
-        mc_log(MC_LOG_WARN, TAG, "setup: the client HTTP server is not implemented "
-                                 "(client_http_port %d ignored)", c->client_http_port);
+    mc__cstats_reset(s); /* a fresh client: its counters start at 0 */
 
     /* 0. the cluster secret, before anything connects */
     if ((rc = load_secret(s, c)) != MC_OK)
@@ -703,7 +702,12 @@ static int setup_locked(mc_store *s, const mc_store_config *c, const setup_args 
     if (rc != MC_OK)
         return rc;
     /* 8. replica copy / move tasks (tasks.c) */
-    return mc__tasks_start(s);
+    rc = mc__tasks_start(s);
+    if (rc != MC_OK)
+        return rc;
+    /* 9. the client HTTP server (client_http.c), when asked for: last, so everything
+     * its handlers read is in place */
+    return mc__chttp_start(s, c);
 }
 
 int mc_store_setup(mc_store *s, const mc_store_config *cfg)

@@ -542,6 +542,7 @@ static int write_single(mc_store *s, bool upsert, const void *key, size_t key_le
         do_write(s, upsert, &w, 1, &pc.m);
         rc = w.status;
     }
+    mc__cstats_count(s, MC__OP_PUT, rc, w.size); /* client_http.c's counters */
     mc__store_leave(s);
     return rc;
 }
@@ -626,8 +627,10 @@ static int write_batch(mc_store *s, bool upsert, const mc_store_key *keys, size_
     }
     /* Items refused above keep their status; do_write runs the others. */
     do_write(s, upsert, it, n, &pc.m);
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         results[i] = it[i].status;
+        mc__cstats_count(s, MC__OP_PUT, it[i].status, it[i].size);
+    }
     free(it);
     mc__store_leave(s);
     return MC_OK;

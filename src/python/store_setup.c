@@ -321,6 +321,17 @@ static PyObject *store_get_hostname(PyObject *o, PyObject *unused)
     return PyUnicode_DecodeUTF8(buf, (Py_ssize_t)strnlen(buf, sizeof(buf)), "replace");
 }
 
+static PyObject *store_get_client_http_port(PyObject *o, PyObject *unused)
+{
+    (void)unused;
+    int rc;
+    /* takes the store's call lock: not while holding the GIL (see get_hostname) */
+    Py_BEGIN_ALLOW_THREADS
+    rc = mc_store_client_http_port(((mcpy_store *)o)->store);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong(rc);
+}
+
 static PyObject *store_health_check(PyObject *o, PyObject *unused)
 {
     (void)unused;
@@ -368,6 +379,11 @@ PyMethodDef mcpy_setup_methods[] = {
     {"get_hostname", store_get_hostname, METH_NOARGS,
      "get_hostname() -> str: this client's segment name 'host:port' (usable as "
      "ReplicateConfig.preferred_segment); '' when not set up."},
+    {"get_client_http_port", store_get_client_http_port, METH_NOARGS,
+     "get_client_http_port() -> int: the port of the client HTTP server (setup with "
+     "enable_client_http_server=True; client_http_port=0 picks a free one): GET /health, "
+     "/metrics, /metrics/summary. 0 when set up without it, -600 when not set up. "
+     "mooncake-c only (upstream has no getter)."},
     {"health_check", store_health_check, METH_NOARGS,
      "health_check() -> int: 0 healthy, 1 not set up / closed, 2 master unreachable (last "
      "heartbeat failed)."},

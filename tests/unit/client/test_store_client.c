@@ -23,6 +23,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1597,6 +1600,106 @@ static int child_putter(const char *master, int byte)
     return bad ? 1 : 0;
 }
 
+/* ---- the client HTTP server (client_http.c) ---- */
+
+/* GET path from 127.0.0.1:port (HTTP/1.0, read to EOF). Returns the status code (-1: no
+ * connection) and the body in buf (NUL-terminated). */
+static int http_get(int port, const char *path, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    char req[256];
+    int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
+    assert_int_equal(write(fd, req, (size_t)n), n);
+    size_t got = 0;
+    for (;;) {
+        assert_true(got + 1 < cap);
+        ssize_t r = read(fd, buf + got, cap - 1 - got);
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
+    buf[got] = '\0';
+    int status = 0;
+    if (sscanf(buf, "HTTP/1.%*d %d", &status) != 1)
+        return 0;
+    char *body = strstr(buf, "\r\n\r\n");
+    if (body)
+        memmove(buf, body + 4, strlen(body + 4) + 1);
+    return status;
+}
+
+/* /health, /metrics (the counters move), /metrics/summary, a port in use, disabled by
+ * default, stopped by close. */
+static void test_client_http(void **state)
+{
+    fixture *f = *state;
+    NEED_MASTER(f);
+    mc_store *s = NULL;
+    assert_int_equal(mc_store_create(&s), MC_OK);
+    assert_int_equal(mc_store_client_http_port(s), MC_INVALID_PARAMS); /* not set up */
+    mc_store_config c;
+    mc_store_config_init(&c);
+    c.local_hostname = "localhost";
+    c.metadata_server = "P2PHANDSHAKE";
+    c.master_server_addr = f->m.addr;
+    c.global_segment_size = 4 * MIB;
+    c.enable_client_http_server = true;
+    c.client_http_port = 0;
+    assert_int_equal(mc_store_setup(s, &c), MC_OK);
+    int port = mc_store_client_http_port(s);
+    assert_in_range(port, 1, 65535);
+    static char buf[64 * 1024];
+    assert_int_equal(http_get(port, "/health", buf, sizeof buf), 200);
+    assert_string_equal(buf, "OK");
+    assert_int_equal(http_get(port, "/nothing", buf, sizeof buf), 404);
+
+    char v[1000];
+    fill(v, sizeof v, 7);
+    assert_int_equal(put_s(s, "chttp-a", v, sizeof v), MC_OK);
+    char out[1000];
+    assert_int_equal(get_s(s, "chttp-a", out, sizeof out), (int64_t)sizeof out);
+    assert_int_equal(get_s(s, "chttp-missing", out, sizeof out), MC_OBJECT_NOT_FOUND);
+    assert_int_equal(mc_store_remove(s, "chttp-a", 7, true), MC_OK); /* force: get leased it */
+    assert_int_equal(http_get(port, "/metrics", buf, sizeof buf), 200);
+    assert_non_null(strstr(buf, "\nmooncake_transfer_write_bytes 1000\n"));
+    assert_non_null(strstr(buf, "\nmooncake_transfer_read_bytes 1000\n"));
+    assert_non_null(strstr(buf, "mooncake_client_requests_total{op=\"get\"} 2\n"));
+    assert_non_null(strstr(buf, "mooncake_client_requests_total{op=\"remove\"} 1\n"));
+    assert_non_null(strstr(
+        buf, "mooncake_client_failures_total{op=\"get\",status=\"OBJECT_NOT_FOUND\"} 1\n"));
+    assert_non_null(strstr(buf, "\nmooncake_client_segment_mounted_bytes 4194304\n"));
+    assert_non_null(strstr(buf, "mooncake_client_http_connections_total"));
+    assert_int_equal(http_get(port, "/metrics/summary", buf, sizeof buf), 200);
+    assert_non_null(strstr(buf, "put=1 (failed 0"));
+    assert_non_null(strstr(buf, "get=2 (failed 1"));
+
+    /* a second client on the same port: setup fails and leaves nothing behind */
+    mc_store *t = NULL;
+    assert_int_equal(mc_store_create(&t), MC_OK);
+    c.client_http_port = port;
+    assert_int_equal(mc_store_setup(t, &c), MC_INTERNAL_ERROR);
+    assert_false(mc_store_is_setup(t));
+    /* without the flag: no server */
+    c.enable_client_http_server = false;
+    assert_int_equal(mc_store_setup(t, &c), MC_OK);
+    assert_int_equal(mc_store_client_http_port(t), 0);
+    mc_store_destroy(t);
+
+    /* close stops it: the port refuses connections */
+    assert_int_equal(mc_store_close(s), MC_OK);
+    assert_int_equal(http_get(port, "/health", buf, sizeof buf), -1);
+    mc_store_destroy(s);
+}
+
 int main(int argc, char **argv)
 {
     if (argc >= 4 && !strcmp(argv[1], "--child-writer"))
@@ -1634,6 +1737,7 @@ int main(int argc, char **argv)
                                         teardown_master),
         cmocka_unit_test_setup_teardown(test_http_metadata_and_restart, setup_http_md,
                                         teardown_master),
+        cmocka_unit_test_setup_teardown(test_client_http, setup_default, teardown_master),
     };
     return cmocka_run_group_tests_name("store_client", tests, NULL, NULL);
 }
