@@ -881,22 +881,26 @@ def _make_classes():
 
         # ---- point-to-point ----
 
-        def _p2p(self, send, tensors, peer):
+        def _p2p(self, send, tensors, peer, tag):
             g = self._g
             if len(tensors) != 1:
                 raise ValueError("mooncake-cpu: point-to-point takes one tensor")
             f = _Flat(tensors[0], read=send)
-            op_id = g.comm.p2p_post(1 if send else 0, int(peer), f.ptr, f.nbytes)
-            what = f"{'send to' if send else 'recv from'} rank {peer}"
+            op_id = g.comm.p2p_post(1 if send else 0, int(peer), int(tag), f.ptr, f.nbytes)
+            what = f"{'send to' if send else 'recv from'} rank {peer} (tag {tag})"
             if op_id < 0:
                 raise RuntimeError(f"mooncake-cpu: {what}: the rank is not active")
             return _P2PWork(g, op_id, f, what)
 
         def send(self, tensors, dst, tag=0):
-            return self._p2p(True, tensors, dst)
+            return self._p2p(True, tensors, dst, tag)
 
         def recv(self, tensors, src, tag=0):
-            return self._p2p(False, tensors, src)
+            return self._p2p(False, tensors, src, tag)
+
+        def recv_anysource(self, tensors, tag=0):
+            raise RuntimeError("mooncake-cpu: recv without src (any source) is not "
+                               "supported; name the source rank")
 
         def shutdown(self):
             self._g.close()

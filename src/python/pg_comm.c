@@ -44,15 +44,46 @@ typedef struct pg_peer {
     bool open;
 } pg_peer;
 
+/* A p2p message is (tag, length) in the first P2P_HDR bytes of its first slot, then the
+ * payload across as many slots as it needs. A receiver matches messages to posted recvs
+ * by (source, tag) in arrival order, as gloo does; a message whose recv is not posted
+ * while a later one from the same source is needed is copied aside (an "unexpected"
+ * message) until its recv is posted. */
+#define P2P_HDR 16
+
+typedef struct p2p_ux p2p_ux;
+
 typedef struct p2p_op {
     int64_t id;
     int send, peer;
+    int64_t tag;
     char *buf;
     size_t len, off;
     size_t msgs, nmsg;
     int state; /* 0 pending, 1 done, -1 failed */
+    bool matched; /* recv: the channel is delivering a message into it */
+    p2p_ux *ux;   /* recv: matched to this unexpected message */
+    uint64_t hdr[2];
     uint64_t last_ms;
 } p2p_op;
+
+/* an arrived message whose recv was not posted yet */
+struct p2p_ux {
+    int peer;
+    int64_t tag;
+    char *buf;
+    size_t len;
+    bool complete;
+    p2p_op *waiter; /* the recv it was matched to, if any */
+};
+
+/* the message a source is delivering now (its header was read) */
+typedef struct p2p_in {
+    bool busy;
+    p2p_op *op; /* into a posted recv, or */
+    p2p_ux *ux; /* into an unexpected message, or neither: discarded (size mismatch) */
+    size_t len, off, msgs, nmsg;
+} p2p_in;
 
 struct mc_pg_comm {
     pthread_mutex_t lock;
@@ -78,6 +109,9 @@ struct mc_pg_comm {
     p2p_op **ops;
     size_t nops, capops;
     int64_t next_id;
+    p2p_in rin[MC_PG_MAX_GROUP];
+    p2p_ux **uxs; /* unexpected messages in arrival order */
+    size_t nuxs, capuxs;
 };
 
 /* ------------------------------------------------------------------------------------ */
@@ -174,8 +208,10 @@ static int put_word(mc_pg_comm *c, int q, uint64_t off, uint64_t w)
 /* Channels                                                                             */
 /* ------------------------------------------------------------------------------------ */
 
-/* send_try: one message of len bytes to q. 1 sent, 0 no credit yet, -1 write failed. */
-static int send_try(mc_pg_comm *c, int p2p, int q, const void *src, size_t len)
+/* send_try: one message to q: hlen header bytes (p2p only; 0 for none) then len bytes
+ * from src. 1 sent, 0 no credit yet, -1 write failed. */
+static int send_try(mc_pg_comm *c, int p2p, int q, const void *hdr, size_t hlen,
+                    const void *src, size_t len)
 {
     uint64_t *sseq = p2p ? &c->ps[q] : &c->cs[q];
     uint64_t seq = *sseq + 1;
@@ -184,8 +220,10 @@ static int send_try(mc_pg_comm *c, int p2p, int q, const void *src, size_t len)
     if (seq - consumed > c->credits)
         return 0;
     int s = (int)(seq % c->credits);
-    if (len &&
-        put(c, q, src, p2p ? pdata_off(c, c->rank, s) : cdata_off(c, c->rank, s), len) < 0)
+    uint64_t off = p2p ? pdata_off(c, c->rank, s) : cdata_off(c, c->rank, s);
+    if (hlen && put(c, q, hdr, off, hlen) < 0)
+        return -1;
+    if (len && put(c, q, src, off + hlen, len) < 0)
         return -1;
     __atomic_thread_fence(__ATOMIC_RELEASE);
     if (put_word(c, q, ctrl_off(c->rank, p2p ? K_PF(s) : K_CF(s)), mkword(c->epoch, seq)) < 0)
@@ -415,7 +453,7 @@ static mc_pg_result run_plan(mc_pg_comm *c, plan *pl, uint64_t seq)
             sblk |= bit;
             while (!ss_done(s)) {
                 size_t n = s->len - s->off < c->S ? s->len - s->off : c->S;
-                int rc = send_try(c, 0, s->peer, s->src + s->off, n);
+                int rc = send_try(c, 0, s->peer, NULL, 0, s->src + s->off, n);
                 if (rc < 0) {
                     fail |= bit;
                     break;
@@ -612,6 +650,11 @@ void mc__pg_comm_destroy(mc_pg_comm *c)
     for (size_t i = 0; i < c->nops; i++)
         free(c->ops[i]);
     free(c->ops);
+    for (size_t i = 0; i < c->nuxs; i++) {
+        free(c->uxs[i]->buf);
+        free(c->uxs[i]);
+    }
+    free(c->uxs);
     mc_te_free_shared(c->te, c->base);
     free(c->words);
     free(c->save);
@@ -672,9 +715,17 @@ void mc__pg_comm_set_view(mc_pg_comm *c, uint64_t epoch, uint64_t active)
         }
         c->cs[i] = c->cr[i] = c->ps[i] = c->pr[i] = c->cr_acked[i] = 0;
     }
-    for (size_t i = 0; i < c->nops; i++)
+    for (size_t i = 0; i < c->nops; i++) {
         if (c->ops[i]->state == 0)
             c->ops[i]->state = -1;
+        c->ops[i]->ux = NULL;
+    }
+    for (size_t i = 0; i < c->nuxs; i++) {
+        free(c->uxs[i]->buf);
+        free(c->uxs[i]);
+    }
+    c->nuxs = 0;
+    memset(c->rin, 0, sizeof c->rin);
     pthread_mutex_unlock(&c->lock);
 }
 
@@ -1054,49 +1105,165 @@ mc_pg_result mc__pg_barrier(mc_pg_comm *c, uint64_t seq)
 /* Point-to-point                                                                       */
 /* ------------------------------------------------------------------------------------ */
 
+/* payload bytes in message k of a p2p message of len bytes whose first k messages
+ * carried off bytes */
+static size_t p2p_chunk(const mc_pg_comm *c, size_t len, size_t off, size_t k)
+{
+    size_t cap = k == 0 ? c->S - P2P_HDR : c->S;
+    return len - off < cap ? len - off : cap;
+}
+
+static size_t p2p_nmsgs(const mc_pg_comm *c, size_t len)
+{
+    size_t first = c->S - P2P_HDR;
+    return len <= first ? 1 : 1 + (len - first + c->S - 1) / c->S;
+}
+
+static void ux_remove(mc_pg_comm *c, p2p_ux *u)
+{
+    for (size_t i = 0; i < c->nuxs; i++)
+        if (c->uxs[i] == u) {
+            memmove(&c->uxs[i], &c->uxs[i + 1], (c->nuxs - i - 1) * sizeof *c->uxs);
+            c->nuxs--;
+            break;
+        }
+    free(u->buf);
+    free(u);
+}
+
+/* a recv matched to an unexpected message that is complete: copy it out */
+static void ux_finish(mc_pg_comm *c, p2p_op *o)
+{
+    p2p_ux *u = o->ux;
+    if (u->len != o->len) {
+        o->state = -1;
+    } else {
+        if (u->len)
+            memcpy(o->buf, u->buf, u->len);
+        o->state = 1;
+    }
+    o->ux = NULL;
+    ux_remove(c, u);
+}
+
+/* the earliest posted recv from p with this tag that nothing is delivering into yet */
+static p2p_op *match_recv(mc_pg_comm *c, int p, int64_t tag)
+{
+    for (size_t i = 0; i < c->nops; i++) {
+        p2p_op *o = c->ops[i];
+        if (!o->send && o->state == 0 && o->peer == p && o->tag == tag && !o->matched &&
+            !o->ux)
+            return o;
+    }
+    return NULL;
+}
+
+/* drain what source p has delivered into our mailbox (a failed ack is noticed by the
+ * sender) */
+static void p2p_drain(mc_pg_comm *c, int p, uint64_t now)
+{
+    p2p_in *in = &c->rin[p];
+    const char *msg;
+    while ((msg = recv_ready(c, 1, p)) != NULL) {
+        const char *payload = msg;
+        if (!in->busy) {
+            uint64_t h[2];
+            memcpy(h, msg, sizeof h);
+            payload = msg + P2P_HDR;
+            *in = (p2p_in){.busy = true, .len = (size_t)h[1], .nmsg = p2p_nmsgs(c, h[1])};
+            p2p_op *o = match_recv(c, p, (int64_t)h[0]);
+            if (o) {
+                o->matched = true;
+                if (o->len == in->len) {
+                    in->op = o;
+                } else {
+                    o->state = -1; /* gloo: the sizes of a send and its recv must match */
+                    mc_log(MC_LOG_WARN, TAG, "recv from rank %d tag %lld: %zu bytes posted, "
+                           "%zu sent", p, (long long)o->tag, o->len, in->len);
+                }
+            } else {
+                p2p_ux *u = mc_xcalloc(1, sizeof *u);
+                u->peer = p;
+                u->tag = (int64_t)h[0];
+                u->len = in->len;
+                u->buf = in->len ? mc_xmalloc(in->len) : NULL;
+                if (c->nuxs == c->capuxs) {
+                    c->capuxs = c->capuxs ? 2 * c->capuxs : 8;
+                    c->uxs = mc_xrealloc(c->uxs, c->capuxs * sizeof *c->uxs);
+                }
+                c->uxs[c->nuxs++] = u;
+                in->ux = u;
+            }
+        }
+        size_t n = p2p_chunk(c, in->len, in->off, in->msgs);
+        if (in->op) {
+            if (n)
+                memcpy(in->op->buf + in->off, payload, n);
+            in->op->off += n;
+            in->op->msgs++;
+        } else if (n && in->ux)
+            memcpy(in->ux->buf + in->off, payload, n);
+        recv_consume(c, 1, p, false);
+        in->off += n;
+        in->msgs++;
+        for (size_t i = 0; i < c->nops; i++)
+            if (!c->ops[i]->send && c->ops[i]->peer == p)
+                c->ops[i]->last_ms = now; /* the source is alive */
+        if (in->msgs == in->nmsg) {
+            if (in->op) {
+                in->op->state = 1;
+            } else if (in->ux) {
+                in->ux->complete = true;
+                if (in->ux->waiter)
+                    ux_finish(c, in->ux->waiter);
+            }
+            *in = (p2p_in){0};
+        }
+    }
+}
+
 static void p2p_progress(mc_pg_comm *c)
 {
-    uint64_t sblk = 0, rblk = 0;
+    uint64_t sblk = 0, rwant = 0;
+    uint64_t now = mc_now_ms();
     for (size_t i = 0; i < c->nops; i++) {
         p2p_op *o = c->ops[i];
         if (o->state != 0)
             continue;
         uint64_t bit = 1ull << o->peer;
-        uint64_t *blk = o->send ? &sblk : &rblk;
-        if (*blk & bit)
+        if (!o->send) {
+            rwant |= bit; /* waits on the channel from its peer (also when it waits for
+                             an unexpected message still arriving) */
             continue;
-        *blk |= bit;
+        }
+        if (sblk & bit)
+            continue; /* sends to one peer go in posting order */
+        sblk |= bit;
         while (o->msgs < o->nmsg) {
-            size_t n = o->len - o->off < c->S ? o->len - o->off : c->S;
-            if (o->send) {
-                int rc = send_try(c, 1, o->peer, o->buf + o->off, n);
-                if (rc < 0) {
-                    o->state = -1;
-                    break;
-                }
-                if (rc == 0)
-                    break;
-            } else {
-                const char *msg = recv_ready(c, 1, o->peer);
-                if (!msg)
-                    break;
-                if (n)
-                    memcpy(o->buf + o->off, msg, n);
-                if (recv_consume(c, 1, o->peer, false) < 0) {
-                    o->state = -1;
-                    break;
-                }
+            size_t n = p2p_chunk(c, o->len, o->off, o->msgs);
+            int rc = o->msgs == 0
+                         ? send_try(c, 1, o->peer, o->hdr, P2P_HDR, o->buf + o->off, n)
+                         : send_try(c, 1, o->peer, NULL, 0, o->buf + o->off, n);
+            if (rc < 0) {
+                o->state = -1;
+                break;
             }
+            if (rc == 0)
+                break;
             o->off += n;
             o->msgs++;
-            o->last_ms = mc_now_ms();
+            o->last_ms = now;
         }
         if (o->state == 0 && o->msgs == o->nmsg)
             o->state = 1;
     }
+    for (int p = 0; p < c->G; p++)
+        if ((rwant >> p) & 1)
+            p2p_drain(c, p, now);
 }
 
-int64_t mc__pg_p2p_post(mc_pg_comm *c, int send, int peer, void *buf, size_t nbytes)
+int64_t mc__pg_p2p_post(mc_pg_comm *c, int send, int peer, int64_t tag, void *buf,
+                        size_t nbytes)
 {
     if (peer < 0 || peer >= c->G || (nbytes && !buf))
         return -1;
@@ -1109,19 +1276,48 @@ int64_t mc__pg_p2p_post(mc_pg_comm *c, int send, int peer, void *buf, size_t nby
     o->id = c->next_id++;
     o->send = send;
     o->peer = peer;
+    o->tag = tag;
     o->buf = buf;
     o->len = nbytes;
-    o->nmsg = nmsgs(c, nbytes);
+    o->nmsg = p2p_nmsgs(c, nbytes);
+    o->hdr[0] = (uint64_t)tag;
+    o->hdr[1] = nbytes;
     o->last_ms = mc_now_ms();
     if (c->nops == c->capops) {
         c->capops = c->capops ? 2 * c->capops : 16;
         c->ops = mc_xrealloc(c->ops, c->capops * sizeof *c->ops);
     }
     c->ops[c->nops++] = o;
+    if (!send) {
+        /* the earliest message from (peer, tag) that arrived before this recv */
+        for (size_t i = 0; i < c->nuxs; i++) {
+            p2p_ux *u = c->uxs[i];
+            if (u->peer == peer && u->tag == tag && !u->waiter) {
+                u->waiter = o;
+                o->ux = u;
+                if (u->complete)
+                    ux_finish(c, o);
+                break;
+            }
+        }
+    }
     p2p_progress(c);
     int64_t id = o->id;
     pthread_mutex_unlock(&c->lock);
     return id;
+}
+
+/* o is terminal and about to be freed: nothing may point at it any more */
+static void p2p_forget(mc_pg_comm *c, p2p_op *o)
+{
+    if (o->ux) {
+        o->ux->waiter = NULL;
+        ux_remove(c, o->ux); /* its message was claimed by a recv that failed */
+        o->ux = NULL;
+    }
+    for (int p = 0; p < c->G; p++)
+        if (c->rin[p].op == o)
+            c->rin[p].op = NULL; /* the rest of that message is discarded */
 }
 
 static p2p_op *find_op(mc_pg_comm *c, int64_t id, size_t *at)
@@ -1158,6 +1354,7 @@ int mc__pg_p2p_wait(mc_pg_comm *c, int64_t id, int64_t timeout_ms)
             o->state = -1;
         if (o->state != 0) {
             int st = o->state > 0 ? 0 : -1;
+            p2p_forget(c, o);
             memmove(&c->ops[at], &c->ops[at + 1], (c->nops - at - 1) * sizeof *c->ops);
             c->nops--;
             free(o);

@@ -1,5 +1,7 @@
 """mooncake.pg (backend "mooncake-cpu"): real processes on loopback.
 
+- p2p tags: out-of-order tags between one pair do not cross, one tag keeps FIFO order
+  (against gloo on the same pattern);
 - every collective and p2p op against gloo's result on the same inputs and dtypes (gloo
   runs as a second group in the same processes), slots small enough that every stream
   is cut into several messages;
@@ -265,6 +267,68 @@ def test_collectives_match_gloo():
         _kill_all(procs)
     assert sorted(r for r, _ in got) == list(range(world))
     assert all(n > 100 for _, n in got)
+
+
+# --------------------------------------------------------------------------------------
+# p2p tags: matched by (source, tag) as gloo does
+# --------------------------------------------------------------------------------------
+
+
+def _tags_pattern(rank, group):
+    """Rank 0 sends tag 1 then tag 2 (and two messages of tag 5); rank 1 receives tag 2
+    first, then tag 1, then the tag-5 pair. Messages are several slots long, so the one
+    that waits (tag 1) is still arriving when tag 2 is wanted. Returns what rank 1 got."""
+    n = 20000
+    if rank == 0:
+        works = [dist.isend(_data("float32", n, 0, 11), 1, group=group, tag=1),
+                 dist.isend(_data("float32", n // 2, 0, 12), 1, group=group, tag=2),
+                 dist.isend(_data("int64", 300, 0, 13), 1, group=group, tag=5),
+                 dist.isend(_data("int64", 300, 0, 14), 1, group=group, tag=5)]
+        for w in works:
+            w.wait()
+        return []
+    t2 = torch.empty(n // 2, dtype=torch.float32)
+    dist.recv(t2, 0, group=group, tag=2)
+    t1 = torch.empty(n, dtype=torch.float32)
+    dist.recv(t1, 0, group=group, tag=1)
+    f1 = torch.empty(300, dtype=torch.int64)
+    f2 = torch.empty(300, dtype=torch.int64)
+    w2 = dist.irecv(f1, 0, group=group, tag=5)  # same tag: posting order = sending order
+    w3 = dist.irecv(f2, 0, group=group, tag=5)
+    w3.wait()
+    w2.wait()
+    return [t2, t1, f1, f2]
+
+
+def _tags_worker(q, rank, world, port):
+    _init(rank, world, port)
+    gl = dist.new_group(backend="gloo")
+    ours = _tags_pattern(rank, None)
+    dist.barrier()
+    theirs = _tags_pattern(rank, gl)
+    if rank == 1:
+        want = [_data("float32", 10000, 0, 12), _data("float32", 20000, 0, 11),
+                _data("int64", 300, 0, 13), _data("int64", 300, 0, 14)]
+        for i, (a, b, w) in enumerate(zip(ours, theirs, want)):
+            if not torch.equal(b, w):
+                raise AssertionError(f"message {i}: gloo delivered something else")
+            if not torch.equal(a, b):
+                raise AssertionError(f"message {i}: mooncake {a[:6]} != gloo {b[:6]}")
+    dist.barrier()
+    q.put(("ok", (rank, len(ours))))
+    dist.destroy_process_group()
+
+
+def test_p2p_tags_match_gloo():
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    world, port = 2, free_port()
+    procs = [_start(ctx, _tags_worker, q, r, world, port) for r in range(world)]
+    try:
+        got = dict(_collect(q, procs, world))
+    finally:
+        _kill_all(procs)
+    assert got == {0: 0, 1: 4}
 
 
 # --------------------------------------------------------------------------------------
