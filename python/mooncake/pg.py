@@ -42,6 +42,8 @@ __all__ = [
     "set_device_filter",
     "set_transfer_engine",
     "BACKEND_NAME",
+    "createMooncakeCpuBackend",
+    "createMooncakeBackend",
 ]
 
 BACKEND_NAME = "mooncake-cpu"
@@ -912,13 +914,34 @@ def _make_classes():
     return _PG_CLASS
 
 
-def _create_backend(dist_opts, pg_options=None):
+def createMooncakeCpuBackend(dist_opts, backend_options=None):
+    """The factory torch calls for ``backend="mooncake-cpu"`` (upstream's name; upstream
+    exposes it from its compiled module as well). ``dist_opts``: torch's
+    ``DistributedBackendOptions`` (or any object with ``store``, ``group_rank`` and
+    ``group_size``); ``backend_options``: a MooncakeBackendOptions or None. Returns the
+    ProcessGroup (a ``torch.distributed.ProcessGroup`` subclass), ready to use directly or
+    to hand to torch. Rendezvous happens here, through ``dist_opts.store``: every rank of
+    the group must call it."""
+    if backend_options is not None and not isinstance(backend_options,
+                                                      MooncakeBackendOptions):
+        raise TypeError(f"mooncake-cpu: pg_options must be pg.MooncakeBackendOptions, not "
+                        f"{type(backend_options).__name__}")
     cls = _make_classes()
-    opts = pg_options if isinstance(pg_options, MooncakeBackendOptions) else \
-        MooncakeBackendOptions(-1)
+    opts = backend_options if backend_options is not None else MooncakeBackendOptions(-1)
     timeout_s = opts.timeout if opts.timeout is not None else DEFAULT_TIMEOUT_S
-    return cls(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, opts,
+    return cls(dist_opts.store, int(dist_opts.group_rank), int(dist_opts.group_size), opts,
                float(timeout_s))
+
+
+_create_backend = createMooncakeCpuBackend
+
+
+def createMooncakeBackend(dist_opts=None, backend_options=None):
+    """Upstream's factory for the accelerator backend (``mooncake``): not built here (no
+    GPU transport); refused rather than silently run on the CPU."""
+    raise NotImplementedError(
+        "mooncake.pg: the accelerator backend 'mooncake' is not part of this build; use "
+        "backend='mooncake-cpu' (CPU tensors)")
 
 
 def _register():

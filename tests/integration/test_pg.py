@@ -509,3 +509,42 @@ def test_options_overloads():
     with pytest.raises(TypeError):
         pg.MooncakeBackendOptions(torch.zeros(3))  # not int32
     assert "mooncake-cpu" in dist.Backend.backend_list
+
+
+def test_create_cpu_backend_factory_directly():
+    """Upstream's factory names: pg.createMooncakeCpuBackend(DistributedBackendOptions,
+    MooncakeBackendOptions) builds the group without init_process_group (here two ranks
+    on threads of one process, over one HashStore); pg.createMooncakeBackend (the
+    accelerator backend) is refused with a clear message."""
+    from mooncake import pg
+    from torch._C._distributed_c10d import _DistributedBackendOptions
+    store = dist.HashStore()
+    out, errs = {}, []
+
+    def rank_main(r):
+        try:
+            o = _DistributedBackendOptions()
+            o.store = dist.PrefixStore("factory", store)
+            o.group_rank, o.group_size = r, 2
+            grp = pg.createMooncakeCpuBackend(o, pg.MooncakeBackendOptions(2, timeout=5.0))
+            assert isinstance(grp, dist.ProcessGroup) and grp.getBackendName() == "mooncake-cpu"
+            t = torch.full((5000,), float(r + 1))
+            grp.allreduce([t]).wait()
+            out[r] = (float(t[0]), pg.get_active_ranks(grp).tolist())
+            grp.barrier().wait()
+            grp.shutdown()
+        except BaseException:
+            errs.append(traceback.format_exc())
+
+    ths = [threading.Thread(target=rank_main, args=(r,)) for r in range(2)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join(timeout=JOIN_S)
+    assert not errs, errs[0]
+    assert not any(t.is_alive() for t in ths)
+    assert out == {0: (3.0, [1, 1]), 1: (3.0, [1, 1])}
+    with pytest.raises(TypeError):
+        pg.createMooncakeCpuBackend(_DistributedBackendOptions(), object())
+    with pytest.raises(NotImplementedError, match="mooncake-cpu"):
+        pg.createMooncakeBackend(_DistributedBackendOptions(), pg.MooncakeBackendOptions(2))
