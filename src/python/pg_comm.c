@@ -35,7 +35,6 @@
 #define BATCH_CAP 4096
 #define NWORDS 4096
 #define SMALL_ALLREDUCE (64u << 10)
-#define RBLOCK 2048 /* elements per block of the n-ary reduction */
 
 typedef struct pg_peer {
     char *seg;
@@ -274,7 +273,11 @@ static int ack_coll(mc_pg_comm *c, int p)
 /* Plans                                                                                */
 /* ------------------------------------------------------------------------------------ */
 
-enum { R_COPY, R_REDUCE, R_HOLD, R_DISCARD };
+/* R_NARY: the streams of a reduction (one per active peer, equal lengths, into one dst):
+ * each holds its next message in its slot until every one has it, then all of them and
+ * this rank's own contribution are reduced in one pass (src order: active slot order,
+ * so the result does not depend on arrival order) and the slots are acked. */
+enum { R_COPY, R_NARY, R_HOLD, R_DISCARD };
 
 typedef struct sstream {
     int peer;
@@ -285,10 +288,9 @@ typedef struct sstream {
 typedef struct rstream {
     int peer, mode;
     char *dst;
-    const char *own; /* R_REDUCE: this rank's contribution (may equal dst) */
+    const char *own; /* R_NARY: this rank's contribution (may equal dst) */
     size_t len, off, msgs, nmsg;
-    uint8_t *cnt;     /* R_REDUCE: contributions applied per message index (shared) */
-    const char *held; /* R_HOLD: the slot */
+    const char *held; /* R_HOLD, R_NARY: the slot */
 } rstream;
 
 typedef struct plan {
@@ -296,6 +298,7 @@ typedef struct plan {
     rstream r[MC_PG_MAX_GROUP];
     int ns, nr;
     int dtype, op;
+    int nary; /* R_NARY streams */
     bool closing;
 } plan;
 
@@ -311,11 +314,13 @@ static void plan_send(mc_pg_comm *c, plan *pl, int q, const void *src, size_t le
 }
 
 static void plan_recv(mc_pg_comm *c, plan *pl, int p, int mode, void *dst, const void *own,
-                      size_t len, uint8_t *cnt)
+                      size_t len)
 {
     rstream *r = &pl->r[pl->nr++];
     *r = (rstream){.peer = p, .mode = mode, .dst = dst, .own = own, .len = len,
-                   .nmsg = nmsgs(c, len), .cnt = cnt};
+                   .nmsg = nmsgs(c, len)};
+    if (mode == R_NARY)
+        pl->nary++;
 }
 
 /* Order sends by distance from this rank so peers are not all hit in the same order. */
@@ -383,7 +388,7 @@ static bool ss_done(const sstream *s)
 }
 
 /* One message for stream r has arrived at `msg`. */
-static int deliver(mc_pg_comm *c, plan *pl, rstream *r, const char *msg)
+static int deliver(mc_pg_comm *c, rstream *r, const char *msg)
 {
     size_t n = r->len - r->off < c->S ? r->len - r->off : c->S;
     switch (r->mode) {
@@ -391,20 +396,6 @@ static int deliver(mc_pg_comm *c, plan *pl, rstream *r, const char *msg)
         if (n)
             memcpy(r->dst + r->off, msg, n);
         break;
-    case R_REDUCE: {
-        size_t esz = mc__pg_dtype_size(pl->dtype);
-        size_t k = r->msgs;
-        if (n) {
-            if (r->cnt[k] == 0)
-                mc__pg_reduce2(pl->dtype, pl->op, r->dst + r->off, r->own + r->off, msg,
-                               n / esz);
-            else
-                mc__pg_reduce2(pl->dtype, pl->op, r->dst + r->off, r->dst + r->off, msg,
-                               n / esz);
-        }
-        r->cnt[k]++;
-        break;
-    }
     case R_HOLD:
         r->held = msg;
         break;
@@ -414,6 +405,50 @@ static int deliver(mc_pg_comm *c, plan *pl, rstream *r, const char *msg)
     r->off += n;
     r->msgs++;
     return recv_consume(c, 0, r->peer, r->mode == R_HOLD);
+}
+
+/* nary_step: when every R_NARY stream holds its next message, reduce them with this
+ * rank's contribution into dst in one pass and consume them. 1 when it did. */
+static bool nary_step(mc_pg_comm *c, plan *pl)
+{
+    const void *src[MC_PG_MAX_GROUP];
+    rstream *rs[MC_PG_MAX_GROUP];
+    int nsrc = 0, nr = 0, own_at = -1;
+    for (int i = 0; i < c->nact; i++) {
+        int p = c->act[i];
+        if (p == c->rank) {
+            own_at = nsrc++;
+            continue;
+        }
+        rstream *r = NULL;
+        for (int j = 0; j < pl->nr; j++)
+            if (pl->r[j].peer == p && pl->r[j].mode == R_NARY) {
+                r = &pl->r[j];
+                break;
+            }
+        if (!r)
+            continue;
+        if (rs_done(r) || !r->held)
+            return false;
+        rs[nr++] = r;
+        src[nsrc++] = r->held;
+    }
+    if (!nr)
+        return false;
+    rstream *r0 = rs[0];
+    size_t n = r0->len - r0->off < c->S ? r0->len - r0->off : c->S;
+    if (own_at >= 0)
+        src[own_at] = r0->own + r0->off;
+    if (n)
+        mc__pg_reduce_n(pl->dtype, pl->op, r0->dst + r0->off, src, nsrc,
+                        n / mc__pg_dtype_size(pl->dtype));
+    for (int i = 0; i < nr; i++) {
+        rs[i]->held = NULL;
+        rs[i]->off += n;
+        rs[i]->msgs++;
+        recv_consume(c, 0, rs[i]->peer, false);
+    }
+    return true;
 }
 
 /* same_host: the peer's segment ("host:port") names this engine's host. */
@@ -475,17 +510,30 @@ static mc_pg_result run_plan(mc_pg_comm *c, plan *pl, uint64_t seq)
             if (rblk & bit)
                 continue;
             rblk |= bit;
+            if (r->mode == R_NARY) {
+                if (!r->held && (r->held = recv_ready(c, 0, r->peer)) != NULL) {
+                    progress = true;
+                    last[r->peer] = mc_now_ms();
+                }
+                continue;
+            }
             while (!rs_done(r)) {
                 const char *msg = recv_ready(c, 0, r->peer);
                 if (!msg)
                     break;
-                if (deliver(c, pl, r, msg) < 0) {
+                if (deliver(c, r, msg) < 0) {
                     fail |= bit;
                     break;
                 }
                 progress = true;
                 last[r->peer] = mc_now_ms();
             }
+        }
+        while (pl->nary && nary_step(c, pl)) {
+            progress = true;
+            for (int i = 0; i < pl->nr; i++) /* the next messages may be there already */
+                if (pl->r[i].mode == R_NARY && !rs_done(&pl->r[i]) && !pl->r[i].held)
+                    pl->r[i].held = recv_ready(c, 0, pl->r[i].peer);
         }
         if (fail) {
             res.status = MC_PG_FAILED;
@@ -561,7 +609,7 @@ static mc_pg_result closing(mc_pg_comm *c, uint64_t seq)
         if (p == c->rank)
             continue;
         plan_send(c, pl, p, NULL, 0);
-        plan_recv(c, pl, p, R_DISCARD, NULL, NULL, 0, NULL);
+        plan_recv(c, pl, p, R_DISCARD, NULL, NULL, 0);
     }
     plan_stagger(c, pl);
     mc_pg_result r = run_plan(c, pl, seq);
@@ -800,7 +848,7 @@ static mc_pg_result allreduce_locked(mc_pg_comm *c, uint64_t seq, int rerun, cha
             if (p == c->rank)
                 continue;
             plan_send(c, pl, p, buf, nbytes);
-            plan_recv(c, pl, p, R_HOLD, NULL, NULL, nbytes, NULL);
+            plan_recv(c, pl, p, R_HOLD, NULL, NULL, nbytes);
         }
         plan_stagger(c, pl);
         mc_pg_result r = run_plan(c, pl, seq);
@@ -818,18 +866,7 @@ static mc_pg_result allreduce_locked(mc_pg_comm *c, uint64_t seq, int rerun, cha
                 k++;
             src[i] = pl->r[k].held;
         }
-        if (P == 2) {
-            mc__pg_reduce2(dtype, op, buf, src[0], src[1], count);
-        } else {
-            char tmp[RBLOCK * 8];
-            for (size_t off = 0; off < count; off += RBLOCK) {
-                size_t n = count - off < RBLOCK ? count - off : RBLOCK;
-                mc__pg_reduce2(dtype, op, tmp, src[0] + off * esz, src[1] + off * esz, n);
-                for (int i = 2; i < P; i++)
-                    mc__pg_reduce2(dtype, op, tmp, tmp, src[i] + off * esz, n);
-                memcpy(buf + off * esz, tmp, n * esz);
-            }
-        }
+        mc__pg_reduce_n(dtype, op, buf, (const void *const *)src, P, count);
         if (op == MC_PG_AVG)
             mc__pg_scale_avg(dtype, buf, count, P);
         free(pl);
@@ -854,17 +891,15 @@ static mc_pg_result allreduce_locked(mc_pg_comm *c, uint64_t seq, int rerun, cha
     }
     int me = c->mypos;
     size_t mylen = cnt[me] * esz;
-    uint8_t *cnts = mc_xcalloc(nmsgs(c, mylen), 1);
     for (int i = 0; i < P; i++) {
         int p = c->act[i];
         if (p == c->rank)
             continue;
         plan_send(c, pl, p, buf + off[i] * esz, cnt[i] * esz);
-        plan_recv(c, pl, p, R_REDUCE, buf + off[me] * esz, buf + off[me] * esz, mylen, cnts);
+        plan_recv(c, pl, p, R_NARY, buf + off[me] * esz, buf + off[me] * esz, mylen);
     }
     plan_stagger(c, pl);
     mc_pg_result r = run_plan(c, pl, seq);
-    free(cnts);
     if (r.status != MC_PG_DONE) {
         free(pl);
         return r;
@@ -877,7 +912,7 @@ static mc_pg_result allreduce_locked(mc_pg_comm *c, uint64_t seq, int rerun, cha
         if (p == c->rank)
             continue;
         plan_send(c, pl, p, buf + off[me] * esz, mylen);
-        plan_recv(c, pl, p, R_COPY, buf + off[i] * esz, NULL, cnt[i] * esz, NULL);
+        plan_recv(c, pl, p, R_COPY, buf + off[i] * esz, NULL, cnt[i] * esz);
     }
     return finish(c, pl, seq);
 }
@@ -899,7 +934,7 @@ static mc_pg_result broadcast_locked(mc_pg_comm *c, uint64_t seq, void *buf, siz
             if (c->act[i] != c->rank)
                 plan_send(c, pl, c->act[i], buf, nbytes);
     } else {
-        plan_recv(c, pl, root, R_COPY, buf, NULL, nbytes, NULL);
+        plan_recv(c, pl, root, R_COPY, buf, NULL, nbytes);
     }
     return finish(c, pl, seq);
 }
@@ -921,7 +956,7 @@ static mc_pg_result allgather_locked(mc_pg_comm *c, uint64_t seq, void *const *o
         if (p == c->rank)
             continue;
         plan_send(c, pl, p, in, nbytes);
-        plan_recv(c, pl, p, R_COPY, outs[p], NULL, nbytes, NULL);
+        plan_recv(c, pl, p, R_COPY, outs[p], NULL, nbytes);
     }
     if (outs[c->rank] != in && nbytes)
         memmove(outs[c->rank], in, nbytes);
@@ -944,20 +979,18 @@ static mc_pg_result reduce_scatter_locked(mc_pg_comm *c, uint64_t seq, void *out
     plan *pl = mc_xcalloc(1, sizeof *pl);
     pl->dtype = dtype;
     pl->op = op;
-    uint8_t *cnts = mc_xcalloc(nmsgs(c, nbytes), 1);
     for (int i = 0; i < c->nact; i++) {
         int p = c->act[i];
         if (p == c->rank)
             continue;
         plan_send(c, pl, p, ins[p], nbytes);
-        plan_recv(c, pl, p, R_REDUCE, out, ins[c->rank], nbytes, cnts);
+        plan_recv(c, pl, p, R_NARY, out, ins[c->rank], nbytes);
     }
     if (c->nact == 1 && out != ins[c->rank] && nbytes)
         memmove(out, ins[c->rank], nbytes);
     plan_stagger(c, pl);
     mc_pg_result r = run_plan(c, pl, seq);
     free(pl);
-    free(cnts);
     if (r.status != MC_PG_DONE)
         return r;
     if (op == MC_PG_AVG)
@@ -980,19 +1013,16 @@ static mc_pg_result reduce_locked(mc_pg_comm *c, uint64_t seq, int rerun, char *
     plan *pl = mc_xcalloc(1, sizeof *pl);
     pl->dtype = dtype;
     pl->op = op;
-    uint8_t *cnts = NULL;
     if (root == c->rank) {
         save_input(c, rerun, buf, nbytes);
-        cnts = mc_xcalloc(nmsgs(c, nbytes), 1);
         for (int i = 0; i < c->nact; i++)
             if (c->act[i] != c->rank)
-                plan_recv(c, pl, c->act[i], R_REDUCE, buf, buf, nbytes, cnts);
+                plan_recv(c, pl, c->act[i], R_NARY, buf, buf, nbytes);
     } else {
         plan_send(c, pl, root, buf, nbytes);
     }
     mc_pg_result r = run_plan(c, pl, seq);
     free(pl);
-    free(cnts);
     if (r.status != MC_PG_DONE)
         return r;
     if (root == c->rank && op == MC_PG_AVG)
@@ -1015,7 +1045,7 @@ static mc_pg_result gather_locked(mc_pg_comm *c, uint64_t seq, void *const *outs
     if (root == c->rank) {
         for (int i = 0; i < c->nact; i++)
             if (c->act[i] != c->rank)
-                plan_recv(c, pl, c->act[i], R_COPY, outs[c->act[i]], NULL, nbytes, NULL);
+                plan_recv(c, pl, c->act[i], R_COPY, outs[c->act[i]], NULL, nbytes);
         if (outs[c->rank] != in && nbytes)
             memmove(outs[c->rank], in, nbytes);
     } else {
@@ -1043,7 +1073,7 @@ static mc_pg_result scatter_locked(mc_pg_comm *c, uint64_t seq, void *out,
         if (out != ins[c->rank] && nbytes)
             memmove(out, ins[c->rank], nbytes);
     } else {
-        plan_recv(c, pl, root, R_COPY, out, NULL, nbytes, NULL);
+        plan_recv(c, pl, root, R_COPY, out, NULL, nbytes);
     }
     return finish(c, pl, seq);
 }
@@ -1066,7 +1096,7 @@ static mc_pg_result alltoall_locked(mc_pg_comm *c, uint64_t seq, void *const *ou
         if (p == c->rank)
             continue;
         plan_send(c, pl, p, ins[p], in_lens[p]);
-        plan_recv(c, pl, p, R_COPY, outs[p], NULL, out_lens[p], NULL);
+        plan_recv(c, pl, p, R_COPY, outs[p], NULL, out_lens[p]);
     }
     size_t n = in_lens[c->rank] < out_lens[c->rank] ? in_lens[c->rank] : out_lens[c->rank];
     if (outs[c->rank] != ins[c->rank] && n)
@@ -1091,7 +1121,7 @@ static mc_pg_result barrier_locked(mc_pg_comm *c, uint64_t seq)
         if (p == c->rank)
             continue;
         plan_send(c, pl, p, NULL, 0);
-        plan_recv(c, pl, p, R_DISCARD, NULL, NULL, 0, NULL);
+        plan_recv(c, pl, p, R_DISCARD, NULL, NULL, 0);
     }
     return finish(c, pl, seq);
 }

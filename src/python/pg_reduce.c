@@ -230,6 +230,38 @@ int mc__pg_reduce2(int dtype, int op, void *dst, const void *a, const void *b, s
     return -1;
 }
 
+#define NARY_BLOCK 2048 /* elements per block: two 16 KiB scratch buffers at most */
+
+int mc__pg_reduce_n(int dtype, int op, void *dst, const void *const *srcs, int nsrc,
+                    size_t n)
+{
+    size_t esz = mc__pg_dtype_size(dtype);
+    if (!esz || nsrc < 1)
+        return -1;
+    if (nsrc == 1) {
+        if (dst != srcs[0] && n)
+            memmove(dst, srcs[0], n * esz);
+        return 0;
+    }
+    /* two scratch buffers in turn: a reduction never writes a buffer it reads (the
+     * compiler's runtime overlap check then always picks the vector loop) */
+    _Alignas(64) char t[2][NARY_BLOCK * 8];
+    for (size_t off = 0; off < n; off += NARY_BLOCK) {
+        size_t k = n - off < NARY_BLOCK ? n - off : NARY_BLOCK;
+        size_t b = off * esz;
+        int cur = 0;
+        if (mc__pg_reduce2(dtype, op, t[0], (const char *)srcs[0] + b,
+                           (const char *)srcs[1] + b, k) < 0)
+            return -1;
+        for (int i = 2; i < nsrc; i++) {
+            mc__pg_reduce2(dtype, op, t[cur ^ 1], t[cur], (const char *)srcs[i] + b, k);
+            cur ^= 1;
+        }
+        memcpy((char *)dst + b, t[cur], k * esz);
+    }
+    return 0;
+}
+
 int mc__pg_scale_avg(int dtype, void *buf, size_t n, int count)
 {
     switch (dtype) {
