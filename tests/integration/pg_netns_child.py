@@ -36,7 +36,12 @@ def main():
     rank, world, addr, port, me, victim = (int(sys.argv[1]), int(sys.argv[2]), sys.argv[3],
                                            int(sys.argv[4]), sys.argv[5], int(sys.argv[6]))
     from mooncake import pg
+    from mooncake.engine import TransferEngine
     pg.set_host_ip(me)
+    te = TransferEngine()  # the caller's engine, so that its byte counters can be read
+    if te.initialize(me, "P2PHANDSHAKE", "tcp", "") != 0:
+        raise RuntimeError(f"engine on {me} did not start")
+    pg.set_transfer_engine(te)
     store = dist.TCPStore(addr, port, world, rank == 0, timeout=timedelta(seconds=60))
     dist.init_process_group("mooncake-cpu", store=store, rank=rank, world_size=world,
                             pg_options=pg.MooncakeBackendOptions(world, timeout=FT_TIMEOUT))
@@ -85,7 +90,8 @@ def main():
             same(ours[1], r2, "send/recv tag 2")
             same(r1, data("float32", 30000, prv, 2), "send/recv data")
     dist.barrier(group=gl)
-    say(rank, "match", checked=checked)
+    st = te._stats()
+    say(rank, "match", checked=checked, tcp=st["tcp_bytes_sent"], shm=st["shm_bytes"])
     # a rank dies during a loop of all_reduce: the survivors finish over the others
     backend = dist.group.WORLD
     for it in range(5):

@@ -6,7 +6,8 @@ one host over shared memory.
 
 - all_reduce, broadcast, all_gather (float32, int64, bfloat16) and send/recv with
   out-of-order tags equal gloo's results on the same inputs (gloo runs as a second group
-  in the same processes);
+  in the same processes); each rank's engine counted TCP bytes (its peers on the other
+  host) and same-host shared-memory bytes (its neighbour);
 - a rank on the second host SIGKILLs itself during a loop of all_reduce: the survivors
   finish every iteration, their results equal the sum over the ranks the backend reports
   active, and the dead rank is reported inactive.
@@ -95,6 +96,8 @@ def test_two_hosts_match_gloo_and_survive_a_kill(lab):
     for r in range(world):
         match = [x for x in lines[r] if x["step"] == "match"]
         assert match and match[0]["checked"] == 21, raw[r][-3000:]
+        # every rank has a peer on each host: bytes went both ways (the engine's counters)
+        assert match[0]["tcp"] > 0 and match[0]["shm"] > 0, match[0]
     for r in survivors:
         ft = [x for x in lines[r] if x["step"] == "ft"]
         assert [x["it"] for x in ft] == list(range(5)), raw[r][-3000:]
