@@ -153,9 +153,10 @@ int mc__pg_p2p_wait(mc_pg_comm *c, int64_t id, int64_t timeout_ms);
 
 /* ---- reductions (pg_reduce.c) ---- */
 int mc__pg_reduce2(int dtype, int op, void *dst, const void *a, const void *b, size_t n);
-/* mc__pg_reduce_n: dst[i] = srcs[0][i] op srcs[1][i] op ... op srcs[nsrc-1][i] for n
- * elements, reading every source once and writing dst once (blocks of a few KiB combined
- * in two scratch buffers on the stack, so dst may equal any source). nsrc >= 1. */
+/* mc__pg_reduce_n: dst[i] = ((srcs[0][i] op srcs[1][i]) op ...) op srcs[nsrc-1][i] for n
+ * elements, block by block (16 Ki elements, so the destination block stays in L2 while
+ * the sources are read once each). dst may equal srcs[0] or overlap any source (then a
+ * heap scratch block is used). nsrc >= 1. */
 int mc__pg_reduce_n(int dtype, int op, void *dst, const void *const *srcs, int nsrc,
                     size_t n);
 int mc__pg_scale_avg(int dtype, void *buf, size_t n, int count);
