@@ -283,6 +283,7 @@ typedef struct sstream {
     int peer;
     const char *src;
     size_t len, off, msgs, nmsg;
+    const size_t *gate; /* when set: only the first *gate bytes of src are ready */
 } sstream;
 
 typedef struct rstream {
@@ -294,11 +295,13 @@ typedef struct rstream {
 } rstream;
 
 typedef struct plan {
-    sstream s[MC_PG_MAX_GROUP];
-    rstream r[MC_PG_MAX_GROUP];
+    sstream s[2 * MC_PG_MAX_GROUP]; /* all_reduce: two streams per peer */
+    rstream r[2 * MC_PG_MAX_GROUP];
     int ns, nr;
     int dtype, op;
-    int nary; /* R_NARY streams */
+    int nary;         /* R_NARY streams */
+    size_t nary_done; /* bytes of the R_NARY destination reduced so far */
+    int avg_div;      /* > 0: divide each reduced message by it (AVG) before it counts */
     bool closing;
 } plan;
 
@@ -439,15 +442,19 @@ static bool nary_step(mc_pg_comm *c, plan *pl)
     size_t n = r0->len - r0->off < c->S ? r0->len - r0->off : c->S;
     if (own_at >= 0)
         src[own_at] = r0->own + r0->off;
-    if (n)
-        mc__pg_reduce_n(pl->dtype, pl->op, r0->dst + r0->off, src, nsrc,
-                        n / mc__pg_dtype_size(pl->dtype));
+    if (n) {
+        size_t k = n / mc__pg_dtype_size(pl->dtype);
+        mc__pg_reduce_n(pl->dtype, pl->op, r0->dst + r0->off, src, nsrc, k);
+        if (pl->avg_div > 0)
+            mc__pg_scale_avg(pl->dtype, r0->dst + r0->off, k, pl->avg_div);
+    }
     for (int i = 0; i < nr; i++) {
         rs[i]->held = NULL;
         rs[i]->off += n;
         rs[i]->msgs++;
         recv_consume(c, 0, rs[i]->peer, false);
     }
+    pl->nary_done = r0->off;
     return true;
 }
 
@@ -476,7 +483,7 @@ static mc_pg_result run_plan(mc_pg_comm *c, plan *pl, uint64_t seq)
     uint64_t idle_since = 0;
     for (;;) {
         bool all = true, progress = false;
-        uint64_t sblk = 0, rblk = 0, fail = 0;
+        uint64_t sblk = 0, rblk = 0, fail = 0, gated = 0;
         for (int i = 0; i < pl->ns; i++) {
             sstream *s = &pl->s[i];
             if (ss_done(s))
@@ -488,6 +495,10 @@ static mc_pg_result run_plan(mc_pg_comm *c, plan *pl, uint64_t seq)
             sblk |= bit;
             while (!ss_done(s)) {
                 size_t n = s->len - s->off < c->S ? s->len - s->off : c->S;
+                if (s->gate && s->off + n > *s->gate) {
+                    gated |= bit; /* waits on this rank's reduction, not on the peer */
+                    break;
+                }
                 int rc = send_try(c, 0, s->peer, NULL, 0, s->src + s->off, n);
                 if (rc < 0) {
                     fail |= bit;
@@ -566,9 +577,9 @@ static mc_pg_result run_plan(mc_pg_comm *c, plan *pl, uint64_t seq)
         idle++;
         if ((idle & 31) == 0) {
             now = mc_now_ms();
-            uint64_t stalled = 0;
+            uint64_t stalled = 0, waits = (sblk & ~gated) | rblk;
             for (int q = 0; q < c->G; q++)
-                if (((sblk | rblk) >> q) & 1 && now - last[q] > (uint64_t)c->timeout_ms)
+                if ((waits >> q) & 1 && now - last[q] > (uint64_t)c->timeout_ms)
                     stalled |= 1ull << q;
             if (stalled) {
                 res.status = MC_PG_FAILED;
@@ -889,29 +900,29 @@ static mc_pg_result allreduce_locked(mc_pg_comm *c, uint64_t seq, int rerun, cha
         off[i] = (size_t)o;
         o += (int)cnt[i];
     }
+    /* one plan, pipelined: the all-gather stream of this rank's block to a peer follows
+     * the reduce-scatter stream to it on the same channel and sends each message as soon
+     * as that part of the block is reduced (gate: nary_done). Receiving block i's
+     * message k overwrites our input there only after peer i reduced it, which needed
+     * our message k of block i: it was sent already. */
     int me = c->mypos;
     size_t mylen = cnt[me] * esz;
+    char *mine = buf + off[me] * esz;
+    if (op == MC_PG_AVG)
+        pl->avg_div = P;
     for (int i = 0; i < P; i++) {
         int p = c->act[i];
         if (p == c->rank)
             continue;
         plan_send(c, pl, p, buf + off[i] * esz, cnt[i] * esz);
-        plan_recv(c, pl, p, R_NARY, buf + off[me] * esz, buf + off[me] * esz, mylen);
+        plan_recv(c, pl, p, R_NARY, mine, mine, mylen);
     }
-    plan_stagger(c, pl);
-    mc_pg_result r = run_plan(c, pl, seq);
-    if (r.status != MC_PG_DONE) {
-        free(pl);
-        return r;
-    }
-    if (op == MC_PG_AVG)
-        mc__pg_scale_avg(dtype, buf + off[me] * esz, cnt[me], P);
-    memset(pl, 0, sizeof *pl);
     for (int i = 0; i < P; i++) {
         int p = c->act[i];
         if (p == c->rank)
             continue;
-        plan_send(c, pl, p, buf + off[me] * esz, mylen);
+        plan_send(c, pl, p, mine, mylen);
+        pl->s[pl->ns - 1].gate = &pl->nary_done;
         plan_recv(c, pl, p, R_COPY, buf + off[i] * esz, NULL, cnt[i] * esz);
     }
     return finish(c, pl, seq);

@@ -143,6 +143,12 @@ def _match_worker(q, rank, world, port):
                 dist.reduce_scatter_tensor(a, flat.clone(), op=op)
                 dist.reduce_scatter_tensor(b, flat.clone(), op=op, group=gl)
                 same(a, b, f"reduce_scatter_tensor {dtype} {op}")
+            if dtype in ("float32", "float64") and hasattr(R, "AVG"):  # gloo has no AVG
+                x = _data(dtype, n, rank, 77)
+                a, b = x.clone(), x.clone()
+                dist.all_reduce(a, op=R.AVG)
+                dist.all_reduce(b, group=gl)
+                same(a, b / world, f"all_reduce {dtype} n={n} AVG (gloo: SUM / world)")
             x = _data(dtype, n, rank, 99)
             a, b = x.clone(), x.clone()
             dist.broadcast(a, src=2 % world)
