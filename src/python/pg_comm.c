@@ -105,6 +105,11 @@ struct mc_pg_comm {
     size_t widx;
     char *save;
     size_t save_cap;
+    /* all_reduce's staged save: byte ranges of the input copied into save (at the same
+     * offsets) by the current attempt, each before that part of the input is read for
+     * sending or overwritten; a rerun restores exactly these */
+    size_t sv_off[MC_PG_MAX_GROUP], sv_len[MC_PG_MAX_GROUP];
+    int sv_n;
     p2p_op **ops;
     size_t nops, capops;
     int64_t next_id;
@@ -284,6 +289,9 @@ typedef struct sstream {
     const char *src;
     size_t len, off, msgs, nmsg;
     const size_t *gate; /* when set: only the first *gate bytes of src are ready */
+    char *stage;        /* when set: each message is first copied here (same offset) and
+                           sent from the copy, which stays in cache for the send */
+    size_t *staged;     /* with stage: bytes copied so far */
 } sstream;
 
 typedef struct rstream {
@@ -301,6 +309,9 @@ typedef struct plan {
     int dtype, op;
     int nary;         /* R_NARY streams */
     size_t nary_done; /* bytes of the R_NARY destination reduced so far */
+    char *own_stage;  /* when set: the own contribution is copied here, message by
+                         message, before the destination is written (the staged save) */
+    size_t *own_staged;
     int avg_div;      /* > 0: divide each reduced message by it (AVG) before it counts */
     bool closing;
 } plan;
@@ -440,8 +451,14 @@ static bool nary_step(mc_pg_comm *c, plan *pl)
         return false;
     rstream *r0 = rs[0];
     size_t n = r0->len - r0->off < c->S ? r0->len - r0->off : c->S;
-    if (own_at >= 0)
+    if (own_at >= 0) {
         src[own_at] = r0->own + r0->off;
+        if (pl->own_stage) {
+            memcpy(pl->own_stage + r0->off, r0->own + r0->off, n);
+            *pl->own_staged = r0->off + n;
+            src[own_at] = pl->own_stage + r0->off;
+        }
+    }
     if (n) {
         size_t k = n / mc__pg_dtype_size(pl->dtype);
         mc__pg_reduce_n(pl->dtype, pl->op, r0->dst + r0->off, src, nsrc, k);
@@ -499,7 +516,15 @@ static mc_pg_result run_plan(mc_pg_comm *c, plan *pl, uint64_t seq)
                     gated |= bit; /* waits on this rank's reduction, not on the peer */
                     break;
                 }
-                int rc = send_try(c, 0, s->peer, NULL, 0, s->src + s->off, n);
+                const char *from = s->src + s->off;
+                if (s->stage) {
+                    if (*s->staged < s->off + n) {
+                        memcpy(s->stage + s->off, from, n);
+                        *s->staged = s->off + n;
+                    }
+                    from = s->stage + s->off;
+                }
+                int rc = send_try(c, 0, s->peer, NULL, 0, from, n);
                 if (rc < 0) {
                     fail |= bit;
                     break;
@@ -844,14 +869,27 @@ static mc_pg_result allreduce_locked(mc_pg_comm *c, uint64_t seq, int rerun, cha
 {
     size_t esz = mc__pg_dtype_size(dtype);
     size_t nbytes = count * esz;
-    save_input(c, rerun, buf, nbytes);
     int P = c->nact;
+    bool small = nbytes <= SMALL_ALLREDUCE && nbytes <= c->S;
+    if (rerun && c->sv_n >= 0 && c->save_cap >= nbytes) {
+        /* the failed attempt staged its save: restore what it copied (what it did not
+         * copy it neither sent nor overwrote) */
+        for (int i = 0; i < c->sv_n; i++)
+            memcpy(buf + c->sv_off[i], c->save + c->sv_off[i], c->sv_len[i]);
+        c->sv_n = 0;
+        if (small || P <= 1)
+            save_input(c, 0, buf, nbytes);
+    } else {
+        c->sv_n = -1; /* a whole copy, or nothing staged yet */
+        if (small || P <= 1)
+            save_input(c, rerun, buf, nbytes);
+    }
     if (P <= 1 || count == 0)
         return closing(c, seq);
     plan *pl = mc_xcalloc(1, sizeof *pl);
     pl->dtype = dtype;
     pl->op = op;
-    if (nbytes <= SMALL_ALLREDUCE && nbytes <= c->S) {
+    if (small) {
         /* one round: everyone's whole input to everyone, reduce in slot order */
         const char *src[MC_PG_MAX_GROUP];
         for (int i = 0; i < P; i++) {
@@ -910,11 +948,29 @@ static mc_pg_result allreduce_locked(mc_pg_comm *c, uint64_t seq, int rerun, cha
     char *mine = buf + off[me] * esz;
     if (op == MC_PG_AVG)
         pl->avg_div = P;
+    /* the save of the input for a rerun is staged: each message of it is copied into
+     * c->save just before it is sent (then sent from the copy, in cache) or, for this
+     * rank's own block, before the reduction overwrites it: one read of the input
+     * instead of two */
+    if (c->save_cap < nbytes) {
+        free(c->save);
+        c->save = mc_xmalloc(nbytes);
+        c->save_cap = nbytes;
+    }
+    c->sv_n = P;
+    for (int i = 0; i < P; i++) {
+        c->sv_off[i] = off[i] * esz;
+        c->sv_len[i] = 0;
+    }
+    pl->own_stage = c->save + off[me] * esz;
+    pl->own_staged = &c->sv_len[me];
     for (int i = 0; i < P; i++) {
         int p = c->act[i];
         if (p == c->rank)
             continue;
         plan_send(c, pl, p, buf + off[i] * esz, cnt[i] * esz);
+        pl->s[pl->ns - 1].stage = c->save + off[i] * esz;
+        pl->s[pl->ns - 1].staged = &c->sv_len[i];
         plan_recv(c, pl, p, R_NARY, mine, mine, mylen);
     }
     for (int i = 0; i < P; i++) {
