@@ -42,6 +42,8 @@ __all__ = [
     "set_device_filter",
     "set_transfer_engine",
     "BACKEND_NAME",
+    "createMooncakeCpuBackend",
+    "createMooncakeBackend",
 ]
 
 BACKEND_NAME = "mooncake-cpu"
@@ -881,22 +883,26 @@ def _make_classes():
 
         # ---- point-to-point ----
 
-        def _p2p(self, send, tensors, peer):
+        def _p2p(self, send, tensors, peer, tag):
             g = self._g
             if len(tensors) != 1:
                 raise ValueError("mooncake-cpu: point-to-point takes one tensor")
             f = _Flat(tensors[0], read=send)
-            op_id = g.comm.p2p_post(1 if send else 0, int(peer), f.ptr, f.nbytes)
-            what = f"{'send to' if send else 'recv from'} rank {peer}"
+            op_id = g.comm.p2p_post(1 if send else 0, int(peer), int(tag), f.ptr, f.nbytes)
+            what = f"{'send to' if send else 'recv from'} rank {peer} (tag {tag})"
             if op_id < 0:
                 raise RuntimeError(f"mooncake-cpu: {what}: the rank is not active")
             return _P2PWork(g, op_id, f, what)
 
         def send(self, tensors, dst, tag=0):
-            return self._p2p(True, tensors, dst)
+            return self._p2p(True, tensors, dst, tag)
 
         def recv(self, tensors, src, tag=0):
-            return self._p2p(False, tensors, src)
+            return self._p2p(False, tensors, src, tag)
+
+        def recv_anysource(self, tensors, tag=0):
+            raise RuntimeError("mooncake-cpu: recv without src (any source) is not "
+                               "supported; name the source rank")
 
         def shutdown(self):
             self._g.close()
@@ -908,13 +914,34 @@ def _make_classes():
     return _PG_CLASS
 
 
-def _create_backend(dist_opts, pg_options=None):
+def createMooncakeCpuBackend(dist_opts, backend_options=None):
+    """The factory torch calls for ``backend="mooncake-cpu"`` (upstream's name; upstream
+    exposes it from its compiled module as well). ``dist_opts``: torch's
+    ``DistributedBackendOptions`` (or any object with ``store``, ``group_rank`` and
+    ``group_size``); ``backend_options``: a MooncakeBackendOptions or None. Returns the
+    ProcessGroup (a ``torch.distributed.ProcessGroup`` subclass), ready to use directly or
+    to hand to torch. Rendezvous happens here, through ``dist_opts.store``: every rank of
+    the group must call it."""
+    if backend_options is not None and not isinstance(backend_options,
+                                                      MooncakeBackendOptions):
+        raise TypeError(f"mooncake-cpu: pg_options must be pg.MooncakeBackendOptions, not "
+                        f"{type(backend_options).__name__}")
     cls = _make_classes()
-    opts = pg_options if isinstance(pg_options, MooncakeBackendOptions) else \
-        MooncakeBackendOptions(-1)
+    opts = backend_options if backend_options is not None else MooncakeBackendOptions(-1)
     timeout_s = opts.timeout if opts.timeout is not None else DEFAULT_TIMEOUT_S
-    return cls(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, opts,
+    return cls(dist_opts.store, int(dist_opts.group_rank), int(dist_opts.group_size), opts,
                float(timeout_s))
+
+
+_create_backend = createMooncakeCpuBackend
+
+
+def createMooncakeBackend(dist_opts=None, backend_options=None):
+    """Upstream's factory for the accelerator backend (``mooncake``): not built here (no
+    GPU transport); refused rather than silently run on the CPU."""
+    raise NotImplementedError(
+        "mooncake.pg: the accelerator backend 'mooncake' is not part of this build; use "
+        "backend='mooncake-cpu' (CPU tensors)")
 
 
 def _register():

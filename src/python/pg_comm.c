@@ -35,7 +35,6 @@
 #define BATCH_CAP 4096
 #define NWORDS 4096
 #define SMALL_ALLREDUCE (64u << 10)
-#define RBLOCK 2048 /* elements per block of the n-ary reduction */
 
 typedef struct pg_peer {
     char *seg;
@@ -44,15 +43,46 @@ typedef struct pg_peer {
     bool open;
 } pg_peer;
 
+/* A p2p message is (tag, length) in the first P2P_HDR bytes of its first slot, then the
+ * payload across as many slots as it needs. A receiver matches messages to posted recvs
+ * by (source, tag) in arrival order, as gloo does; a message whose recv is not posted
+ * while a later one from the same source is needed is copied aside (an "unexpected"
+ * message) until its recv is posted. */
+#define P2P_HDR 16
+
+typedef struct p2p_ux p2p_ux;
+
 typedef struct p2p_op {
     int64_t id;
     int send, peer;
+    int64_t tag;
     char *buf;
     size_t len, off;
     size_t msgs, nmsg;
     int state; /* 0 pending, 1 done, -1 failed */
+    bool matched; /* recv: the channel is delivering a message into it */
+    p2p_ux *ux;   /* recv: matched to this unexpected message */
+    uint64_t hdr[2];
     uint64_t last_ms;
 } p2p_op;
+
+/* an arrived message whose recv was not posted yet */
+struct p2p_ux {
+    int peer;
+    int64_t tag;
+    char *buf;
+    size_t len;
+    bool complete;
+    p2p_op *waiter; /* the recv it was matched to, if any */
+};
+
+/* the message a source is delivering now (its header was read) */
+typedef struct p2p_in {
+    bool busy;
+    p2p_op *op; /* into a posted recv, or */
+    p2p_ux *ux; /* into an unexpected message, or neither: discarded (size mismatch) */
+    size_t len, off, msgs, nmsg;
+} p2p_in;
 
 struct mc_pg_comm {
     pthread_mutex_t lock;
@@ -75,9 +105,17 @@ struct mc_pg_comm {
     size_t widx;
     char *save;
     size_t save_cap;
+    /* all_reduce's staged save: byte ranges of the input copied into save (at the same
+     * offsets) by the current attempt, each before that part of the input is read for
+     * sending or overwritten; a rerun restores exactly these */
+    size_t sv_off[MC_PG_MAX_GROUP], sv_len[MC_PG_MAX_GROUP];
+    int sv_n;
     p2p_op **ops;
     size_t nops, capops;
     int64_t next_id;
+    p2p_in rin[MC_PG_MAX_GROUP];
+    p2p_ux **uxs; /* unexpected messages in arrival order */
+    size_t nuxs, capuxs;
 };
 
 /* ------------------------------------------------------------------------------------ */
@@ -174,8 +212,10 @@ static int put_word(mc_pg_comm *c, int q, uint64_t off, uint64_t w)
 /* Channels                                                                             */
 /* ------------------------------------------------------------------------------------ */
 
-/* send_try: one message of len bytes to q. 1 sent, 0 no credit yet, -1 write failed. */
-static int send_try(mc_pg_comm *c, int p2p, int q, const void *src, size_t len)
+/* send_try: one message to q: hlen header bytes (p2p only; 0 for none) then len bytes
+ * from src. 1 sent, 0 no credit yet, -1 write failed. */
+static int send_try(mc_pg_comm *c, int p2p, int q, const void *hdr, size_t hlen,
+                    const void *src, size_t len)
 {
     uint64_t *sseq = p2p ? &c->ps[q] : &c->cs[q];
     uint64_t seq = *sseq + 1;
@@ -184,8 +224,10 @@ static int send_try(mc_pg_comm *c, int p2p, int q, const void *src, size_t len)
     if (seq - consumed > c->credits)
         return 0;
     int s = (int)(seq % c->credits);
-    if (len &&
-        put(c, q, src, p2p ? pdata_off(c, c->rank, s) : cdata_off(c, c->rank, s), len) < 0)
+    uint64_t off = p2p ? pdata_off(c, c->rank, s) : cdata_off(c, c->rank, s);
+    if (hlen && put(c, q, hdr, off, hlen) < 0)
+        return -1;
+    if (len && put(c, q, src, off + hlen, len) < 0)
         return -1;
     __atomic_thread_fence(__ATOMIC_RELEASE);
     if (put_word(c, q, ctrl_off(c->rank, p2p ? K_PF(s) : K_CF(s)), mkword(c->epoch, seq)) < 0)
@@ -236,28 +278,41 @@ static int ack_coll(mc_pg_comm *c, int p)
 /* Plans                                                                                */
 /* ------------------------------------------------------------------------------------ */
 
-enum { R_COPY, R_REDUCE, R_HOLD, R_DISCARD };
+/* R_NARY: the streams of a reduction (one per active peer, equal lengths, into one dst):
+ * each holds its next message in its slot until every one has it, then all of them and
+ * this rank's own contribution are reduced in one pass (src order: active slot order,
+ * so the result does not depend on arrival order) and the slots are acked. */
+enum { R_COPY, R_NARY, R_HOLD, R_DISCARD };
 
 typedef struct sstream {
     int peer;
     const char *src;
     size_t len, off, msgs, nmsg;
+    const size_t *gate; /* when set: only the first *gate bytes of src are ready */
+    char *stage;        /* when set: each message is first copied here (same offset) and
+                           sent from the copy, which stays in cache for the send */
+    size_t *staged;     /* with stage: bytes copied so far */
 } sstream;
 
 typedef struct rstream {
     int peer, mode;
     char *dst;
-    const char *own; /* R_REDUCE: this rank's contribution (may equal dst) */
+    const char *own; /* R_NARY: this rank's contribution (may equal dst) */
     size_t len, off, msgs, nmsg;
-    uint8_t *cnt;     /* R_REDUCE: contributions applied per message index (shared) */
-    const char *held; /* R_HOLD: the slot */
+    const char *held; /* R_HOLD, R_NARY: the slot */
 } rstream;
 
 typedef struct plan {
-    sstream s[MC_PG_MAX_GROUP];
-    rstream r[MC_PG_MAX_GROUP];
+    sstream s[2 * MC_PG_MAX_GROUP]; /* all_reduce: two streams per peer */
+    rstream r[2 * MC_PG_MAX_GROUP];
     int ns, nr;
     int dtype, op;
+    int nary;         /* R_NARY streams */
+    size_t nary_done; /* bytes of the R_NARY destination reduced so far */
+    char *own_stage;  /* when set: the own contribution is copied here, message by
+                         message, before the destination is written (the staged save) */
+    size_t *own_staged;
+    int avg_div;      /* > 0: divide each reduced message by it (AVG) before it counts */
     bool closing;
 } plan;
 
@@ -273,11 +328,13 @@ static void plan_send(mc_pg_comm *c, plan *pl, int q, const void *src, size_t le
 }
 
 static void plan_recv(mc_pg_comm *c, plan *pl, int p, int mode, void *dst, const void *own,
-                      size_t len, uint8_t *cnt)
+                      size_t len)
 {
     rstream *r = &pl->r[pl->nr++];
     *r = (rstream){.peer = p, .mode = mode, .dst = dst, .own = own, .len = len,
-                   .nmsg = nmsgs(c, len), .cnt = cnt};
+                   .nmsg = nmsgs(c, len)};
+    if (mode == R_NARY)
+        pl->nary++;
 }
 
 /* Order sends by distance from this rank so peers are not all hit in the same order. */
@@ -345,7 +402,7 @@ static bool ss_done(const sstream *s)
 }
 
 /* One message for stream r has arrived at `msg`. */
-static int deliver(mc_pg_comm *c, plan *pl, rstream *r, const char *msg)
+static int deliver(mc_pg_comm *c, rstream *r, const char *msg)
 {
     size_t n = r->len - r->off < c->S ? r->len - r->off : c->S;
     switch (r->mode) {
@@ -353,20 +410,6 @@ static int deliver(mc_pg_comm *c, plan *pl, rstream *r, const char *msg)
         if (n)
             memcpy(r->dst + r->off, msg, n);
         break;
-    case R_REDUCE: {
-        size_t esz = mc__pg_dtype_size(pl->dtype);
-        size_t k = r->msgs;
-        if (n) {
-            if (r->cnt[k] == 0)
-                mc__pg_reduce2(pl->dtype, pl->op, r->dst + r->off, r->own + r->off, msg,
-                               n / esz);
-            else
-                mc__pg_reduce2(pl->dtype, pl->op, r->dst + r->off, r->dst + r->off, msg,
-                               n / esz);
-        }
-        r->cnt[k]++;
-        break;
-    }
     case R_HOLD:
         r->held = msg;
         break;
@@ -376,6 +419,60 @@ static int deliver(mc_pg_comm *c, plan *pl, rstream *r, const char *msg)
     r->off += n;
     r->msgs++;
     return recv_consume(c, 0, r->peer, r->mode == R_HOLD);
+}
+
+/* nary_step: when every R_NARY stream holds its next message, reduce them with this
+ * rank's contribution into dst in one pass and consume them. 1 when it did. */
+static bool nary_step(mc_pg_comm *c, plan *pl)
+{
+    const void *src[MC_PG_MAX_GROUP];
+    rstream *rs[MC_PG_MAX_GROUP];
+    int nsrc = 0, nr = 0, own_at = -1;
+    for (int i = 0; i < c->nact; i++) {
+        int p = c->act[i];
+        if (p == c->rank) {
+            own_at = nsrc++;
+            continue;
+        }
+        rstream *r = NULL;
+        for (int j = 0; j < pl->nr; j++)
+            if (pl->r[j].peer == p && pl->r[j].mode == R_NARY) {
+                r = &pl->r[j];
+                break;
+            }
+        if (!r)
+            continue;
+        if (rs_done(r) || !r->held)
+            return false;
+        rs[nr++] = r;
+        src[nsrc++] = r->held;
+    }
+    if (!nr)
+        return false;
+    rstream *r0 = rs[0];
+    size_t n = r0->len - r0->off < c->S ? r0->len - r0->off : c->S;
+    if (own_at >= 0) {
+        src[own_at] = r0->own + r0->off;
+        if (pl->own_stage) {
+            memcpy(pl->own_stage + r0->off, r0->own + r0->off, n);
+            *pl->own_staged = r0->off + n;
+            src[own_at] = pl->own_stage + r0->off;
+        }
+    }
+    if (n) {
+        size_t k = n / mc__pg_dtype_size(pl->dtype);
+        mc__pg_reduce_n(pl->dtype, pl->op, r0->dst + r0->off, src, nsrc, k);
+        if (pl->avg_div > 0)
+            mc__pg_scale_avg(pl->dtype, r0->dst + r0->off, k, pl->avg_div);
+    }
+    for (int i = 0; i < nr; i++) {
+        rs[i]->held = NULL;
+        rs[i]->off += n;
+        rs[i]->msgs++;
+        recv_consume(c, 0, rs[i]->peer, false);
+    }
+    pl->nary_done = r0->off;
+    return true;
 }
 
 /* same_host: the peer's segment ("host:port") names this engine's host. */
@@ -403,7 +500,7 @@ static mc_pg_result run_plan(mc_pg_comm *c, plan *pl, uint64_t seq)
     uint64_t idle_since = 0;
     for (;;) {
         bool all = true, progress = false;
-        uint64_t sblk = 0, rblk = 0, fail = 0;
+        uint64_t sblk = 0, rblk = 0, fail = 0, gated = 0;
         for (int i = 0; i < pl->ns; i++) {
             sstream *s = &pl->s[i];
             if (ss_done(s))
@@ -415,7 +512,19 @@ static mc_pg_result run_plan(mc_pg_comm *c, plan *pl, uint64_t seq)
             sblk |= bit;
             while (!ss_done(s)) {
                 size_t n = s->len - s->off < c->S ? s->len - s->off : c->S;
-                int rc = send_try(c, 0, s->peer, s->src + s->off, n);
+                if (s->gate && s->off + n > *s->gate) {
+                    gated |= bit; /* waits on this rank's reduction, not on the peer */
+                    break;
+                }
+                const char *from = s->src + s->off;
+                if (s->stage) {
+                    if (*s->staged < s->off + n) {
+                        memcpy(s->stage + s->off, from, n);
+                        *s->staged = s->off + n;
+                    }
+                    from = s->stage + s->off;
+                }
+                int rc = send_try(c, 0, s->peer, NULL, 0, from, n);
                 if (rc < 0) {
                     fail |= bit;
                     break;
@@ -437,17 +546,30 @@ static mc_pg_result run_plan(mc_pg_comm *c, plan *pl, uint64_t seq)
             if (rblk & bit)
                 continue;
             rblk |= bit;
+            if (r->mode == R_NARY) {
+                if (!r->held && (r->held = recv_ready(c, 0, r->peer)) != NULL) {
+                    progress = true;
+                    last[r->peer] = mc_now_ms();
+                }
+                continue;
+            }
             while (!rs_done(r)) {
                 const char *msg = recv_ready(c, 0, r->peer);
                 if (!msg)
                     break;
-                if (deliver(c, pl, r, msg) < 0) {
+                if (deliver(c, r, msg) < 0) {
                     fail |= bit;
                     break;
                 }
                 progress = true;
                 last[r->peer] = mc_now_ms();
             }
+        }
+        while (pl->nary && nary_step(c, pl)) {
+            progress = true;
+            for (int i = 0; i < pl->nr; i++) /* the next messages may be there already */
+                if (pl->r[i].mode == R_NARY && !rs_done(&pl->r[i]) && !pl->r[i].held)
+                    pl->r[i].held = recv_ready(c, 0, pl->r[i].peer);
         }
         if (fail) {
             res.status = MC_PG_FAILED;
@@ -480,9 +602,9 @@ static mc_pg_result run_plan(mc_pg_comm *c, plan *pl, uint64_t seq)
         idle++;
         if ((idle & 31) == 0) {
             now = mc_now_ms();
-            uint64_t stalled = 0;
+            uint64_t stalled = 0, waits = (sblk & ~gated) | rblk;
             for (int q = 0; q < c->G; q++)
-                if (((sblk | rblk) >> q) & 1 && now - last[q] > (uint64_t)c->timeout_ms)
+                if ((waits >> q) & 1 && now - last[q] > (uint64_t)c->timeout_ms)
                     stalled |= 1ull << q;
             if (stalled) {
                 res.status = MC_PG_FAILED;
@@ -523,7 +645,7 @@ static mc_pg_result closing(mc_pg_comm *c, uint64_t seq)
         if (p == c->rank)
             continue;
         plan_send(c, pl, p, NULL, 0);
-        plan_recv(c, pl, p, R_DISCARD, NULL, NULL, 0, NULL);
+        plan_recv(c, pl, p, R_DISCARD, NULL, NULL, 0);
     }
     plan_stagger(c, pl);
     mc_pg_result r = run_plan(c, pl, seq);
@@ -612,6 +734,11 @@ void mc__pg_comm_destroy(mc_pg_comm *c)
     for (size_t i = 0; i < c->nops; i++)
         free(c->ops[i]);
     free(c->ops);
+    for (size_t i = 0; i < c->nuxs; i++) {
+        free(c->uxs[i]->buf);
+        free(c->uxs[i]);
+    }
+    free(c->uxs);
     mc_te_free_shared(c->te, c->base);
     free(c->words);
     free(c->save);
@@ -672,9 +799,17 @@ void mc__pg_comm_set_view(mc_pg_comm *c, uint64_t epoch, uint64_t active)
         }
         c->cs[i] = c->cr[i] = c->ps[i] = c->pr[i] = c->cr_acked[i] = 0;
     }
-    for (size_t i = 0; i < c->nops; i++)
+    for (size_t i = 0; i < c->nops; i++) {
         if (c->ops[i]->state == 0)
             c->ops[i]->state = -1;
+        c->ops[i]->ux = NULL;
+    }
+    for (size_t i = 0; i < c->nuxs; i++) {
+        free(c->uxs[i]->buf);
+        free(c->uxs[i]);
+    }
+    c->nuxs = 0;
+    memset(c->rin, 0, sizeof c->rin);
     pthread_mutex_unlock(&c->lock);
 }
 
@@ -734,14 +869,27 @@ static mc_pg_result allreduce_locked(mc_pg_comm *c, uint64_t seq, int rerun, cha
 {
     size_t esz = mc__pg_dtype_size(dtype);
     size_t nbytes = count * esz;
-    save_input(c, rerun, buf, nbytes);
     int P = c->nact;
+    bool small = nbytes <= SMALL_ALLREDUCE && nbytes <= c->S;
+    if (rerun && c->sv_n >= 0 && c->save_cap >= nbytes) {
+        /* the failed attempt staged its save: restore what it copied (what it did not
+         * copy it neither sent nor overwrote) */
+        for (int i = 0; i < c->sv_n; i++)
+            memcpy(buf + c->sv_off[i], c->save + c->sv_off[i], c->sv_len[i]);
+        c->sv_n = 0;
+        if (small || P <= 1)
+            save_input(c, 0, buf, nbytes);
+    } else {
+        c->sv_n = -1; /* a whole copy, or nothing staged yet */
+        if (small || P <= 1)
+            save_input(c, rerun, buf, nbytes);
+    }
     if (P <= 1 || count == 0)
         return closing(c, seq);
     plan *pl = mc_xcalloc(1, sizeof *pl);
     pl->dtype = dtype;
     pl->op = op;
-    if (nbytes <= SMALL_ALLREDUCE && nbytes <= c->S) {
+    if (small) {
         /* one round: everyone's whole input to everyone, reduce in slot order */
         const char *src[MC_PG_MAX_GROUP];
         for (int i = 0; i < P; i++) {
@@ -749,7 +897,7 @@ static mc_pg_result allreduce_locked(mc_pg_comm *c, uint64_t seq, int rerun, cha
             if (p == c->rank)
                 continue;
             plan_send(c, pl, p, buf, nbytes);
-            plan_recv(c, pl, p, R_HOLD, NULL, NULL, nbytes, NULL);
+            plan_recv(c, pl, p, R_HOLD, NULL, NULL, nbytes);
         }
         plan_stagger(c, pl);
         mc_pg_result r = run_plan(c, pl, seq);
@@ -767,18 +915,7 @@ static mc_pg_result allreduce_locked(mc_pg_comm *c, uint64_t seq, int rerun, cha
                 k++;
             src[i] = pl->r[k].held;
         }
-        if (P == 2) {
-            mc__pg_reduce2(dtype, op, buf, src[0], src[1], count);
-        } else {
-            char tmp[RBLOCK * 8];
-            for (size_t off = 0; off < count; off += RBLOCK) {
-                size_t n = count - off < RBLOCK ? count - off : RBLOCK;
-                mc__pg_reduce2(dtype, op, tmp, src[0] + off * esz, src[1] + off * esz, n);
-                for (int i = 2; i < P; i++)
-                    mc__pg_reduce2(dtype, op, tmp, tmp, src[i] + off * esz, n);
-                memcpy(buf + off * esz, tmp, n * esz);
-            }
-        }
+        mc__pg_reduce_n(dtype, op, buf, (const void *const *)src, P, count);
         if (op == MC_PG_AVG)
             mc__pg_scale_avg(dtype, buf, count, P);
         free(pl);
@@ -801,32 +938,48 @@ static mc_pg_result allreduce_locked(mc_pg_comm *c, uint64_t seq, int rerun, cha
         off[i] = (size_t)o;
         o += (int)cnt[i];
     }
+    /* one plan, pipelined: the all-gather stream of this rank's block to a peer follows
+     * the reduce-scatter stream to it on the same channel and sends each message as soon
+     * as that part of the block is reduced (gate: nary_done). Receiving block i's
+     * message k overwrites our input there only after peer i reduced it, which needed
+     * our message k of block i: it was sent already. */
     int me = c->mypos;
     size_t mylen = cnt[me] * esz;
-    uint8_t *cnts = mc_xcalloc(nmsgs(c, mylen), 1);
+    char *mine = buf + off[me] * esz;
+    if (op == MC_PG_AVG)
+        pl->avg_div = P;
+    /* the save of the input for a rerun is staged: each message of it is copied into
+     * c->save just before it is sent (then sent from the copy, in cache) or, for this
+     * rank's own block, before the reduction overwrites it: one read of the input
+     * instead of two */
+    if (c->save_cap < nbytes) {
+        free(c->save);
+        c->save = mc_xmalloc(nbytes);
+        c->save_cap = nbytes;
+    }
+    c->sv_n = P;
+    for (int i = 0; i < P; i++) {
+        c->sv_off[i] = off[i] * esz;
+        c->sv_len[i] = 0;
+    }
+    pl->own_stage = c->save + off[me] * esz;
+    pl->own_staged = &c->sv_len[me];
     for (int i = 0; i < P; i++) {
         int p = c->act[i];
         if (p == c->rank)
             continue;
         plan_send(c, pl, p, buf + off[i] * esz, cnt[i] * esz);
-        plan_recv(c, pl, p, R_REDUCE, buf + off[me] * esz, buf + off[me] * esz, mylen, cnts);
+        pl->s[pl->ns - 1].stage = c->save + off[i] * esz;
+        pl->s[pl->ns - 1].staged = &c->sv_len[i];
+        plan_recv(c, pl, p, R_NARY, mine, mine, mylen);
     }
-    plan_stagger(c, pl);
-    mc_pg_result r = run_plan(c, pl, seq);
-    free(cnts);
-    if (r.status != MC_PG_DONE) {
-        free(pl);
-        return r;
-    }
-    if (op == MC_PG_AVG)
-        mc__pg_scale_avg(dtype, buf + off[me] * esz, cnt[me], P);
-    memset(pl, 0, sizeof *pl);
     for (int i = 0; i < P; i++) {
         int p = c->act[i];
         if (p == c->rank)
             continue;
-        plan_send(c, pl, p, buf + off[me] * esz, mylen);
-        plan_recv(c, pl, p, R_COPY, buf + off[i] * esz, NULL, cnt[i] * esz, NULL);
+        plan_send(c, pl, p, mine, mylen);
+        pl->s[pl->ns - 1].gate = &pl->nary_done;
+        plan_recv(c, pl, p, R_COPY, buf + off[i] * esz, NULL, cnt[i] * esz);
     }
     return finish(c, pl, seq);
 }
@@ -848,7 +1001,7 @@ static mc_pg_result broadcast_locked(mc_pg_comm *c, uint64_t seq, void *buf, siz
             if (c->act[i] != c->rank)
                 plan_send(c, pl, c->act[i], buf, nbytes);
     } else {
-        plan_recv(c, pl, root, R_COPY, buf, NULL, nbytes, NULL);
+        plan_recv(c, pl, root, R_COPY, buf, NULL, nbytes);
     }
     return finish(c, pl, seq);
 }
@@ -870,7 +1023,7 @@ static mc_pg_result allgather_locked(mc_pg_comm *c, uint64_t seq, void *const *o
         if (p == c->rank)
             continue;
         plan_send(c, pl, p, in, nbytes);
-        plan_recv(c, pl, p, R_COPY, outs[p], NULL, nbytes, NULL);
+        plan_recv(c, pl, p, R_COPY, outs[p], NULL, nbytes);
     }
     if (outs[c->rank] != in && nbytes)
         memmove(outs[c->rank], in, nbytes);
@@ -893,20 +1046,18 @@ static mc_pg_result reduce_scatter_locked(mc_pg_comm *c, uint64_t seq, void *out
     plan *pl = mc_xcalloc(1, sizeof *pl);
     pl->dtype = dtype;
     pl->op = op;
-    uint8_t *cnts = mc_xcalloc(nmsgs(c, nbytes), 1);
     for (int i = 0; i < c->nact; i++) {
         int p = c->act[i];
         if (p == c->rank)
             continue;
         plan_send(c, pl, p, ins[p], nbytes);
-        plan_recv(c, pl, p, R_REDUCE, out, ins[c->rank], nbytes, cnts);
+        plan_recv(c, pl, p, R_NARY, out, ins[c->rank], nbytes);
     }
     if (c->nact == 1 && out != ins[c->rank] && nbytes)
         memmove(out, ins[c->rank], nbytes);
     plan_stagger(c, pl);
     mc_pg_result r = run_plan(c, pl, seq);
     free(pl);
-    free(cnts);
     if (r.status != MC_PG_DONE)
         return r;
     if (op == MC_PG_AVG)
@@ -929,19 +1080,16 @@ static mc_pg_result reduce_locked(mc_pg_comm *c, uint64_t seq, int rerun, char *
     plan *pl = mc_xcalloc(1, sizeof *pl);
     pl->dtype = dtype;
     pl->op = op;
-    uint8_t *cnts = NULL;
     if (root == c->rank) {
         save_input(c, rerun, buf, nbytes);
-        cnts = mc_xcalloc(nmsgs(c, nbytes), 1);
         for (int i = 0; i < c->nact; i++)
             if (c->act[i] != c->rank)
-                plan_recv(c, pl, c->act[i], R_REDUCE, buf, buf, nbytes, cnts);
+                plan_recv(c, pl, c->act[i], R_NARY, buf, buf, nbytes);
     } else {
         plan_send(c, pl, root, buf, nbytes);
     }
     mc_pg_result r = run_plan(c, pl, seq);
     free(pl);
-    free(cnts);
     if (r.status != MC_PG_DONE)
         return r;
     if (root == c->rank && op == MC_PG_AVG)
@@ -964,7 +1112,7 @@ static mc_pg_result gather_locked(mc_pg_comm *c, uint64_t seq, void *const *outs
     if (root == c->rank) {
         for (int i = 0; i < c->nact; i++)
             if (c->act[i] != c->rank)
-                plan_recv(c, pl, c->act[i], R_COPY, outs[c->act[i]], NULL, nbytes, NULL);
+                plan_recv(c, pl, c->act[i], R_COPY, outs[c->act[i]], NULL, nbytes);
         if (outs[c->rank] != in && nbytes)
             memmove(outs[c->rank], in, nbytes);
     } else {
@@ -992,7 +1140,7 @@ static mc_pg_result scatter_locked(mc_pg_comm *c, uint64_t seq, void *out,
         if (out != ins[c->rank] && nbytes)
             memmove(out, ins[c->rank], nbytes);
     } else {
-        plan_recv(c, pl, root, R_COPY, out, NULL, nbytes, NULL);
+        plan_recv(c, pl, root, R_COPY, out, NULL, nbytes);
     }
     return finish(c, pl, seq);
 }
@@ -1015,7 +1163,7 @@ static mc_pg_result alltoall_locked(mc_pg_comm *c, uint64_t seq, void *const *ou
         if (p == c->rank)
             continue;
         plan_send(c, pl, p, ins[p], in_lens[p]);
-        plan_recv(c, pl, p, R_COPY, outs[p], NULL, out_lens[p], NULL);
+        plan_recv(c, pl, p, R_COPY, outs[p], NULL, out_lens[p]);
     }
     size_t n = in_lens[c->rank] < out_lens[c->rank] ? in_lens[c->rank] : out_lens[c->rank];
     if (outs[c->rank] != ins[c->rank] && n)
@@ -1040,7 +1188,7 @@ static mc_pg_result barrier_locked(mc_pg_comm *c, uint64_t seq)
         if (p == c->rank)
             continue;
         plan_send(c, pl, p, NULL, 0);
-        plan_recv(c, pl, p, R_DISCARD, NULL, NULL, 0, NULL);
+        plan_recv(c, pl, p, R_DISCARD, NULL, NULL, 0);
     }
     return finish(c, pl, seq);
 }
@@ -1054,49 +1202,165 @@ mc_pg_result mc__pg_barrier(mc_pg_comm *c, uint64_t seq)
 /* Point-to-point                                                                       */
 /* ------------------------------------------------------------------------------------ */
 
+/* payload bytes in message k of a p2p message of len bytes whose first k messages
+ * carried off bytes */
+static size_t p2p_chunk(const mc_pg_comm *c, size_t len, size_t off, size_t k)
+{
+    size_t cap = k == 0 ? c->S - P2P_HDR : c->S;
+    return len - off < cap ? len - off : cap;
+}
+
+static size_t p2p_nmsgs(const mc_pg_comm *c, size_t len)
+{
+    size_t first = c->S - P2P_HDR;
+    return len <= first ? 1 : 1 + (len - first + c->S - 1) / c->S;
+}
+
+static void ux_remove(mc_pg_comm *c, p2p_ux *u)
+{
+    for (size_t i = 0; i < c->nuxs; i++)
+        if (c->uxs[i] == u) {
+            memmove(&c->uxs[i], &c->uxs[i + 1], (c->nuxs - i - 1) * sizeof *c->uxs);
+            c->nuxs--;
+            break;
+        }
+    free(u->buf);
+    free(u);
+}
+
+/* a recv matched to an unexpected message that is complete: copy it out */
+static void ux_finish(mc_pg_comm *c, p2p_op *o)
+{
+    p2p_ux *u = o->ux;
+    if (u->len != o->len) {
+        o->state = -1;
+    } else {
+        if (u->len)
+            memcpy(o->buf, u->buf, u->len);
+        o->state = 1;
+    }
+    o->ux = NULL;
+    ux_remove(c, u);
+}
+
+/* the earliest posted recv from p with this tag that nothing is delivering into yet */
+static p2p_op *match_recv(mc_pg_comm *c, int p, int64_t tag)
+{
+    for (size_t i = 0; i < c->nops; i++) {
+        p2p_op *o = c->ops[i];
+        if (!o->send && o->state == 0 && o->peer == p && o->tag == tag && !o->matched &&
+            !o->ux)
+            return o;
+    }
+    return NULL;
+}
+
+/* drain what source p has delivered into our mailbox (a failed ack is noticed by the
+ * sender) */
+static void p2p_drain(mc_pg_comm *c, int p, uint64_t now)
+{
+    p2p_in *in = &c->rin[p];
+    const char *msg;
+    while ((msg = recv_ready(c, 1, p)) != NULL) {
+        const char *payload = msg;
+        if (!in->busy) {
+            uint64_t h[2];
+            memcpy(h, msg, sizeof h);
+            payload = msg + P2P_HDR;
+            *in = (p2p_in){.busy = true, .len = (size_t)h[1], .nmsg = p2p_nmsgs(c, h[1])};
+            p2p_op *o = match_recv(c, p, (int64_t)h[0]);
+            if (o) {
+                o->matched = true;
+                if (o->len == in->len) {
+                    in->op = o;
+                } else {
+                    o->state = -1; /* gloo: the sizes of a send and its recv must match */
+                    mc_log(MC_LOG_WARN, TAG, "recv from rank %d tag %lld: %zu bytes posted, "
+                           "%zu sent", p, (long long)o->tag, o->len, in->len);
+                }
+            } else {
+                p2p_ux *u = mc_xcalloc(1, sizeof *u);
+                u->peer = p;
+                u->tag = (int64_t)h[0];
+                u->len = in->len;
+                u->buf = in->len ? mc_xmalloc(in->len) : NULL;
+                if (c->nuxs == c->capuxs) {
+                    c->capuxs = c->capuxs ? 2 * c->capuxs : 8;
+                    c->uxs = mc_xrealloc(c->uxs, c->capuxs * sizeof *c->uxs);
+                }
+                c->uxs[c->nuxs++] = u;
+                in->ux = u;
+            }
+        }
+        size_t n = p2p_chunk(c, in->len, in->off, in->msgs);
+        if (in->op) {
+            if (n)
+                memcpy(in->op->buf + in->off, payload, n);
+            in->op->off += n;
+            in->op->msgs++;
+        } else if (n && in->ux)
+            memcpy(in->ux->buf + in->off, payload, n);
+        recv_consume(c, 1, p, false);
+        in->off += n;
+        in->msgs++;
+        for (size_t i = 0; i < c->nops; i++)
+            if (!c->ops[i]->send && c->ops[i]->peer == p)
+                c->ops[i]->last_ms = now; /* the source is alive */
+        if (in->msgs == in->nmsg) {
+            if (in->op) {
+                in->op->state = 1;
+            } else if (in->ux) {
+                in->ux->complete = true;
+                if (in->ux->waiter)
+                    ux_finish(c, in->ux->waiter);
+            }
+            *in = (p2p_in){0};
+        }
+    }
+}
+
 static void p2p_progress(mc_pg_comm *c)
 {
-    uint64_t sblk = 0, rblk = 0;
+    uint64_t sblk = 0, rwant = 0;
+    uint64_t now = mc_now_ms();
     for (size_t i = 0; i < c->nops; i++) {
         p2p_op *o = c->ops[i];
         if (o->state != 0)
             continue;
         uint64_t bit = 1ull << o->peer;
-        uint64_t *blk = o->send ? &sblk : &rblk;
-        if (*blk & bit)
+        if (!o->send) {
+            rwant |= bit; /* waits on the channel from its peer (also when it waits for
+                             an unexpected message still arriving) */
             continue;
-        *blk |= bit;
+        }
+        if (sblk & bit)
+            continue; /* sends to one peer go in posting order */
+        sblk |= bit;
         while (o->msgs < o->nmsg) {
-            size_t n = o->len - o->off < c->S ? o->len - o->off : c->S;
-            if (o->send) {
-                int rc = send_try(c, 1, o->peer, o->buf + o->off, n);
-                if (rc < 0) {
-                    o->state = -1;
-                    break;
-                }
-                if (rc == 0)
-                    break;
-            } else {
-                const char *msg = recv_ready(c, 1, o->peer);
-                if (!msg)
-                    break;
-                if (n)
-                    memcpy(o->buf + o->off, msg, n);
-                if (recv_consume(c, 1, o->peer, false) < 0) {
-                    o->state = -1;
-                    break;
-                }
+            size_t n = p2p_chunk(c, o->len, o->off, o->msgs);
+            int rc = o->msgs == 0
+                         ? send_try(c, 1, o->peer, o->hdr, P2P_HDR, o->buf + o->off, n)
+                         : send_try(c, 1, o->peer, NULL, 0, o->buf + o->off, n);
+            if (rc < 0) {
+                o->state = -1;
+                break;
             }
+            if (rc == 0)
+                break;
             o->off += n;
             o->msgs++;
-            o->last_ms = mc_now_ms();
+            o->last_ms = now;
         }
         if (o->state == 0 && o->msgs == o->nmsg)
             o->state = 1;
     }
+    for (int p = 0; p < c->G; p++)
+        if ((rwant >> p) & 1)
+            p2p_drain(c, p, now);
 }
 
-int64_t mc__pg_p2p_post(mc_pg_comm *c, int send, int peer, void *buf, size_t nbytes)
+int64_t mc__pg_p2p_post(mc_pg_comm *c, int send, int peer, int64_t tag, void *buf,
+                        size_t nbytes)
 {
     if (peer < 0 || peer >= c->G || (nbytes && !buf))
         return -1;
@@ -1109,19 +1373,48 @@ int64_t mc__pg_p2p_post(mc_pg_comm *c, int send, int peer, void *buf, size_t nby
     o->id = c->next_id++;
     o->send = send;
     o->peer = peer;
+    o->tag = tag;
     o->buf = buf;
     o->len = nbytes;
-    o->nmsg = nmsgs(c, nbytes);
+    o->nmsg = p2p_nmsgs(c, nbytes);
+    o->hdr[0] = (uint64_t)tag;
+    o->hdr[1] = nbytes;
     o->last_ms = mc_now_ms();
     if (c->nops == c->capops) {
         c->capops = c->capops ? 2 * c->capops : 16;
         c->ops = mc_xrealloc(c->ops, c->capops * sizeof *c->ops);
     }
     c->ops[c->nops++] = o;
+    if (!send) {
+        /* the earliest message from (peer, tag) that arrived before this recv */
+        for (size_t i = 0; i < c->nuxs; i++) {
+            p2p_ux *u = c->uxs[i];
+            if (u->peer == peer && u->tag == tag && !u->waiter) {
+                u->waiter = o;
+                o->ux = u;
+                if (u->complete)
+                    ux_finish(c, o);
+                break;
+            }
+        }
+    }
     p2p_progress(c);
     int64_t id = o->id;
     pthread_mutex_unlock(&c->lock);
     return id;
+}
+
+/* o is terminal and about to be freed: nothing may point at it any more */
+static void p2p_forget(mc_pg_comm *c, p2p_op *o)
+{
+    if (o->ux) {
+        o->ux->waiter = NULL;
+        ux_remove(c, o->ux); /* its message was claimed by a recv that failed */
+        o->ux = NULL;
+    }
+    for (int p = 0; p < c->G; p++)
+        if (c->rin[p].op == o)
+            c->rin[p].op = NULL; /* the rest of that message is discarded */
 }
 
 static p2p_op *find_op(mc_pg_comm *c, int64_t id, size_t *at)
@@ -1158,6 +1451,7 @@ int mc__pg_p2p_wait(mc_pg_comm *c, int64_t id, int64_t timeout_ms)
             o->state = -1;
         if (o->state != 0) {
             int st = o->state > 0 ? 0 : -1;
+            p2p_forget(c, o);
             memmove(&c->ops[at], &c->ops[at + 1], (c->nops - at - 1) * sizeof *c->ops);
             c->nops--;
             free(o);

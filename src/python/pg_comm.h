@@ -138,14 +138,27 @@ mc_pg_result mc__pg_barrier(mc_pg_comm *c, uint64_t seq);
 
 /* ---- point-to-point (own channels; no reconciliation) ---- */
 /* post: returns an id > 0, or -1 (peer not active / bad arguments). The buffer is
- * borrowed until the operation is terminal. */
-int64_t mc__pg_p2p_post(mc_pg_comm *c, int send, int peer, void *buf, size_t nbytes);
+ * borrowed until the operation is terminal. Matching (gloo's): a recv takes the
+ * earliest message from `peer` with the same `tag` (FIFO per (peer, tag)); messages
+ * with other tags do not cross (one that arrives before its recv is posted, while a
+ * later message from that peer is wanted, is copied aside, in heap memory of its size).
+ * A send completes once its data is in the peer's mailbox, so it may complete before
+ * the recv is posted. The byte counts of a send and its recv must be equal, else the
+ * recv fails (and the message is dropped). */
+int64_t mc__pg_p2p_post(mc_pg_comm *c, int send, int peer, int64_t tag, void *buf,
+                        size_t nbytes);
 /* wait: 0 done, 1 still pending after timeout_ms (< 0: until done or failed), -1 failed
  * (peer deactivated, unreachable, view changed). A terminal id is forgotten once waited. */
 int mc__pg_p2p_wait(mc_pg_comm *c, int64_t id, int64_t timeout_ms);
 
 /* ---- reductions (pg_reduce.c) ---- */
 int mc__pg_reduce2(int dtype, int op, void *dst, const void *a, const void *b, size_t n);
+/* mc__pg_reduce_n: dst[i] = ((srcs[0][i] op srcs[1][i]) op ...) op srcs[nsrc-1][i] for n
+ * elements, block by block (16 Ki elements, so the destination block stays in L2 while
+ * the sources are read once each). dst may equal srcs[0] or overlap any source (then a
+ * heap scratch block is used). nsrc >= 1. */
+int mc__pg_reduce_n(int dtype, int op, void *dst, const void *const *srcs, int nsrc,
+                    size_t n);
 int mc__pg_scale_avg(int dtype, void *buf, size_t n, int count);
 size_t mc__pg_dtype_size(int dtype);
 int mc__pg_op_valid(int dtype, int op);

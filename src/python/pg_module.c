@@ -413,13 +413,16 @@ static PyObject *comm_p2p_post(CommObject *self, PyObject *const *a, Py_ssize_t 
 {
     int send, peer;
     uint64_t ptr, nbytes;
-    if (!comm_ok(self) || !nargs_is(n, 4, "p2p_post") || get_int(a[0], "send", &send) ||
-        get_int(a[1], "peer", &peer) || get_u64(a[2], "ptr", &ptr) ||
-        get_u64(a[3], "nbytes", &nbytes))
+    if (!comm_ok(self) || !nargs_is(n, 5, "p2p_post") || get_int(a[0], "send", &send) ||
+        get_int(a[1], "peer", &peer) || get_u64(a[3], "ptr", &ptr) ||
+        get_u64(a[4], "nbytes", &nbytes))
+        return NULL;
+    long long tag = PyLong_AsLongLong(a[2]);
+    if (tag == -1 && PyErr_Occurred())
         return NULL;
     int64_t id;
     Py_BEGIN_ALLOW_THREADS;
-    id = mc__pg_p2p_post(self->c, send, peer, PTR(ptr), nbytes);
+    id = mc__pg_p2p_post(self->c, send, peer, (int64_t)tag, PTR(ptr), nbytes);
     Py_END_ALLOW_THREADS;
     return PyLong_FromLongLong(id);
 }
@@ -547,7 +550,7 @@ static PyMethodDef comm_methods[] = {
     {"scatter", FC(comm_scatter), "scatter(seq, out_ptr, ins, nbytes, root)"},
     {"alltoall", FC(comm_alltoall), "alltoall(seq, outs, out_lens, ins, in_lens)"},
     {"barrier", FC(comm_barrier), "barrier(seq)"},
-    {"p2p_post", FC(comm_p2p_post), "p2p_post(send, peer, ptr, nbytes) -> id (-1: refused)"},
+    {"p2p_post", FC(comm_p2p_post), "p2p_post(send, peer, tag, ptr, nbytes) -> id (-1: refused)"},
     {"p2p_wait", FC(comm_p2p_wait),
      "p2p_wait(id, timeout_ms) -> 0 done, 1 pending, -1 failed"},
     {"set_peer", FC(comm_set_peer), "set_peer(slot, segment, base) -> status"},

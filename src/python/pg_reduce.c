@@ -4,10 +4,14 @@
  * overlap check). Half types are widened to float per element and rounded back
  * (round-to-nearest-even), as gloo's CPU reductions do for at::Half / at::BFloat16. */
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "pg_comm.h"
+
+#include "common/xalloc.h"
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")
@@ -171,6 +175,15 @@ static inline uint16_t f_to_h(float f)
 }
 #endif
 
+/* x86-64: an AVX2 clone beside the baseline (SSE2) one, picked at load time by the CPU
+ * (an ifunc; gcc only: clang's fuzz builds keep the single version). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define MC_PG_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define MC_PG_CLONES
+#endif
+
+MC_PG_CLONES
 int mc__pg_reduce2(int dtype, int op, void *dst, const void *a, const void *b, size_t n)
 {
     switch (dtype) {
@@ -228,6 +241,49 @@ int mc__pg_reduce2(int dtype, int op, void *dst, const void *a, const void *b, s
         break;
     }
     return -1;
+}
+
+#define NARY_BLOCK 16384 /* elements per block: the destination block stays in L2 */
+
+static bool overlaps(const void *x, const void *y, size_t len)
+{
+    const char *p = x, *q = y;
+    return p < q + len && q < p + len;
+}
+
+int mc__pg_reduce_n(int dtype, int op, void *dst, const void *const *srcs, int nsrc,
+                    size_t n)
+{
+    size_t esz = mc__pg_dtype_size(dtype);
+    if (!esz || nsrc < 1)
+        return -1;
+    if (nsrc == 1) {
+        if (dst != srcs[0] && n)
+            memmove(dst, srcs[0], n * esz);
+        return 0;
+    }
+    /* dst may be srcs[0] (the in-place case); when it overlaps another source, combine in
+     * a scratch block first so that no source is overwritten before it is read */
+    bool scratch = false;
+    for (int i = 1; i < nsrc && !scratch; i++)
+        scratch = overlaps(dst, srcs[i], n * esz);
+    char *t = scratch ? mc_xmalloc(NARY_BLOCK * esz) : NULL;
+    for (size_t off = 0; off < n; off += NARY_BLOCK) {
+        size_t k = n - off < NARY_BLOCK ? n - off : NARY_BLOCK;
+        size_t b = off * esz;
+        char *d = scratch ? t : (char *)dst + b;
+        if (mc__pg_reduce2(dtype, op, d, (const char *)srcs[0] + b, (const char *)srcs[1] + b,
+                           k) < 0) {
+            free(t);
+            return -1;
+        }
+        for (int i = 2; i < nsrc; i++)
+            mc__pg_reduce2(dtype, op, d, d, (const char *)srcs[i] + b, k);
+        if (scratch)
+            memcpy((char *)dst + b, t, k * esz);
+    }
+    free(t);
+    return 0;
 }
 
 int mc__pg_scale_avg(int dtype, void *buf, size_t n, int count)

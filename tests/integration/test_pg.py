@@ -2,7 +2,8 @@
 
 - every collective and p2p op against gloo's result on the same inputs and dtypes (gloo
   runs as a second group in the same processes), slots small enough that every stream
-  is cut into several messages;
+  is cut into several messages; p2p tags out of order between one pair do not cross and
+  one tag keeps FIFO order (the same pattern on both backends);
 - torchrun --nproc-per-node=2 on the quick-start script from docs/pg.md;
 - kill -9 of one rank during an all_reduce loop: survivors finish, their results equal
   the sum over the ranks the backend reports active; a replacement joins
@@ -142,6 +143,12 @@ def _match_worker(q, rank, world, port):
                 dist.reduce_scatter_tensor(a, flat.clone(), op=op)
                 dist.reduce_scatter_tensor(b, flat.clone(), op=op, group=gl)
                 same(a, b, f"reduce_scatter_tensor {dtype} {op}")
+            if dtype in ("float32", "float64") and hasattr(R, "AVG"):  # gloo has no AVG
+                x = _data(dtype, n, rank, 77)
+                a, b = x.clone(), x.clone()
+                dist.all_reduce(a, op=R.AVG)
+                dist.all_reduce(b, group=gl)
+                same(a, b / world, f"all_reduce {dtype} n={n} AVG (gloo: SUM / world)")
             x = _data(dtype, n, rank, 99)
             a, b = x.clone(), x.clone()
             dist.broadcast(a, src=2 % world)
@@ -236,6 +243,18 @@ def _match_worker(q, rank, world, port):
         w.wait()
     same(got, _data("float32", 20000, prv, 6), "batch_isend_irecv")
     dist.barrier()
+    # tags out of order between ranks 0 and 1 (gloo's matching: by source and tag)
+    ours = _tags_pattern(rank, None)
+    theirs = _tags_pattern(rank, gl)
+    want = [_data("float32", 10000, 0, 12), _data("float32", 20000, 0, 11),
+            _data("int64", 300, 0, 13), _data("int64", 300, 0, 14)] if rank == 1 else []
+    if len(ours) != len(want):
+        raise AssertionError("tags: wrong message count")
+    for i, (a, b, w) in enumerate(zip(ours, theirs, want)):
+        if not torch.equal(b, w):
+            raise AssertionError(f"tags: message {i}: gloo delivered something else")
+        same(a, b, f"tags: message {i}")
+    dist.barrier()
     # a subgroup of the backend (its own store prefix, mailbox and membership)
     sub = dist.new_group([0, 2])
     if rank in (0, 2):
@@ -265,6 +284,39 @@ def test_collectives_match_gloo():
         _kill_all(procs)
     assert sorted(r for r, _ in got) == list(range(world))
     assert all(n > 100 for _, n in got)
+
+
+# --------------------------------------------------------------------------------------
+# p2p tags: matched by (source, tag) as gloo does
+# --------------------------------------------------------------------------------------
+
+
+def _tags_pattern(rank, group):
+    """Rank 0 sends tag 1 then tag 2 (and two messages of tag 5); rank 1 receives tag 2
+    first, then tag 1, then the tag-5 pair. Messages are several slots long, so the one
+    that waits (tag 1) is still arriving when tag 2 is wanted. Returns what rank 1 got."""
+    n = 20000
+    if rank > 1:
+        return []
+    if rank == 0:
+        works = [dist.isend(_data("float32", n, 0, 11), 1, group=group, tag=1),
+                 dist.isend(_data("float32", n // 2, 0, 12), 1, group=group, tag=2),
+                 dist.isend(_data("int64", 300, 0, 13), 1, group=group, tag=5),
+                 dist.isend(_data("int64", 300, 0, 14), 1, group=group, tag=5)]
+        for w in works:
+            w.wait()
+        return []
+    t2 = torch.empty(n // 2, dtype=torch.float32)
+    dist.recv(t2, 0, group=group, tag=2)
+    t1 = torch.empty(n, dtype=torch.float32)
+    dist.recv(t1, 0, group=group, tag=1)
+    f1 = torch.empty(300, dtype=torch.int64)
+    f2 = torch.empty(300, dtype=torch.int64)
+    w2 = dist.irecv(f1, 0, group=group, tag=5)  # same tag: posting order = sending order
+    w3 = dist.irecv(f2, 0, group=group, tag=5)
+    w3.wait()
+    w2.wait()
+    return [t2, t1, f1, f2]
 
 
 # --------------------------------------------------------------------------------------
@@ -445,3 +497,42 @@ def test_options_overloads():
     with pytest.raises(TypeError):
         pg.MooncakeBackendOptions(torch.zeros(3))  # not int32
     assert "mooncake-cpu" in dist.Backend.backend_list
+
+
+def test_create_cpu_backend_factory_directly():
+    """Upstream's factory names: pg.createMooncakeCpuBackend(DistributedBackendOptions,
+    MooncakeBackendOptions) builds the group without init_process_group (here two ranks
+    on threads of one process, over one HashStore); pg.createMooncakeBackend (the
+    accelerator backend) is refused with a clear message."""
+    from mooncake import pg
+    from torch._C._distributed_c10d import _DistributedBackendOptions
+    store = dist.HashStore()
+    out, errs = {}, []
+
+    def rank_main(r):
+        try:
+            o = _DistributedBackendOptions()
+            o.store = dist.PrefixStore("factory", store)
+            o.group_rank, o.group_size = r, 2
+            grp = pg.createMooncakeCpuBackend(o, pg.MooncakeBackendOptions(2, timeout=5.0))
+            assert isinstance(grp, dist.ProcessGroup) and grp.getBackendName() == "mooncake-cpu"
+            t = torch.full((5000,), float(r + 1))
+            grp.allreduce([t]).wait()
+            out[r] = (float(t[0]), pg.get_active_ranks(grp).tolist())
+            grp.barrier().wait()
+            grp.shutdown()
+        except BaseException:
+            errs.append(traceback.format_exc())
+
+    ths = [threading.Thread(target=rank_main, args=(r,)) for r in range(2)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join(timeout=JOIN_S)
+    assert not errs, errs[0]
+    assert not any(t.is_alive() for t in ths)
+    assert out == {0: (3.0, [1, 1]), 1: (3.0, [1, 1])}
+    with pytest.raises(TypeError):
+        pg.createMooncakeCpuBackend(_DistributedBackendOptions(), object())
+    with pytest.raises(NotImplementedError, match="mooncake-cpu"):
+        pg.createMooncakeBackend(_DistributedBackendOptions(), pg.MooncakeBackendOptions(2))
