@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client/internal.h"
+#include "client/replydec.h"
 #include "master.pb-c.h"
 #include "rpc/arena.h"
 #include "rpc/pbdec.h"
