@@ -50,6 +50,10 @@
  *                            at most half the CPUs the process may use, at least 1; a
  *                            peer's connections are spread over min(this, connections)
  *                            threads)
+ *   MC_TE_PREFAULT           1: populate each shared segment (a store's global segment)
+ *                            when it is created, and map same-host peers' segments with
+ *                            MAP_POPULATE, so first accesses take no page faults; the
+ *                            whole segment is then resident at once (default 0)
  *   MC_HANDSHAKE_MAX_LENGTH  largest handshake frame in bytes (default 1 MiB; up to 128 MiB)
  *   MC_TCP_BIND_ADDRESS      address the listeners bind (default: local_hostname's host)
  *   MC_MIN_RPC_PORT / MC_MAX_RPC_PORT  range for the rpc port (default 15000..17000)

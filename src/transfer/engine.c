@@ -52,7 +52,7 @@ int mc_te_create(const mc_te_opts *opts, mc_te **out)
         o = *opts;
     /* common/env.h's policy: a set but bad value fails the call, naming the variable */
     uint64_t timeout_s, slice, conns, nio, hs_max, auth_to, max_conns, max_ip, max_pending;
-    bool force_tcp;
+    bool force_tcp, prefault;
     if (mc_env_u64("MC_TRANSFER_TIMEOUT", MC_TE_DEFAULT_TIMEOUT_S, 1, 86400 * 365,
                    &timeout_s) < 0 ||
         mc_env_size("MC_TCP_SLICE_SIZE", MC_TE_DEFAULT_SLICE, 4096, MC_TE_MAX_SLICE, &slice) <
@@ -61,6 +61,7 @@ int mc_te_create(const mc_te_opts *opts, mc_te **out)
         mc_env_size("MC_HANDSHAKE_MAX_LENGTH", MC_TE_HS_DEFAULT_MAX, 64, MC_TE_HS_LIMIT,
                     &hs_max) < 0 ||
         mc_env_bool("MC_FORCE_TCP", false, &force_tcp) < 0 ||
+        mc_env_bool("MC_TE_PREFAULT", false, &prefault) < 0 ||
         mc_env_u64("MC_TE_AUTH_TIMEOUT_MS", 10000, 10, 3600000, &auth_to) < 0 ||
         mc_env_u64("MC_TE_MAX_CONNECTIONS", 4096, 1, 1u << 20, &max_conns) < 0 ||
         mc_env_u64("MC_TE_MAX_CONNECTIONS_PER_IP", 512, 1, 1u << 20, &max_ip) < 0 ||
@@ -138,6 +139,7 @@ int mc_te_create(const mc_te_opts *opts, mc_te **out)
     te->nio = o.io_threads ? o.io_threads : (unsigned)nio;
     te->hs_max = o.handshake_max_length ? o.handshake_max_length : (uint32_t)hs_max;
     te->force_tcp = o.force_tcp == 1 || (o.force_tcp <= 0 && force_tcp);
+    te->prefault = prefault;
     te->clock = o.clock;
     te->clock_ctx = o.clock_ctx;
     te->rpc_port = te->data_port = -1;

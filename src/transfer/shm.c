@@ -326,7 +326,10 @@ static te_map *map_buffer(mc_te *te, te_peer *p, uint64_t base, uint64_t desc_le
         close(memfd);
         return NULL;
     }
-    void *ptr = mmap(NULL, rlen, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+    /* MC_TE_PREFAULT: the page tables of the whole mapping are filled now, not one
+     * minor fault per 4 KiB on first access (the owner's pages, committed by it or now) */
+    void *ptr = mmap(NULL, rlen, PROT_READ | PROT_WRITE,
+                     MAP_SHARED | (te->prefault ? MAP_POPULATE : 0), memfd, 0);
     close(memfd);
     if (ptr == MAP_FAILED)
         return NULL;

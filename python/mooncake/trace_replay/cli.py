@@ -501,6 +501,10 @@ def main(argv=None) -> int:
     # the store client logs each setup at INFO; keep the terminal for the replay's own
     # output (set MC_LOG_LEVEL=INFO to see them). Read when mooncake.store loads, below.
     os.environ.setdefault("MC_LOG_LEVEL", "WARNING")
+    # same-host segments are mapped with their page tables filled (MC_TE_PREFAULT, and
+    # the local nodes populate their segments, cluster.py): no minor fault per 4 KiB in
+    # the first seconds of a run. MC_TE_PREFAULT=0 turns it off.
+    os.environ.setdefault("MC_TE_PREFAULT", "1")
     if args.backend == "upstream" and not upstream_child:
         return _run_upstream(args, raw)
 

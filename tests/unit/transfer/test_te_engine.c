@@ -12,6 +12,8 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "mooncake/mc_time.h"
 #include "mooncake/metadata.h"
@@ -197,6 +199,49 @@ static void test_two_loops_per_peer(void **state)
 /* A batch of 64 KiB requests on one I/O loop uses both pooled connections (issue 17:
  * below the striping size a batch is still spread, least-loaded connection first, the
  * second opened as soon as the first has work queued). */
+/* MC_TE_PREFAULT (issue 17): a shared segment is resident as soon as it exists, and
+ * without the variable it is not (its pages come on first touch). mincore reports which
+ * pages are in memory. */
+static size_t resident_pages(void *p, size_t len)
+{
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE), n = (len + pg - 1) / pg, in = 0;
+    unsigned char *v = malloc(n);
+    assert_non_null(v);
+    assert_int_equal(mincore(p, len, v), 0);
+    for (size_t i = 0; i < n; i++)
+        in += v[i] & 1;
+    free(v);
+    return in;
+}
+
+static void test_prefault_env(void **state)
+{
+    (void)state;
+    const size_t len = 8u << 20, pages = len / (size_t)sysconf(_SC_PAGESIZE);
+    for (int on = 0; on <= 1; on++) {
+        if (on)
+            setenv("MC_TE_PREFAULT", "1", 1);
+        mc_te *te = mk_p2p(0);
+        void *p;
+        assert_int_equal(mc_te_alloc_shared(te, len, &p), MC_OK);
+        size_t in = resident_pages(p, len);
+        if (on)
+            assert_int_equal(in, pages);
+        else
+            assert_true(in < pages / 2);
+        /* the bytes are still the zeros a new segment promises */
+        for (size_t off = 0; off < len; off += 4096)
+            assert_int_equal(((unsigned char *)p)[off], 0);
+        assert_int_equal(mc_te_free_shared(te, p), MC_OK);
+        mc_te_destroy(te);
+        unsetenv("MC_TE_PREFAULT");
+    }
+    setenv("MC_TE_PREFAULT", "maybe", 1); /* a bad value fails create, naming it */
+    mc_te *te = NULL;
+    assert_int_equal(mc_te_create(NULL, &te), MC_INVALID_PARAMS);
+    unsetenv("MC_TE_PREFAULT");
+}
+
 static void test_batch_spreads_over_connections(void **state)
 {
     (void)state;
@@ -706,6 +751,7 @@ int main(void)
         cmocka_unit_test(test_large_request_striped),
         cmocka_unit_test(test_two_loops_per_peer),
         cmocka_unit_test(test_batch_spreads_over_connections),
+        cmocka_unit_test(test_prefault_env),
         cmocka_unit_test(test_refused_ranges),
         cmocka_unit_test(test_batch_api),
         cmocka_unit_test(test_notify_probe),
