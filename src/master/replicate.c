@@ -641,11 +641,7 @@ static int fetch_once(mc__repl *r, const char *leader, uint64_t from, uint64_t d
 /* Waits ms or until the follower is asked to stop. True when it is. */
 static bool follower_wait(mc__repl *r, uint64_t ms)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t ns = (uint64_t)ts.tv_nsec + ms * 1000000ull;
-    ts.tv_sec += (time_t)(ns / 1000000000ull);
-    ts.tv_nsec = (long)(ns % 1000000000ull);
+    struct timespec ts = mc_monotonic_in_ms(ms);
     pthread_mutex_lock(&r->mu);
     if (!r->fstop)
         pthread_cond_timedwait(&r->cond, &r->mu, &ts);
