@@ -92,6 +92,21 @@ def expect(proc, word, deadline):
     raise RuntimeError(f"no {word or 'JSON'} before the deadline")
 
 
+def _fn_name(names, rest):
+    """The function a callgrind fn=/cfn= value `rest` names, with name compression
+    resolved: "(id) name" defines id in names, "(id)" refers to it."""
+    m = re.match(r"\((\d+)\)(?: (.*))?$", rest)
+    if m and m.group(2) is not None:
+        names[m.group(1)] = m.group(2)
+    return names.get(m.group(1), "?") if m else rest
+
+
+def _call_cost(line):
+    """The inclusive cost on the line after a calls= line (0 when it holds none)."""
+    parts = line.split()
+    return int(parts[1]) if len(parts) >= 2 else 0
+
+
 def inclusive_of(path, name):
     """The inclusive Ir of every call to function `name` in one callgrind dump (the cost
     line after each calls= line whose callee is `name`)."""
@@ -99,23 +114,13 @@ def inclusive_of(path, name):
     with open(path, errors="replace") as f:
         for line in f:
             if line.startswith("cfn="):
-                rest = line.rstrip("\n")[4:]
-                m = re.match(r"\((\d+)\)(?: (.*))?$", rest)
-                if m and m.group(2) is not None:
-                    names[m.group(1)] = m.group(2)
-                callee = names.get(m.group(1), "?") if m else rest
-                want = callee == name
+                want = _fn_name(names, line.rstrip("\n")[4:]) == name
             elif line.startswith("fn="):
-                rest = line.rstrip("\n")[3:]
-                m = re.match(r"\((\d+)\)(?: (.*))?$", rest)
-                if m and m.group(2) is not None:
-                    names[m.group(1)] = m.group(2)
+                _fn_name(names, line.rstrip("\n")[3:])
             elif line.startswith("calls="):
                 line = next(f)
                 if want:
-                    parts = line.split()
-                    if len(parts) >= 2:
-                        total += int(parts[1])
+                    total += _call_cost(line)
                 want = False
     return total
 
@@ -127,10 +132,7 @@ def inclusive_from(path, name, caller):
         for line in f:
             if line.startswith(("fn=", "cfn=")):
                 key, _, rest = line.rstrip("\n").partition("=")
-                m = re.match(r"\((\d+)\)(?: (.*))?$", rest)
-                if m and m.group(2) is not None:
-                    names[m.group(1)] = m.group(2)
-                nm = names.get(m.group(1), "?") if m else rest
+                nm = _fn_name(names, rest)
                 if key == "fn":
                     fn, want = nm, False
                 else:
@@ -138,9 +140,7 @@ def inclusive_from(path, name, caller):
             elif line.startswith("calls="):
                 line = next(f)
                 if want:
-                    parts = line.split()
-                    if len(parts) >= 2:
-                        total += int(parts[1])
+                    total += _call_cost(line)
                 want = False
     return total
 
