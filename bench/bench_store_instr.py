@@ -107,26 +107,9 @@ def _call_cost(line):
     return int(parts[1]) if len(parts) >= 2 else 0
 
 
-def inclusive_of(path, name):
-    """The inclusive Ir of every call to function `name` in one callgrind dump (the cost
-    line after each calls= line whose callee is `name`)."""
-    names, total, want = {}, 0, False
-    with open(path, errors="replace") as f:
-        for line in f:
-            if line.startswith("cfn="):
-                want = _fn_name(names, line.rstrip("\n")[4:]) == name
-            elif line.startswith("fn="):
-                _fn_name(names, line.rstrip("\n")[3:])
-            elif line.startswith("calls="):
-                line = next(f)
-                if want:
-                    total += _call_cost(line)
-                want = False
-    return total
-
-
-def inclusive_from(path, name, caller):
-    """The inclusive Ir of the calls to function `name` made from function `caller`."""
+def _inclusive(path, wanted):
+    """The inclusive Ir of the calls in one callgrind dump for which wanted(callee,
+    caller) holds (the cost line after each such calls= line)."""
     names, total, want, fn = {}, 0, False, None
     with open(path, errors="replace") as f:
         for line in f:
@@ -136,13 +119,23 @@ def inclusive_from(path, name, caller):
                 if key == "fn":
                     fn, want = nm, False
                 else:
-                    want = nm == name and fn == caller
+                    want = wanted(nm, fn)
             elif line.startswith("calls="):
                 line = next(f)
                 if want:
                     total += _call_cost(line)
                 want = False
     return total
+
+
+def inclusive_of(path, name):
+    """The inclusive Ir of every call to function `name` in one callgrind dump."""
+    return _inclusive(path, lambda callee, caller: callee == name)
+
+
+def inclusive_from(path, name, caller):
+    """The inclusive Ir of the calls to function `name` made from function `caller`."""
+    return _inclusive(path, lambda callee, fn: callee == name and fn == caller)
 
 
 def measured_dump(prefix):
