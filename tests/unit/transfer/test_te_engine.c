@@ -72,6 +72,16 @@ static mc_te *mk_p2p(int force_tcp)
     return mk("P2PHANDSHAKE", "127.0.0.1", force_tcp);
 }
 
+/* Destroys initiator a, then target b after unregistering its memory mem (malloc'd),
+ * and frees mem. */
+static void close_pair(mc_te *a, mc_te *b, char *mem)
+{
+    mc_te_destroy(a);
+    assert_int_equal(mc_te_unregister_memory(b, mem), MC_OK);
+    mc_te_destroy(b);
+    free(mem);
+}
+
 static int xfer(mc_te *te, const char *seg, int op, void *local, uint64_t remote, uint64_t len)
 {
     uint64_t l = (uint64_t)(uintptr_t)local;
@@ -113,10 +123,7 @@ static void test_roundtrip_tcp(void **state)
     mc_te_get_stats(a, &st);
     assert_true(st.tcp_bytes_sent >= 64 * MiB && st.tcp_bytes_received >= 64 * MiB);
     assert_int_equal(st.shm_bytes, 0);
-    mc_te_destroy(a);
-    assert_int_equal(mc_te_unregister_memory(b, mem), MC_OK);
-    mc_te_destroy(b);
-    free(mem);
+    close_pair(a, b, mem);
 }
 
 /* A single request of >= 512 KiB is striped over the peer's connections (submit.c,
@@ -150,10 +157,7 @@ static void test_large_request_striped(void **state)
         assert_true(te_check(mem + 12345, MiB + 4096, 8));
         mc_te_get_stats(a, &st);
         assert_int_equal(st.connections_opened, conns);
-        mc_te_destroy(a);
-        assert_int_equal(mc_te_unregister_memory(b, mem), MC_OK);
-        mc_te_destroy(b);
-        free(mem);
+        close_pair(a, b, mem);
         free(src);
         free(dst);
     }
@@ -196,10 +200,7 @@ static void test_two_loops_per_peer(void **state)
     assert_true(te_check(dst, MiB, 23));
     mc_te_get_stats(a, &st);
     assert_int_equal(st.connections_opened, 2);
-    mc_te_destroy(a);
-    assert_int_equal(mc_te_unregister_memory(b, mem), MC_OK);
-    mc_te_destroy(b);
-    free(mem);
+    close_pair(a, b, mem);
     free(src);
     free(dst);
 }
@@ -224,10 +225,7 @@ static void test_batch_spreads_over_connections(void **state)
     mc_te_stats st;
     mc_te_get_stats(a, &st);
     assert_int_equal(st.connections_opened, 2);
-    mc_te_destroy(a);
-    assert_int_equal(mc_te_unregister_memory(b, mem), MC_OK);
-    mc_te_destroy(b);
-    free(mem);
+    close_pair(a, b, mem);
     free(src);
 }
 
