@@ -4,8 +4,8 @@
  * C1, at 4 GiB) and "B" (id SB, owned by C2, at 8 GiB). Segments are address ranges only
  * (never touched). The mutation-log tests (test_master_bootstrap, test_master_oplog,
  * test_master_promote): a service on the real clock (fx_plain_service), one put
- * (fx_put), an object's address (fx_addr_of) and log files applied to a standby
- * (fx_apply_listed).
+ * (fx_put), an object's address (fx_addr_of), keys "k<i>" checked after a copy
+ * (fx_expect_keys, fx_put_apart) and log files applied to a standby (fx_apply_listed).
  * Include after <cmocka.h>. Everything is static inline (or a static object a test may
  * use or not), so a test that needs only part of it compiles warning-free. */
 #ifndef MC_TEST_MASTER_FIXTURE_H
@@ -100,6 +100,39 @@ static inline uint64_t fx_addr_of(mc_master_service *svc, const char *key, int *
     mc_master_replica_list out;
     *rc = mc_master_service_get_replica_list(svc, key, strlen(key), &out);
     return *rc == MC_OK ? out.replicas[0].address : 0;
+}
+
+/* fx_expect_keys: of keys "k0".."k<n-1>" in svc, those with bit i set in gone are not
+ * found and every other one is readable at addr[i]. */
+static inline void fx_expect_keys(mc_master_service *svc, const uint64_t *addr, int n,
+                                  uint64_t gone)
+{
+    char key[32];
+    int rc;
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof key, "k%d", i);
+        uint64_t at = fx_addr_of(svc, key, &rc);
+        if (gone >> i & 1) {
+            assert_int_equal(rc, MC_OBJECT_NOT_FOUND);
+        } else {
+            assert_int_equal(rc, MC_OK);
+            assert_int_equal(at, addr[i]);
+        }
+    }
+}
+
+/* fx_put_apart: puts "new" (size bytes, by C1) into svc and asserts it overlaps none of
+ * the keys "k<i>" (size + i bytes at addr[i], i < n) not in gone (bit i). Returns its
+ * address. */
+static inline uint64_t fx_put_apart(mc_master_service *svc, uint64_t size,
+                                    const uint64_t *addr, int n, uint64_t gone)
+{
+    uint64_t na = 0;
+    assert_int_equal(fx_put(svc, C1, "new", size, &na), MC_OK);
+    for (int i = 0; i < n; i++)
+        if (!(gone >> i & 1))
+            assert_true(na + size <= addr[i] || na >= addr[i] + size + (uint64_t)i);
+    return na;
 }
 
 static inline int fx_apply_cb(void *ctx, uint64_t lsn, const Mclog__LogRecord *rec)
