@@ -92,57 +92,50 @@ def expect(proc, word, deadline):
     raise RuntimeError(f"no {word or 'JSON'} before the deadline")
 
 
-def inclusive_of(path, name):
-    """The inclusive Ir of every call to function `name` in one callgrind dump (the cost
-    line after each calls= line whose callee is `name`)."""
-    names, total, want = {}, 0, False
-    with open(path, errors="replace") as f:
-        for line in f:
-            if line.startswith("cfn="):
-                rest = line.rstrip("\n")[4:]
-                m = re.match(r"\((\d+)\)(?: (.*))?$", rest)
-                if m and m.group(2) is not None:
-                    names[m.group(1)] = m.group(2)
-                callee = names.get(m.group(1), "?") if m else rest
-                want = callee == name
-            elif line.startswith("fn="):
-                rest = line.rstrip("\n")[3:]
-                m = re.match(r"\((\d+)\)(?: (.*))?$", rest)
-                if m and m.group(2) is not None:
-                    names[m.group(1)] = m.group(2)
-            elif line.startswith("calls="):
-                line = next(f)
-                if want:
-                    parts = line.split()
-                    if len(parts) >= 2:
-                        total += int(parts[1])
-                want = False
-    return total
+def _fn_name(names, rest):
+    """The function a callgrind fn=/cfn= value `rest` names, with name compression
+    resolved: "(id) name" defines id in names, "(id)" refers to it."""
+    m = re.match(r"\((\d+)\)(?: (.*))?$", rest)
+    if m and m.group(2) is not None:
+        names[m.group(1)] = m.group(2)
+    return names.get(m.group(1), "?") if m else rest
 
 
-def inclusive_from(path, name, caller):
-    """The inclusive Ir of the calls to function `name` made from function `caller`."""
+def _call_cost(line):
+    """The inclusive cost on the line after a calls= line (0 when it holds none)."""
+    parts = line.split()
+    return int(parts[1]) if len(parts) >= 2 else 0
+
+
+def _inclusive(path, wanted):
+    """The inclusive Ir of the calls in one callgrind dump for which wanted(callee,
+    caller) holds (the cost line after each such calls= line)."""
     names, total, want, fn = {}, 0, False, None
     with open(path, errors="replace") as f:
         for line in f:
             if line.startswith(("fn=", "cfn=")):
                 key, _, rest = line.rstrip("\n").partition("=")
-                m = re.match(r"\((\d+)\)(?: (.*))?$", rest)
-                if m and m.group(2) is not None:
-                    names[m.group(1)] = m.group(2)
-                nm = names.get(m.group(1), "?") if m else rest
+                nm = _fn_name(names, rest)
                 if key == "fn":
                     fn, want = nm, False
                 else:
-                    want = nm == name and fn == caller
+                    want = wanted(nm, fn)
             elif line.startswith("calls="):
                 line = next(f)
                 if want:
-                    parts = line.split()
-                    if len(parts) >= 2:
-                        total += int(parts[1])
+                    total += _call_cost(line)
                 want = False
     return total
+
+
+def inclusive_of(path, name):
+    """The inclusive Ir of every call to function `name` in one callgrind dump."""
+    return _inclusive(path, lambda callee, caller: callee == name)
+
+
+def inclusive_from(path, name, caller):
+    """The inclusive Ir of the calls to function `name` made from function `caller`."""
+    return _inclusive(path, lambda callee, fn: callee == name and fn == caller)
 
 
 def measured_dump(prefix):

@@ -417,54 +417,45 @@ static bool rd_codes_reply(mc__arena *a, const uint8_t *p, const uint8_t *end,
     return true;
 }
 
+/* rd_new: a copy of the message initialiser init (size bytes) in the arena; NULL when
+ * the arena is full. */
+static void *rd_new(mc__arena *a, const void *init, size_t size)
+{
+    void *r = mc__arena_alloc(a, size);
+    if (r)
+        memcpy(r, init, size);
+    return r;
+}
+
 const ProtobufCMessage *mc__replydec_unpack(const ProtobufCMessageDescriptor *desc,
                                             mc__arena *a, size_t len, const uint8_t *body)
 {
     const uint8_t *p = body, *end = body + len;
     if (len && !body)
         return NULL;
-    if (desc == &mcrpc__batch_get_replica_list_reply__descriptor) {
-        static const Mcrpc__BatchGetReplicaListReply init =
-            MCRPC__BATCH_GET_REPLICA_LIST_REPLY__INIT;
-        Mcrpc__BatchGetReplicaListReply *r = mc__arena_alloc(a, sizeof *r);
-        if (!r)
-            return NULL;
-        *r = init;
-        return rd_items_reply(a, p, end, &r->status, &r->n_items, &r->items, &r->n_segments,
-                              &r->segments, &r->view)
-                   ? &r->base
-                   : NULL;
-    }
-    if (desc == &mcrpc__batch_put_start_reply__descriptor) {
-        static const Mcrpc__BatchPutStartReply init = MCRPC__BATCH_PUT_START_REPLY__INIT;
-        Mcrpc__BatchPutStartReply *r = mc__arena_alloc(a, sizeof *r);
-        if (!r)
-            return NULL;
-        *r = init;
-        return rd_items_reply(a, p, end, &r->status, &r->n_items, &r->items, &r->n_segments,
-                              &r->segments, &r->view)
-                   ? &r->base
-                   : NULL;
-    }
-    if (desc == &mcrpc__batch_status_reply__descriptor) {
-        static const Mcrpc__BatchStatusReply init = MCRPC__BATCH_STATUS_REPLY__INIT;
-        Mcrpc__BatchStatusReply *r = mc__arena_alloc(a, sizeof *r);
-        if (!r)
-            return NULL;
-        *r = init;
-        return rd_codes_reply(a, p, end, &r->status, &r->n_statuses, &r->statuses, &r->view)
-                   ? &r->base
-                   : NULL;
-    }
-    if (desc == &mcrpc__batch_exist_key_reply__descriptor) {
-        static const Mcrpc__BatchExistKeyReply init = MCRPC__BATCH_EXIST_KEY_REPLY__INIT;
-        Mcrpc__BatchExistKeyReply *r = mc__arena_alloc(a, sizeof *r);
-        if (!r)
-            return NULL;
-        *r = init;
-        return rd_codes_reply(a, p, end, &r->status, &r->n_results, &r->results, &r->view)
-                   ? &r->base
-                   : NULL;
-    }
+    /* each reply: its initialiser copied into the arena, filled by the reader of its shape */
+#define RD_REPLY(T, INIT, READ)                                                            \
+    do {                                                                                   \
+        static const T init = INIT;                                                        \
+        T *r = rd_new(a, &init, sizeof init);                                              \
+        return r && (READ) ? &r->base : NULL;                                              \
+    } while (0)
+    if (desc == &mcrpc__batch_get_replica_list_reply__descriptor)
+        RD_REPLY(Mcrpc__BatchGetReplicaListReply, MCRPC__BATCH_GET_REPLICA_LIST_REPLY__INIT,
+                 rd_items_reply(a, p, end, &r->status, &r->n_items, &r->items,
+                                &r->n_segments, &r->segments, &r->view));
+    if (desc == &mcrpc__batch_put_start_reply__descriptor)
+        RD_REPLY(Mcrpc__BatchPutStartReply, MCRPC__BATCH_PUT_START_REPLY__INIT,
+                 rd_items_reply(a, p, end, &r->status, &r->n_items, &r->items,
+                                &r->n_segments, &r->segments, &r->view));
+    if (desc == &mcrpc__batch_status_reply__descriptor)
+        RD_REPLY(Mcrpc__BatchStatusReply, MCRPC__BATCH_STATUS_REPLY__INIT,
+                 rd_codes_reply(a, p, end, &r->status, &r->n_statuses, &r->statuses,
+                                &r->view));
+    if (desc == &mcrpc__batch_exist_key_reply__descriptor)
+        RD_REPLY(Mcrpc__BatchExistKeyReply, MCRPC__BATCH_EXIST_KEY_REPLY__INIT,
+                 rd_codes_reply(a, p, end, &r->status, &r->n_results, &r->results,
+                                &r->view));
+#undef RD_REPLY
     return NULL;
 }

@@ -36,11 +36,7 @@ struct mc_master_ha {
 /* Waits ms or until stop. Returns true when stop was asked. */
 static bool wait_ms(mc_master_ha *ha, uint64_t ms)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t ns = (uint64_t)ts.tv_nsec + ms * 1000000ull;
-    ts.tv_sec += (time_t)(ns / 1000000000ull);
-    ts.tv_nsec = (long)(ns % 1000000000ull);
+    struct timespec ts = mc_monotonic_in_ms(ms);
     pthread_mutex_lock(&ha->mu);
     while (!ha->stop && pthread_cond_timedwait(&ha->cond, &ha->mu, &ts) == 0) {
     }

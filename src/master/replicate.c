@@ -609,6 +609,31 @@ static void note_refused(mc__repl *r, int status)
     pthread_mutex_unlock(&r->mu);
 }
 
+/* rpc_call: one request req (packed here, at most 256 bytes) with opcode op to leader
+ * within deadline, its reply unpacked as reply_desc. Returns MC_OK with *out (free it
+ * with protobuf_c_message_free_unpacked), or rpc_once's error, or MC_RPC_FAIL for a
+ * reply that does not unpack (the connection is closed). */
+static int rpc_call(mc__repl *r, const char *leader, uint16_t op, const ProtobufCMessage *req,
+                    uint64_t deadline, const ProtobufCMessageDescriptor *reply_desc,
+                    ProtobufCMessage **out)
+{
+    uint8_t body[256];
+    MC_ASSERT(protobuf_c_message_get_packed_size(req) <= sizeof body);
+    size_t blen = protobuf_c_message_pack(req, body);
+    uint8_t *rb = NULL;
+    size_t rlen = 0;
+    int rc = rpc_once(r, leader, op, body, blen, deadline, &rb, &rlen);
+    if (rc != MC_OK)
+        return rc;
+    *out = protobuf_c_message_unpack(reply_desc, NULL, rlen, rb);
+    free(rb);
+    if (!*out) {
+        close_fd(r);
+        return MC_RPC_FAIL;
+    }
+    return MC_OK;
+}
+
 /* One FETCH_LOG round trip to leader within deadline. Returns MC_OK with *out (free it
  * with mcrpc__fetch_log_reply__free_unpacked), or an error. */
 static int fetch_once(mc__repl *r, const char *leader, uint64_t from, uint64_t deadline,
@@ -620,20 +645,12 @@ static int fetch_once(mc__repl *r, const char *leader, uint64_t from, uint64_t d
     req.from_lsn = from;
     req.max_bytes = REPL_FETCH_MAX;
     req.term_token = token;
-    uint8_t body[128];
-    size_t blen = mcrpc__fetch_log_request__pack(&req, body);
-    uint8_t *rb;
-    size_t rlen;
-    int rc = rpc_once(r, leader, MC_MASTER_RPC_OPCODE_FETCH_LOG, body, blen, deadline, &rb,
-                      &rlen);
+    ProtobufCMessage *msg;
+    int rc = rpc_call(r, leader, MC_MASTER_RPC_OPCODE_FETCH_LOG, &req.base, deadline,
+                      &mcrpc__fetch_log_reply__descriptor, &msg);
     if (rc != MC_OK)
         return rc;
-    *out = mcrpc__fetch_log_reply__unpack(NULL, rlen, rb);
-    free(rb);
-    if (!*out) {
-        close_fd(r);
-        return MC_RPC_FAIL;
-    }
+    *out = (Mcrpc__FetchLogReply *)msg;
     note_refused(r, (*out)->status);
     return MC_OK;
 }
@@ -641,11 +658,7 @@ static int fetch_once(mc__repl *r, const char *leader, uint64_t from, uint64_t d
 /* Waits ms or until the follower is asked to stop. True when it is. */
 static bool follower_wait(mc__repl *r, uint64_t ms)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t ns = (uint64_t)ts.tv_nsec + ms * 1000000ull;
-    ts.tv_sec += (time_t)(ns / 1000000000ull);
-    ts.tv_nsec = (long)(ns % 1000000000ull);
+    struct timespec ts = mc_monotonic_in_ms(ms);
     pthread_mutex_lock(&r->mu);
     if (!r->fstop)
         pthread_cond_timedwait(&r->cond, &r->mu, &ts);
@@ -675,21 +688,13 @@ static int bootstrap(mc__repl *r, const char *leader, int64_t view)
         req.offset = got.len;
         req.max_bytes = REPL_FETCH_MAX;
         req.term_token = token;
-        uint8_t body[160];
-        size_t blen = mcrpc__fetch_snapshot_request__pack(&req, body);
-        uint8_t *rb;
-        size_t rlen;
-        rc = rpc_once(r, leader, MC_MASTER_RPC_OPCODE_FETCH_SNAPSHOT, body, blen,
-                      mc_now_ms() + 1000u * r->ttl_s, &rb, &rlen);
+        ProtobufCMessage *msg;
+        rc = rpc_call(r, leader, MC_MASTER_RPC_OPCODE_FETCH_SNAPSHOT, &req.base,
+                      mc_now_ms() + 1000u * r->ttl_s, &mcrpc__fetch_snapshot_reply__descriptor,
+                      &msg);
         if (rc != MC_OK)
             break;
-        Mcrpc__FetchSnapshotReply *fr = mcrpc__fetch_snapshot_reply__unpack(NULL, rlen, rb);
-        free(rb);
-        if (!fr) {
-            close_fd(r);
-            rc = MC_RPC_FAIL;
-            break;
-        }
+        Mcrpc__FetchSnapshotReply *fr = (Mcrpc__FetchSnapshotReply *)msg;
         rc = fr->status;
         note_refused(r, rc);
         bool restart = rc == MC_OBJECT_NOT_FOUND ||

@@ -339,51 +339,66 @@ static int read_file(const char *path, uint8_t **out, size_t *len)
     return 0;
 }
 
+typedef struct snap_check {
+    uint64_t lsn, segs, objs;
+    bool header, end, bad;
+} snap_check;
+
+/* snap_step: the structure of a snapshot, one record at a time: a version-1 header
+ * first (its LSN kept), then segments and objects only, then an end frame whose counts
+ * match, then nothing. Returns -1 when rec breaks it (s->bad set), 0 for the header or
+ * the end, 1 for a segment or an object (counted) to apply. */
+static int snap_step(snap_check *s, uint64_t lsn, const Mclog__LogRecord *rec)
+{
+    if (s->end || (!s->header && (rec->op_case != MCLOG__LOG_RECORD__OP_HEADER ||
+                                  !rec->header || rec->header->version != 1))) {
+        s->bad = true; /* nothing may follow the end frame, nothing precede the header */
+        return -1;
+    }
+    switch (rec->op_case) {
+    case MCLOG__LOG_RECORD__OP_HEADER:
+        if (s->header) {
+            s->bad = true;
+            return -1;
+        }
+        s->header = true;
+        s->lsn = lsn;
+        return 0;
+    case MCLOG__LOG_RECORD__OP_END:
+        s->end = true;
+        if (!rec->end || rec->end->segments != s->segs || rec->end->objects != s->objs) {
+            s->bad = true;
+            return -1;
+        }
+        return 0;
+    case MCLOG__LOG_RECORD__OP_MOUNT:
+        s->segs++;
+        return 1;
+    case MCLOG__LOG_RECORD__OP_PUT:
+    case MCLOG__LOG_RECORD__OP_START:
+        s->objs++;
+        return 1;
+    default:
+        s->bad = true; /* a snapshot holds segments and objects only */
+        return -1;
+    }
+}
+
 typedef struct snap_load {
     rmap *m;
-    uint64_t lsn, segs, objs, frames;
-    bool header, end, bad;
+    uint64_t frames;
+    snap_check c;
 } snap_load;
 
 static int snap_cb(void *ctx, uint64_t lsn, const Mclog__LogRecord *rec)
 {
     snap_load *s = ctx;
     s->frames++;
-    if (s->end) {
-        s->bad = true; /* nothing may follow the end frame */
-        return 1;
-    }
-    if (!s->header) {
-        if (rec->op_case != MCLOG__LOG_RECORD__OP_HEADER || !rec->header ||
-            rec->header->version != 1) {
-            s->bad = true;
-            return 1;
-        }
-        s->header = true;
-        s->lsn = lsn;
-        return 0;
-    }
-    switch (rec->op_case) {
-    case MCLOG__LOG_RECORD__OP_END:
-        s->end = true;
-        if (!rec->end || rec->end->segments != s->segs || rec->end->objects != s->objs) {
-            s->bad = true;
-            return 1;
-        }
-        return 0;
-    case MCLOG__LOG_RECORD__OP_MOUNT:
-        s->segs++;
-        break;
-    case MCLOG__LOG_RECORD__OP_PUT:
-    case MCLOG__LOG_RECORD__OP_START:
-        s->objs++;
-        break;
-    default:
-        s->bad = true; /* a snapshot holds segments and objects only */
-        return 1;
-    }
+    int r = snap_step(&s->c, lsn, rec);
+    if (r <= 0)
+        return r < 0;
     if (rmap_apply(s->m, rec)) {
-        s->bad = true;
+        s->c.bad = true;
         return 1;
     }
     return 0;
@@ -404,14 +419,14 @@ static int load_snapshot(const char *path, rmap *m, uint64_t *lsn)
         mc_master_log_stop why = mc_master_log_parse(buf + MC_MASTER_LOG_MAGIC_LEN,
                                                      len - MC_MASTER_LOG_MAGIC_LEN, snap_cb,
                                                      &s, NULL, NULL);
-        if (why == MC_MASTER_LOG_END && s.header && s.end && !s.bad)
+        if (why == MC_MASTER_LOG_END && s.c.header && s.c.end && !s.c.bad)
             rc = 0;
     }
     free(buf);
     if (rc)
         rmap_free(m);
     else
-        *lsn = s.lsn;
+        *lsn = s.c.lsn;
     return rc;
 }
 
@@ -977,47 +992,10 @@ uint8_t *mc__snapshot_encode(mc_master_service *svc, mc__oplog *log, size_t *len
     return b.p;
 }
 
-typedef struct snap_check {
-    uint64_t lsn, segs, objs;
-    bool header, end, bad;
-} snap_check;
-
-/* The structure of a snapshot (snap_cb's rules), without building anything. */
+/* The structure of a snapshot (snap_step), without building anything. */
 static int check_cb(void *ctx, uint64_t lsn, const Mclog__LogRecord *rec)
 {
-    snap_check *s = ctx;
-    if (s->end || (!s->header && (rec->op_case != MCLOG__LOG_RECORD__OP_HEADER ||
-                                  !rec->header || rec->header->version != 1))) {
-        s->bad = true;
-        return 1;
-    }
-    switch (rec->op_case) {
-    case MCLOG__LOG_RECORD__OP_HEADER:
-        if (s->header) {
-            s->bad = true;
-            return 1;
-        }
-        s->header = true;
-        s->lsn = lsn;
-        return 0;
-    case MCLOG__LOG_RECORD__OP_END:
-        s->end = true;
-        if (!rec->end || rec->end->segments != s->segs || rec->end->objects != s->objs) {
-            s->bad = true;
-            return 1;
-        }
-        return 0;
-    case MCLOG__LOG_RECORD__OP_MOUNT:
-        s->segs++;
-        return 0;
-    case MCLOG__LOG_RECORD__OP_PUT:
-    case MCLOG__LOG_RECORD__OP_START:
-        s->objs++;
-        return 0;
-    default:
-        s->bad = true;
-        return 1;
-    }
+    return snap_step(ctx, lsn, rec) < 0;
 }
 
 typedef struct snap_apply {

@@ -148,6 +148,21 @@ static void part_release_locked(mc_master_service *svc, tpart *p, bool hold, uin
                                                         : MC__SPACE_REMOVED, now);
 }
 
+/* push_done_locked: appends finished task k (taken) to the done list (tasks.mu held) and
+ * forgets the oldest finished ones past max_total_finished_tasks. */
+static void push_done_locked(mc_master_service *svc, task *k)
+{
+    struct mc__tasks *t = svc->tasks;
+    mc_list_push_back(&t->done, &k->link);
+    t->ndone++;
+    while (t->ndone > svc->cfg.max_total_finished_tasks && !mc_list_empty(&t->done)) {
+        task *old = MC_CONTAINER_OF(t->done.next, task, link);
+        mc_list_remove(&old->link);
+        t->ndone--;
+        task_free(old);
+    }
+}
+
 /* Moves k to the done list (tasks.mu held), forgetting the oldest finished ones past the
  * bound, and logs its end (held: bit i = part i's reservation is quarantined, its
  * executor may still be writing). */
@@ -173,14 +188,7 @@ static void finish_locked(mc_master_service *svc, task *k, int status, const cha
     csub(&t->unfinished, 1);
     free(k->key);
     k->key = NULL;
-    mc_list_push_back(&t->done, &k->link);
-    t->ndone++;
-    while (t->ndone > svc->cfg.max_total_finished_tasks && !mc_list_empty(&t->done)) {
-        task *old = MC_CONTAINER_OF(t->done.next, task, link);
-        mc_list_remove(&old->link);
-        t->ndone--;
-        task_free(old);
-    }
+    push_done_locked(svc, k);
 }
 
 /* A disk-only object whose memory replica is being promoted (hidden from readers). */
@@ -608,14 +616,7 @@ void mc__tasks_adopt(mc_master_service *svc, const mc_master_task_info *info)
         free(k);
         return;
     }
-    mc_list_push_back(&t->done, &k->link);
-    t->ndone++;
-    while (t->ndone > svc->cfg.max_total_finished_tasks && !mc_list_empty(&t->done)) {
-        task *old = MC_CONTAINER_OF(t->done.next, task, link);
-        mc_list_remove(&old->link);
-        t->ndone--;
-        task_free(old);
-    }
+    push_done_locked(svc, k);
     pthread_mutex_unlock(&t->mu);
 }
 

@@ -92,6 +92,31 @@ int mc__md_b64_decode(const char *s, size_t len, char **out, size_t *outlen)
 
 typedef mc__md_body body;
 
+/* json_post_setopt: sets up easy handle h to POST payload (plen bytes, borrowed until
+ * the transfer ends) as JSON to url, over plain HTTP only, no redirects, no signals,
+ * md's connect timeout. Returns the request headers: the caller frees them
+ * (curl_slist_free_all) after the transfer. The caller sets the write callback and any
+ * overall timeout. */
+static struct curl_slist *json_post_setopt(mc_metadata *md, CURL *h, const char *url,
+                                           const char *payload, size_t plen)
+{
+    struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
+    hdrs = curl_slist_append(hdrs, "Expect:"); /* no 100-continue wait on large values */
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)md->opts.connect_timeout_ms);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+#if LIBCURL_VERSION_NUM >= 0x075500
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http");
+#else
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS, (long)CURLPROTO_HTTP);
+#endif
+    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)plen);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, payload);
+    return hdrs;
+}
+
 /* POSTs payload to base + path. *status: the HTTP status (0 when none came back). */
 static CURLcode post(mc_metadata *md, const char *base, const char *path, const char *payload,
                      size_t plen, body *resp, long *status)
@@ -102,23 +127,10 @@ static CURLcode post(mc_metadata *md, const char *base, const char *path, const 
         return CURLE_OUT_OF_MEMORY;
     char url[BASE_MAX + 32];
     snprintf(url, sizeof url, "%s%s", base, path);
-    struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
-    hdrs = curl_slist_append(hdrs, "Expect:"); /* no 100-continue wait on large values */
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    struct curl_slist *hdrs = json_post_setopt(md, h, url, payload, plen);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)md->opts.timeout_ms);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)md->opts.connect_timeout_ms);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, mc__md_body_write);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, resp);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-#if LIBCURL_VERSION_NUM >= 0x075500
-    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http");
-#else
-    curl_easy_setopt(h, CURLOPT_PROTOCOLS, (long)CURLPROTO_HTTP);
-#endif
-    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)plen);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, payload);
     CURLcode rc = curl_easy_perform(h);
     if (rc == CURLE_OK)
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
@@ -496,11 +508,7 @@ int mc__md_etcd_stream(mc_metadata *md, mc__md_stream *st, const char *path, jso
     char url[BASE_MAX + 32];
     snprintf(url, sizeof url, "%s%s", e->base[ep], path);
     stream_ctx sc = {.on_msg = on_msg, .ctx = ctx};
-    struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
-    hdrs = curl_slist_append(hdrs, "Expect:");
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)md->opts.connect_timeout_ms);
+    struct curl_slist *hdrs = json_post_setopt(md, h, url, payload, strlen(payload));
     /* a member that vanished without a FIN: found by TCP keepalive (and by the caller's
      * poll every max_ms at the latest) */
     curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
@@ -508,15 +516,6 @@ int mc__md_etcd_stream(mc_metadata *md, mc__md_stream *st, const char *path, jso
     curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 1L);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, stream_write);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &sc);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-#if LIBCURL_VERSION_NUM >= 0x075500
-    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http");
-#else
-    curl_easy_setopt(h, CURLOPT_PROTOCOLS, (long)CURLPROTO_HTTP);
-#endif
-    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(payload));
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, payload);
     curl_multi_add_handle(m, h);
     uint64_t end = mc_deadline_ms(max_ms);
     int running = 1;

@@ -163,10 +163,24 @@ def _varint(v):
             return bytes(out)
 
 
+def pb_uuid(first, second):
+    """Uuid{first, second} in protobuf encoding (two fixed64 fields)."""
+    return b"\x09" + struct.pack("<Q", first) + b"\x11" + struct.pack("<Q", second)
+
+
+def pb_ld(field, data):
+    """A length-delimited protobuf field: its key, the varint length, the bytes."""
+    return bytes([field << 3 | 2]) + _varint(len(data)) + data
+
+
+def pb_varint(field, v):
+    """A varint protobuf field (v >= 0)."""
+    return bytes([field << 3]) + _varint(v)
+
+
 def ping_body(first=1, second=2):
     """PingRequest{client_id: Uuid{first, second}} in protobuf encoding."""
-    uuid = b"\x09" + struct.pack("<Q", first) + b"\x11" + struct.pack("<Q", second)
-    return b"\x0a" + _varint(len(uuid)) + uuid
+    return pb_ld(1, pb_uuid(first, second))
 
 
 def decode_fields(body):

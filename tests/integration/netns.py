@@ -54,6 +54,21 @@ def unavailable():
     return None
 
 
+def _status_and_body(r):
+    """(status, parsed JSON or text) from the output of Lab.http/post's child (its first
+    line the status, 0 when nothing answered, the rest the body or the reason); (0,
+    stderr) when the child printed no status."""
+    first, _, rest = r.stdout.partition("\n")
+    try:
+        status = int(first)
+    except ValueError:
+        return 0, r.stderr
+    try:
+        return status, json.loads(rest)
+    except ValueError:
+        return status, rest
+
+
 class Lab:
     def __init__(self, names):
         self.tag = f"{os.getpid() % 1000:03d}{random.randrange(100):02d}"
@@ -112,16 +127,8 @@ class Lab:
                 "    print(r.status); print(r.read().decode())\n"
                 "except Exception as e:\n"
                 "    print(0); print(e)\n")
-        r = self.run(name, ["python3", "-c", code, url], timeout=timeout + 10)
-        first, _, rest = r.stdout.partition("\n")
-        try:
-            status = int(first)
-        except ValueError:
-            return 0, r.stderr
-        try:
-            return status, json.loads(rest)
-        except ValueError:
-            return status, rest
+        return _status_and_body(self.run(name, ["python3", "-c", code, url],
+                                         timeout=timeout + 10))
 
     def post(self, name, url, obj, timeout=3):
         """POST obj (JSON) to url from inside host `name`: (status, parsed JSON or text),
@@ -134,16 +141,8 @@ class Lab:
                 "    print(r.status); print(r.read().decode())\n"
                 "except Exception as e:\n"
                 "    print(0); print(e)\n")
-        r = self.run(name, ["python3", "-c", code, url, json.dumps(obj)], timeout=timeout + 10)
-        first, _, rest = r.stdout.partition("\n")
-        try:
-            status = int(first)
-        except ValueError:
-            return 0, r.stderr
-        try:
-            return status, json.loads(rest)
-        except ValueError:
-            return status, rest
+        return _status_and_body(self.run(name, ["python3", "-c", code, url, json.dumps(obj)],
+                                         timeout=timeout + 10))
 
     def cut(self, name, peers):
         for peer in peers:

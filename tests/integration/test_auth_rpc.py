@@ -16,7 +16,6 @@ import os
 import re
 import select
 import socket
-import struct
 import time
 
 import pytest
@@ -24,7 +23,7 @@ import pytest
 from conftest import (HS_HELLO, HS_RESULT, hs_frame, hs_read, rpc_connect, rpc_handshake,
                       wait_until)
 from mc_master import ILLEGAL_CLIENT, INVALID_PARAMS, OK, Master, decode_fields, frame, \
-    recv_frame, zigzag
+    pb_ld, pb_uuid, pb_varint, recv_frame, zigzag
 from test_auth_http import SECRET, NoAuth, call, connect_from, env_with, rss_kb, token_file
 
 import mooncake.store as ms
@@ -84,41 +83,16 @@ def store_setup(m, segment=16 << 20, **kw):
     return rc, s
 
 
-def uuid(first, second):
-    return b"\x09" + struct.pack("<Q", first) + b"\x11" + struct.pack("<Q", second)
-
-
-def ld(field, data):
-    """A length-delimited protobuf field."""
-    n, out = len(data), bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            break
-    return bytes([field << 3 | 2]) + bytes(out) + data
-
-
-def varint(field, v):
-    out = bytearray([field << 3])
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        out.append(b | (0x80 if v else 0))
-        if not v:
-            return bytes(out)
-
-
 def mount_body(seg_id, client, name, base, size, host=None):
-    seg = ld(1, uuid(*seg_id)) + ld(2, name.encode()) + varint(3, base) + varint(4, size)
+    seg = (pb_ld(1, pb_uuid(*seg_id)) + pb_ld(2, name.encode()) + pb_varint(3, base)
+           + pb_varint(4, size))
     if host:
-        seg += ld(7, host.encode())
-    return ld(1, seg) + ld(2, uuid(*client))
+        seg += pb_ld(7, host.encode())
+    return pb_ld(1, seg) + pb_ld(2, pb_uuid(*client))
 
 
 def unmount_body(seg_id, client):
-    return ld(1, uuid(*seg_id)) + ld(2, uuid(*client))
+    return pb_ld(1, pb_uuid(*seg_id)) + pb_ld(2, pb_uuid(*client))
 
 
 def rpc(sock, op, body=b"", rid=1):
@@ -356,7 +330,7 @@ def test_unread_reply_flood(spawn, tmp_path):
     for i in range(0, 200, 50):
         assert s.put_batch([f"flood-{i + j:04d}-" + "k" * 60 for j in range(50)],
                            [b"x" * 64] * 50) == 0
-    req = frame(OP_REGEX, ld(1, b"flood-.*"))
+    req = frame(OP_REGEX, pb_ld(1, b"flood-.*"))
     with rpc_connect(m.rpc_port, SECRET) as c:      # one reply's size, read
         c.sendall(req)
         reply = len(recv_frame(c)[1])

@@ -72,12 +72,19 @@ def ctl(cluster, host, master):
     return call
 
 
-def test_kill_leader_then_stop_leader(ha):
+def start_pair(ha):
+    """Starts m1, waits until it leads, starts m2 and waits until it is its standby.
+    Returns m1's view version."""
     ha.start_master("m1")
     leader, view1 = ha.wait_leader(30)
     assert leader == "m1"
     ha.start_master("m2")
     wait_until(lambda: (ha.role("m2") or {}).get("role") == "standby", 30, "m2 standby")
+    return view1
+
+
+def test_kill_leader_then_stop_leader(ha):
+    view1 = start_pair(ha)
     health = ha.role("m2", "/health")
     assert health["ready"] is False and health["leader"] == ha.rpc_addr("m1")
     assert ha.role("m1", "/leader") == {"leader": ha.rpc_addr("m1"), "view_version": view1}

@@ -26,7 +26,7 @@ import pytest
 
 import netns
 from conftest import tool, wait_until
-from test_ha_netns import ctl
+from test_ha_netns import ctl, start_pair
 
 SLACK = 8.0  # seconds beyond a TTL: a loaded 2-core CI box, not a speed claim
 UNAVAILABLE = -1010  # UNAVAILABLE_IN_CURRENT_STATUS (include/mooncake/status.h)
@@ -78,18 +78,9 @@ def _log_time(text, what):
     return None
 
 
-def _start_pair(ha):
-    ha.start_master("m1")
-    leader, view1 = ha.wait_leader(30)
-    assert leader == "m1"
-    ha.start_master("m2")
-    wait_until(lambda: (ha.role("m2") or {}).get("role") == "standby", 30, "m2 standby")
-    return view1
-
-
 def test_leader_cut_off_from_etcd(ha_cut):
     ha = ha_cut
-    view1 = _start_pair(ha)
+    view1 = start_pair(ha)
     c = ha.store("c1")
     assert c.cmd("put_get", key="before", size=4096) == {"put": 0, "ok": True}
     w = ctl(ha, "c1", ha.rpc_addr("m1"))  # a client of the old leader itself
@@ -164,7 +155,7 @@ def _raft_leader(ha):
 
 def test_kill_one_of_three_etcd_members(ha_3etcd):
     ha = ha_3etcd
-    view1 = _start_pair(ha)
+    view1 = start_pair(ha)
     c = ha.store("c1")
     assert c.cmd("put_get", key="before", size=4096) == {"put": 0, "ok": True}
     dead = _raft_leader(ha)

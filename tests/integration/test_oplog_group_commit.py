@@ -9,12 +9,11 @@ put. The fsyncs per put are printed from the master's counters (/metrics), not a
 how many puts share a flush depends on the scheduling of the box."""
 import json
 import signal
-import struct
 import subprocess
 
 from conftest import free_port, rpc_connect, tool
-from mc_master import (OK, OP_PING, OP_PUT_START, Ctl, Master, decode_fields, frame,
-                       ping_body, recv_frame, segment, zigzag)
+from mc_master import (OK, OP_PING, OP_PUT_START, Ctl, Master, decode_fields, frame, pb_ld,
+                       pb_uuid, ping_body, recv_frame, segment, zigzag)
 
 OP_PUT_END, OP_EXIST_KEY = 21, 50   # proto/master.proto enum Opcode
 
@@ -90,21 +89,6 @@ def test_fsync_group_commit_concurrent_puts_survive_kill9(spawn, tmp_path):
         owner.close()
 
 
-def _ld(field, data):
-    n, out = len(data), bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            break
-    return bytes([field << 3 | 2]) + bytes(out) + data
-
-
-def _uuid(first, second):
-    return b"\x09" + struct.pack("<Q", first) + b"\x11" + struct.pack("<Q", second)
-
-
 def test_kept_replies_leave_in_request_order(spawn, tmp_path):
     """Requests pipelined on one connection: a put_end's reply is kept until its record
     is fsync'ed, and the replies behind it (an exist of the key, the next put, a ping)
@@ -113,12 +97,12 @@ def test_kept_replies_leave_in_request_order(spawn, tmp_path):
     m = Master(spawn, *_flags(d))
     owner = Ctl(spawn, m.addr, client_id="3-4")
     assert owner("mount", segment(size=16 << 20))["status"] == OK
-    cid = _uuid(0x77, 0x88)
+    cid = pb_uuid(0x77, 0x88)
     reqs = []
     for k in (b"pipe-1", b"pipe-2", b"pipe-3"):
-        reqs.append((OP_PUT_START, _ld(1, cid) + _ld(2, k) + bytes([3 << 3]) + b"\x80\x20"))
-        reqs.append((OP_PUT_END, _ld(1, cid) + _ld(2, k)))
-        reqs.append((OP_EXIST_KEY, _ld(2, k)))
+        reqs.append((OP_PUT_START, pb_ld(1, cid) + pb_ld(2, k) + bytes([3 << 3]) + b"\x80\x20"))
+        reqs.append((OP_PUT_END, pb_ld(1, cid) + pb_ld(2, k)))
+        reqs.append((OP_EXIST_KEY, pb_ld(2, k)))
     reqs.append((OP_PING, ping_body(0x77, 0x88)))
     try:
         with rpc_connect(m.rpc_port) as sock:

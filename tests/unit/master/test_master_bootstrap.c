@@ -12,57 +12,25 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "fixture.h"
 #include "master/master_service.h"
 #include "master/replicate.h"
-
-static const mc_master_uuid C1 = {1, 1}, C2 = {2, 2};
-
-static mc_master_service *make(void)
-{
-    mc_master_config cfg;
-    mc_master_config_init(&cfg);
-    cfg.shard_count = 4;
-    mc_master_service *svc = NULL;
-    assert_int_equal(mc_master_service_create(&cfg, &svc), MC_OK);
-    return svc;
-}
 
 static const mc_master_segment SEG = {.id = {9, 9}, .name = "127.0.0.1:1", .base = 1ull << 32,
                                       .size = 64 << 20};
 static const mc_master_segment OLD = {.id = {5, 5}, .name = "127.0.0.1:2", .base = 1ull << 33,
                                       .size = 64 << 20};
 
-static int put(mc_master_service *svc, mc_master_uuid c, const char *key, uint64_t size,
-               uint64_t *addr)
-{
-    mc_master_put_config pc;
-    mc_master_put_config_init(&pc);
-    mc_master_replica_list out;
-    int rc = mc_master_service_put_start(svc, c, key, strlen(key), size, &pc, &out);
-    if (rc)
-        return rc;
-    if (addr)
-        *addr = out.replicas[0].address;
-    return mc_master_service_put_end(svc, c, key, strlen(key));
-}
-
-static uint64_t addr_of(mc_master_service *svc, const char *key, int *rc)
-{
-    mc_master_replica_list out;
-    *rc = mc_master_service_get_replica_list(svc, key, strlen(key), &out);
-    return *rc == MC_OK ? out.replicas[0].address : 0;
-}
-
 static void test_encode_and_replace(void **st)
 {
     (void)st;
-    mc_master_service *leader = make();
+    mc_master_service *leader = fx_plain_service(0);
     assert_int_equal(mc_master_service_mount_segment(leader, &SEG, C1), MC_OK);
     uint64_t addr[30];
     char key[32];
     for (int i = 0; i < 30; i++) {
         snprintf(key, sizeof key, "k%d", i);
-        assert_int_equal(put(leader, C1, key, 5000 + (uint64_t)i, &addr[i]), MC_OK);
+        assert_int_equal(fx_put(leader, C1, key, 5000 + (uint64_t)i, &addr[i]), MC_OK);
     }
     assert_int_equal(mc_master_service_remove(leader, "k7", 2, true), MC_OK);
     size_t len = 0;
@@ -73,9 +41,9 @@ static void test_encode_and_replace(void **st)
     assert_int_equal(nobjs, 29);
 
     /* a standby with state of its own (an older copy): another segment and key */
-    mc_master_service *sb = make();
+    mc_master_service *sb = fx_plain_service(0);
     assert_int_equal(mc_master_service_mount_segment(sb, &OLD, C2), MC_OK);
-    assert_int_equal(put(sb, C2, "stale", 4096, NULL), MC_OK);
+    assert_int_equal(fx_put(sb, C2, "stale", 4096, NULL), MC_OK);
     int rc;
     /* not a whole snapshot: refused, nothing changed */
     uint64_t got = 7, objs = 0, dropped = 0;
@@ -84,7 +52,7 @@ static void test_encode_and_replace(void **st)
     assert_int_equal(mc__snapshot_load_live(sb, snap + 1, len - 1, &got, &objs, &dropped),
                      MC_INVALID_PARAMS);
     assert_int_equal(got, 7);
-    addr_of(sb, "stale", &rc);
+    fx_addr_of(sb, "stale", &rc);
     assert_int_equal(rc, MC_OK);
 
     assert_int_equal(mc__snapshot_load_live(sb, snap, len, &got, &objs, &dropped), MC_OK);
@@ -92,26 +60,13 @@ static void test_encode_and_replace(void **st)
     assert_int_equal(objs, 29);
     assert_int_equal(dropped, 0);
     free(snap);
-    addr_of(sb, "stale", &rc);
+    fx_addr_of(sb, "stale", &rc);
     assert_int_equal(rc, MC_OBJECT_NOT_FOUND); /* the older copy is gone with its segment */
     /* the copied segment is pending until its owner remounts (as after a restore) */
     assert_int_equal(mc_master_service_remount_segments(sb, &SEG, 1, C1), MC_OK);
-    for (int i = 0; i < 30; i++) {
-        snprintf(key, sizeof key, "k%d", i);
-        uint64_t at = addr_of(sb, key, &rc);
-        if (i == 7) {
-            assert_int_equal(rc, MC_OBJECT_NOT_FOUND);
-        } else {
-            assert_int_equal(rc, MC_OK);
-            assert_int_equal(at, addr[i]);
-        }
-    }
+    fx_expect_keys(sb, addr, 30, 1ull << 7);
     /* the copied space is taken: a new put does not land on a copied object */
-    uint64_t a2 = 0;
-    assert_int_equal(put(sb, C1, "new", 5000, &a2), MC_OK);
-    for (int i = 0; i < 30; i++)
-        if (i != 7)
-            assert_true(a2 + 5000 <= addr[i] || a2 >= addr[i] + 5000 + (uint64_t)i);
+    fx_put_apart(sb, 5000, addr, 30, 1ull << 7);
     mc_master_service_destroy(sb);
     mc_master_service_destroy(leader);
 }

@@ -16,11 +16,11 @@
 #include <cmocka.h>
 
 #include "alloc/allocator.h"
+#include "fixture.h"
 #include "master/master_service.h"
 #include "master/oplog_codec.h"
 #include "master/persist.h"
 
-static const mc_master_uuid C1 = {1, 1};
 
 /* ---- codec ---- */
 
@@ -147,44 +147,8 @@ static void test_alloc_reserve(void **st)
 
 static char dir[64];
 
-static mc_master_service *make(void)
-{
-    mc_master_config cfg;
-    mc_master_config_init(&cfg);
-    cfg.shard_count = 4;
-    mc_master_service *svc = NULL;
-    assert_int_equal(mc_master_service_create(&cfg, &svc), MC_OK);
-    return svc;
-}
-
 static const mc_master_segment SEG = {.id = {9, 9}, .name = "127.0.0.1:1", .base = 1ull << 32,
                                       .size = 64 << 20};
-
-static int put(mc_master_service *svc, const char *key, uint64_t size, uint64_t *addr)
-{
-    mc_master_put_config c;
-    mc_master_put_config_init(&c);
-    mc_master_replica_list out;
-    int rc = mc_master_service_put_start(svc, C1, key, strlen(key), size, &c, &out);
-    if (rc)
-        return rc;
-    if (addr)
-        *addr = out.replicas[0].address;
-    return mc_master_service_put_end(svc, C1, key, strlen(key));
-}
-
-static uint64_t addr_of(mc_master_service *svc, const char *key, int *rc)
-{
-    mc_master_replica_list out;
-    *rc = mc_master_service_get_replica_list(svc, key, strlen(key), &out);
-    return *rc == MC_OK ? out.replicas[0].address : 0;
-}
-
-static int apply_cb(void *ctx, uint64_t lsn, const Mclog__LogRecord *rec)
-{
-    assert_int_equal(mc_master_log_apply(ctx, lsn, rec), MC_OK);
-    return 0;
-}
 
 static void test_persist_restore_apply(void **st)
 {
@@ -193,7 +157,7 @@ static void test_persist_restore_apply(void **st)
     mc_master_persist_opts o = {.dir = dir, .interval_s = 3600, .retention = 2,
                                 .sync = MC_MASTER_LOG_SYNC_WRITE};
     char err[256];
-    mc_master_service *a = make();
+    mc_master_service *a = fx_plain_service(0);
     mc_master_persist *p = NULL;
     assert_int_equal(mc_master_persist_start(a, &o, &p, NULL, err, sizeof err), MC_OK);
     assert_int_equal(mc_master_service_mount_segment(a, &SEG, C1), MC_OK);
@@ -201,7 +165,7 @@ static void test_persist_restore_apply(void **st)
     char key[32];
     for (int i = 0; i < 20; i++) {
         snprintf(key, sizeof key, "k%d", i);
-        assert_int_equal(put(a, key, 10000 + (uint64_t)i, &addr[i]), MC_OK);
+        assert_int_equal(fx_put(a, C1, key, 10000 + (uint64_t)i, &addr[i]), MC_OK);
         if (i == 9) /* the first half in a snapshot, the rest in the log after it */
             assert_int_equal(mc_master_persist_snapshot_now(p), MC_OK);
     }
@@ -217,7 +181,7 @@ static void test_persist_restore_apply(void **st)
     mc_master_service_destroy(a);
 
     /* restore: pending until the owner remounts, then every key at its address */
-    mc_master_service *b = make();
+    mc_master_service *b = fx_plain_service(0);
     mc_master_restore_info ri;
     o.restore = true;
     assert_int_equal(mc_master_persist_start(b, &o, &p, &ri, err, sizeof err), MC_OK);
@@ -226,64 +190,32 @@ static void test_persist_restore_apply(void **st)
     assert_int_equal(ri.quarantined, 1);
     assert_true(ri.snapshot_lsn > 0);
     int rc;
-    addr_of(b, "k0", &rc);
+    fx_addr_of(b, "k0", &rc);
     assert_int_equal(rc, MC_REPLICA_IS_NOT_READY);
     mc_master_ping_result pr;
     assert_int_equal(mc_master_service_ping(b, C1, &pr), MC_OK);
     assert_int_equal(pr.client_status, MC_MASTER_CLIENT_NEED_REMOUNT);
     assert_int_equal(mc_master_service_remount_segments(b, &SEG, 1, C1), MC_OK);
-    for (int i = 0; i < 20; i++) {
-        snprintf(key, sizeof key, "k%d", i);
-        uint64_t at = addr_of(b, key, &rc);
-        if (i == 3 || i == 15) {
-            assert_int_equal(rc, MC_OBJECT_NOT_FOUND);
-        } else {
-            assert_int_equal(rc, MC_OK);
-            assert_int_equal(at, addr[i]);
-        }
-    }
+    fx_expect_keys(b, addr, 20, 1ull << 3 | 1ull << 15);
     /* a new put never lands on restored space */
-    uint64_t na = 0;
-    assert_int_equal(put(b, "new", 10000, &na), MC_OK);
-    for (int i = 0; i < 20; i++)
-        if (i != 3 && i != 15)
-            assert_true(na + 10000 <= addr[i] || na >= addr[i] + 10000 + (uint64_t)i);
+    uint64_t na = fx_put_apart(b, 10000, addr, 20, 1ull << 3 | 1ull << 15);
     assert_true(na + 10000 <= fl_addr || na >= fl_addr + 20000);
-    addr_of(b, "inflight", &rc);
+    fx_addr_of(b, "inflight", &rc);
     assert_int_equal(rc, MC_OBJECT_NOT_FOUND); /* never completed: not an object */
     mc_master_persist_stop(p);
     mc_master_service_destroy(b);
 
     /* the standby path: a snapshot's frames, then the log after it, applied one by one
      * (the log the snapshot covers was deleted by retention) */
-    mc_master_service *c = make();
+    mc_master_service *c = fx_plain_service(0);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "ls %s/snapshot-*.snap; ls %s/oplog-*.log", dir, dir);
-    FILE *ls = popen(cmd, "r");
-    assert_non_null(ls);
-    char path[256];
-    int files = 0;
-    while (fgets(path, sizeof path, ls)) {
-        path[strcspn(path, "\n")] = 0;
-        FILE *f = fopen(path, "rb");
-        assert_non_null(f);
-        static uint8_t all[1 << 20];
-        size_t n = fread(all, 1, sizeof all, f);
-        fclose(f);
-        assert_true(n >= MC_MASTER_LOG_MAGIC_LEN);
-        size_t good;
-        assert_int_equal(mc_master_log_parse(all + MC_MASTER_LOG_MAGIC_LEN,
-                                             n - MC_MASTER_LOG_MAGIC_LEN, apply_cb, c, &good,
-                                             NULL),
-                         MC_MASTER_LOG_END);
-        files++;
-    }
-    pclose(ls);
+    int files = fx_apply_listed(cmd, c);
     assert_true(files >= 2);
     assert_int_equal(mc_master_service_remount_segments(c, &SEG, 1, C1), MC_OK);
-    assert_int_equal(addr_of(c, "k19", &rc), addr[19]);
-    assert_int_equal(addr_of(c, "new", &rc), na);
-    addr_of(c, "k3", &rc);
+    assert_int_equal(fx_addr_of(c, "k19", &rc), addr[19]);
+    assert_int_equal(fx_addr_of(c, "new", &rc), na);
+    fx_addr_of(c, "k3", &rc);
     assert_int_equal(rc, MC_OBJECT_NOT_FOUND);
     mc_master_service_destroy(c);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
@@ -365,7 +297,7 @@ static void test_concurrent_snapshot_and_log(void **st)
     mc_master_persist_opts o = {.dir = dir, .interval_s = 3600, .retention = 2,
                                 .sync = MC_MASTER_LOG_SYNC_NONE};
     char err[256];
-    race_svc = make();
+    race_svc = fx_plain_service(0);
     assert_int_equal(mc_master_persist_start(race_svc, &o, &race_p, NULL, err, sizeof err),
                      MC_OK);
     mc_master_segment s1 = SEG, s2 = SEG;
@@ -388,7 +320,7 @@ static void test_concurrent_snapshot_and_log(void **st)
     mc_master_persist_stop(race_p);
     mc_master_service_destroy(race_svc);
 
-    mc_master_service *b = make();
+    mc_master_service *b = fx_plain_service(0);
     o.restore = true;
     mc_master_restore_info ri;
     mc_master_persist *p = NULL;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "fixture.h"
 #include "master/master_service.h"
 #include "master/oplog_codec.h"
 #include "master/persist.h"
@@ -28,17 +29,6 @@ static const mc_master_segment SEG = {.id = {9, 9}, .name = "127.0.0.1:1",
 #define LEADER_EPOCH_BASE (1ull << 62) /* above anything the standby's clock gives */
 #define W 1000000ull                   /* bytes of the write in flight */
 
-static mc_master_service *make(uint64_t fence_base)
-{
-    mc_master_config cfg;
-    mc_master_config_init(&cfg);
-    cfg.shard_count = 4;
-    cfg.fence_epoch_base = fence_base;
-    mc_master_service *svc = NULL;
-    assert_int_equal(mc_master_service_create(&cfg, &svc), MC_OK);
-    return svc;
-}
-
 static int start(mc_master_service *svc, mc_master_uuid c, const char *key, uint64_t size,
                  mc_master_replica_list *out)
 {
@@ -47,38 +37,26 @@ static int start(mc_master_service *svc, mc_master_uuid c, const char *key, uint
     return mc_master_service_put_start(svc, c, key, strlen(key), size, &pc, out);
 }
 
-static int apply_cb(void *ctx, uint64_t lsn, const Mclog__LogRecord *rec)
-{
-    assert_int_equal(mc_master_log_apply(ctx, lsn, rec), MC_OK);
-    return 0;
-}
-
-/* Applies every frame of the log files in dir to svc. */
+/* Applies every frame of the log file in dir (the one there is) to svc. */
 static void apply_dir(const char *dir, mc_master_service *svc)
 {
     char cmd[300];
     snprintf(cmd, sizeof cmd, "ls %s/oplog-*.log", dir);
-    FILE *ls = popen(cmd, "r");
-    assert_non_null(ls);
-    char path[256];
-    int files = 0;
-    static uint8_t all[1 << 20];
-    while (fgets(path, sizeof path, ls)) {
-        path[strcspn(path, "\n")] = 0;
-        FILE *f = fopen(path, "rb");
-        assert_non_null(f);
-        size_t n = fread(all, 1, sizeof all, f);
-        fclose(f);
-        assert_true(n >= MC_MASTER_LOG_MAGIC_LEN);
-        size_t good;
-        assert_int_equal(mc_master_log_parse(all + MC_MASTER_LOG_MAGIC_LEN,
-                                             n - MC_MASTER_LOG_MAGIC_LEN, apply_cb, svc, &good,
-                                             NULL),
-                         MC_MASTER_LOG_END);
-        files++;
-    }
-    pclose(ls);
-    assert_int_equal(files, 1);
+    assert_int_equal(fx_apply_listed(cmd, svc), 1);
+}
+
+/* Starts ld's mutation log in dir (every record written before its reply) with *o (set
+ * here; the caller may start a restore with it later) and mounts SEG for OWNER. */
+static mc_master_persist *log_into(mc_master_service *ld, const char *dir,
+                                   mc_master_persist_opts *o)
+{
+    *o = (mc_master_persist_opts){.dir = dir, .interval_s = 3600, .retention = 2,
+                                  .sync = MC_MASTER_LOG_SYNC_WRITE};
+    char err[256];
+    mc_master_persist *p = NULL;
+    assert_int_equal(mc_master_persist_start(ld, o, &p, NULL, err, sizeof err), MC_OK);
+    assert_int_equal(mc_master_service_mount_segment(ld, &SEG, OWNER), MC_OK);
+    return p;
 }
 
 static bool overlaps(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen)
@@ -99,14 +77,10 @@ static void test_promotion_quarantines_writes_in_flight(void **st)
     char dir[64], cmd[128];
     snprintf(dir, sizeof dir, "/tmp/mc-promote-test-%d", (int)getpid());
     /* the standby exists first: its clock-based fence base is below the leader's */
-    mc_master_service *sb = make(0);
-    mc_master_service *ld = make(LEADER_EPOCH_BASE);
-    mc_master_persist_opts o = {.dir = dir, .interval_s = 3600, .retention = 2,
-                                .sync = MC_MASTER_LOG_SYNC_WRITE};
-    char err[256];
-    mc_master_persist *p = NULL;
-    assert_int_equal(mc_master_persist_start(ld, &o, &p, NULL, err, sizeof err), MC_OK);
-    assert_int_equal(mc_master_service_mount_segment(ld, &SEG, OWNER), MC_OK);
+    mc_master_service *sb = fx_plain_service(0);
+    mc_master_service *ld = fx_plain_service(LEADER_EPOCH_BASE);
+    mc_master_persist_opts o;
+    mc_master_persist *p = log_into(ld, dir, &o);
     mc_master_replica_list rl;
     /* complete before the failover */
     assert_int_equal(start(ld, WRITER, "done", 4096, &rl), MC_OK);
@@ -197,13 +171,9 @@ static void test_completed_and_duplicate_starts(void **st)
     (void)st;
     char dir[64], cmd[128];
     snprintf(dir, sizeof dir, "/tmp/mc-promote-test2-%d", (int)getpid());
-    mc_master_service *ld = make(0), *sb = make(0);
-    mc_master_persist_opts o = {.dir = dir, .interval_s = 3600, .retention = 2,
-                                .sync = MC_MASTER_LOG_SYNC_WRITE};
-    char err[256];
-    mc_master_persist *p = NULL;
-    assert_int_equal(mc_master_persist_start(ld, &o, &p, NULL, err, sizeof err), MC_OK);
-    assert_int_equal(mc_master_service_mount_segment(ld, &SEG, OWNER), MC_OK);
+    mc_master_service *ld = fx_plain_service(0), *sb = fx_plain_service(0);
+    mc_master_persist_opts o;
+    mc_master_persist *p = log_into(ld, dir, &o);
     mc_master_replica_list rl;
     for (int i = 0; i < 5; i++) {
         char key[16];
@@ -258,13 +228,9 @@ static void test_tasks_across_promotion_and_restore(void **st)
     (void)st;
     char dir[64], cmd[128];
     snprintf(dir, sizeof dir, "/tmp/mc-promote-test3-%d", (int)getpid());
-    mc_master_service *ld = make(0);
-    mc_master_persist_opts o = {.dir = dir, .interval_s = 3600, .retention = 2,
-                                .sync = MC_MASTER_LOG_SYNC_WRITE};
-    char err[256];
-    mc_master_persist *p = NULL;
-    assert_int_equal(mc_master_persist_start(ld, &o, &p, NULL, err, sizeof err), MC_OK);
-    assert_int_equal(mc_master_service_mount_segment(ld, &SEG, OWNER), MC_OK);
+    mc_master_service *ld = fx_plain_service(0);
+    mc_master_persist_opts o;
+    mc_master_persist *p = log_into(ld, dir, &o);
     mc_master_replica_list rl;
     assert_int_equal(start(ld, WRITER, "a", 8192, &rl), MC_OK);
     assert_int_equal(mc_master_service_put_end(ld, WRITER, "a", 1), MC_OK);
@@ -287,7 +253,7 @@ static void test_tasks_across_promotion_and_restore(void **st)
     mc_master_service_destroy(ld);
 
     /* a standby applying the leader's log, promoted */
-    mc_master_service *sb = make(0);
+    mc_master_service *sb = fx_plain_service(0);
     apply_dir(dir, sb);
     mc_master_task_info ti;
     assert_int_equal(mc_master_log_promote(sb), 1); /* t2's reservation */
@@ -295,8 +261,9 @@ static void test_tasks_across_promotion_and_restore(void **st)
     mc_master_service_destroy(sb);
 
     /* a restart with restore of the same directory */
-    mc_master_service *rs = make(0);
+    mc_master_service *rs = fx_plain_service(0);
     o.restore = true;
+    char err[256];
     assert_int_equal(mc_master_persist_start(rs, &o, &p, NULL, err, sizeof err), MC_OK);
     check_tasks(rs, t1, t2);
     (void)ti;

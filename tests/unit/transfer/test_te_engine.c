@@ -32,19 +32,56 @@ static uint64_t test_clock(void *ctx)
     return mc_now_ms() + clock_skew_ms;
 }
 
+/* An engine with options o, initialised on host with metadata meta. */
+static mc_te *mk_opts(const mc_te_opts *o, const char *meta, const char *host)
+{
+    mc_te *te;
+    assert_int_equal(mc_te_create(o, &te), MC_OK);
+    assert_int_equal(mc_te_initialize(te, host, meta, "tcp", ""), MC_OK);
+    return te;
+}
+
 static mc_te *mk(const char *meta, const char *host, int force_tcp)
 {
     mc_te_opts o = {.force_tcp = force_tcp ? 1 : 0, .transfer_timeout_ms = 20000,
                     .clock = test_clock};
-    mc_te *te;
-    assert_int_equal(mc_te_create(&o, &te), MC_OK);
-    assert_int_equal(mc_te_initialize(te, host, meta, "tcp", ""), MC_OK);
-    return te;
+    return mk_opts(&o, meta, host);
+}
+
+/* A forced-TCP engine on loopback with conns_per_peer connections per peer over
+ * io_threads I/O loops. */
+static mc_te *mk_lanes(unsigned conns_per_peer, unsigned io_threads)
+{
+    mc_te_opts o = {.force_tcp = 1, .transfer_timeout_ms = 20000, .clock = test_clock,
+                    .conns_per_peer = conns_per_peer, .io_threads = io_threads};
+    return mk_opts(&o, "P2PHANDSHAKE", "127.0.0.1");
+}
+
+/* Fills a batch of n requests of blk bytes each: request i moves local + i * blk to/from
+ * remote + i * blk. */
+static void batch_fill(uint64_t *local, uint64_t *remote, uint64_t *lens, size_t n,
+                       const void *l0, uint64_t r0, uint64_t blk)
+{
+    for (size_t i = 0; i < n; i++) {
+        local[i] = (uint64_t)(uintptr_t)l0 + i * blk;
+        remote[i] = r0 + i * blk;
+        lens[i] = blk;
+    }
 }
 
 static mc_te *mk_p2p(int force_tcp)
 {
     return mk("P2PHANDSHAKE", "127.0.0.1", force_tcp);
+}
+
+/* Destroys initiator a, then target b after unregistering its memory mem (malloc'd),
+ * and frees mem. */
+static void close_pair(mc_te *a, mc_te *b, char *mem)
+{
+    mc_te_destroy(a);
+    assert_int_equal(mc_te_unregister_memory(b, mem), MC_OK);
+    mc_te_destroy(b);
+    free(mem);
 }
 
 static int xfer(mc_te *te, const char *seg, int op, void *local, uint64_t remote, uint64_t len)
@@ -88,10 +125,7 @@ static void test_roundtrip_tcp(void **state)
     mc_te_get_stats(a, &st);
     assert_true(st.tcp_bytes_sent >= 64 * MiB && st.tcp_bytes_received >= 64 * MiB);
     assert_int_equal(st.shm_bytes, 0);
-    mc_te_destroy(a);
-    assert_int_equal(mc_te_unregister_memory(b, mem), MC_OK);
-    mc_te_destroy(b);
-    free(mem);
+    close_pair(a, b, mem);
 }
 
 /* A single request of >= 512 KiB is striped over the peer's connections (submit.c,
@@ -103,11 +137,7 @@ static void test_large_request_striped(void **state)
 {
     (void)state;
     for (unsigned conns = 1; conns <= 2; conns++) {
-        mc_te_opts o = {.force_tcp = 1, .transfer_timeout_ms = 20000, .clock = test_clock,
-                        .conns_per_peer = conns, .io_threads = 1};
-        mc_te *a, *b = mk_p2p(1);
-        assert_int_equal(mc_te_create(&o, &a), MC_OK);
-        assert_int_equal(mc_te_initialize(a, "127.0.0.1", "P2PHANDSHAKE", "tcp", ""), MC_OK);
+        mc_te *b = mk_p2p(1), *a = mk_lanes(conns, 1);
         size_t len = 2 * MiB;
         char *mem = malloc(len), *src = malloc(MiB + 4096), *dst = malloc(MiB + 4096);
         assert_int_equal(mc_te_register_memory(b, mem, len, "cpu:0"), MC_OK);
@@ -129,10 +159,7 @@ static void test_large_request_striped(void **state)
         assert_true(te_check(mem + 12345, MiB + 4096, 8));
         mc_te_get_stats(a, &st);
         assert_int_equal(st.connections_opened, conns);
-        mc_te_destroy(a);
-        assert_int_equal(mc_te_unregister_memory(b, mem), MC_OK);
-        mc_te_destroy(b);
-        free(mem);
+        close_pair(a, b, mem);
         free(src);
         free(dst);
     }
@@ -145,13 +172,7 @@ static void test_large_request_striped(void **state)
 static void test_two_loops_per_peer(void **state)
 {
     (void)state;
-    mc_te_opts o = {.force_tcp = 1, .transfer_timeout_ms = 20000, .clock = test_clock,
-                    .conns_per_peer = 2, .io_threads = 2};
-    mc_te *a, *b;
-    assert_int_equal(mc_te_create(&o, &a), MC_OK);
-    assert_int_equal(mc_te_initialize(a, "127.0.0.1", "P2PHANDSHAKE", "tcp", ""), MC_OK);
-    assert_int_equal(mc_te_create(&o, &b), MC_OK);
-    assert_int_equal(mc_te_initialize(b, "127.0.0.1", "P2PHANDSHAKE", "tcp", ""), MC_OK);
+    mc_te *a = mk_lanes(2, 2), *b = mk_lanes(2, 2);
     enum { N = 128, BLK = 4096 };
     size_t len = 2 * MiB;
     char *mem = malloc(len), *src = malloc(MiB), *dst = malloc(MiB);
@@ -159,11 +180,7 @@ static void test_two_loops_per_peer(void **state)
     const char *seg = mc_te_segment_name(b);
     uint64_t base = (uint64_t)(uintptr_t)mem;
     uint64_t local[N], remote[N], lens[N];
-    for (size_t i = 0; i < N; i++) {
-        local[i] = (uint64_t)(uintptr_t)src + i * BLK;
-        remote[i] = base + i * BLK;
-        lens[i] = BLK;
-    }
+    batch_fill(local, remote, lens, N, src, base, BLK);
     te_fill(src, (size_t)N * BLK, 21);
     assert_int_equal(mc_te_transfer_sync(a, seg, MC_TE_OP_WRITE, local, remote, lens, N, NULL,
                                          NULL, 0),
@@ -173,10 +190,7 @@ static void test_two_loops_per_peer(void **state)
     mc_te_get_stats(a, &st);
     assert_int_equal(st.connections_opened, 2); /* one per lane */
     te_fill(mem + MiB, (size_t)N * BLK, 22);
-    for (size_t i = 0; i < N; i++) {
-        local[i] = (uint64_t)(uintptr_t)dst + i * BLK;
-        remote[i] = base + MiB + i * BLK;
-    }
+    batch_fill(local, remote, lens, N, dst, base + MiB, BLK);
     memset(dst, 0xAB, MiB);
     assert_int_equal(mc_te_transfer_sync(a, seg, MC_TE_OP_READ, local, remote, lens, N, NULL,
                                          NULL, 0),
@@ -188,10 +202,7 @@ static void test_two_loops_per_peer(void **state)
     assert_true(te_check(dst, MiB, 23));
     mc_te_get_stats(a, &st);
     assert_int_equal(st.connections_opened, 2);
-    mc_te_destroy(a);
-    assert_int_equal(mc_te_unregister_memory(b, mem), MC_OK);
-    mc_te_destroy(b);
-    free(mem);
+    close_pair(a, b, mem);
     free(src);
     free(dst);
 }
@@ -245,20 +256,12 @@ static void test_prefault_env(void **state)
 static void test_batch_spreads_over_connections(void **state)
 {
     (void)state;
-    mc_te_opts o = {.force_tcp = 1, .transfer_timeout_ms = 20000, .clock = test_clock,
-                    .conns_per_peer = 2, .io_threads = 1};
-    mc_te *a, *b = mk_p2p(1);
-    assert_int_equal(mc_te_create(&o, &a), MC_OK);
-    assert_int_equal(mc_te_initialize(a, "127.0.0.1", "P2PHANDSHAKE", "tcp", ""), MC_OK);
+    mc_te *b = mk_p2p(1), *a = mk_lanes(2, 1);
     enum { N = 16, BLK = 65536 };
     char *mem = malloc((size_t)N * BLK), *src = malloc((size_t)N * BLK);
     assert_int_equal(mc_te_register_memory(b, mem, (size_t)N * BLK, "cpu:0"), MC_OK);
     uint64_t local[N], remote[N], lens[N];
-    for (size_t i = 0; i < N; i++) {
-        local[i] = (uint64_t)(uintptr_t)src + i * BLK;
-        remote[i] = (uint64_t)(uintptr_t)mem + i * BLK;
-        lens[i] = BLK;
-    }
+    batch_fill(local, remote, lens, N, src, (uint64_t)(uintptr_t)mem, BLK);
     te_fill(src, (size_t)N * BLK, 31);
     assert_int_equal(mc_te_transfer_sync(a, mc_te_segment_name(b), MC_TE_OP_WRITE, local,
                                          remote, lens, N, NULL, NULL, 0),
@@ -267,10 +270,7 @@ static void test_batch_spreads_over_connections(void **state)
     mc_te_stats st;
     mc_te_get_stats(a, &st);
     assert_int_equal(st.connections_opened, 2);
-    mc_te_destroy(a);
-    assert_int_equal(mc_te_unregister_memory(b, mem), MC_OK);
-    mc_te_destroy(b);
-    free(mem);
+    close_pair(a, b, mem);
     free(src);
 }
 
