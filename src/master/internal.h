@@ -603,6 +603,14 @@ void mc__log_remove_slow(mc_master_service *svc, const obj *o);
 void mc__log_mount_slow(mc_master_service *svc, const seg *s);
 void mc__log_unmount_slow(mc_master_service *svc, const seg *s);
 void mc__log_wait_slow(mc_master_service *svc);
+/* mc__log_wait_starts: with --ha_sync=sync only, waits as mc__log_wait_slow for this
+ * thread's last record (put_start's `start` records), so a standby knows of every write
+ * in flight before its writer gets the space: a promoted standby then quarantines it
+ * instead of placing a new object where the old writer's late bytes could land
+ * (docs/ha.md "Writes in flight at a failover"). No-op otherwise: a single master's
+ * restart needs no durable start records (its clients remount and the writes are
+ * revoked), so put_start pays no fsync. No lock held. */
+void mc__log_wait_starts(mc_master_service *svc);
 /* The log's counters into out (oplog_*; zeros without a log). Any thread. */
 void mc__oplog_fill_stats(mc_master_service *svc, mc_master_stats *out);
 

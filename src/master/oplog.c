@@ -296,6 +296,13 @@ void mc__log_task_slow(mc_master_service *svc, const mc__log_task_rec *t)
     append_scratch(svc->oplog);
 }
 
+void mc__log_wait_starts(mc_master_service *svc)
+{
+    mc__oplog *l = svc->oplog;
+    if (l && l->repl && mc__repl_sync(l->repl))
+        mc__log_wait_slow(svc);
+}
+
 void mc__log_wait_slow(mc_master_service *svc)
 {
     mc__oplog *l = svc->oplog;

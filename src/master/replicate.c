@@ -378,6 +378,11 @@ int mc_master_service_fetch_snapshot(mc_master_service *svc, const char *token, 
     return MC_OK;
 }
 
+bool mc__repl_sync(const mc__repl *r)
+{
+    return r->mode == MC_MASTER_HA_SYNC_SYNC;
+}
+
 void mc__repl_wait_acked(mc__repl *r, uint64_t lsn)
 {
     if (r->mode != MC_MASTER_HA_SYNC_SYNC)

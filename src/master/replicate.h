@@ -40,6 +40,8 @@ void mc__repl_append(mc__repl *r, const uint8_t *frames, size_t len, uint64_t la
 /* Leader, a put_end's thread (no lock held): in sync mode waits until a standby fetched
  * past lsn, or the documented degradation rule lets it go (docs/ha.md). */
 void mc__repl_wait_acked(mc__repl *r, uint64_t lsn);
+/* mc__repl_sync: true when r runs --ha_sync=sync (immutable after create). */
+bool mc__repl_sync(const mc__repl *r);
 
 /* Standby, HA thread (each poll round): the leader to follow and its term token (from
  * the election backend, mc_election_read_token; "" when unknown). Starts the follower. */

@@ -255,6 +255,8 @@ static int start_op(mc_master_service *svc, mc_master_op op, mc_master_uuid clie
                     mc_master_replica_list *out, bool upsert)
 {
     int rc = do_start(svc, client, key, len, key_hash(svc, key, len), size, cfg, out, upsert);
+    if (rc == MC_OK)
+        mc__log_wait_starts(svc); /* --ha_sync=sync: the standby knows of the write */
     count_op(svc, op, rc);
     return rc;
 }
@@ -323,6 +325,7 @@ static int batch_start(mc_master_service *svc, mc_master_batch_op op, mc_master_
                                sizes[i], cfg, &outs[i], upsert);
         ahead_done(&a, statuses[i]);
     }
+    mc__log_wait_starts(svc); /* one wait for the whole batch: its last record */
     return ahead_end(svc, &a, op);
 }
 

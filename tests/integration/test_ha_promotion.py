@@ -88,3 +88,43 @@ def test_promotion_quarantines_a_write_in_flight(spawn, etcd_server):
     finally:
         owner.close()
         writer.close()
+
+
+def test_sync_put_start_waits_for_the_standby(spawn, etcd_server):
+    """--ha_sync=sync: a put_start is answered only once a standby fetched its start
+    record (docs/ha.md "Writes in flight at a failover"), so a promoted standby always
+    knows the write. With the standby following, the leader's acknowledged LSN covers
+    the put_start's record when the reply comes, single and batched; with the standby
+    stopped (SIGSTOP), the put_start alone counts one degraded acknowledgement."""
+    etcd_server.clear()
+    common = ("--enable_ha", f"--etcd_endpoints={etcd_server.bare}", "--ha_lease_ttl_sec=2",
+              "--ha_sync=sync", "--enable_metric_reporting=false", "--client_ttl=60")
+    m1 = Master(spawn, *common)
+    wait_until(lambda: _json(m1, "/role")["role"] == "leader", 20, "m1 elected")
+    m2 = Master(spawn, *common)
+    wait_until(lambda: _json(m2, "/role")["role"] == "standby", 20, "m2 standby")
+    owner, writer = Ctl(spawn, m1.addr, OWNER), Ctl(spawn, m1.addr, WRITER)
+    try:
+        assert owner("mount", segment(name="127.0.0.1:17302", size=16 << 20,
+                                      id="e3-e4"))["status"] == OK
+        wait_until(lambda: m1.metrics()["master_ha_repl_acked_lsn"]
+                   >= m1.metrics()["master_ha_repl_last_lsn"], 20, "the standby caught up")
+        assert writer("put_start", "one", 4096)["status"] == OK
+        mt = m1.metrics()
+        assert mt["master_ha_repl_acked_lsn"] >= mt["master_ha_repl_last_lsn"], mt
+        r = writer("batch_put_start", ["b1", "b2", "b3"], [4096, 4096, 4096])
+        assert r["status"] == OK, r
+        mt = m1.metrics()
+        assert mt["master_ha_repl_acked_lsn"] >= mt["master_ha_repl_last_lsn"], mt
+        assert mt["master_ha_sync_degraded_total"] == 0, mt
+        m2.proc.send_signal(signal.SIGSTOP)
+        try:
+            assert writer("put_start", "two", 4096)["status"] == OK
+            mt = m1.metrics()
+            assert mt["master_ha_sync_degraded_total"] == 1, mt  # put_start alone
+            assert mt["master_ha_repl_acked_lsn"] < mt["master_ha_repl_last_lsn"], mt
+        finally:
+            m2.proc.send_signal(signal.SIGCONT)
+    finally:
+        owner.close()
+        writer.close()
