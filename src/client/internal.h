@@ -121,6 +121,27 @@ bool mc__master_key_ok(const void *key, size_t len);
 
 #define MC__STORE_TAG "store"
 #define MC__CHUNK_KEYS 4096u              /* keys per master RPC step / transfer set */
+
+/* The remount window (docs/ha.md "The remount window"): just after a leader change the
+ * new leader serves the segments it copied only once their owners remount (a segment
+ * whose owner does not come back must not be read or written), so for a moment puts
+ * answer NO_AVAILABLE_HANDLE and gets REPLICA_IS_NOT_READY. Within
+ * MC__REMOUNT_WINDOW_MS of a view change this client asks again for exactly those keys,
+ * every MC__REMOUNT_POLL_MS, for at most MC__REMOUNT_RETRY_MS per call. */
+#define MC__REMOUNT_WINDOW_MS 10000u
+#define MC__REMOUNT_RETRY_MS 5000u
+#define MC__REMOUNT_POLL_MS 20u
+/* mc__remount_call: asks the master again for keys[0..n) (map[j]: the key's index in the
+ * caller's arrays), filling reps[0..n) and st[0..n) as the first call did. */
+typedef void (*mc__remount_call)(void *ctx, const size_t *map, size_t n,
+                                 const mc_master_key *keys, mc_master_replica_list *reps,
+                                 int *st);
+/* mc__remount_retry: while some st[k] == code and the remount window is open (above),
+ * waits MC__REMOUNT_POLL_MS and re-asks for those keys through call, copying each answer
+ * into reps[k] / st[k]. keys/reps/st: m entries, the caller's. read.c. */
+void mc__remount_retry(mc_store *s, int code, const mc_master_key *keys, size_t m,
+                       mc_master_replica_list *reps, int *st, mc__remount_call call,
+                       void *ctx);
 #define MC__HOST_MAX MC_STORE_NAME_MAX    /* host part of a segment name */
 #define MC__TENANT_MAX 256u
 

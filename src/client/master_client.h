@@ -121,6 +121,13 @@ MC_API const char *mc_master_client_address(const mc_master_client *c);
 MC_API void mc_master_client_set_leader_hook(mc_master_client *c, void (*fn)(void *ctx),
                                              void *ctx);
 
+/* mc_master_client_view_changed_within: true when this client saw the master's view move
+ * to a newer leader (a lookup, the follow thread or a reply; not the first view it
+ * learned) at most ms milliseconds ago. The store client retries puts and gets that the
+ * new leader refuses only because the segments' owners have not remounted yet
+ * (store read.c / write.c, docs/ha.md "The remount window"). Any thread. */
+bool mc_master_client_view_changed_within(const mc_master_client *c, uint64_t ms);
+
 /* mc_master_client_view: the newest view seen (0 without HA). */
 MC_API int64_t mc_master_client_view(const mc_master_client *c);
 

@@ -63,6 +63,7 @@ struct mc_master_client {
     uint64_t gen;             /* bumped on a leader change: older slots reconnect */
     int64_t leader_view;      /* the view of host:port as the lookup gave it */
     _Atomic int64_t max_view; /* the newest view seen in a lookup or a reply */
+    _Atomic uint64_t view_ms; /* mc_now_ms when a newer view than the first was seen */
     void (*on_change)(void *ctx); /* set before calls start */
     void *change_ctx;
 };
@@ -280,6 +281,8 @@ static void see_view(mc_master_client *c, int64_t v)
     int64_t cur = atomic_load(&c->max_view);
     while (v > cur && !atomic_compare_exchange_weak(&c->max_view, &cur, v)) {
     }
+    if (v > cur && cur > 0) /* a leader change (not the first view this client learns) */
+        atomic_store(&c->view_ms, mc_now_ms());
 }
 
 /* HA: a reply from an older view than the newest seen is refused (STALE_VIEW): only the
@@ -678,6 +681,12 @@ void mc_master_client_set_leader_hook(mc_master_client *c, void (*fn)(void *ctx)
     c->on_change = fn;
     c->change_ctx = ctx;
     pthread_mutex_unlock(&c->lock);
+}
+
+bool mc_master_client_view_changed_within(const mc_master_client *c, uint64_t ms)
+{
+    uint64_t t = atomic_load(&((mc_master_client *)c)->view_ms);
+    return t && mc_now_ms() - t <= ms;
 }
 
 int64_t mc_master_client_view(const mc_master_client *c)

@@ -30,6 +30,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "client/internal.h"
 #include "common/xalloc.h"
@@ -465,6 +466,9 @@ static void read_lease_check(ritem *it, const size_t *idx, size_t m, const rstat
 
 /* Reads the pending items idx[0..m) (a chunk): one (batch) get_replica_list RPC, then
  * the transfer rounds, then the lease check. */
+static void reread_call(void *ctx, const size_t *map, size_t n, const mc_master_key *keys,
+                        mc_master_replica_list *reps, int *st);
+
 static void read_chunk(mc_store *s, ritem *it, const size_t *idx, size_t m, const read_op *op)
 {
     mc_master_key *keys = mc_xmalloc(m * sizeof *keys);
@@ -484,6 +488,7 @@ static void read_chunk(mc_store *s, ritem *it, const size_t *idx, size_t m, cons
         st[0] = mc_master_client_get_replica_list(s->mc, keys[0].data, keys[0].len, &reps[0]);
     else
         mc_master_client_batch_get_replica_list(s->mc, keys, m, reps, st);
+    mc__remount_retry(s, MC_REPLICA_IS_NOT_READY, keys, m, reps, st, reread_call, s);
 
     for (size_t k = 0; k < m; k++) {
         rs[k].last_err = MC_TRANSFER_FAIL;
@@ -499,6 +504,68 @@ static void read_chunk(mc_store *s, ritem *it, const size_t *idx, size_t m, cons
     free(st);
     free(rs);
     free(reps);
+}
+
+/* ---- the remount window (internal.h) ---- */
+
+void mc__remount_retry(mc_store *s, int code, const mc_master_key *keys, size_t m,
+                       mc_master_replica_list *reps, int *st, mc__remount_call call,
+                       void *ctx)
+{
+    uint64_t t_start = mc_now_ms();
+    size_t *map = NULL;
+    mc_master_key *sk = NULL;
+    mc_master_replica_list *sr = NULL;
+    int *ss = NULL;
+    for (;;) {
+        size_t n = 0;
+        for (size_t k = 0; k < m; k++)
+            n += st[k] == code;
+        if (!n || !mc_master_client_view_changed_within(s->mc, MC__REMOUNT_WINDOW_MS) ||
+            mc_now_ms() - t_start >= MC__REMOUNT_RETRY_MS)
+            break;
+        struct timespec ts = {0, (long)MC__REMOUNT_POLL_MS * 1000000L};
+        nanosleep(&ts, NULL);
+        if (!map) {
+            map = mc_xmalloc(n * sizeof *map);
+            sk = mc_xmalloc(n * sizeof *sk);
+            sr = mc_xmalloc(n * sizeof *sr);
+            ss = mc_xmalloc(n * sizeof *ss);
+        }
+        size_t j = 0;
+        for (size_t k = 0; k < m; k++)
+            if (st[k] == code) {
+                map[j] = k;
+                sk[j] = keys[k];
+                sr[j].n = 0;
+                sr[j].lease_ttl_ms = 0;
+                j++;
+            }
+        call(ctx, map, n, sk, sr, ss);
+        for (j = 0; j < n; j++) {
+            mc_master_replica_list *d = &reps[map[j]];
+            st[map[j]] = ss[j];
+            d->n = sr[j].n <= MC_MASTER_MAX_REPLICAS ? sr[j].n : 0;
+            d->lease_ttl_ms = sr[j].lease_ttl_ms;
+            memcpy(d->replicas, sr[j].replicas, d->n * sizeof d->replicas[0]);
+        }
+    }
+    free(map);
+    free(sk);
+    free(sr);
+    free(ss);
+}
+
+/* get_replica_list for the keys still refused in the remount window */
+static void reread_call(void *ctx, const size_t *map, size_t n, const mc_master_key *keys,
+                        mc_master_replica_list *reps, int *st)
+{
+    (void)map;
+    mc_store *s = ctx;
+    if (n == 1)
+        st[0] = mc_master_client_get_replica_list(s->mc, keys[0].data, keys[0].len, &reps[0]);
+    else
+        mc_master_client_batch_get_replica_list(s->mc, keys, n, reps, st);
 }
 
 /* Runs the read protocol for items whose result is MC_OK (pending). Caller holds life

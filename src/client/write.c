@@ -172,27 +172,53 @@ typedef struct wchunk {
     mc_master_replica_list *reps; /* where to write (the start RPC's reply) */
 } wchunk;
 
-/* Step 1: put_start / upsert_start for the whole chunk (one RPC, batched when m > 1).
+/* put_start / upsert_start of keys[0..n) (one RPC, batched when n > 1): per-key codes
+ * in st, replica lists in reps. */
+static void start_call(mc_store *s, bool upsert, const mc_master_key *keys,
+                       const uint64_t *sizes, size_t n, const mc_master_put_config *cfg,
+                       mc_master_replica_list *reps, int *st)
+{
+    if (n == 1) {
+        st[0] = upsert ? mc_master_client_upsert_start(s->mc, s->client_id, keys[0].data,
+                                                       keys[0].len, sizes[0], cfg, &reps[0])
+                       : mc_master_client_put_start(s->mc, s->client_id, keys[0].data,
+                                                    keys[0].len, sizes[0], cfg, &reps[0]);
+    } else if (upsert) {
+        /* the call's own code is the first failure; the per-key codes carry everything */
+        (void)mc_master_client_batch_upsert_start(s->mc, s->client_id, keys, sizes, n, cfg,
+                                                  reps, st);
+    } else {
+        (void)mc_master_client_batch_put_start(s->mc, s->client_id, keys, sizes, n, cfg,
+                                               reps, st);
+    }
+}
+
+typedef struct restart_ctx {
+    wchunk *c;
+    const mc_master_put_config *cfg;
+} restart_ctx;
+
+/* the remount window (internal.h): put_start again for the keys refused NO_AVAILABLE_HANDLE */
+static void restart_call(void *ctx, const size_t *map, size_t n, const mc_master_key *keys,
+                         mc_master_replica_list *reps, int *st)
+{
+    restart_ctx *r = ctx;
+    uint64_t *sizes = mc_xmalloc(n * sizeof *sizes);
+    for (size_t j = 0; j < n; j++)
+        sizes[j] = r->c->sizes[map[j]];
+    start_call(r->c->s, r->c->upsert, keys, sizes, n, r->cfg, reps, st);
+    free(sizes);
+}
+
+/* Step 1: put_start / upsert_start for the whole chunk (one RPC, batched when m > 1; in
+ * the remount window the keys refused for want of space are asked again).
  * Marks the items that have nothing to write. Returns how many were started. */
 static size_t write_start(wchunk *c, const mc_master_put_config *cfg)
 {
-    mc_store *s = c->s;
-    const mc_master_key *k0 = &c->keys[0];
-    if (c->m == 1) {
-        c->st[0] = c->upsert ? mc_master_client_upsert_start(s->mc, s->client_id, k0->data,
-                                                             k0->len, c->sizes[0], cfg,
-                                                             &c->reps[0])
-                             : mc_master_client_put_start(s->mc, s->client_id, k0->data,
-                                                          k0->len, c->sizes[0], cfg,
-                                                          &c->reps[0]);
-    } else if (c->upsert) {
-        /* the call's own code is the first failure; the per-key codes carry everything */
-        (void)mc_master_client_batch_upsert_start(s->mc, s->client_id, c->keys, c->sizes, c->m,
-                                                  cfg, c->reps, c->st);
-    } else {
-        (void)mc_master_client_batch_put_start(s->mc, s->client_id, c->keys, c->sizes, c->m,
-                                               cfg, c->reps, c->st);
-    }
+    start_call(c->s, c->upsert, c->keys, c->sizes, c->m, cfg, c->reps, c->st);
+    restart_ctx rc = {c, cfg};
+    mc__remount_retry(c->s, MC_NO_AVAILABLE_HANDLE, c->keys, c->m, c->reps, c->st,
+                      restart_call, &rc);
     size_t started = 0;
     for (size_t k = 0; k < c->m; k++) {
         witem *w = &c->it[c->idx[k]];

@@ -12,6 +12,7 @@ election backend) (issue 12 item 2; the multi-host fault tests are test_ha_netns
   wait), and a client given the etcd locator follows it;
 - the client's view check: replies of an older view than the leader key's are refused.
 """
+import os
 import socket
 
 import pytest
@@ -309,3 +310,63 @@ def test_failover_sync_with_a_cluster_secret(spawn, etcd_server, tmp_path, monke
         assert m2.metrics().get("master_rpc_authenticated_total", 0) > 0, m2.metrics()
     frac, r = _failover_fraction(spawn, etcd_server, "sync", check_new_leader=authenticated)
     assert frac == 1.0, r
+
+
+def test_calls_in_the_remount_window_are_retried(spawn, etcd_server):
+    """docs/ha.md "The remount window": just after a failover the new leader serves a
+    copied segment only once its owner remounts, so until then a put answers
+    NO_AVAILABLE_HANDLE and a get REPLICA_IS_NOT_READY; a client that saw the leader
+    change asks again for those keys (bounded). The segment's owner is held stopped
+    (SIGSTOP) across the kill -9 of the leader, so the window is open for sure; once the
+    new leader refused a get and a put at least twice each (the first try and a retry),
+    the owner is let go, and the get and the put in flight succeed with the right bytes."""
+    import signal
+    import threading
+    import uuid
+
+    from store_proc import StoreProc
+    etcd_server.clear()
+    m1, m2 = _ha_store_pair(spawn, etcd_server, "sync")
+    loc = f"etcd://{etcd_server.bare}"
+    env = {"MC_STORE_HEARTBEAT_MS": "100", "MC_RPC_TIMEOUT_MS": "30000"}
+    owner = StoreProc(("127.0.0.1", loc, 16 << 20, 8 << 20, "tcp", "", loc), env=env)
+    users = [StoreProc(("127.0.0.1", loc, 0, 8 << 20, "tcp", "", loc), env=env)
+             for _ in range(2)]
+    stopped = False
+    try:
+        assert owner.setup_rc == 0 and all(u.setup_rc == 0 for u in users)
+        keys = [f"rw-{uuid.uuid4().hex[:8]}-{i}" for i in range(4)]
+        assert users[0].fn("put_values", keys, 4096) == [0] * 4
+        os.kill(owner.proc.pid, signal.SIGSTOP)
+        stopped = True
+        m1.stop(sig=signal.SIGKILL)
+        wait_until(lambda: _json(m2, "/role")["role"] == "leader", 20, "m2 elected")
+        base = m2.metrics()
+        res = {}
+        threads = [
+            threading.Thread(target=lambda: res.update(
+                get=users[0].fn("check_values", keys[:1], 4096, timeout=60))),
+            threading.Thread(target=lambda: res.update(
+                put=users[1].fn("put_values", [keys[0] + "-after"], 4096, timeout=60))),
+        ]
+        for t in threads:
+            t.start()
+        try:
+            def refused_twice():
+                m = m2.metrics()
+                return all(m[f"master_{op}_failures_total"] >= base[f"master_{op}_failures_total"] + 2
+                           for op in ("get_replica_list", "put_start"))
+            wait_until(refused_twice, 20, "the new leader refused a get and a put, twice each")
+        finally:
+            os.kill(owner.proc.pid, signal.SIGCONT)
+            stopped = False
+            for t in threads:
+                t.join(60)
+        assert res == {"get": ["ok"], "put": [0]}, res
+        assert users[0].fn("check_values", keys + [keys[0] + "-after"], 4096) == ["ok"] * 5
+    finally:
+        if stopped:
+            os.kill(owner.proc.pid, signal.SIGCONT)
+        owner.kill()
+        for u in users:
+            u.kill()
