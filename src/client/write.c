@@ -501,6 +501,38 @@ static void settle_contested(mc_store *s, witem *it, size_t n, const mc_master_p
     free(res);
 }
 
+/* The codes of a put that a leader change can explain (do_write): the call to the old
+ * leader failed, or the new one does not know the put's start. */
+static bool redo_after_switch(int st)
+{
+    return st == MC_OBJECT_NOT_FOUND || st == MC_RPC_FAIL || st == MC_RPC_TIMEOUT ||
+           st == MC_UNAVAILABLE_IN_CURRENT_STATUS;
+}
+
+/* Whether some of the put's items failed in a way a leader change explains and the view
+ * moved past v0 (the view when the put began): at once when it moved already; when a call
+ * failed (the leader is gone) and no new view is known yet, it waits for one, polling
+ * every MC__REMOUNT_POLL_MS for at most MC__REMOUNT_WINDOW_MS (about an election). */
+static bool switch_settled(mc_store *s, const witem *it, const size_t *idx, size_t m,
+                           int64_t v0)
+{
+    bool any = false, gone = false;
+    for (size_t k = 0; k < m; k++) {
+        int st = it[idx[k]].status;
+        any |= redo_after_switch(st);
+        gone |= redo_after_switch(st) && st != MC_OBJECT_NOT_FOUND;
+    }
+    if (!any)
+        return false;
+    uint64_t t0 = mc_now_ms();
+    while (mc_master_client_view(s->mc) <= v0) {
+        if (!gone || mc_now_ms() - t0 >= MC__REMOUNT_WINDOW_MS)
+            return false;
+        pause_ms(MC__REMOUNT_POLL_MS);
+    }
+    return true;
+}
+
 /* Runs the write protocol for items[0..n) whose status is MC_OK (the others keep their
  * status). Caller holds life shared. */
 static void do_write(mc_store *s, bool upsert, witem *it, size_t n,
@@ -516,8 +548,25 @@ static void do_write(mc_store *s, bool upsert, witem *it, size_t n,
     for (size_t i = 0; i < n; i++)
         if (it[i].active)
             idx[m++] = i;
+    int64_t v0 = mc_master_client_view(s->mc); /* 0: not HA */
     for (size_t c = 0; c < m; c += CHUNK_KEYS)
         write_chunk(s, upsert, it, idx + c, m - c < CHUNK_KEYS ? m - c : CHUNK_KEYS, cfg);
+    /* A leader change during the put (docs/ha.md "The remount window"): a put whose
+     * put_start or put_end reached the old leader and failed (the call failed, or the new
+     * leader never saw the start: OBJECT_NOT_FOUND) is put once more from the start
+     * through the new leader. Safe: the first attempt never became readable there (a
+     * complete copy would make the new put_start find the key: ST_CONTESTED, settled
+     * below), and its range is quarantined by the promotion, never reused under us. */
+    if (m && v0 > 0 && switch_settled(s, it, idx, m, v0)) {
+        size_t r = 0;
+        for (size_t k = 0; k < m; k++)
+            if (redo_after_switch(it[idx[k]].status)) {
+                it[idx[k]].status = MC_OK;
+                idx[r++] = idx[k];
+            }
+        for (size_t c = 0; c < r; c += CHUNK_KEYS)
+            write_chunk(s, upsert, it, idx + c, r - c < CHUNK_KEYS ? r - c : CHUNK_KEYS, cfg);
+    }
     if (!upsert && m)
         settle_contested(s, it, n, cfg);
     for (size_t i = 0; i < n; i++)

@@ -370,3 +370,51 @@ def test_calls_in_the_remount_window_are_retried(spawn, etcd_server):
         owner.kill()
         for u in users:
             u.kill()
+
+
+def test_a_put_in_flight_at_the_kill_is_put_again(spawn, etcd_server):
+    """docs/ha.md "The remount window": a put whose put_start reached the leader and
+    which was still transferring when the leader was killed (kill -9) is put once more
+    from the start through the new leader, so the caller gets 0 and the bytes read back.
+    The transfer is held: the segment's owner is stopped (SIGSTOP) and the bytes go over
+    TCP (MC_FORCE_TCP), so the put cannot end before the owner is let go, which happens
+    only once the new leader serves."""
+    import signal
+    import threading
+    import uuid
+
+    from store_proc import StoreProc
+    etcd_server.clear()
+    m1, m2 = _ha_store_pair(spawn, etcd_server, "sync")
+    loc = f"etcd://{etcd_server.bare}"
+    env = {"MC_STORE_HEARTBEAT_MS": "100", "MC_RPC_TIMEOUT_MS": "30000", "MC_FORCE_TCP": "1",
+           "MC_TRANSFER_TIMEOUT": "60"}
+    owner = StoreProc(("127.0.0.1", loc, 64 << 20, 8 << 20, "tcp", "", loc), env=env)
+    user = StoreProc(("127.0.0.1", loc, 0, 32 << 20, "tcp", "", loc), env=env)
+    stopped = False
+    try:
+        assert owner.setup_rc == 0 and user.setup_rc == 0
+        key, size = f"inflight-{uuid.uuid4().hex[:8]}", 16 << 20
+        before = m1.metrics()["master_put_start_requests_total"]
+        os.kill(owner.proc.pid, signal.SIGSTOP)
+        stopped = True
+        res = {}
+        t = threading.Thread(target=lambda: res.update(
+            put=user.fn("put_values", [key], size, timeout=90)))
+        t.start()
+        try:
+            wait_until(lambda: m1.metrics()["master_put_start_requests_total"] > before, 20,
+                       "the put started on the first leader")
+            m1.stop(sig=signal.SIGKILL)
+            wait_until(lambda: _json(m2, "/role")["role"] == "leader", 20, "m2 elected")
+        finally:
+            os.kill(owner.proc.pid, signal.SIGCONT)
+            stopped = False
+            t.join(90)
+        assert res == {"put": [0]}, res
+        assert user.fn("check_values", [key], size, timeout=60) == ["ok"]
+    finally:
+        if stopped:
+            os.kill(owner.proc.pid, signal.SIGCONT)
+        owner.kill()
+        user.kill()
