@@ -528,16 +528,7 @@ static int persist_flags(const char *prog, mc_master_persist_opts *o)
                 oplog_sync);
         return 2;
     }
-    if (!enable_snapshot) {
-        if (enable_snapshot_restore || enable_oplog) {
-            fprintf(stderr,
-                    "%s: --%s needs --enable_snapshot (the snapshots and the mutation log "
-                    "live in its directory, --snapshot_backup_dir)\n",
-                    prog, enable_snapshot_restore ? "enable_snapshot_restore" : "enable_oplog");
-            return 2;
-        }
-        return 0;
-    }
+    /* a value mooncake-c cannot honour is refused with the feature off too */
     if (strcmp(snapshot_store, "local") != 0) {
         fprintf(stderr, "%s: --snapshot_object_store_type=%s: mooncake-c writes snapshots to a "
                         "local directory only (local)\n", prog, snapshot_store);
@@ -547,6 +538,16 @@ static int persist_flags(const char *prog, mc_master_persist_opts *o)
         fprintf(stderr, "%s: --snapshot_catalog_store_type=%s: mooncake-c keeps the catalog "
                         "in the snapshot directory only (embedded)\n", prog, snapshot_catalog);
         return 2;
+    }
+    if (!enable_snapshot) {
+        if (enable_snapshot_restore || enable_oplog) {
+            fprintf(stderr,
+                    "%s: --%s needs --enable_snapshot (the snapshots and the mutation log "
+                    "live in its directory, --snapshot_backup_dir)\n",
+                    prog, enable_snapshot_restore ? "enable_snapshot_restore" : "enable_oplog");
+            return 2;
+        }
+        return 0;
     }
     const char *dir = *snapshot_dir ? snapshot_dir : getenv("MOONCAKE_SNAPSHOT_LOCAL_PATH");
     if (!dir || !*dir) {
@@ -646,13 +647,6 @@ static char ha_conn_buf[4096];
 static int ha_flags(const char *prog, const char **conn)
 {
     bool redis = strcmp(ha_backend_type, "redis") == 0;
-    if (!redis && strcmp(ha_backend_type, "etcd") != 0) {
-        fprintf(stderr,
-                "%s: --ha_backend_type=%s is not implemented by mooncake-c: the election runs "
-                "on etcd or redis (k8s leases are not implemented)\n",
-                prog, ha_backend_type);
-        return 2;
-    }
     *conn = *ha_backend_connstring ? ha_backend_connstring : redis ? "" : etcd_endpoints;
     if (!**conn) {
         fprintf(stderr, "%s: --enable_ha needs the %s: --ha_backend_connstring=%s\n", prog,
@@ -738,6 +732,15 @@ int main(int argc, char **argv)
     }
     if (rpc_thread_num == 0 && max_threads != 16)
         rpc_thread_num = max_threads; /* upstream: rpc_thread_num 0 -> max_threads */
+    /* a backend mooncake-c cannot run is refused with --enable_ha off too */
+    if (strcmp(ha_backend_type, "redis") != 0 && strcmp(ha_backend_type, "etcd") != 0) {
+        fprintf(stderr,
+                "%s: --ha_backend_type=%s: mooncake-c elects on etcd or redis only%s\n", prog,
+                ha_backend_type,
+                strcmp(ha_backend_type, "k8s") == 0 ? " (k8s leases are not implemented)" : "");
+        exit_code = 2;
+        goto out;
+    }
     if (enable_ha && ha_flags(prog, &ha_conn) != 0) {
         exit_code = 2;
         goto out;

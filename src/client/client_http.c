@@ -142,11 +142,16 @@ static char *metrics_text(mc_store *s, size_t *len)
     for (int op = 0; op < MC__OP_COUNT; op++)
         fprintf(f, "mooncake_client_requests_total{op=\"%s\"} %" PRIu64 "\n", op_names[op],
                 ld(&s->cstats.done[op]));
+    /* the sum per operation is a family of its own, so sum() over the statuses of
+     * mooncake_client_failures_total counts each failure once */
+    family(f, "mooncake_client_failed_requests_total", "counter",
+           "Items that failed, by operation (every status)");
+    for (int op = 0; op < MC__OP_COUNT; op++)
+        fprintf(f, "mooncake_client_failed_requests_total{op=\"%s\"} %" PRIu64 "\n",
+                op_names[op], failed_total(s, op));
     family(f, "mooncake_client_failures_total", "counter",
            "Items that failed, by operation and status (only statuses seen)");
     for (int op = 0; op < MC__OP_COUNT; op++) {
-        fprintf(f, "mooncake_client_failures_total{op=\"%s\",status=\"ANY\"} %" PRIu64 "\n",
-                op_names[op], failed_total(s, op));
         for (int i = 0; i < MC__CSTATS_SLOTS; i++) {
             uint64_t v = ld(&s->cstats.failed[op][i]);
             if (!v)

@@ -168,6 +168,20 @@ out:
 
 /* setup(...) keyword form, or setup(config: dict) / setup(config=dict) (dispatched on
  * the argument shape before any parsing, as upstream's two pybind11 overloads). */
+
+/* A bool keyword of setup(): what upstream's pybind11 bool takes (True/False, or an
+ * object with __bool__ such as an int or numpy.bool_); a str or bytes ("false" would be
+ * true) is a TypeError naming the keyword. Returns 0/1, or -1 with the error set. */
+static int flag_arg(PyObject *o, const char *name)
+{
+    if (PyUnicode_Check(o) || PyBytes_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "setup(): %s must be a bool, not %s", name,
+                     Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    return PyObject_IsTrue(o);
+}
+
 static PyObject *store_setup(PyObject *o, PyObject *args, PyObject *kwds)
 {
     mcpy_store *self = (mcpy_store *)o;
@@ -213,10 +227,10 @@ static PyObject *store_setup(PyObject *o, PyObject *args, PyObject *kwds)
                                 INT32_MAX, &port) < 0)
         return NULL;
     cfg.client_http_port = (int)port;
-    if ((t = PyObject_IsTrue(a_ssd)) < 0)
+    if ((t = flag_arg(a_ssd, "enable_ssd_offload")) < 0)
         return NULL;
     cfg.enable_ssd_offload = t;
-    if ((t = PyObject_IsTrue(a_http)) < 0)
+    if ((t = flag_arg(a_http, "enable_client_http_server")) < 0)
         return NULL;
     cfg.enable_client_http_server = t;
     /* engine=: the capsule keeps the TransferEngine alive while the store uses it */

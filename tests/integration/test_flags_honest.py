@@ -88,6 +88,18 @@ def test_master_default_only_flag_refused_at_another_value(flag, default, other)
     assert f"--{flag}={default}" in r.stderr and "drop the flag" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("flag,value", [("ha_backend_type", "k8s"), ("ha_backend_type", "foo"),
+                                        ("snapshot_object_store_type", "s3"),
+                                        ("snapshot_catalog_store_type", "redis")])
+def test_value_mooncake_cannot_honour_refused_with_the_feature_off(flag, value):
+    # no --enable_ha / --enable_snapshot: the value is still refused, naming the flag
+    r = _run([tool("mooncake_master"), "--rpc_address=127.0.0.1", "--rpc_port=0",
+              "--metrics_port=0", f"--{flag}={value}"])
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"--{flag}={value}" in r.stderr, r.stderr
+    assert ("k8s" in r.stderr) == (value == "k8s"), r.stderr
+
+
 def test_master_accepts_every_default_only_flag_at_its_default(spawn):
     m = Master(spawn, "--enable_metric_reporting=false",
                *[f"--{f}={d}" for f, d, _ in MASTER_DEFAULT_ONLY])
