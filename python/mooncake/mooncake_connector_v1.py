@@ -617,7 +617,7 @@ class _Worker:
                 if rc != 0:
                     raise RuntimeError(f"batch_transfer_sync_read from {peer.session} "
                                        f"returned {rc}")
-        except Exception as e:  # noqa: BLE001 - the request is recomputed
+        except Exception as e:  # noqa: BLE001 - a failed load (kv_load_failure_policy)
             ok = False
             with self._lock:   # the peer may have restarted: ask for its layout again
                 self._peers.pop((recv.remote_host, port), None)

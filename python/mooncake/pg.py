@@ -234,6 +234,21 @@ def _op_code(op):
     raise ValueError(f"mooncake-cpu: unsupported reduce op {op}")
 
 
+_AVG = 4   # the op code of ReduceOp.AVG in _OPS
+
+
+def _red_dtype_code(t, op, call):
+    """The dtype code of contiguous tensor t reduced with op code op by collective call;
+    ValueError (before anything is sent) for AVG on a non-floating dtype: AVG divides,
+    which is defined here for floating point only (gloo has no AVG; the C reduction
+    refuses the pair with a generic error)."""
+    dt = _dtype_code(t)
+    if op == _AVG and not t.is_floating_point():
+        raise ValueError(f"mooncake-cpu: {call} with ReduceOp.AVG needs a floating point "
+                         f"tensor, got {t.dtype} (use SUM and divide)")
+    return dt
+
+
 def _check_cpu(t):
     if t.device.type != "cpu":
         raise ValueError(f"mooncake-cpu: tensors must be on the CPU, got {t.device}")
@@ -683,7 +698,7 @@ def _make_classes():
             g = self._g
             for t in tensors:
                 f = _Flat(t)
-                dt = _dtype_code(f.c)
+                dt = _red_dtype_code(f.c, op, "all_reduce")
                 n = f.c.numel()
                 g.run("all_reduce", lambda s, r: g.comm.allreduce(s, r, f.ptr, n, dt, op))
                 f.done()
@@ -747,7 +762,7 @@ def _make_classes():
             for out, ins in zip(outputs, input_lists):
                 fo = _Flat(out)
                 fi = [_Flat(x) for x in ins]
-                dt = _dtype_code(fo.c)
+                dt = _red_dtype_code(fo.c, op, "reduce_scatter")
                 n = fo.c.numel()
                 ptrs = [0] * g.G
                 for i, x in enumerate(fi):
@@ -768,7 +783,7 @@ def _make_classes():
             n = fo.c.numel()
             if fi.c.numel() != n * self._size:
                 raise ValueError("reduce_scatter_tensor: input must be world_size x output")
-            dt = _dtype_code(fo.c)
+            dt = _red_dtype_code(fo.c, op, "reduce_scatter_tensor")
             nb = fo.nbytes
             ptrs = [0] * g.G
             for i in range(self._size):
@@ -791,7 +806,7 @@ def _make_classes():
             g = self._g
             for t in tensors:
                 f = _Flat(t)
-                dt = _dtype_code(f.c)
+                dt = _red_dtype_code(f.c, op, "reduce")
                 n = f.c.numel()
                 g.run("reduce", lambda s, r: g.comm.reduce(s, r, f.ptr, n, dt, op, root))
                 f.done()

@@ -12,8 +12,9 @@ For each ``POST /v1/completions`` or ``POST /v1/chat/completions`` it
    ``max_completion_tokens`` when given) set to 1, ``stream`` false, no
    ``stream_options``, and ``kv_transfer_params = {"do_remote_decode": true,
    "do_remote_prefill": false, "remote_engine_id": null, "remote_block_ids": null,
-   "remote_host": null, "remote_port": null}``; a non-2xx answer is returned to the
-   client as it came, an instance that cannot be reached gives 502;
+   "remote_host": null, "remote_port": null, "remote_request_id": null}``; a non-2xx
+   answer is returned to the client as it came, an instance that cannot be reached
+   gives 502;
 2. sends the client's request to the next decode instance with the
    ``kv_transfer_params`` of the prefill answer (when it has any), and streams the
    decode answer back unchanged (status, content type, body chunk by chunk: an SSE
@@ -21,13 +22,16 @@ For each ``POST /v1/completions`` or ``POST /v1/chat/completions`` it
 
 Both calls carry ``X-Request-Id`` (one fresh id per client request) and
 ``Authorization: Bearer $OPENAI_API_KEY``. ``GET /healthcheck`` answers
-``{"status": "ok", "prefill_instances": n, "decode_instances": m}``.
+``{"status": "ok", "prefill_instances": n, "decode_instances": m}``: a liveness check
+of the proxy itself (as upstream's), it does not contact the instances, so it answers
+"ok" while they are down.
 
 The flags are upstream's (its wheel ships a proxy of this name, a copy of vLLM's toy
 disaggregation proxy): ``--host`` (127.0.0.1), ``--port`` (8000),
 ``--prefiller-hosts/--prefiller-host`` and ``--prefiller-ports/--prefiller-port``
 (lists, paired in order; default localhost 8100), ``--decoder-hosts/--decoder-host``
-and ``--decoder-ports/--decoder-port`` (default localhost 8200). Built on aiohttp (a
+and ``--decoder-ports/--decoder-port`` (default localhost 8200); a port must be
+1-65535. Built on aiohttp (a
 dependency of this package) instead of upstream's FastAPI + httpx + uvicorn.
 """
 from __future__ import annotations
@@ -48,28 +52,49 @@ logger = logging.getLogger(__name__)
 
 PREFILL_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False,
                   "remote_engine_id": None, "remote_block_ids": None,
-                  "remote_host": None, "remote_port": None}
+                  "remote_host": None, "remote_port": None, "remote_request_id": None}
 # hop-by-hop or recomputed headers that are not copied from a backend's answer
 _SKIP_HEADERS = {"content-length", "transfer-encoding", "connection", "keep-alive",
                  "content-encoding", "date", "server"}
 
 
+def _port(text: str) -> int:
+    """A TCP port 1-65535 from the command line; argparse reports other values."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 1 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"port {n} is out of range 1-65535")
+    return n
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The command line (upstream's flags); SystemExit(2) when the host and port lists
-    of a kind differ in length."""
+    """The command line (upstream's flags); SystemExit(2) when a port is not 1-65535
+    or the host and port lists of a kind differ in length."""
     p = argparse.ArgumentParser(
         prog="python -m mooncake.vllm_v1_proxy_server",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description="Route each completion request to a vLLM prefill instance "
                     "(max_tokens=1) and then to a decode instance.")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=_port, default=8000,
+                   help="port the proxy listens on")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address the proxy listens on")
     p.add_argument("--prefiller-hosts", "--prefiller-host", nargs="+",
-                   default=["localhost"])
-    p.add_argument("--prefiller-ports", "--prefiller-port", type=int, nargs="+",
-                   default=[8100])
-    p.add_argument("--decoder-hosts", "--decoder-host", nargs="+", default=["localhost"])
-    p.add_argument("--decoder-ports", "--decoder-port", type=int, nargs="+",
-                   default=[8200])
+                   default=["localhost"], metavar="HOST",
+                   help="hosts of the prefill (kv_producer) instances, paired in order "
+                        "with --prefiller-ports; used round robin")
+    p.add_argument("--prefiller-ports", "--prefiller-port", type=_port, nargs="+",
+                   default=[8100], metavar="PORT",
+                   help="HTTP ports of the prefill instances (1-65535)")
+    p.add_argument("--decoder-hosts", "--decoder-host", nargs="+", default=["localhost"],
+                   metavar="HOST",
+                   help="hosts of the decode (kv_consumer) instances, paired in order "
+                        "with --decoder-ports; used round robin")
+    p.add_argument("--decoder-ports", "--decoder-port", type=_port, nargs="+",
+                   default=[8200], metavar="PORT",
+                   help="HTTP ports of the decode instances (1-65535)")
     a = p.parse_args(argv)
     if len(a.prefiller_hosts) != len(a.prefiller_ports):
         p.error("the number of --prefiller-hosts must match the number of "

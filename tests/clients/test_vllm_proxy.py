@@ -133,7 +133,8 @@ def test_non_streaming_completion_goes_prefill_then_decode(proxy):
     assert "stream_options" not in pb
     assert pb["kv_transfer_params"] == {
         "do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
-        "remote_block_ids": None, "remote_host": None, "remote_port": None}
+        "remote_block_ids": None, "remote_host": None, "remote_port": None,
+        "remote_request_id": None}
     # the decode request: the client's own, with the prefill answer's parameters
     assert db["max_tokens"] == 7 and db["stream_options"] == {"x": 1}
     assert db["kv_transfer_params"] == PARAMS and out["echo_params"] == PARAMS
@@ -182,6 +183,10 @@ def test_unreachable_prefill_instance_gives_502():
             _post(f"http://127.0.0.1:{port}/v1/completions", {"model": "m", "prompt": "x"})
         assert e.value.code == 502
         assert "prefill instance" in json.load(e.value)["error"]
+        # /healthcheck is the proxy's own liveness: "ok" with both instances down
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthcheck",
+                                    timeout=30) as r:
+            assert json.load(r)["status"] == "ok"
     finally:
         sp.cleanup()
 
@@ -195,3 +200,26 @@ def test_mismatched_host_and_port_lists_are_refused(capsys):
     a = parse_args(["--decoder-host", "d1", "d2", "--decoder-port", "1", "2"])
     assert a.decoder_instances == [("d1", 1), ("d2", 2)]
     assert a.prefiller_instances == [("localhost", 8100)] and a.port == 8000
+
+
+@pytest.mark.parametrize("flag,value", [("--prefiller-port", "70000"),
+                                        ("--decoder-ports", "0"), ("--port", "65536"),
+                                        ("--port", "x")])
+def test_out_of_range_ports_are_refused(capsys, flag, value):
+    from mooncake.vllm_v1_proxy_server import parse_args
+    with pytest.raises(SystemExit) as e:
+        parse_args([flag, value])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert flag in err and (f"port {value} is out of range 1-65535" in err
+                            or f"not a port number: '{value}'" in err)
+
+
+def test_help_shows_descriptions_and_defaults(capsys):
+    from mooncake.vllm_v1_proxy_server import parse_args
+    with pytest.raises(SystemExit) as e:
+        parse_args(["--help"])
+    assert e.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(default: [8100])" in out and "(default: [8200])" in out
+    assert "(default: 127.0.0.1)" in out and "round robin" in out

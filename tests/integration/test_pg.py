@@ -196,6 +196,18 @@ def _match_worker(q, rank, world, port):
     dist.all_reduce(b, op=R.SUM, group=gl)
     if not torch.allclose(a, b / world):
         raise AssertionError("all_reduce AVG")
+    # AVG on an integer tensor: refused before anything is sent (AVG divides),
+    # and the group goes on working (the next collectives)
+    for call in (lambda t: dist.all_reduce(t, op=R.AVG),
+                 lambda t: dist.reduce_scatter_tensor(t[:1].clone(), t, op=R.AVG)):
+        xi = torch.ones(world, dtype=torch.int32)
+        try:
+            call(xi)
+        except Exception as e:  # noqa: BLE001 - the type torch hands on is checked below
+            if not isinstance(e, ValueError) or "floating point" not in str(e):
+                raise AssertionError(f"AVG int32: {type(e).__name__}: {e}") from e
+        else:
+            raise AssertionError("AVG on int32 was accepted")
     # bool as gloo does not reduce it: MAX over 0/1 bytes against uint8
     xb = _data("uint8", 100, rank, 4) > 2
     a = xb.clone()
