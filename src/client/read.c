@@ -30,7 +30,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "client/internal.h"
 #include "common/xalloc.h"
@@ -524,8 +523,7 @@ void mc__remount_retry(mc_store *s, int code, const mc_master_key *keys, size_t 
         if (!n || !mc_master_client_view_changed_within(s->mc, MC__REMOUNT_WINDOW_MS) ||
             mc_now_ms() - t_start >= MC__REMOUNT_RETRY_MS)
             break;
-        struct timespec ts = {0, (long)MC__REMOUNT_POLL_MS * 1000000L};
-        nanosleep(&ts, NULL);
+        mc_sleep_ms(MC__REMOUNT_POLL_MS);
         if (!map) {
             map = mc_xmalloc(n * sizeof *map);
             sk = mc_xmalloc(n * sizeof *sk);

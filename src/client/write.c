@@ -430,13 +430,6 @@ static void write_chunk(mc_store *s, bool upsert, witem *it, const size_t *idx, 
 
 /* ---- a put that lost the race for its key (issue 10 fault 6) ---- */
 
-static void pause_ms(uint64_t ms)
-{
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
-}
-
 /* The puts (not upserts) whose put_start found the key taken (ST_CONTESTED) return 0
  * only once the key is readable, so that a put returning 0 always means read-your-writes:
  * a complete object (the old value, kept as upstream does) -> 0 at once; another writer's
@@ -489,7 +482,7 @@ static void settle_contested(mc_store *s, witem *it, size_t n, const mc_master_p
                    left, (unsigned long long)s->race_wait_ms);
             break;
         }
-        pause_ms(wait);
+        mc_sleep_ms(wait);
         wait = wait * 2 > 50 ? 50 : wait * 2;
         /* again: the other put may be gone (then ours goes in), or still in flight */
         for (size_t c = 0; c < left; c += CHUNK_KEYS)
@@ -528,7 +521,7 @@ static bool switch_settled(mc_store *s, const witem *it, const size_t *idx, size
     while (mc_master_client_view(s->mc) <= v0) {
         if (!gone || mc_now_ms() - t0 >= MC__REMOUNT_WINDOW_MS)
             return false;
-        pause_ms(MC__REMOUNT_POLL_MS);
+        mc_sleep_ms(MC__REMOUNT_POLL_MS);
     }
     return true;
 }
