@@ -7,6 +7,7 @@
  * its thread's, except fd, which stop shuts down to wake the thread. A finished
  * connection thread marks itself done; the accept thread (or stop) joins and frees it. */
 #include "client/dummy.h"
+#include "net/sock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -55,21 +56,6 @@ struct mc_dummy_server {
 };
 
 /* ---- socket helpers ---- */
-
-static int send_all(int fd, const uint8_t *p, size_t n)
-{
-    while (n) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
 
 /* Reads exactly n bytes; file descriptors that come along are appended to fds (at most
  * 4 kept; the rest closed). Returns 0, -EPIPE on EOF, -errno. */
@@ -497,7 +483,7 @@ static void *conn_main(void *arg)
             memcpy(mc_dipc_wr_reserve(&w, extra), q.extra.p + MC_DIPC_HDR, extra);
         mc_dipc_wr_finish(&w, (uint16_t)(h.op | MC_DIPC_REPLY), h.id);
         mc_dipc_wr_free(&q.extra);
-        rc = send_all(c->fd, w.p, w.n);
+        rc = mc_sock_send_all(c->fd, w.p, w.n, 0); /* blocking, MSG_NOSIGNAL */
         mc_dipc_wr_free(&w);
         atomic_fetch_add(&srv->requests, 1);
         if (rc != 0)
