@@ -708,7 +708,8 @@ static int bootstrap(mc__repl *r, const char *leader, int64_t view)
         bool done = false;
         if (rc == MC_OK && fr->ready && !restart) {
             if (fr->offset != got.len || fr->total_bytes < got.len + fr->data.len ||
-                (fr->data.len == 0 && got.len < fr->total_bytes)) {
+                (fr->data.len == 0 && got.len < fr->total_bytes) ||
+                (id != 0 && (fr->total_bytes != total || fr->lsn != lsn))) {
                 rc = MC_RPC_FAIL; /* not the chunk asked for */
             } else {
                 id = fr->snapshot_id;
