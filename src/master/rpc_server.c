@@ -55,6 +55,7 @@ typedef struct srv_conn {
     uint64_t last_ms;              /* when it last sent request bytes (idle timeout)     */
     mc_list replies;               /* kept replies (dreply), in request order            */
     mc_list dlink;                 /* in lc->kept while replies is not empty             */
+    uint64_t kept_bytes;           /* body bytes in replies (<= max_unread)              */
 } srv_conn;
 
 /* A reply kept until its log record is durable (persist.h "deferred
@@ -252,6 +253,7 @@ static bool flush_kept(srv_conn *sc)
         if (d->lsn && !mc_master_log_is_durable(svc, d->lsn))
             return true; /* the writer's notify brings us back */
         mc_list_remove(it);
+        sc->kept_bytes -= d->len;
         int rc = mc_conn_send(sc->c, &d->h, d->body, d->len);
         free(d);
         if (rc)
@@ -291,6 +293,18 @@ static void log_notify(void *arg)
 static void keep_reply(srv_conn *sc, uint64_t lsn, const mc_frame_header *h,
                        const uint8_t *body, size_t len)
 {
+    mc_master_rpc_server *srv = sc->lc->srv;
+    if (srv->max_unread && sc->kept_bytes + len > srv->max_unread) {
+        /* a peer that pipelines behind a reply waiting for the log: the same bound as
+         * replies it leaves unread (--rpc_max_unread_reply_bytes) */
+        refuse(srv, MC_RPC_REFUSED_REPLY_BACKLOG,
+               "its peer queued more than %llu bytes of replies behind one waiting for "
+               "the mutation log (--rpc_max_unread_reply_bytes)",
+               (unsigned long long)srv->max_unread);
+        mc_conn_close(sc->c);
+        return;
+    }
+    sc->kept_bytes += len;
     dreply *d = mc_xmalloc(sizeof *d + len);
     d->lsn = lsn;
     d->h = *h;
@@ -698,7 +712,8 @@ static void idle_sweep(void *arg)
         /* closing unlinks and frees it (synchronously: a timer is no conn callback) */
         mc_list *next = it->next == &lc->conns ? NULL : it->next;
         srv_conn *sc = MC_CONTAINER_OF(it, srv_conn, link);
-        if (now - sc->last_ms >= idle_ms) {
+        /* a connection waiting for its kept replies or mid-body is not idle */
+        if (now - sc->last_ms >= idle_ms && mc_list_empty(&sc->replies) && !sc->reserved) {
             mc_log(MC_LOG_DEBUG, TAG, "closing a connection idle for %llu ms "
                    "(--rpc_conn_timeout_seconds)", (unsigned long long)(now - sc->last_ms));
             if (sc->phase == PH_RPC)
