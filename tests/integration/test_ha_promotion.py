@@ -31,7 +31,8 @@ def _overlaps(a, b, n=SIZE):
     return a < b + n and b < a + n
 
 
-def test_promotion_quarantines_a_write_in_flight(spawn, etcd_server):
+def _sync_pair(spawn, etcd_server):
+    """Two HA masters with --ha_sync=sync on a cleared etcd: (leader, standby)."""
     etcd_server.clear()
     common = ("--enable_ha", f"--etcd_endpoints={etcd_server.bare}", "--ha_lease_ttl_sec=2",
               "--ha_sync=sync", "--enable_metric_reporting=false", "--client_ttl=60")
@@ -39,6 +40,11 @@ def test_promotion_quarantines_a_write_in_flight(spawn, etcd_server):
     wait_until(lambda: _json(m1, "/role")["role"] == "leader", 20, "m1 elected")
     m2 = Master(spawn, *common)
     wait_until(lambda: _json(m2, "/role")["role"] == "standby", 20, "m2 standby")
+    return m1, m2
+
+
+def test_promotion_quarantines_a_write_in_flight(spawn, etcd_server):
+    m1, m2 = _sync_pair(spawn, etcd_server)
     seg = segment(name="127.0.0.1:17301", size=16 << 20, id="e1-e2")   # the remount names it
 
     owner, writer = Ctl(spawn, m1.addr, OWNER), Ctl(spawn, m1.addr, WRITER)
@@ -96,13 +102,7 @@ def test_sync_put_start_waits_for_the_standby(spawn, etcd_server):
     knows the write. With the standby following, the leader's acknowledged LSN covers
     the put_start's record when the reply comes, single and batched; with the standby
     stopped (SIGSTOP), the put_start alone counts one degraded acknowledgement."""
-    etcd_server.clear()
-    common = ("--enable_ha", f"--etcd_endpoints={etcd_server.bare}", "--ha_lease_ttl_sec=2",
-              "--ha_sync=sync", "--enable_metric_reporting=false", "--client_ttl=60")
-    m1 = Master(spawn, *common)
-    wait_until(lambda: _json(m1, "/role")["role"] == "leader", 20, "m1 elected")
-    m2 = Master(spawn, *common)
-    wait_until(lambda: _json(m2, "/role")["role"] == "standby", 20, "m2 standby")
+    m1, m2 = _sync_pair(spawn, etcd_server)
     owner, writer = Ctl(spawn, m1.addr, OWNER), Ctl(spawn, m1.addr, WRITER)
     try:
         assert owner("mount", segment(name="127.0.0.1:17302", size=16 << 20,
