@@ -269,31 +269,51 @@ class MooncakeConnector(KVConnectorBase_V1):
     # ---- scheduler side
     def get_num_new_matched_tokens(self, request: Any,
                                    num_computed_tokens: int) -> tuple[int, bool]:
+        """vLLM scheduler API: how many of request's tokens beyond num_computed_tokens
+        the prefill instance holds, and whether they load asynchronously. A decode
+        request with kv_transfer_params (do_remote_prefill) gets (the prompt tokens not
+        computed locally, True) when there are any; anything else (0, False)."""
         assert self.connector_scheduler is not None
         return self.connector_scheduler.get_num_new_matched_tokens(request,
                                                                    num_computed_tokens)
 
     def update_state_after_alloc(self, request: Any, blocks: Any,
                                  num_external_tokens: int) -> None:
+        """vLLM scheduler API: blocks were allocated for request; when
+        num_external_tokens > 0 its block ids are recorded for the worker's pull."""
         assert self.connector_scheduler is not None
         self.connector_scheduler.update_state_after_alloc(request, blocks,
                                                           num_external_tokens)
 
     def build_connector_meta(self, scheduler_output: Any) -> MooncakeConnectorMetadata:
+        """vLLM scheduler API: the step's metadata for the workers (the requests to
+        pull: remote host, side-channel port, remote and local block ids; the
+        requests whose prefill blocks may be freed). Hands the recorded state over."""
         assert self.connector_scheduler is not None
         return self.connector_scheduler.build_connector_meta(scheduler_output)
 
     def request_finished(self, request: Any,
                          block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
+        """vLLM scheduler API: request ended. A prefill request (do_remote_decode) that
+        finished at its length cap returns (whether it keeps blocks: block_ids not
+        empty, kv_transfer_params for the decode side: this host, side-channel port,
+        block_ids, request id); the blocks are kept until the decode side read them
+        (or VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT s passed). Anything else: (False, None)."""
         assert self.connector_scheduler is not None
         return self.connector_scheduler.request_finished(request, block_ids)
 
     # ---- worker side
     def register_kv_caches(self, kv_caches: dict[str, Any]) -> None:
+        """vLLM worker API: kv_caches maps layer name -> the layer's KV tensor (CPU);
+        each distinct allocation is registered once with the transfer engine and its
+        address/stride layout is served on the side channel."""
         assert self.connector_worker is not None
         self.connector_worker.register_kv_caches(kv_caches)
 
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
+        """vLLM worker API: starts the pulls this step's metadata lists (one batch
+        read per request from the prefill side's registered blocks); completion is
+        reported by get_finished / get_transfer_results."""
         assert self.connector_worker is not None
         meta = self._get_connector_metadata()
         assert isinstance(meta, MooncakeConnectorMetadata), type(meta)
@@ -311,11 +331,15 @@ class MooncakeConnector(KVConnectorBase_V1):
 
     def get_finished(self, finished_req_ids: set[str]
                      ) -> tuple[set[str] | None, set[str] | None]:
+        """vLLM worker API: (request ids whose prefill blocks were read and may be
+        freed, request ids whose pull finished), each None when empty."""
         assert self.connector_worker is not None
         sending, recving, _ = self.connector_worker.get_finished()
         return sending or None, recving or None
 
     def get_transfer_results(self, finished_req_ids: set[str]) -> Any:
+        """vLLM worker API (newer form of get_finished): KVConnectorTransferResults
+        with finished_sending, finished_recving and failed_recving request ids."""
         assert self.connector_worker is not None
         from vllm.distributed.kv_transfer.kv_connector.v1.base import (
             KVConnectorTransferResults)
@@ -325,10 +349,13 @@ class MooncakeConnector(KVConnectorBase_V1):
                                           failed_recving=failed)
 
     def get_block_ids_with_load_errors(self) -> set[int]:
+        """vLLM worker API: local block ids whose pull failed since the last call
+        (vLLM then fails or recomputes them: kv_load_failure_policy)."""
         assert self.connector_worker is not None
         return self.connector_worker.take_invalid_block_ids()
 
     def shutdown(self) -> None:
+        """Stops the side channel and the worker's threads; idempotent."""
         if self.connector_worker is not None:
             self.connector_worker.shutdown()
 
