@@ -105,6 +105,7 @@ typedef struct witem {
     size_t first;     /* first position with the same key (== own index when unique) */
     int status;       /* result; INVALID_PARAMS etc. set before the RPCs */
     bool active;      /* goes to the master */
+    bool master_lost; /* the put_revoke after a failed write got no answer (RPC fail) */
 } witem;
 
 static uint64_t key_hash(const void *k, size_t n)
@@ -361,6 +362,12 @@ static void write_revoke(wchunk *c, const mc_master_key *keys, size_t n)
                    mc_strerror(c->st[j]));
 }
 
+/* Whether code st of a put_revoke (or any master call) means the master did not answer. */
+static bool master_unreached(int st)
+{
+    return st == MC_RPC_FAIL || st == MC_RPC_TIMEOUT;
+}
+
 /* Step 3: sorts the started items into written (end) and failed (revoke). */
 static void write_finish(wchunk *c)
 {
@@ -381,8 +388,12 @@ static void write_finish(wchunk *c)
     }
     if (ne)
         write_end(c, ek, ei, ne);
-    if (nr)
+    if (nr) {
         write_revoke(c, rk, nr);
+        for (size_t k = 0, j = 0; k < m && j < nr; k++)
+            if (!c->skip[k] && c->werr[k])
+                c->it[c->idx[k]].master_lost = master_unreached(c->st[j++]);
+    }
     free(ek);
     free(rk);
     free(ei);
@@ -495,25 +506,29 @@ static void settle_contested(mc_store *s, witem *it, size_t n, const mc_master_p
 }
 
 /* The codes of a put that a leader change can explain (do_write): the call to the old
- * leader failed, or the new one does not know the put's start. */
+ * leader failed, the new one does not know the put's start, or the transfer failed (the
+ * promotion fenced the range being written: the owner then refuses the slices). */
 static bool redo_after_switch(int st)
 {
-    return st == MC_OBJECT_NOT_FOUND || st == MC_RPC_FAIL || st == MC_RPC_TIMEOUT ||
-           st == MC_UNAVAILABLE_IN_CURRENT_STATUS;
+    return st == MC_OBJECT_NOT_FOUND || master_unreached(st) ||
+           st == MC_UNAVAILABLE_IN_CURRENT_STATUS || st == MC_TRANSFER_FAIL;
 }
 
 /* Whether some of the put's items failed in a way a leader change explains and the view
- * moved past v0 (the view when the put began): at once when it moved already; when a call
- * failed (the leader is gone) and no new view is known yet, it waits for one, polling
- * every MC__REMOUNT_POLL_MS for at most MC__REMOUNT_WINDOW_MS (about an election). */
+ * moved past v0 (the view when the put began): at once when it moved already; when the
+ * master did not answer (a call, or the put_revoke after a failed transfer) and no new
+ * view is known yet, it waits for one, polling every MC__REMOUNT_POLL_MS for at most
+ * MC__REMOUNT_WINDOW_MS (about an election). A transfer that failed while the view
+ * stayed put (a dead owner) is not done again. */
 static bool switch_settled(mc_store *s, const witem *it, const size_t *idx, size_t m,
                            int64_t v0)
 {
     bool any = false, gone = false;
     for (size_t k = 0; k < m; k++) {
-        int st = it[idx[k]].status;
-        any |= redo_after_switch(st);
-        gone |= redo_after_switch(st) && st != MC_OBJECT_NOT_FOUND;
+        const witem *w = &it[idx[k]];
+        any |= redo_after_switch(w->status);
+        gone |= master_unreached(w->status) || w->status == MC_UNAVAILABLE_IN_CURRENT_STATUS ||
+                (w->status == MC_TRANSFER_FAIL && w->master_lost);
     }
     if (!any)
         return false;
@@ -555,6 +570,7 @@ static void do_write(mc_store *s, bool upsert, witem *it, size_t n,
         for (size_t k = 0; k < m; k++)
             if (redo_after_switch(it[idx[k]].status)) {
                 it[idx[k]].status = MC_OK;
+                it[idx[k]].master_lost = false;
                 idx[r++] = idx[k];
             }
         for (size_t c = 0; c < r; c += CHUNK_KEYS)
