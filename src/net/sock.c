@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/errbuf.h"
+#include "common/spin.h"
 #include "mooncake/mc_time.h"
 
 /* hp_fail: the reason into err, and -EINVAL */
@@ -327,6 +328,18 @@ int mc_sock_sendv_all(int fd, struct iovec *iov, int iovcnt, uint64_t deadline_m
     return 0;
 }
 
+static bool fd_readable(void *arg)
+{
+    struct pollfd p = {.fd = *(int *)arg, .events = POLLIN};
+    return poll(&p, 1, 0) > 0;
+}
+
+/* Polls fd for readability for the process's spin budget (common/spin.h). */
+static bool spin_readable(int fd)
+{
+    return mc_spin_budget_us() && mc_spin_until(fd_readable, &fd);
+}
+
 int mc_sock_recv_all(int fd, void *buf, size_t len, uint64_t deadline_ms)
 {
     char *p = buf;
@@ -337,6 +350,8 @@ int mc_sock_recv_all(int fd, void *buf, size_t len, uint64_t deadline_ms)
             len -= (size_t)n;
         } else if (n == 0) {
             return -ECONNRESET;
+        } else if ((errno == EAGAIN || errno == EWOULDBLOCK) && spin_readable(fd)) {
+            continue; /* data came while polling (common/spin.h) */
         } else {
             int rc = retry_after(fd, POLLIN, deadline_ms);
             if (rc < 0)

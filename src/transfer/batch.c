@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/spin.h"
 #include "common/sync.h"
 #include "common/xalloc.h"
 #include "mooncake/log.h"
@@ -38,7 +39,7 @@ int mc_te_allocate_batch(mc_te *te, size_t batch_size, mc_te_batch_t *out)
     b->tasks = mc_xmalloc(batch_size * sizeof *b->tasks);
     b->cap = batch_size;
     b->te = te;
-    b->terminal = true;
+    __atomic_store_n(&b->terminal, true, __ATOMIC_RELEASE); /* read unlocked: batch_done */
     pthread_mutex_init(&b->lock, NULL);
     mc_cond_init_monotonic(&b->cond); /* waits use mc_deadline_ms */
 
@@ -152,7 +153,7 @@ void mc__te_batch_abandon(te_batch *b)
 static void batch_terminal(te_batch *b)
 {
     pthread_mutex_lock(&b->lock);
-    b->terminal = true;
+    __atomic_store_n(&b->terminal, true, __ATOMIC_RELEASE); /* read unlocked: batch_done */
     bool orphan = b->orphan;
     pthread_cond_broadcast(&b->cond);
     pthread_mutex_unlock(&b->lock);
@@ -318,6 +319,13 @@ int mc_te_get_batch_status(mc_te *te, mc_te_batch_t id, mc_te_status *out)
     return MC_OK;
 }
 
+/* Whether b is terminal, read without its lock (the polling of mc_te_wait_batch). */
+static bool batch_done(void *arg)
+{
+    te_batch *b = arg;
+    return __atomic_load_n(&b->terminal, __ATOMIC_ACQUIRE);
+}
+
 int mc_te_wait_batch(mc_te *te, mc_te_batch_t id, int64_t timeout_ms, mc_te_status *out)
 {
     if (!te)
@@ -336,6 +344,9 @@ int mc_te_wait_batch(mc_te *te, mc_te_batch_t id, int64_t timeout_ms, mc_te_stat
         }
     }
     int rc = MC_OK;
+    /* a short poll before blocking: a small batch often ends within it (common/spin.h) */
+    if (timeout_ms != 0)
+        (void)mc_spin_until(batch_done, b);
     pthread_mutex_lock(&b->lock);
     while (!b->terminal) {
         if (timeout_ms < 0) {

@@ -74,7 +74,7 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
         t->batch = b;
     }
     b->n += n;
-    b->terminal = false;
+    __atomic_store_n(&b->terminal, false, __ATOMIC_RELAXED); /* read unlocked: batch.c */
     atomic_fetch_add(&b->tasks_left, n + 1); /* + 1: this submit, released at the end */
     if (notify_peer) {
         size_t nl = strlen(nname);

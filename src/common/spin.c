@@ -1,0 +1,56 @@
+/* common/spin.c: see spin.h. */
+#include "common/spin.h"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include "common/env.h"
+#include "mooncake/mc_time.h"
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static uint32_t budget_us;
+
+static void read_budget(void)
+{
+    uint64_t v = 0;
+    if (mc_env_u64("MC_BUSY_POLL_US", MC_SPIN_DEFAULT_US, 0, 1000, &v) == 0)
+        budget_us = (uint32_t)v;
+}
+
+uint32_t mc_spin_budget_us(void)
+{
+    pthread_once(&once, read_budget);
+    return budget_us;
+}
+
+void mc_spin_pause(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+bool mc_spin_until(bool (*ready)(void *arg), void *arg)
+{
+    uint32_t b = mc_spin_budget_us();
+    if (ready(arg))
+        return true;
+    if (!b)
+        return false;
+    uint64_t end = mc_now_us() + b;
+    unsigned n = 0;
+    for (;;) {
+        for (int i = 0; i < 32; i++)
+            mc_spin_pause();
+        if (ready(arg))
+            return true;
+        /* every 8 rounds: give the core away if another thread of ours wants it (two
+         * cores, three processes: the thread we wait for may need this one) */
+        if (++n % 8 == 0)
+            sched_yield();
+        if (mc_now_us() >= end)
+            return false;
+    }
+}
