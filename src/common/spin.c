@@ -13,7 +13,7 @@ static uint32_t budget_us;
 static void read_budget(void)
 {
     uint64_t v = 0;
-    if (mc_env_u64("MC_BUSY_POLL_US", MC_SPIN_DEFAULT_US, 0, 1000, &v) == 0)
+    if (mc_env_u64("MC_BUSY_POLL_US", MC_SPIN_DEFAULT_US, 0, MC_SPIN_MAX_US, &v) == 0)
         budget_us = (uint32_t)v;
 }
 

@@ -21,9 +21,11 @@
 #include <stdint.h>
 
 #define MC_SPIN_DEFAULT_US 50u
+#define MC_SPIN_MAX_US 1000u
 
 /* mc_spin_budget_us: the process's polling budget per wait in microseconds (0: off).
- * An invalid MC_BUSY_POLL_US is logged once (tag "env") and polling stays off. */
+ * An invalid MC_BUSY_POLL_US is logged (tag "env") and polling stays off; mc_te_create
+ * refuses it (INVALID_PARAMS), so a store's setup fails on it. */
 uint32_t mc_spin_budget_us(void);
 
 /* mc_spin_until: polls ready(arg) until it returns true or the budget is spent; returns

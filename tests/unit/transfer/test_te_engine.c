@@ -659,6 +659,11 @@ static void test_environment(void **state)
     setenv("MC_TRANSFER_TIMEOUT", "0", 1);
     assert_int_equal(mc_te_create(NULL, &te), MC_INVALID_PARAMS);
     setenv("MC_TRANSFER_TIMEOUT", "2", 1);
+    setenv("MC_BUSY_POLL_US", "5000", 1); /* above 1000 */
+    assert_int_equal(mc_te_create(NULL, &te), MC_INVALID_PARAMS);
+    setenv("MC_BUSY_POLL_US", "fast", 1);
+    assert_int_equal(mc_te_create(NULL, &te), MC_INVALID_PARAMS);
+    unsetenv("MC_BUSY_POLL_US");
     setenv("MC_TCP_SLICE_SIZE", "1k", 1); /* below 4 KiB */
     assert_int_equal(mc_te_create(NULL, &te), MC_INVALID_PARAMS);
     setenv("MC_TCP_SLICE_SIZE", "64k", 1);
