@@ -8,14 +8,23 @@
  *       footprint can match the engine run it is compared with. Throughput is measured
  *       at the receivers (all bytes over the longest receiver's time); "threads" in the
  *       output is STREAMS.
+ *   bench_raw pingpong BLOCK SECONDS [POLL]
+ *       One loopback TCP connection between two processes: BLOCK bytes go one way and
+ *       come back, one round trip at a time, for SECONDS. POLL 0 (default): both sides
+ *       block in recv(); 1: both sides poll with recv(MSG_DONTWAIT). The difference is
+ *       what a sleeping thread's wakeup costs on this box (common/spin.h, issue 17);
+ *       meaningful on an otherwise idle box (a busy one never lets a CPU sleep).
+ *       Prints {"kind": "pingpong", "block", "poll", "round_trips", "us_per_round_trip"}.
  *   bench_raw memcpy BLOCK SECONDS [SPAN] [THREADS]
  *       THREADS threads (default 1) each memcpy BLOCK-byte pieces walking through SPAN
  *       bytes (default 256 MiB) of their own source and destination.
  * Prints one JSON line: {"kind": ..., "block": B, "span": S, "threads": T, "seconds": s,
  * "bytes": N, "GBps": X} (GB = 1e9 bytes). */
+#include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,14 +229,90 @@ static int run_memcpy(size_t block, double seconds, size_t span, int threads)
     return 0;
 }
 
+/* Receives exactly n bytes, blocking or polling; 0 or -1 (EOF, error). */
+static int recv_exact(int fd, char *p, size_t n, int poll)
+{
+    unsigned tries = 0;
+    while (n) {
+        ssize_t k = recv(fd, p, n, poll ? MSG_DONTWAIT : 0);
+        if (k < 0 && poll && ++tries % 64 == 0)
+            sched_yield(); /* as common/spin.c: the core goes to whoever else wants it */
+        if (k > 0) {
+            p += k;
+            n -= (size_t)k;
+        } else if (k == 0 || !poll || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int send_exact(int fd, const char *p, size_t n)
+{
+    while (n) {
+        ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+        if (k <= 0)
+            return -1;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* see the header: round trips of BLOCK bytes over one loopback connection */
+static int run_pingpong(size_t block, double seconds, int poll)
+{
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(lfd, 1) < 0 ||
+        getsockname(lfd, (struct sockaddr *)&sa, &sl) < 0)
+        return 1;
+    int one = 1;
+    char *buf = calloc(1, block);
+    if (!buf)
+        return 1;
+    pid_t pid = fork();
+    if (pid == 0) { /* the echo side */
+        int c = socket(AF_INET, SOCK_STREAM, 0);
+        if (c < 0 || connect(c, (struct sockaddr *)&sa, sizeof sa) < 0)
+            _exit(1);
+        setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        while (recv_exact(c, buf, block, poll) == 0 && send_exact(c, buf, block) == 0) {
+        }
+        _exit(0);
+    }
+    int fd = accept(lfd, NULL, NULL);
+    if (fd < 0)
+        return 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    uint64_t n = 0;
+    double t0 = now_s(), end = t0 + seconds, el;
+    do {
+        for (int i = 0; i < 64; i++, n++)
+            if (send_exact(fd, buf, block) < 0 || recv_exact(fd, buf, block, poll) < 0)
+                return 1;
+        el = now_s() - t0;
+    } while (t0 + el < end);
+    close(fd);
+    waitpid(pid, NULL, 0);
+    free(buf);
+    printf("{\"kind\": \"pingpong\", \"block\": %zu, \"poll\": %d, \"round_trips\": %llu, "
+           "\"us_per_round_trip\": %.2f}\n",
+           block, poll, (unsigned long long)n, el / (double)n * 1e6);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 4 || argc > 6) {
-        fprintf(stderr, "usage: %s tcp|memcpy BLOCK SECONDS [SPAN] [THREADS]\n", argv[0]);
+        fprintf(stderr, "usage: %s tcp|memcpy BLOCK SECONDS [SPAN] [THREADS] | pingpong BLOCK SECONDS [POLL]\n", argv[0]);
         return 2;
     }
     size_t block = strtoull(argv[2], NULL, 0);
     double secs = atof(argv[3]);
+    if (strcmp(argv[1], "pingpong") == 0)
+        return block && secs > 0 ? run_pingpong(block, secs, argc > 4 && atoi(argv[4])) : 2;
     int tcp = strcmp(argv[1], "tcp") == 0;
     size_t span = argc > 4 ? strtoull(argv[4], NULL, 0) : tcp ? block : (256u << 20);
     int threads = argc > 5 ? atoi(argv[5]) : 1;
