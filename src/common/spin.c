@@ -46,9 +46,10 @@ bool mc_spin_until(bool (*ready)(void *arg), void *arg)
             mc_spin_pause();
         if (ready(arg))
             return true;
-        /* every 8 rounds: give the core away if another thread of ours wants it (two
-         * cores, three processes: the thread we wait for may need this one) */
-        if (++n % 8 == 0)
+        /* every other round (a few us): give the core away if another thread wants it
+         * (two cores, three processes: the thread we wait for may need this one; on a
+         * busy box the poll then costs little) */
+        if (++n % 2 == 0)
             sched_yield();
         if (mc_now_us() >= end)
             return false;
