@@ -234,7 +234,14 @@ def wait_port(port, host="127.0.0.1", timeout=10.0, proc=None):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"process exited with {proc.returncode} before listening")
+            out = ""
+            if proc.stdout is not None:  # what it said (the spawner pipes stderr there)
+                try:
+                    out = proc.stdout.read().decode(errors="replace")[-4000:]
+                except (OSError, ValueError):
+                    pass
+            raise RuntimeError(f"process exited with {proc.returncode} before listening "
+                               f"on {host}:{port}; its output:\n{out}")
         try:
             with socket.create_connection((host, port), timeout=0.2):
                 return

@@ -55,7 +55,18 @@ class Master:
         self.rpc_port = rpc_port or free_port()
         self.metrics_port = metrics_port or free_port()
         self.proc = None
-        self.start()
+        # free_port()'s port may be taken by another process (an outgoing connection's
+        # ephemeral port) before the master binds it: then the master exits saying so,
+        # and ports of our own choosing are chosen again (at most 3 tries)
+        for attempt in range(3):
+            try:
+                self.start()
+                return
+            except RuntimeError as e:
+                if attempt == 2 or rpc_port or metrics_port or \
+                        "Address already in use" not in str(e):
+                    raise
+                self.rpc_port, self.metrics_port = free_port(), free_port()
 
     @property
     def addr(self):
