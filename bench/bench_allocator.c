@@ -1,6 +1,8 @@
 /* bench_allocator: the master's segment allocator (src/alloc/allocator.c) under a
  * KV-cache size mix, against glibc malloc/free of the same sizes in the same run, and
- * against its own previous placement (MC__ALLOC_FIT_CLASS, "old") in the same run.
+ * and against its own earlier placements in the same run: MC__ALLOC_FIT_CLASS ("old",
+ * before issue 17) and MC__ALLOC_FIT_LOW_ADDRESS ("low"/"previous", issue 17's first
+ * step); ours is the default, MC__ALLOC_FIT_NEAR.
  *
  *   bench_allocator [segment_gib=16] [ops=1000000]
  *
@@ -16,8 +18,8 @@
  * allocation first fails: (a) filling an empty segment; (b) steady state as in the
  * master: fill until an allocation fails, record, free blocks worth 5% of the segment
  * (eviction_ratio), repeat; mean and minimum over 2000 failures after 100 warm-up ones,
- * of the requested bytes in use over the segment, for ours and the old placement against
- * issue 17's target (97%). Rows: the log-uniform mix with random victims (the issue's
+ * of the requested bytes in use over the segment, for ours and both earlier placements
+ * against issue 17's target (97%). Rows: the log-uniform mix with random victims (the issue's
  * figure); 4 common KV-block sizes (64 KiB, 256 KiB, 1 MiB, 4 MiB) with random victims;
  * those plus 10% log-uniform; the log-uniform mix evicting the oldest blocks first (a
  * write-once cache under the master's approximate LRU). The allocator never touches the

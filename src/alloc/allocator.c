@@ -47,7 +47,7 @@
 #define LOW_CLASSES 2     /* higher classes examined for the lowest address */
 #define LOW_SCAN 8        /* blocks examined in each of them */
 #define NEAR_DIV 10       /* near fit: at most g + g/NEAR_DIV granules */
-#define NEAR_SCAN 8       /* near fit: blocks examined per class */
+#define NEAR_SCAN 4       /* near fit: blocks examined per class */
 
 typedef struct node {
     uint64_t off;  /* granules from the aligned base */

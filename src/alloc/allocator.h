@@ -12,8 +12,8 @@
  * free merges with its free neighbours at once (no fragmentation from unmerged
  * neighbours). No malloc per allocation: the node array grows geometrically.
  * alloc and free are O(1). alloc (the default "near fit"): an exact fit, else the
- * lowest-addressed block of at most size + size/10 (at most 8 blocks looked at in each
- * of the <= 8 classes that range covers), else the best fit (the smallest of at most 8
+ * lowest-addressed block of at most size + size/10 (at most 4 blocks looked at in each
+ * of the <= 8 classes that range covers), else the best fit (the smallest of at most 4
  * blocks of the next non-empty class): packing live blocks towards low addresses among
  * near fits lets the free space at higher addresses merge into the large holes that
  * large requests need under churn, and taking a larger block only as the best fit keeps
