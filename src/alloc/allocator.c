@@ -210,7 +210,9 @@ static int next_class(const mc__alloc *a, unsigned *fl, uint32_t *bm)
 /* MC__ALLOC_FIT_NEAR: the lowest-addressed block of g..g+g/NEAR_DIV granules among the
  * first NEAR_SCAN blocks of each class that can hold such a block (an exact fit at
  * once); else the best fit: the smallest block among the first NEAR_SCAN of the first
- * class above those that holds a block of at least g (the lowest address on a tie). */
+ * class above those that holds a block of at least g (the lowest address on a tie);
+ * else (no larger class) the lowest-addressed fitting block among the first
+ * EXACT_SCAN_MAX of g's own class, as far as the other placements look. */
 static uint32_t find_near(const mc__alloc *a, uint64_t g)
 {
     unsigned fl, sl, lfl, lsl;
@@ -247,6 +249,20 @@ static uint32_t find_near(const mc__alloc *a, uint64_t g)
         }
         if (beyond)
             break; /* the first class above the near range: the best fit is here */
+    }
+    if (near == MC__ALLOC_NONE && fit == MC__ALLOC_NONE) {
+        /* only g's own class can still hold a fitting block (past the first NEAR_SCAN,
+         * among smaller ones): look as far as the other placements do */
+        mapping(g, &fl, &sl);
+        uint32_t i = a->heads[fl][sl];
+        for (int k = 0; i != MC__ALLOC_NONE && k < EXACT_SCAN_MAX; k++) {
+            const node *n = &a->nodes[i];
+            if (n->size >= g && n->off < near_off) {
+                near = i;
+                near_off = n->off;
+            }
+            i = n->next_free;
+        }
     }
     return near != MC__ALLOC_NONE ? near : fit;
 }

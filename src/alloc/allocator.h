@@ -14,7 +14,8 @@
  * alloc and free are O(1). alloc (the default "near fit"): an exact fit, else the
  * lowest-addressed block of at most size + size/10 (at most 4 blocks looked at in each
  * of the <= 8 classes that range covers), else the best fit (the smallest of at most 4
- * blocks of the next non-empty class): packing live blocks towards low addresses among
+ * blocks of the next non-empty class; with none, up to 64 blocks of the request's own
+ * class, as the other placements look): packing live blocks towards low addresses among
  * near fits lets the free space at higher addresses merge into the large holes that
  * large requests need under churn, and taking a larger block only as the best fit keeps
  * the large holes whole (allocator.c has the measurements; mc__alloc_set_fit selects

@@ -363,6 +363,33 @@ static void test_near_fit_policy(void **state)
     mc__alloc_destroy(a);
 }
 
+/* Near fit looks at a few blocks per class; when nothing larger is free, a fitting block
+ * behind smaller ones in the request's own class is still found (no false failure). */
+static void test_near_fit_own_class_depth(void **state)
+{
+    (void)state;
+    const uint64_t G = 64;
+    const uint64_t sizes[] = {132, 1, 132, 1, 132, 1, 132, 1, 132, 1, 135, 1};
+    mc__alloc *a = mc__alloc_create(0, 801 * G, 64); /* the sum of sizes[] */
+    uint32_t h[12];
+    uint64_t at[12], addr;
+    for (int i = 0; i < 12; i++) {
+        h[i] = mc__alloc_alloc(a, sizes[i] * G, &at[i]);
+        assert_int_not_equal(h[i], MC__ALLOC_NONE);
+    }
+    /* the 135 g hole first, then five 132 g holes in front of it on the class list */
+    assert_int_equal(mc__alloc_free(a, h[10]), 0);
+    for (int i = 0; i < 10; i += 2)
+        assert_int_equal(mc__alloc_free(a, h[i]), 0);
+    assert_true(mc__alloc_can_fit(a, 134 * G));
+    uint32_t x = mc__alloc_alloc(a, 134 * G, &addr);
+    assert_int_not_equal(x, MC__ALLOC_NONE);
+    assert_int_equal(addr, at[10]);
+    assert_false(mc__alloc_can_fit(a, 133 * G));
+    assert_int_equal(mc__alloc_check(a), 0);
+    mc__alloc_destroy(a);
+}
+
 /* Steady churn with a fixed seed, both placements: fill until a failure, free random
  * blocks worth 5% of the segment, repeat. After every round: the invariant checker, no
  * two live blocks overlap, accounting matches the live set. At the end every block is
@@ -439,6 +466,7 @@ int main(void)
         cmocka_unit_test(test_utilisation_after_churn),
         cmocka_unit_test(test_fit_policies),
         cmocka_unit_test(test_near_fit_policy),
+        cmocka_unit_test(test_near_fit_own_class_depth),
         cmocka_unit_test(test_steady_churn_policies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
