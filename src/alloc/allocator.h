@@ -11,12 +11,15 @@
  * Blocks (free and used) are nodes of one pooled array, linked in address order, so a
  * free merges with its free neighbours at once (no fragmentation from unmerged
  * neighbours). No malloc per allocation: the node array grows geometrically.
- * alloc and free are O(1): alloc looks at no more than 64 blocks of the request's own
- * class (an exact fit, else the lowest-addressed block that fits), else at no more than
- * 8 blocks in each of the next 2 larger non-empty classes (the lowest-addressed one):
- * packing live blocks towards low addresses leaves larger holes for large requests under
- * churn (allocator.c has the measurements; mc__alloc_set_fit selects the previous
- * placement for comparison).
+ * alloc and free are O(1). alloc (the default "near fit"): an exact fit, else the
+ * lowest-addressed block of at most size + size/10 (at most 4 blocks looked at in each
+ * of the <= 8 classes that range covers), else the best fit (the smallest of at most 4
+ * blocks of the next non-empty class; with none, up to 64 blocks of the request's own
+ * class, as the other placements look): packing live blocks towards low addresses among
+ * near fits lets the free space at higher addresses merge into the large holes that
+ * large requests need under churn, and taking a larger block only as the best fit keeps
+ * the large holes whole (allocator.c has the measurements; mc__alloc_set_fit selects
+ * the two earlier placements for comparison).
  *
  * Upstream uses an offset allocator with the same role (`--memory_allocator=offset`,
  * upstream-mooncake.md §4.6); this is our own implementation.
@@ -41,12 +44,16 @@ typedef struct mc__alloc mc__alloc;
  * base+size overflows. Aborts on out-of-memory (small internal allocation). */
 mc__alloc *mc__alloc_create(uint64_t base, uint64_t size, uint32_t align);
 
-/* Placement policies (mc__alloc_set_fit). LOW_ADDRESS is the default; CLASS is the
- * placement before issue 17 (best fit in the request's own class, else the head of the
- * next larger class), kept so that bench_allocator and the tests can compare both in
- * one run. Both keep every guarantee below; only which free block is chosen differs. */
+/* Placement policies (mc__alloc_set_fit). NEAR is the default (see the top of this
+ * file). LOW_ADDRESS is the placement of issue 17's first step (an exact fit, else the
+ * lowest-addressed fitting block in the request's own class or among a few blocks of the
+ * next 2 larger classes); CLASS is the placement before issue 17 (best fit in the
+ * request's own class, else the head of the next larger class). Both are kept so that
+ * bench_allocator and the tests can compare all three in one run. All keep every
+ * guarantee below; only which free block is chosen differs. */
 #define MC__ALLOC_FIT_LOW_ADDRESS 0
 #define MC__ALLOC_FIT_CLASS 1
+#define MC__ALLOC_FIT_NEAR 2
 
 /* mc__alloc_set_fit: selects the placement for later allocations (live blocks stay).
  * Returns 0, or -EINVAL for an unknown policy (nothing changes). */

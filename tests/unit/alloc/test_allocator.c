@@ -310,6 +310,86 @@ static void test_fit_policies(void **state)
     mc__alloc_destroy(a);
 }
 
+/* Near fit (the default): the lowest-addressed block of g..g+g/10 granules (not the
+ * best size among them), an exact fit at once, else the best fit (the smallest block that
+ * holds g, not the lowest-addressed). Granules of 64 bytes. */
+static void test_near_fit_policy(void **state)
+{
+    (void)state;
+    const uint64_t G = 64;
+    /* holes, low to high address: L 300 g, P 150 g, M 140 g, K 135 g, N 200 g, R 260 g */
+    const uint64_t sizes[] = {300, 1, 150, 1, 140, 1, 135, 1, 200, 1, 260, 1};
+    mc__alloc *a = mc__alloc_create(0, 1191 * G, 64); /* the sum of sizes[] */
+    assert_non_null(a);
+    uint32_t h[12];
+    uint64_t at[12], addr;
+    for (int i = 0; i < 12; i++) {
+        h[i] = mc__alloc_alloc(a, sizes[i] * G, &at[i]);
+        assert_int_not_equal(h[i], MC__ALLOC_NONE);
+    }
+    for (int i = 0; i < 12; i += 2)
+        assert_int_equal(mc__alloc_free(a, h[i]), 0);
+    /* exact size: K */
+    uint32_t x = mc__alloc_alloc(a, 135 * G, &addr);
+    assert_int_equal(addr, at[6]);
+    assert_int_equal(mc__alloc_free(a, x), 0);
+    /* 133 g: M and K lie in 133..146; M is lower (K is the better size) */
+    x = mc__alloc_alloc(a, 133 * G, &addr);
+    assert_int_equal(addr, at[4]);
+    assert_int_equal(mc__alloc_free(a, x), 0);
+    /* the previous placement takes K (own class, lowest address) */
+    assert_int_equal(mc__alloc_set_fit(a, MC__ALLOC_FIT_LOW_ADDRESS), 0);
+    x = mc__alloc_alloc(a, 133 * G, &addr);
+    assert_int_equal(addr, at[6]);
+    assert_int_equal(mc__alloc_free(a, x), 0);
+    assert_int_equal(mc__alloc_set_fit(a, MC__ALLOC_FIT_NEAR), 0);
+    /* 160 g: nothing in 160..176; the best fit is N (L is lower, P too small) */
+    x = mc__alloc_alloc(a, 160 * G, &addr);
+    assert_int_equal(addr, at[8]);
+    assert_int_equal(mc__alloc_free(a, x), 0);
+    /* 250 g: the range 250..275 crosses a power of two; R (260) is in it, L (300) not */
+    x = mc__alloc_alloc(a, 250 * G, &addr);
+    assert_int_equal(addr, at[10]);
+    assert_int_equal(mc__alloc_check(a), 0);
+    assert_int_equal(mc__alloc_free(a, x), 0);
+    /* 301 g: nothing fits */
+    assert_int_equal(mc__alloc_alloc(a, 301 * G, &addr), MC__ALLOC_NONE);
+    assert_false(mc__alloc_can_fit(a, 301 * G));
+    assert_true(mc__alloc_can_fit(a, 300 * G));
+    for (int i = 1; i < 12; i += 2)
+        assert_int_equal(mc__alloc_free(a, h[i]), 0);
+    assert_int_equal(mc__alloc_free_blocks(a), 1);
+    assert_int_equal(mc__alloc_check(a), 0);
+    mc__alloc_destroy(a);
+}
+
+/* Near fit looks at a few blocks per class; when nothing larger is free, a fitting block
+ * behind smaller ones in the request's own class is still found (no false failure). */
+static void test_near_fit_own_class_depth(void **state)
+{
+    (void)state;
+    const uint64_t G = 64;
+    const uint64_t sizes[] = {132, 1, 132, 1, 132, 1, 132, 1, 132, 1, 135, 1};
+    mc__alloc *a = mc__alloc_create(0, 801 * G, 64); /* the sum of sizes[] */
+    uint32_t h[12];
+    uint64_t at[12], addr;
+    for (int i = 0; i < 12; i++) {
+        h[i] = mc__alloc_alloc(a, sizes[i] * G, &at[i]);
+        assert_int_not_equal(h[i], MC__ALLOC_NONE);
+    }
+    /* the 135 g hole first, then five 132 g holes in front of it on the class list */
+    assert_int_equal(mc__alloc_free(a, h[10]), 0);
+    for (int i = 0; i < 10; i += 2)
+        assert_int_equal(mc__alloc_free(a, h[i]), 0);
+    assert_true(mc__alloc_can_fit(a, 134 * G));
+    uint32_t x = mc__alloc_alloc(a, 134 * G, &addr);
+    assert_int_not_equal(x, MC__ALLOC_NONE);
+    assert_int_equal(addr, at[10]);
+    assert_false(mc__alloc_can_fit(a, 133 * G));
+    assert_int_equal(mc__alloc_check(a), 0);
+    mc__alloc_destroy(a);
+}
+
 /* Steady churn with a fixed seed, both placements: fill until a failure, free random
  * blocks worth 5% of the segment, repeat. After every round: the invariant checker, no
  * two live blocks overlap, accounting matches the live set. At the end every block is
@@ -322,8 +402,8 @@ static void test_steady_churn_policies(void **state)
     (void)state;
     const uint64_t cap = 8 * GIB;
     const int rounds = 300;
-    double mean[2] = {0, 0};
-    for (int fit = MC__ALLOC_FIT_LOW_ADDRESS; fit <= MC__ALLOC_FIT_CLASS; fit++) {
+    double mean[3] = {0, 0, 0};
+    for (int fit = MC__ALLOC_FIT_LOW_ADDRESS; fit <= MC__ALLOC_FIT_NEAR; fit++) {
         rnd_state = 0x2545f4914f6cdd1dull;
         mc__alloc *a = mc__alloc_create(4096, cap, 64);
         mc__alloc_set_fit(a, fit);
@@ -366,10 +446,12 @@ static void test_steady_churn_policies(void **state)
         free(live);
         mc__alloc_destroy(a);
     }
-    print_message("steady churn 8 GiB: low-address fit %.2f%%, class fit %.2f%% in use at "
-                  "the failures\n", 100 * mean[0], 100 * mean[1]);
+    print_message("steady churn 8 GiB: near fit %.2f%%, low-address fit %.2f%%, class fit "
+                  "%.2f%% in use at the failures\n", 100 * mean[MC__ALLOC_FIT_NEAR],
+                  100 * mean[MC__ALLOC_FIT_LOW_ADDRESS], 100 * mean[MC__ALLOC_FIT_CLASS]);
     assert_true(mean[MC__ALLOC_FIT_LOW_ADDRESS] > 0.88);
     assert_true(mean[MC__ALLOC_FIT_LOW_ADDRESS] > mean[MC__ALLOC_FIT_CLASS]);
+    assert_true(mean[MC__ALLOC_FIT_NEAR] > mean[MC__ALLOC_FIT_LOW_ADDRESS]);
 }
 
 int main(void)
@@ -383,6 +465,8 @@ int main(void)
         cmocka_unit_test(test_random_mix_invariants),
         cmocka_unit_test(test_utilisation_after_churn),
         cmocka_unit_test(test_fit_policies),
+        cmocka_unit_test(test_near_fit_policy),
+        cmocka_unit_test(test_near_fit_own_class_depth),
         cmocka_unit_test(test_steady_churn_policies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
