@@ -32,13 +32,17 @@ void mc_spin_pause(void)
 #endif
 }
 
-bool mc_spin_until(bool (*ready)(void *arg), void *arg)
+bool mc_spin_until(mc_spin_site *site, bool (*ready)(void *arg), void *arg)
 {
     uint32_t b = mc_spin_budget_us();
     if (ready(arg))
         return true;
     if (!b)
         return false;
+    if (site && site->skip > 0) {
+        site->skip--;
+        return false;
+    }
     uint64_t end = mc_now_us() + b;
     unsigned n = 0;
     for (;;) {
@@ -51,7 +55,10 @@ bool mc_spin_until(bool (*ready)(void *arg), void *arg)
          * busy box the poll then costs little) */
         if (++n % 2 == 0)
             sched_yield();
-        if (mc_now_us() >= end)
+        if (mc_now_us() >= end) {
+            if (site)
+                site->skip = MC_SPIN_BACKOFF;
             return false;
+        }
     }
 }

@@ -28,9 +28,20 @@
  * refuses it (INVALID_PARAMS), so a store's setup fails on it. */
 uint32_t mc_spin_budget_us(void);
 
+/* The history of one wait site on one thread (declare it `static _Thread_local`,
+ * zero-initialised): a poll that ran out of budget makes the next MC_SPIN_BACKOFF waits
+ * at that site block at once, so a site whose waits are long (a large transfer) stops
+ * burning its budget each time, and one whose waits are short keeps polling. */
+typedef struct mc_spin_site {
+    int skip; /* waits left that do not poll */
+} mc_spin_site;
+
+#define MC_SPIN_BACKOFF 8
+
 /* mc_spin_until: polls ready(arg) until it returns true or the budget is spent; returns
- * its last answer. ready must be cheap and must not block. */
-bool mc_spin_until(bool (*ready)(void *arg), void *arg);
+ * its last answer. ready must be cheap and must not block. site: the wait site's
+ * history (above), or NULL to always poll. */
+bool mc_spin_until(mc_spin_site *site, bool (*ready)(void *arg), void *arg);
 
 /* mc_spin_pause: one pause of a polling loop (the CPU's spin-wait hint). */
 void mc_spin_pause(void);

@@ -337,7 +337,8 @@ static bool fd_readable(void *arg)
 /* Polls fd for readability for the process's spin budget (common/spin.h). */
 static bool spin_readable(int fd)
 {
-    return mc_spin_budget_us() && mc_spin_until(fd_readable, &fd);
+    static _Thread_local mc_spin_site site;
+    return mc_spin_budget_us() && mc_spin_until(&site, fd_readable, &fd);
 }
 
 int mc_sock_recv_all(int fd, void *buf, size_t len, uint64_t deadline_ms)

@@ -345,8 +345,9 @@ int mc_te_wait_batch(mc_te *te, mc_te_batch_t id, int64_t timeout_ms, mc_te_stat
     }
     int rc = MC_OK;
     /* a short poll before blocking: a small batch often ends within it (common/spin.h) */
+    static _Thread_local mc_spin_site site;
     if (timeout_ms != 0)
-        (void)mc_spin_until(batch_done, b);
+        (void)mc_spin_until(&site, batch_done, b);
     pthread_mutex_lock(&b->lock);
     while (!b->terminal) {
         if (timeout_ms < 0) {

@@ -28,7 +28,7 @@ static void test_ready_after_some_rounds(void **state)
     (void)state;
     assert_int_equal(mc_spin_budget_us(), 400);
     int n = 0;
-    assert_true(mc_spin_until(counted, &n));
+    assert_true(mc_spin_until(NULL, counted, &n));
     assert_int_equal(n, 3);
 }
 
@@ -39,9 +39,30 @@ static void test_gives_up_after_the_budget(void **state)
     (void)state;
     int n = 0;
     uint64_t t0 = mc_now_us();
-    assert_false(mc_spin_until(never, &n));
+    assert_false(mc_spin_until(NULL, never, &n));
     assert_true(mc_now_us() - t0 >= 400);
     assert_true(n > 1);
+}
+
+/* a site whose poll ran out of budget asks once (no polling) for the next
+ * MC_SPIN_BACKOFF waits, then polls again */
+static void test_a_site_backs_off_after_a_long_wait(void **state)
+{
+    (void)state;
+    mc_spin_site site = {0};
+    int n = 0;
+    assert_false(mc_spin_until(&site, never, &n));
+    assert_true(n > 1);
+    for (int i = 0; i < MC_SPIN_BACKOFF; i++) {
+        n = 0;
+        assert_false(mc_spin_until(&site, never, &n));
+        assert_int_equal(n, 1);
+    }
+    n = 0;
+    assert_false(mc_spin_until(&site, never, &n));
+    assert_true(n > 1);
+    /* a ready condition is seen at once, backing off or not */
+    assert_true(mc_spin_until(&site, counted, &(int){2}));
 }
 
 int main(void)
@@ -50,6 +71,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ready_after_some_rounds),
         cmocka_unit_test(test_gives_up_after_the_budget),
+        cmocka_unit_test(test_a_site_backs_off_after_a_long_wait),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
