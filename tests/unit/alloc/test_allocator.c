@@ -310,6 +310,22 @@ static void test_fit_policies(void **state)
     mc__alloc_destroy(a);
 }
 
+/* A segment of exactly the sum of sizes[0..n) granules (64 bytes), filled with one
+ * block per size in address order: handles in h[], addresses in at[]. */
+static mc__alloc *filled(const uint64_t *sizes, int n, uint32_t *h, uint64_t *at)
+{
+    uint64_t sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += sizes[i];
+    mc__alloc *a = mc__alloc_create(0, sum * 64, 64);
+    assert_non_null(a);
+    for (int i = 0; i < n; i++) {
+        h[i] = mc__alloc_alloc(a, sizes[i] * 64, &at[i]);
+        assert_int_not_equal(h[i], MC__ALLOC_NONE);
+    }
+    return a;
+}
+
 /* Near fit (the default): the lowest-addressed block of g..g+g/10 granules (not the
  * best size among them), an exact fit at once, else the best fit (the smallest block that
  * holds g, not the lowest-addressed). Granules of 64 bytes. */
@@ -319,14 +335,9 @@ static void test_near_fit_policy(void **state)
     const uint64_t G = 64;
     /* holes, low to high address: L 300 g, P 150 g, M 140 g, K 135 g, N 200 g, R 260 g */
     const uint64_t sizes[] = {300, 1, 150, 1, 140, 1, 135, 1, 200, 1, 260, 1};
-    mc__alloc *a = mc__alloc_create(0, 1191 * G, 64); /* the sum of sizes[] */
-    assert_non_null(a);
     uint32_t h[12];
     uint64_t at[12], addr;
-    for (int i = 0; i < 12; i++) {
-        h[i] = mc__alloc_alloc(a, sizes[i] * G, &at[i]);
-        assert_int_not_equal(h[i], MC__ALLOC_NONE);
-    }
+    mc__alloc *a = filled(sizes, 12, h, at);
     for (int i = 0; i < 12; i += 2)
         assert_int_equal(mc__alloc_free(a, h[i]), 0);
     /* exact size: K */
@@ -370,13 +381,9 @@ static void test_near_fit_own_class_depth(void **state)
     (void)state;
     const uint64_t G = 64;
     const uint64_t sizes[] = {132, 1, 132, 1, 132, 1, 132, 1, 132, 1, 135, 1};
-    mc__alloc *a = mc__alloc_create(0, 801 * G, 64); /* the sum of sizes[] */
     uint32_t h[12];
     uint64_t at[12], addr;
-    for (int i = 0; i < 12; i++) {
-        h[i] = mc__alloc_alloc(a, sizes[i] * G, &at[i]);
-        assert_int_not_equal(h[i], MC__ALLOC_NONE);
-    }
+    mc__alloc *a = filled(sizes, 12, h, at);
     /* the 135 g hole first, then five 132 g holes in front of it on the class list */
     assert_int_equal(mc__alloc_free(a, h[10]), 0);
     for (int i = 0; i < 10; i += 2)
