@@ -105,7 +105,8 @@ typedef struct witem {
     size_t first;     /* first position with the same key (== own index when unique) */
     int status;       /* result; INVALID_PARAMS etc. set before the RPCs */
     bool active;      /* goes to the master */
-    bool master_lost; /* the put_revoke after a failed write got no answer (RPC fail) */
+    bool master_lost; /* the put_revoke after a failed write reached no leader (RPC fail
+                         or timeout, or only a standby / deposed master answered) */
 } witem;
 
 static uint64_t key_hash(const void *k, size_t n)
@@ -392,7 +393,9 @@ static void write_finish(wchunk *c)
         write_revoke(c, rk, nr);
         for (size_t k = 0, j = 0; k < m && j < nr; k++)
             if (!c->skip[k] && c->werr[k])
-                c->it[c->idx[k]].master_lost = master_unreached(c->st[j++]);
+                c->it[c->idx[k]].master_lost = master_unreached(c->st[j]) ||
+                                               c->st[j] == MC_UNAVAILABLE_IN_CURRENT_STATUS,
+                j++;
     }
     free(ek);
     free(rk);

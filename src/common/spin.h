@@ -5,8 +5,9 @@
  * when both sides block and 14.5 us when both poll, because waking a halted virtual CPU
  * goes through the hypervisor. A small request (a master RPC, a batch of 4 KiB slices)
  * waits several such wakeups. So the two waits of a calling thread on the hot path (a
- * master RPC's reply in mc_sock_recv_all, a transfer batch's completion in
- * mc_te_wait_batch) first poll for a short budget, then block as before. Event loops do
+ * reply in mc_sock_recv_all: a master RPC's, also a standby's log fetch and a disk-tier
+ * read; a transfer batch's completion in mc_te_wait_batch) first poll for a short
+ * budget, then block as before. Event loops do
  * not poll: on two cores, a polling I/O thread takes the core the peer it waits for
  * needs (measured: no gain over polling in the callers only).
  *

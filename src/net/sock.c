@@ -351,9 +351,11 @@ int mc_sock_recv_all(int fd, void *buf, size_t len, uint64_t deadline_ms)
             len -= (size_t)n;
         } else if (n == 0) {
             return -ECONNRESET;
-        } else if ((errno == EAGAIN || errno == EWOULDBLOCK) && spin_readable(fd)) {
-            continue; /* data came while polling (common/spin.h) */
         } else {
+            int e = errno; /* what recv said (the poll below may change errno) */
+            if ((e == EAGAIN || e == EWOULDBLOCK) && spin_readable(fd))
+                continue; /* data came while polling (common/spin.h) */
+            errno = e;
             int rc = retry_after(fd, POLLIN, deadline_ms);
             if (rc < 0)
                 return rc;

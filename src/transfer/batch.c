@@ -14,14 +14,20 @@
 #include "mooncake/status.h"
 #include "transfer/internal.h"
 
-te_batch *mc__te_batch_get(mc_te *te, uint64_t id)
+/* The batch of id in the table, or NULL; caller holds te->batch_lock. */
+static te_batch *lookup_locked(mc_te *te, uint64_t id)
 {
-    uint64_t slot = (id & 0xffffffffu);
-    te_batch *b = NULL;
-    pthread_mutex_lock(&te->batch_lock);
+    uint64_t slot = id & 0xffffffffu;
     if (slot >= 1 && slot <= te->n_bslots && te->bslots[slot - 1] &&
         te->bslots[slot - 1]->id == id)
-        b = te->bslots[slot - 1];
+        return te->bslots[slot - 1];
+    return NULL;
+}
+
+te_batch *mc__te_batch_get(mc_te *te, uint64_t id)
+{
+    pthread_mutex_lock(&te->batch_lock);
+    te_batch *b = lookup_locked(te, id);
     pthread_mutex_unlock(&te->batch_lock);
     return b;
 }
@@ -100,16 +106,13 @@ int mc_te_free_batch(mc_te *te, mc_te_batch_t id)
         return MC_INVALID_PARAMS;
     uint64_t slot = id & 0xffffffffu;
     pthread_mutex_lock(&te->batch_lock);
-    te_batch *b = NULL;
-    if (slot >= 1 && slot <= te->n_bslots && te->bslots[slot - 1] &&
-        te->bslots[slot - 1]->id == id)
-        b = te->bslots[slot - 1];
+    te_batch *b = lookup_locked(te, id);
     if (!b) {
         pthread_mutex_unlock(&te->batch_lock);
         return MC_INVALID_PARAMS;
     }
     pthread_mutex_lock(&b->lock);
-    bool busy = !b->terminal;
+    bool busy = !b->terminal || b->waiters; /* another thread still waits on it */
     pthread_mutex_unlock(&b->lock);
     if (busy) {
         pthread_mutex_unlock(&te->batch_lock);
@@ -126,10 +129,8 @@ te_batch *mc__te_batch_detach(mc_te *te, uint64_t id)
 {
     uint64_t slot = id & 0xffffffffu;
     pthread_mutex_lock(&te->batch_lock);
-    te_batch *b = NULL;
-    if (slot >= 1 && slot <= te->n_bslots && te->bslots[slot - 1] &&
-        te->bslots[slot - 1]->id == id) {
-        b = te->bslots[slot - 1];
+    te_batch *b = lookup_locked(te, id);
+    if (b) {
         te->bslots[slot - 1] = NULL;
         te->bfree[te->n_bfree++] = (uint32_t)(slot - 1);
     }
@@ -140,9 +141,9 @@ te_batch *mc__te_batch_detach(mc_te *te, uint64_t id)
 void mc__te_batch_abandon(te_batch *b)
 {
     pthread_mutex_lock(&b->lock);
-    bool now = b->terminal;
+    bool now = b->terminal && !b->waiters;
     if (!now)
-        b->orphan = true;
+        b->orphan = true; /* freed when it turns terminal, or by its last waiter */
     pthread_mutex_unlock(&b->lock);
     if (now)
         batch_free(b);
@@ -154,7 +155,7 @@ static void batch_terminal(te_batch *b)
 {
     pthread_mutex_lock(&b->lock);
     __atomic_store_n(&b->terminal, true, __ATOMIC_RELEASE); /* read unlocked: batch_done */
-    bool orphan = b->orphan;
+    bool orphan = b->orphan && !b->waiters; /* else its last waiter frees it */
     pthread_cond_broadcast(&b->cond);
     pthread_mutex_unlock(&b->lock);
     if (orphan)
@@ -319,6 +320,21 @@ int mc_te_get_batch_status(mc_te *te, mc_te_batch_t id, mc_te_status *out)
     return MC_OK;
 }
 
+/* The batch of id with one more waiter (counted under the table lock, so that
+ * mc_te_free_batch, which looks it up under that lock, sees the waiter), or NULL. */
+static te_batch *batch_get_waiting(mc_te *te, uint64_t id)
+{
+    pthread_mutex_lock(&te->batch_lock);
+    te_batch *b = lookup_locked(te, id);
+    if (b) {
+        pthread_mutex_lock(&b->lock);
+        b->waiters++;
+        pthread_mutex_unlock(&b->lock);
+    }
+    pthread_mutex_unlock(&te->batch_lock);
+    return b;
+}
+
 /* Whether b is terminal, read without its lock (the polling of mc_te_wait_batch). */
 static bool batch_done(void *arg)
 {
@@ -330,7 +346,7 @@ int mc_te_wait_batch(mc_te *te, mc_te_batch_t id, int64_t timeout_ms, mc_te_stat
 {
     if (!te)
         return MC_INVALID_PARAMS;
-    te_batch *b = mc__te_batch_get(te, id);
+    te_batch *b = batch_get_waiting(te, id);
     if (!b)
         return MC_INVALID_PARAMS;
     struct timespec ts;
@@ -360,7 +376,11 @@ int mc_te_wait_batch(mc_te *te, mc_te_batch_t id, int64_t timeout_ms, mc_te_stat
     }
     mc_te_status tmp;
     batch_status_locked(b, out ? out : &tmp);
+    /* the last waiter of a batch cancelled meanwhile frees it (mc__te_batch_abandon) */
+    bool last = --b->waiters == 0 && b->orphan && b->terminal;
     pthread_mutex_unlock(&b->lock);
+    if (last)
+        batch_free(b);
     return rc;
 }
 

@@ -132,9 +132,14 @@ struct te_batch {
     te_chunk *chunks;          /* slice storage; guarded by lock; freed with the batch */
     pthread_mutex_t lock;
     pthread_cond_t cond;       /* broadcast when the batch becomes terminal */
-    bool terminal;             /* guarded by lock */
+    bool terminal;             /* written under lock; mc_te_wait_batch polls it unlocked
+                                  (__atomic loads and stores) */
     bool orphan;               /* guarded by lock: cancelled (cancel.c), out of the id
-                                  table; freed by whoever makes it terminal */
+                                  table; freed by whoever makes it terminal, or by its
+                                  last waiter when one still waits then */
+    unsigned waiters;          /* guarded by lock (raised under the table lock too):
+                                  threads inside mc_te_wait_batch; while any, the batch
+                                  is not freed (mc_te_free_batch refuses) */
     struct te_sink *sinks;     /* guarded by lock: memory cancelled slices point at
                                   (cancel.c); freed with the batch */
     mc_te *te;

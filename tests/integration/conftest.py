@@ -234,12 +234,21 @@ def wait_port(port, host="127.0.0.1", timeout=10.0, proc=None):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            out = ""
-            if proc.stdout is not None:  # what it said (the spawner pipes stderr there)
+            # what it said (the spawner pipes stderr there); only what is buffered, since
+            # a child of it may still hold the pipe open
+            chunks = []
+            if proc.stdout is not None:
                 try:
-                    out = proc.stdout.read().decode(errors="replace")[-4000:]
-                except (OSError, ValueError):
+                    fd = proc.stdout.fileno()
+                    os.set_blocking(fd, False)
+                    while True:
+                        b = os.read(fd, 65536)
+                        if not b:
+                            break
+                        chunks.append(b)
+                except (BlockingIOError, OSError, ValueError):
                     pass
+            out = b"".join(chunks).decode(errors="replace")[-4000:]
             raise RuntimeError(f"process exited with {proc.returncode} before listening "
                                f"on {host}:{port}; its output:\n{out}")
         try:

@@ -5,6 +5,8 @@
  * from the copy taken at the cancel (the caller freed its source), and an engine
  * destroyed with cancelled batches still in flight frees them. */
 #include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <spawn.h>
@@ -257,6 +259,72 @@ static void test_destroy_with_cancelled_in_flight(void **state)
     end_helper(&c);
 }
 
+/* Threads that wait on a batch while another thread frees or cancels it: the batch
+ * outlives every waiter (mc_te_free_batch refuses while one waits; a cancelled batch is
+ * freed by its last waiter). Both orders are legal, so each round accepts either: a
+ * wait that started after the id went gets INVALID_PARAMS. A use after free would show
+ * under the sanitizers. */
+typedef struct waiter {
+    mc_te *te;
+    mc_te_batch_t b;
+    int wait_rc, free_rc;
+    bool do_free;
+} waiter;
+
+static void *wait_then_free(void *arg)
+{
+    waiter *w = arg;
+    mc_te_status st;
+    w->wait_rc = mc_te_wait_batch(w->te, w->b, 20000, &st);
+    w->free_rc = w->do_free ? mc_te_free_batch(w->te, w->b) : MC_OK;
+    return NULL;
+}
+
+static void test_waiters_outlive_free_and_cancel(void **state)
+{
+    (void)state;
+    child c;
+    spawn_helper(&c, MiB, 7);
+    mc_te *a = mk(20000);
+    mc_te_segment_t seg;
+    assert_int_equal(mc_te_open_segment(a, c.seg, &seg), MC_OK);
+    unsigned char *dst = malloc(2 * 65536);
+    for (int round = 0; round < 40; round++) {
+        bool cancel = round % 2;
+        mc_te_request r = {.opcode = MC_TE_OP_READ, .source = dst, .target_id = seg,
+                           .target_offset = c.addr, .length = 65536};
+        mc_te_batch_t b;
+        assert_int_equal(mc_te_allocate_batch(a, 1, &b), MC_OK);
+        assert_int_equal(mc_te_submit(a, b, &r, 1), MC_OK);
+        /* free: two threads wait then free; cancel: one waits, this thread cancels */
+        waiter w[2] = {{a, b, 0, 0, !cancel}, {a, b, 0, 0, true}};
+        pthread_t th[2];
+        int nth = cancel ? 1 : 2;
+        for (int i = 0; i < nth; i++)
+            assert_int_equal(pthread_create(&th[i], NULL, wait_then_free, &w[i]), 0);
+        if (cancel)
+            assert_int_equal(mc_te_cancel_batch(a, b), MC_OK);
+        for (int i = 0; i < nth; i++)
+            pthread_join(th[i], NULL);
+        if (cancel) {
+            assert_true(w[0].wait_rc == MC_OK || w[0].wait_rc == MC_INVALID_PARAMS);
+        } else {
+            for (int i = 0; i < 2; i++) /* (a wait that began after the other's free) */
+                assert_true(w[i].wait_rc == MC_OK || w[i].wait_rc == MC_INVALID_PARAMS);
+            /* exactly one free took it: the other found it gone, or still waited on */
+            int ok = (w[0].free_rc == MC_OK) + (w[1].free_rc == MC_OK);
+            if (ok == 0) /* both refused while the other waited: nobody freed it yet */
+                assert_int_equal(mc_te_free_batch(a, b), MC_OK);
+            else
+                assert_int_equal(ok, 1);
+            assert_int_equal(mc_te_free_batch(a, b), MC_INVALID_PARAMS);
+        }
+    }
+    free(dst);
+    end_helper(&c);
+    mc_te_destroy(a);
+}
+
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_DFL);
@@ -270,6 +338,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_cancel_write_sends_copy),
         cmocka_unit_test(test_cancel_finished_and_bad_ids),
         cmocka_unit_test(test_destroy_with_cancelled_in_flight),
+        cmocka_unit_test(test_waiters_outlive_free_and_cancel),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
