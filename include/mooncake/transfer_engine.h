@@ -183,6 +183,7 @@ typedef struct mc_te_opts {
 } mc_te_opts;
 
 #define MC_TE_DEFAULT_TIMEOUT_S 30
+#define MC_TE_MAX_TIMEOUT_S (86400u * 365) /* MC_TRANSFER_TIMEOUT's largest value */
 #define MC_TE_DEFAULT_SLICE (1u << 20)
 #define MC_TE_MAX_SLICE (64u << 20)
 #define MC_TE_MAX_NOTIFY_NAME 4096      /* bytes of a notification's name */

@@ -608,10 +608,11 @@ static int setup_locked(mc_store *s, const mc_store_config *c, const setup_args 
     /* HA: a new leader knows none of our segments: ping (and remount) at once */
     mc_master_client_set_leader_hook(s->mc, mc__hb_kick, s);
     /* A put that finds its key in flight by another writer waits up to the transfer
-     * timeout for it (write.c: settle_contested); an unusable value was refused by the
-     * engine already, or is the engine's own business: the default then. */
+     * timeout for it (write.c: settle_contested); the engine refused an unusable value
+     * already (same range), so this read cannot fail. */
     uint64_t tt_s;
-    if (mc_env_u64("MC_TRANSFER_TIMEOUT", MC_TE_DEFAULT_TIMEOUT_S, 1, 86400, &tt_s) < 0)
+    if (mc_env_u64("MC_TRANSFER_TIMEOUT", MC_TE_DEFAULT_TIMEOUT_S, 1, MC_TE_MAX_TIMEOUT_S,
+                   &tt_s) < 0)
         tt_s = MC_TE_DEFAULT_TIMEOUT_S;
     s->race_wait_ms = tt_s * 1000;
     /* A fresh identity per setup: the master ties our segments and leases to it. */

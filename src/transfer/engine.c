@@ -55,7 +55,7 @@ int mc_te_create(const mc_te_opts *opts, mc_te **out)
     uint64_t timeout_s, slice, conns, nio, hs_max, auth_to, max_conns, max_ip, max_pending,
         spin_us;
     bool force_tcp, prefault;
-    if (mc_env_u64("MC_TRANSFER_TIMEOUT", MC_TE_DEFAULT_TIMEOUT_S, 1, 86400 * 365,
+    if (mc_env_u64("MC_TRANSFER_TIMEOUT", MC_TE_DEFAULT_TIMEOUT_S, 1, MC_TE_MAX_TIMEOUT_S,
                    &timeout_s) < 0 ||
         mc_env_size("MC_TCP_SLICE_SIZE", MC_TE_DEFAULT_SLICE, 4096, MC_TE_MAX_SLICE, &slice) <
             0 ||

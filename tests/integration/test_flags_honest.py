@@ -10,6 +10,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 import threading
 
 import pytest
@@ -271,6 +272,30 @@ def test_log_dir_must_exist(tmp_path):
     r = _run([tool("mooncake_master"), f"--log_dir={tmp_path}/missing", "--rpc_port=0",
               "--metrics_port=0"])
     assert r.returncode == 2 and "--log_dir" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("value", ["abc", "1001"])
+def test_master_refuses_a_bad_busy_poll_budget(value):
+    # MC_BUSY_POLL_US (docs/flags.md): the master polls where it waits for a reply (a
+    # standby's log fetch), so a bad value stops it at the start, naming the variable
+    r = _run([tool("mooncake_master"), "--rpc_address=127.0.0.1", "--rpc_port=0",
+              "--metrics_port=0"], env={"MC_BUSY_POLL_US": value})
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"MC_BUSY_POLL_US={value}" in r.stderr, r.stderr
+
+
+def test_a_long_transfer_timeout_is_taken_whole(spawn):
+    # MC_TRANSFER_TIMEOUT's range is 1 s .. 1 year (docs/flags.md) for the engine and for
+    # the store's wait on a contested put alike: a year is no error anywhere
+    m = Master(spawn, "--enable_metric_reporting=false")
+    code = ("import sys\nfrom mooncake.store import MooncakeDistributedStore as S\n"
+            "s = S()\n"
+            f"rc = s.setup('127.0.0.1', 'P2PHANDSHAKE', 1 << 20, 1 << 20, 'tcp', '', "
+            f"'{m.addr}')\n"
+            "print('rc', rc)\ns.close()\n")
+    r = _run([sys.executable, "-c", code], timeout=60, env={"MC_TRANSFER_TIMEOUT": "31536000"})
+    assert "rc 0" in r.stdout, r.stdout + r.stderr
+    assert "MC_TRANSFER_TIMEOUT" not in r.stderr, r.stderr
 
 
 # ---- a store client at a wrong master port ------------------------------------------------
