@@ -48,7 +48,6 @@
 #include <unistd.h>
 
 #include "common/auth.h"
-#include "common/env.h"
 #include "common/spin.h"
 #include "common/xalloc.h"
 #include "master/admin.h"
@@ -735,8 +734,7 @@ int main(int argc, char **argv)
     /* the environment's polling budget (common/spin.h): the master polls where it waits
      * for a reply (a standby's log fetch), so a bad value is refused here, as a store's
      * setup refuses it, not only logged at the first such wait */
-    uint64_t spin_us;
-    if (mc_env_u64("MC_BUSY_POLL_US", MC_SPIN_DEFAULT_US, 0, MC_SPIN_MAX_US, &spin_us) < 0) {
+    if (mc_spin_env_check() < 0) {
         fprintf(stderr, "%s: MC_BUSY_POLL_US: expected microseconds in 0..%u (see the "
                         "line above)\n", prog, MC_SPIN_MAX_US);
         exit_code = 2;

@@ -17,6 +17,12 @@ static void read_budget(void)
         budget_us = (uint32_t)v;
 }
 
+int mc_spin_env_check(void)
+{
+    uint64_t v;
+    return mc_env_u64("MC_BUSY_POLL_US", MC_SPIN_DEFAULT_US, 0, MC_SPIN_MAX_US, &v);
+}
+
 uint32_t mc_spin_budget_us(void)
 {
     pthread_once(&once, read_budget);

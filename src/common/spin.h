@@ -39,6 +39,11 @@ typedef struct mc_spin_site {
 
 #define MC_SPIN_BACKOFF 8
 
+/* mc_spin_env_check: reads MC_BUSY_POLL_US now (not the once-per-process copy) and
+ * returns 0 when it is unset or valid, -EINVAL when not (logged, naming it): what
+ * mc_te_create and mooncake_master's start refuse. */
+int mc_spin_env_check(void);
+
 /* mc_spin_until: polls ready(arg) until it returns true or the budget is spent; returns
  * its last answer. ready must be cheap and must not block. site: the wait site's
  * history (above), or NULL to always poll. */

@@ -52,8 +52,7 @@ int mc_te_create(const mc_te_opts *opts, mc_te **out)
     if (opts)
         o = *opts;
     /* common/env.h's policy: a set but bad value fails the call, naming the variable */
-    uint64_t timeout_s, slice, conns, nio, hs_max, auth_to, max_conns, max_ip, max_pending,
-        spin_us;
+    uint64_t timeout_s, slice, conns, nio, hs_max, auth_to, max_conns, max_ip, max_pending;
     bool force_tcp, prefault;
     if (mc_env_u64("MC_TRANSFER_TIMEOUT", MC_TE_DEFAULT_TIMEOUT_S, 1, MC_TE_MAX_TIMEOUT_S,
                    &timeout_s) < 0 ||
@@ -69,8 +68,7 @@ int mc_te_create(const mc_te_opts *opts, mc_te **out)
         mc_env_u64("MC_TE_MAX_CONNECTIONS_PER_IP", 512, 1, 1u << 20, &max_ip) < 0 ||
         mc_env_size("MC_TE_MAX_PENDING_BYTES", 64ull << 20, 1u << 20, 1ull << 40,
                     &max_pending) < 0 ||
-        /* read here only to refuse a bad value; common/spin.c applies it */
-        mc_env_u64("MC_BUSY_POLL_US", MC_SPIN_DEFAULT_US, 0, MC_SPIN_MAX_US, &spin_us) < 0)
+        mc_spin_env_check() < 0) /* refused here; common/spin.c applies it */
         return MC_INVALID_PARAMS;
     if (mc_env_u64("MC_TE_IO_THREADS", default_io_threads(o.conns_per_peer ? o.conns_per_peer
                                                                          : (unsigned)conns),
