@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "client/internal.h"
+#include "common/sync.h"
 #include "common/xalloc.h"
 #include "mooncake/log.h"
 #include "mooncake/status.h"
@@ -173,11 +174,7 @@ static void *heartbeat_main(void *arg)
     mc_store *s = arg;
     pthread_mutex_lock(&s->hb_lock);
     while (!s->hb_stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)s->hb_interval_ms * 1000000ull;
-        ts.tv_sec += (time_t)(ns / 1000000000ull);
-        ts.tv_nsec = (long)(ns % 1000000000ull);
+        struct timespec ts = mc_monotonic_in_ms(s->hb_interval_ms);
         /* Sleep one interval (monotonic clock); a 0 return is a wake-up that may be
          * spurious, so wait again until the deadline unless stop was asked. */
         while (!s->hb_stop && !s->hb_kick &&

@@ -42,6 +42,7 @@
 #include "client/internal.h"
 #include "common/auth.h"
 #include "common/env.h"
+#include "common/sync.h"
 #include "common/xalloc.h"
 #include "disk/disk.h"
 #include "mooncake/log.h"
@@ -460,11 +461,7 @@ static void *offload_main(void *arg)
         pthread_mutex_lock(&s->off_mu);
         if (n) /* more may be waiting: ask again at once */
             continue;
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)s->off_interval_ms * 1000000ull;
-        ts.tv_sec += (time_t)(ns / 1000000000ull);
-        ts.tv_nsec = (long)(ns % 1000000000ull);
+        struct timespec ts = mc_monotonic_in_ms(s->off_interval_ms);
         while (!s->off_stop && pthread_cond_timedwait(&s->off_cond, &s->off_mu, &ts) == 0) {
         }
     }

@@ -46,6 +46,7 @@
 
 #include "client/internal.h"
 #include "common/env.h"
+#include "common/sync.h"
 #include "common/xalloc.h"
 #include "mooncake/log.h"
 #include "mooncake/status.h"
@@ -349,11 +350,7 @@ static void *fs_main(void *arg)
         pthread_mutex_lock(&s->off_mu);
         if (n)
             continue; /* more may be waiting */
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)interval * 1000000ull;
-        ts.tv_sec += (time_t)(ns / 1000000000ull);
-        ts.tv_nsec = (long)(ns % 1000000000ull);
+        struct timespec ts = mc_monotonic_in_ms(interval);
         while (!s->fs_stop && pthread_cond_timedwait(&s->off_cond, &s->off_mu, &ts) == 0) {
         }
     }

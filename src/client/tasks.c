@@ -22,6 +22,7 @@
 
 #include "client/internal.h"
 #include "common/env.h"
+#include "common/sync.h"
 #include "common/xalloc.h"
 #include "mooncake/log.h"
 #include "mooncake/status.h"
@@ -82,11 +83,7 @@ static void *task_main(void *arg)
         pthread_mutex_lock(&s->task_mu);
         if (n) /* more may be waiting: ask again at once */
             continue;
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)s->task_poll_ms * 1000000ull;
-        ts.tv_sec += (time_t)(ns / 1000000000ull);
-        ts.tv_nsec = (long)(ns % 1000000000ull);
+        struct timespec ts = mc_monotonic_in_ms(s->task_poll_ms);
         while (!s->task_stop && !s->task_kick &&
                pthread_cond_timedwait(&s->task_cond, &s->task_mu, &ts) == 0) {
         }

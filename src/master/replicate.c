@@ -396,11 +396,7 @@ void mc__repl_wait_acked(mc__repl *r, uint64_t lsn)
     uint64_t now = mc_now_ms();
     bool gone = !r->last_fetch_ms || now - r->last_fetch_ms > REPL_GONE_MS;
     if (!gone) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        uint64_t ns = (uint64_t)ts.tv_nsec + REPL_SYNC_WAIT_MS * 1000000ull;
-        ts.tv_sec += (time_t)(ns / 1000000000ull);
-        ts.tv_nsec = (long)(ns % 1000000000ull);
+        struct timespec ts = mc_monotonic_in_ms(REPL_SYNC_WAIT_MS);
         while (r->acked < lsn &&
                pthread_cond_timedwait(&r->cond, &r->mu, &ts) == 0) {
         }
@@ -884,11 +880,7 @@ static void *follow_main(void *arg)
         last_rc = rc;
         if (more)
             continue;
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        uint64_t ns = (uint64_t)ts.tv_nsec + (rc == MC_OK ? REPL_IDLE_MS : 100) * 1000000ull;
-        ts.tv_sec += (time_t)(ns / 1000000000ull);
-        ts.tv_nsec = (long)(ns % 1000000000ull);
+        struct timespec ts = mc_monotonic_in_ms((rc == MC_OK ? REPL_IDLE_MS : 100));
         pthread_mutex_lock(&r->mu);
         if (!r->fstop)
             pthread_cond_timedwait(&r->cond, &r->mu, &ts);

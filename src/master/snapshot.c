@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "common/fdio.h"
+#include "common/sync.h"
 #include "master/replicate.h"
 #include "mooncake/log.h"
 
@@ -1063,11 +1064,7 @@ static void *snap_main(void *arg)
     mc_master_persist *p = arg;
     pthread_mutex_lock(&p->mu);
     while (!p->stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        uint64_t ns = (uint64_t)ts.tv_nsec + (p->interval_ms % 1000) * 1000000ull;
-        ts.tv_sec += (time_t)(p->interval_ms / 1000 + ns / 1000000000ull);
-        ts.tv_nsec = (long)(ns % 1000000000ull);
+        struct timespec ts = mc_monotonic_in_ms(p->interval_ms);
         int w = 0;
         while (!p->stop && w != ETIMEDOUT)
             w = pthread_cond_timedwait(&p->cv, &p->mu, &ts);
