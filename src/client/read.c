@@ -463,11 +463,11 @@ static void read_lease_check(ritem *it, const size_t *idx, size_t m, const rstat
     }
 }
 
-/* Reads the pending items idx[0..m) (a chunk): one (batch) get_replica_list RPC, then
- * the transfer rounds, then the lease check. */
 static void reread_call(void *ctx, const size_t *map, size_t n, const mc_master_key *keys,
                         mc_master_replica_list *reps, int *st);
 
+/* Reads the pending items idx[0..m) (a chunk): one (batch) get_replica_list RPC (asked
+ * again in the remount window), then the transfer rounds, then the lease check. */
 static void read_chunk(mc_store *s, ritem *it, const size_t *idx, size_t m, const read_op *op)
 {
     mc_master_key *keys = mc_xmalloc(m * sizeof *keys);

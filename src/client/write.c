@@ -369,6 +369,13 @@ static bool master_unreached(int st)
     return st == MC_RPC_FAIL || st == MC_RPC_TIMEOUT;
 }
 
+/* Whether code st means no leader took the call: it did not answer, or only a standby
+ * or a deposed master did (a new leader is being, or was, elected). */
+static bool leader_unreached(int st)
+{
+    return master_unreached(st) || st == MC_UNAVAILABLE_IN_CURRENT_STATUS;
+}
+
 /* Step 3: sorts the started items into written (end) and failed (revoke). */
 static void write_finish(wchunk *c)
 {
@@ -391,11 +398,10 @@ static void write_finish(wchunk *c)
         write_end(c, ek, ei, ne);
     if (nr) {
         write_revoke(c, rk, nr);
+        /* rk[j] is the j-th failed item in chunk order (the loop above) */
         for (size_t k = 0, j = 0; k < m && j < nr; k++)
             if (!c->skip[k] && c->werr[k])
-                c->it[c->idx[k]].master_lost = master_unreached(c->st[j]) ||
-                                               c->st[j] == MC_UNAVAILABLE_IN_CURRENT_STATUS,
-                j++;
+                c->it[c->idx[k]].master_lost = leader_unreached(c->st[j++]);
     }
     free(ek);
     free(rk);
@@ -513,8 +519,7 @@ static void settle_contested(mc_store *s, witem *it, size_t n, const mc_master_p
  * promotion fenced the range being written: the owner then refuses the slices). */
 static bool redo_after_switch(int st)
 {
-    return st == MC_OBJECT_NOT_FOUND || master_unreached(st) ||
-           st == MC_UNAVAILABLE_IN_CURRENT_STATUS || st == MC_TRANSFER_FAIL;
+    return st == MC_OBJECT_NOT_FOUND || leader_unreached(st) || st == MC_TRANSFER_FAIL;
 }
 
 /* Whether some of the put's items failed in a way a leader change explains and the view
@@ -530,8 +535,7 @@ static bool switch_settled(mc_store *s, const witem *it, const size_t *idx, size
     for (size_t k = 0; k < m; k++) {
         const witem *w = &it[idx[k]];
         any |= redo_after_switch(w->status);
-        gone |= master_unreached(w->status) || w->status == MC_UNAVAILABLE_IN_CURRENT_STATUS ||
-                (w->status == MC_TRANSFER_FAIL && w->master_lost);
+        gone |= leader_unreached(w->status) || (w->status == MC_TRANSFER_FAIL && w->master_lost);
     }
     if (!any)
         return false;

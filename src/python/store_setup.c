@@ -166,9 +166,6 @@ out:
     return ret;
 }
 
-/* setup(...) keyword form, or setup(config: dict) / setup(config=dict) (dispatched on
- * the argument shape before any parsing, as upstream's two pybind11 overloads). */
-
 /* A bool keyword of setup(): what upstream's pybind11 bool takes (True/False, or an
  * object with __bool__ such as an int or numpy.bool_); a str or bytes ("false" would be
  * true) is a TypeError naming the keyword. Returns 0/1, or -1 with the error set. */
@@ -182,6 +179,8 @@ static int flag_arg(PyObject *o, const char *name)
     return PyObject_IsTrue(o);
 }
 
+/* setup(...) keyword form, or setup(config: dict) / setup(config=dict) (dispatched on
+ * the argument shape before any parsing, as upstream's two pybind11 overloads). */
 static PyObject *store_setup(PyObject *o, PyObject *args, PyObject *kwds)
 {
     mcpy_store *self = (mcpy_store *)o;
