@@ -45,11 +45,19 @@ bool mc_spin_until(mc_spin_site *site, bool (*ready)(void *arg), void *arg)
         return true;
     if (!b)
         return false;
-    if (site && site->skip > 0) {
-        site->skip--;
-        return false;
+    uint32_t win = b;
+    uint64_t t0 = mc_now_us();
+    if (site) {
+        if (!site->init) {
+            site->init = true;
+            site->win_us = MC_SPIN_START_US < b ? MC_SPIN_START_US : b;
+        }
+        site->t0_us = t0;
+        win = site->win_us < b ? site->win_us : b;
+        if (!win)
+            return false;
     }
-    uint64_t end = mc_now_us() + b;
+    uint64_t end = t0 + win;
     unsigned n = 0;
     for (;;) {
         for (int i = 0; i < 32; i++)
@@ -61,10 +69,29 @@ bool mc_spin_until(mc_spin_site *site, bool (*ready)(void *arg), void *arg)
          * busy box the poll then costs little) */
         if (++n % 2 == 0)
             sched_yield();
-        if (mc_now_us() >= end) {
-            if (site)
-                site->skip = MC_SPIN_BACKOFF;
+        if (mc_now_us() >= end)
             return false;
-        }
     }
+}
+
+void mc_spin_woke(mc_spin_site *site, bool event)
+{
+    uint32_t b = mc_spin_budget_us();
+    if (!site || !b || !site->init)
+        return;
+    uint64_t waited = mc_now_us() - site->t0_us;
+    uint32_t w = site->win_us;
+    if (waited > b) {
+        w /= 2; /* long waits: polling would not have caught it */
+        if (w < MC_SPIN_MIN_US)
+            w = 0;
+    } else if (event) {
+        uint64_t g = (uint64_t)w * 2;
+        if (g < waited + waited / 4)
+            g = waited + waited / 4;
+        if (g < MC_SPIN_START_US)
+            g = MC_SPIN_START_US;
+        w = g < b ? (uint32_t)g : b;
+    }
+    site->win_us = w;
 }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "common/list.h"
+#include "common/spin.h"
 #include "common/xalloc.h"
 #include "mooncake/mc_time.h"
 
@@ -56,6 +57,8 @@ struct mc_loop {
     mc_list tasks;               /* FIFO of task.link; guarded by task_lock */
     bool stopping;               /* guarded by task_lock */
     bool stopped;                /* guarded by task_lock: posts refused */
+    bool busy_poll;              /* mc_loop_set_busy_poll */
+    mc_spin_site spin;           /* loop thread only: its poll window */
 };
 
 static handler **bucket_of(mc_loop *loop, int fd)
@@ -349,6 +352,37 @@ void mc_loop_stop(mc_loop *loop)
     (void)n;
 }
 
+void mc_loop_set_busy_poll(mc_loop *loop, bool on)
+{
+    loop->busy_poll = on;
+}
+
+typedef struct loop_poll {
+    mc_loop *loop;
+    struct epoll_event *evs;
+    int n;
+} loop_poll;
+
+static bool loop_events(void *arg)
+{
+    loop_poll *p = arg;
+    p->n = epoll_wait(p->loop->epfd, p->evs, 128, 0);
+    return p->n != 0; /* events, or an error for the caller to see */
+}
+
+/* epoll_wait for a loop that polls first (mc_loop_set_busy_poll, common/spin.h). */
+static int wait_events(mc_loop *loop, struct epoll_event *evs, int timeout)
+{
+    if (!loop->busy_poll || timeout == 0 || !mc_spin_budget_us())
+        return epoll_wait(loop->epfd, evs, 128, timeout);
+    loop_poll p = {.loop = loop, .evs = evs};
+    if (mc_spin_until(&loop->spin, loop_events, &p))
+        return p.n;
+    int n = epoll_wait(loop->epfd, evs, 128, timeout);
+    mc_spin_woke(&loop->spin, n > 0);
+    return n;
+}
+
 int mc_loop_run(mc_loop *loop)
 {
     struct epoll_event evs[128];
@@ -365,7 +399,7 @@ int mc_loop_run(mc_loop *loop)
             break;
         if (have_tasks)
             timeout = 0;
-        int n = epoll_wait(loop->epfd, evs, 128, timeout);
+        int n = wait_events(loop, evs, timeout);
         if (n < 0) {
             if (errno == EINTR)
                 continue;

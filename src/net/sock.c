@@ -334,11 +334,13 @@ static bool fd_readable(void *arg)
     return poll(&p, 1, 0) > 0;
 }
 
-/* Polls fd for readability for the process's spin budget (common/spin.h). */
+/* The wait site of mc_sock_recv_all on this thread (common/spin.h). */
+static _Thread_local mc_spin_site recv_site;
+
+/* Polls fd for readability for the site's window (common/spin.h). */
 static bool spin_readable(int fd)
 {
-    static _Thread_local mc_spin_site site;
-    return mc_spin_budget_us() && mc_spin_until(&site, fd_readable, &fd);
+    return mc_spin_budget_us() && mc_spin_until(&recv_site, fd_readable, &fd);
 }
 
 int mc_sock_recv_all(int fd, void *buf, size_t len, uint64_t deadline_ms)
@@ -357,6 +359,7 @@ int mc_sock_recv_all(int fd, void *buf, size_t len, uint64_t deadline_ms)
                 continue; /* data came while polling (common/spin.h) */
             errno = e;
             int rc = retry_after(fd, POLLIN, deadline_ms);
+            mc_spin_woke(&recv_site, rc == 0);
             if (rc < 0)
                 return rc;
         }

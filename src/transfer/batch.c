@@ -362,8 +362,7 @@ int mc_te_wait_batch(mc_te *te, mc_te_batch_t id, int64_t timeout_ms, mc_te_stat
     int rc = MC_OK;
     /* a short poll before blocking: a small batch often ends within it (common/spin.h) */
     static _Thread_local mc_spin_site site;
-    if (timeout_ms != 0)
-        (void)mc_spin_until(&site, batch_done, b);
+    bool blocked = timeout_ms != 0 && !mc_spin_until(&site, batch_done, b);
     pthread_mutex_lock(&b->lock);
     while (!b->terminal) {
         if (timeout_ms < 0) {
@@ -374,6 +373,8 @@ int mc_te_wait_batch(mc_te *te, mc_te_batch_t id, int64_t timeout_ms, mc_te_stat
             break;
         }
     }
+    if (blocked)
+        mc_spin_woke(&site, b->terminal);
     mc_te_status tmp;
     batch_status_locked(b, out ? out : &tmp);
     /* the last waiter of a batch cancelled meanwhile frees it (mc__te_batch_abandon) */

@@ -44,25 +44,63 @@ static void test_gives_up_after_the_budget(void **state)
     assert_true(n > 1);
 }
 
-/* a site whose poll ran out of budget asks once (no polling) for the next
- * MC_SPIN_BACKOFF waits, then polls again */
-static void test_a_site_backs_off_after_a_long_wait(void **state)
+/* waits past the whole budget halve a site's window until it is 0; then the site asks
+ * once and blocks at once (no polling) */
+static void test_a_site_stops_polling_after_long_waits(void **state)
 {
     (void)state;
     mc_spin_site site = {0};
     int n = 0;
     assert_false(mc_spin_until(&site, never, &n));
     assert_true(n > 1);
-    for (int i = 0; i < MC_SPIN_BACKOFF; i++) {
-        n = 0;
+    assert_int_equal(site.win_us, MC_SPIN_START_US);
+    int rounds = 0;
+    while (site.win_us) {
+        uint32_t before = site.win_us;
         assert_false(mc_spin_until(&site, never, &n));
-        assert_int_equal(n, 1);
+        /* the blocking wait that follows outlasts the budget */
+        uint64_t t = mc_now_us();
+        while (mc_now_us() - t <= 400)
+            mc_spin_pause();
+        mc_spin_woke(&site, true);
+        assert_true(site.win_us < before);
+        assert_true(++rounds < 10);
     }
     n = 0;
     assert_false(mc_spin_until(&site, never, &n));
-    assert_true(n > 1);
-    /* a ready condition is seen at once, backing off or not */
+    assert_int_equal(n, 1);
+    /* a ready condition is seen at once, polling or not */
     assert_true(mc_spin_until(&site, counted, &(int){2}));
+}
+
+/* a wait that ends within the budget but after the window grows the window (doubled, up
+ * to the budget), also from 0, so a site whose waits become short polls again; a timer
+ * that ends a short wait (no event) changes nothing */
+static void test_short_waits_grow_the_window(void **state)
+{
+    (void)state;
+    mc_spin_site site = {.init = true, .win_us = 0};
+    int n = 0;
+    assert_false(mc_spin_until(&site, never, &n));
+    mc_spin_woke(&site, true);
+    assert_int_equal(site.win_us, MC_SPIN_START_US);
+    assert_false(mc_spin_until(&site, never, &n));
+    mc_spin_woke(&site, false);
+    assert_int_equal(site.win_us, MC_SPIN_START_US);
+    /* 50 -> 100 -> 200 -> 400 (the budget); a round that a preemption stretches past the
+     * budget halves it instead, so allow a few more rounds */
+    for (int i = 0; i < 12 && site.win_us < 400; i++) {
+        assert_false(mc_spin_until(&site, never, &n));
+        mc_spin_woke(&site, true);
+        assert_true(site.win_us <= 400);
+    }
+    assert_int_equal(site.win_us, 400);
+    /* a poll with a window spends about it: more than one round, within the budget */
+    n = 0;
+    uint64_t t0 = mc_now_us();
+    assert_false(mc_spin_until(&site, never, &n));
+    assert_true(mc_now_us() - t0 >= 400);
+    assert_true(n > 1);
 }
 
 int main(void)
@@ -71,7 +109,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ready_after_some_rounds),
         cmocka_unit_test(test_gives_up_after_the_budget),
-        cmocka_unit_test(test_a_site_backs_off_after_a_long_wait),
+        cmocka_unit_test(test_a_site_stops_polling_after_long_waits),
+        cmocka_unit_test(test_short_waits_grow_the_window),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -659,7 +659,7 @@ static void test_environment(void **state)
     setenv("MC_TRANSFER_TIMEOUT", "0", 1);
     assert_int_equal(mc_te_create(NULL, &te), MC_INVALID_PARAMS);
     setenv("MC_TRANSFER_TIMEOUT", "2", 1);
-    setenv("MC_BUSY_POLL_US", "5000", 1); /* above 1000 */
+    setenv("MC_BUSY_POLL_US", "10001", 1); /* above MC_SPIN_MAX_US */
     assert_int_equal(mc_te_create(NULL, &te), MC_INVALID_PARAMS);
     setenv("MC_BUSY_POLL_US", "fast", 1);
     assert_int_equal(mc_te_create(NULL, &te), MC_INVALID_PARAMS);
