@@ -4,12 +4,11 @@
  * work it waits for: on the project's 2-core VM a loopback TCP ping-pong takes 115-130 us
  * when both sides block and 14.5 us when both poll, because waking a halted virtual CPU
  * goes through the hypervisor. A small request (a master RPC, a batch of 4 KiB slices)
- * waits several such wakeups. So the two waits of a calling thread on the hot path (a
- * reply in mc_sock_recv_all: a master RPC's, also a standby's log fetch and a disk-tier
- * read; a transfer batch's completion in mc_te_wait_batch) first poll for a short
- * budget, then block as before. Event loops do
- * not poll: on two cores, a polling I/O thread takes the core the peer it waits for
- * needs (measured: no gain over polling in the callers only).
+ * waits several such wakeups. So the waits on the hot path first poll for a short
+ * window, then block as before: a calling thread's wait for a reply in mc_sock_recv_all
+ * (a master RPC's, also a standby's log fetch and a disk-tier read), its wait for a
+ * transfer batch in mc_te_wait_batch, and the master's RPC event loops between requests
+ * (mc_loop_set_busy_poll). The transfer engine's I/O loops do not poll (below).
  *
  * The budget comes from MC_BUSY_POLL_US (microseconds, 0..MC_SPIN_MAX_US; 0 turns
  * polling off), read once per process; default MC_SPIN_DEFAULT_US. It bounds the CPU a
@@ -23,10 +22,18 @@
  * long (a large transfer, an idle loop) stops polling after a few of them.
  *
  * Event loops poll only when their owner asks (mc_loop_set_busy_poll: the master's RPC
- * loops): on two cores an I/O thread that polls takes the core the peer it waits for
- * needs, but the master's reply is on every request's path and its loop otherwise sleeps
- * between a client's calls (a replay: 15.7k -> 25k blocks/s, docs/performance.md).
- * Thread-safe. */
+ * loops, whose reply is on every request's path and which otherwise sleep between a
+ * client's calls; the replay of docs/performance.md "Session 6" went from 14.3k to
+ * 27k blocks/s with it and the larger budget). The transfer engine's I/O loops do not:
+ * measured with them polling too, a 4 KiB x 128 TCP put gained 1.5x but a get lost 0.77x
+ * (two cores: a polling I/O thread takes the core its peer needs).
+ *
+ * Cost: a site polls at most its window per wait, and a loop whose requests come closer
+ * together than the budget polls all the time (about one core per master RPC loop under
+ * a steady stream of small calls); an idle loop or site stops polling after a few long
+ * waits. MC_BUSY_POLL_US=0 turns all of it off.
+ *
+ * The budget is thread-safe; a wait site (below) belongs to one thread. */
 #ifndef MOONCAKE_COMMON_SPIN_H
 #define MOONCAKE_COMMON_SPIN_H
 

@@ -376,10 +376,17 @@ static int wait_events(mc_loop *loop, struct epoll_event *evs, int timeout)
     if (!loop->busy_poll || timeout == 0 || !mc_spin_budget_us())
         return epoll_wait(loop->epfd, evs, 128, timeout);
     loop_poll p = {.loop = loop, .evs = evs};
+    uint64_t t0 = mc_now_us();
     if (mc_spin_until(&loop->spin, loop_events, &p))
         return p.n;
+    if (timeout > 0) { /* the poll's time counts against the next timer's */
+        uint64_t polled_ms = (mc_now_us() - t0) / 1000;
+        timeout = polled_ms >= (uint64_t)timeout ? 0 : timeout - (int)polled_ms;
+    }
     int n = epoll_wait(loop->epfd, evs, 128, timeout);
+    int e = errno; /* mc_loop_run reads it (EINTR) */
     mc_spin_woke(&loop->spin, n > 0);
+    errno = e;
     return n;
 }
 

@@ -28,6 +28,10 @@ try:
 except ImportError:
     import enum
 
+    import mooncake
+    if (mooncake.__doc__ or "").startswith("mooncake-c"):
+        raise  # ours must export it (tests/integration/test_status_codes.py)
+
     ErrorCode = enum.IntEnum("ErrorCode", {
         "OK": 0, "INTERNAL_ERROR": -1, "BUFFER_OVERFLOW": -10, "SEGMENT_NOT_FOUND": -101,
         "SEGMENT_ALREADY_EXISTS": -102, "NO_AVAILABLE_HANDLE": -200, "INVALID_KEY": -400,

@@ -73,34 +73,54 @@ static void test_a_site_stops_polling_after_long_waits(void **state)
     assert_true(mc_spin_until(&site, counted, &(int){2}));
 }
 
-/* a wait that ends within the budget but after the window grows the window (doubled, up
- * to the budget), also from 0, so a site whose waits become short polls again; a timer
- * that ends a short wait (no event) changes nothing */
+/* A blocking wait of `us` microseconds after a poll that gave up: set by hand, so the
+ * rule is tested without depending on how long this (possibly preempted) thread took. */
+static void woke_after(mc_spin_site *site, uint64_t us, bool event)
+{
+    site->t0_us = mc_now_us() - us;
+    mc_spin_woke(site, event);
+}
+
+/* a wait that ends within the budget but after the window grows the window (doubled, at
+ * least to 5/4 of the wait, up to the budget), also from 0, so a site whose waits become
+ * short polls again; a timer that ends a short wait (no event) changes nothing */
 static void test_short_waits_grow_the_window(void **state)
 {
     (void)state;
     mc_spin_site site = {.init = true, .win_us = 0};
     int n = 0;
     assert_false(mc_spin_until(&site, never, &n));
-    mc_spin_woke(&site, true);
+    woke_after(&site, 10, true);
     assert_int_equal(site.win_us, MC_SPIN_START_US);
-    assert_false(mc_spin_until(&site, never, &n));
-    mc_spin_woke(&site, false);
+    woke_after(&site, 10, false);
     assert_int_equal(site.win_us, MC_SPIN_START_US);
-    /* 50 -> 100 -> 200 -> 400 (the budget); a round that a preemption stretches past the
-     * budget halves it instead, so allow a few more rounds */
-    for (int i = 0; i < 12 && site.win_us < 400; i++) {
-        assert_false(mc_spin_until(&site, never, &n));
-        mc_spin_woke(&site, true);
-        assert_true(site.win_us <= 400);
-    }
-    assert_int_equal(site.win_us, 400);
+    woke_after(&site, 10, true);
+    assert_int_equal(site.win_us, 100);
+    woke_after(&site, 300, true); /* 5/4 of the wait beats doubling */
+    assert_int_equal(site.win_us, 375);
+    woke_after(&site, 10, true);
+    assert_int_equal(site.win_us, 400); /* the budget */
     /* a poll with a window spends about it: more than one round, within the budget */
     n = 0;
     uint64_t t0 = mc_now_us();
     assert_false(mc_spin_until(&site, never, &n));
     assert_true(mc_now_us() - t0 >= 400);
     assert_true(n > 1);
+}
+
+/* a wait longer than the budget halves the window; below MC_SPIN_MIN_US it is 0, and a
+ * timer that ends a long wait counts as a long wait */
+static void test_long_waits_shrink_the_window_to_zero(void **state)
+{
+    (void)state;
+    mc_spin_site site = {.init = true, .win_us = 2 * MC_SPIN_MIN_US + 2};
+    woke_after(&site, 401, true);
+    assert_int_equal(site.win_us, MC_SPIN_MIN_US + 1);
+    woke_after(&site, 5000, false);
+    assert_int_equal(site.win_us, 0);
+    int n = 0;
+    assert_false(mc_spin_until(&site, never, &n));
+    assert_int_equal(n, 1); /* asked once, no polling */
 }
 
 int main(void)
@@ -111,6 +131,7 @@ int main(void)
         cmocka_unit_test(test_gives_up_after_the_budget),
         cmocka_unit_test(test_a_site_stops_polling_after_long_waits),
         cmocka_unit_test(test_short_waits_grow_the_window),
+        cmocka_unit_test(test_long_waits_shrink_the_window_to_zero),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

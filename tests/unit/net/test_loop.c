@@ -1,5 +1,7 @@
 /* Event loop: posted tasks run in order on the loop thread, timers fire in due order and
- * can be cancelled, I/O handlers see readable fds and can unregister themselves. */
+ * can be cancelled, I/O handlers see readable fds and can unregister themselves. All of
+ * it twice: as a plain loop, and as a loop that polls before it sleeps
+ * (mc_loop_set_busy_poll, the master's RPC loops; the budget is MC_BUSY_POLL_US's). */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +18,22 @@
 static int order[16];
 static int norder;
 static mc_loop *g_loop;
+static bool g_poll; /* the group that runs the loops polling */
+
+static mc_loop *new_loop(void)
+{
+    mc_loop *l = NULL;
+    assert_int_equal(mc_loop_create(&l), 0);
+    mc_loop_set_busy_poll(l, g_poll);
+    return l;
+}
+
+static int polling_on(void **state)
+{
+    (void)state;
+    g_poll = true;
+    return 0;
+}
 
 static void record(void *arg)
 {
@@ -31,7 +49,7 @@ static void stop_task(void *arg)
 static void test_post_order(void **state)
 {
     (void)state;
-    assert_int_equal(mc_loop_create(&g_loop), 0);
+    g_loop = new_loop();
     norder = 0;
     assert_int_equal(mc_loop_start_thread(g_loop, "t"), 0);
     for (int i = 0; i < 5; i++)
@@ -58,7 +76,7 @@ static void tick(void *arg)
 static void test_timers(void **state)
 {
     (void)state;
-    assert_int_equal(mc_loop_create(&g_loop), 0);
+    g_loop = new_loop();
     norder = 0;
     g_ticks = 0;
     uint64_t t0 = mc_now_ms();
@@ -98,7 +116,7 @@ static void test_io(void **state)
     (void)state;
     int sv[2];
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-    assert_int_equal(mc_loop_create(&g_loop), 0);
+    g_loop = new_loop();
     g_reads = 0;
     assert_int_equal(mc_loop_add(g_loop, sv[0], EPOLLIN, on_read, NULL), 0);
     assert_int_equal(mc_loop_add(g_loop, sv[0], EPOLLIN, on_read, NULL), -EEXIST);
@@ -118,5 +136,6 @@ int main(void)
         cmocka_unit_test(test_timers),
         cmocka_unit_test(test_io),
     };
-    return cmocka_run_group_tests_name("loop", tests, NULL, NULL);
+    int failed = cmocka_run_group_tests_name("loop", tests, NULL, NULL);
+    return failed + cmocka_run_group_tests_name("loop, polling", tests, polling_on, NULL);
 }
