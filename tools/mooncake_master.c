@@ -67,6 +67,7 @@
 
 /* ---- flags used ---- */
 static int64_t rpc_port, rpc_thread_num, metrics_port, http_md_port, client_ttl;
+static int64_t rpc_busy_poll_us;
 static int64_t discard_timeout, release_timeout, verbosity, report_interval, max_threads;
 static char *rpc_address, *metrics_host, *http_md_host, *lease_ttl, *soft_pin_ttl;
 static char *max_soft_pin_ttl, *allocation_strategy, *memory_allocator, *config_path;
@@ -149,6 +150,14 @@ static const mc_option options[] = {
     {.name = "rpc_thread_num", .type = MC_OPT_INT, .target = &rpc_thread_num, .def = "0",
      .bounded = true, .min = 0, .max = 64,
      .help = "threads serving RPC connections (0: min(4, CPU cores))"},
+    {.name = "rpc_busy_poll_us", .type = MC_OPT_INT, .target = &rpc_busy_poll_us,
+     .def = "1000", .bounded = true, .min = 0, .max = 10000, .unit = "us",
+     .help = "the most an RPC thread polls for the next request before it sleeps (0: "
+             "never; also capped by the environment's MC_BUSY_POLL_US, whose 0 turns every "
+             "poll off). It saves a wakeup per request (a replay moved 1.6x the blocks at "
+             "1000 as at 0 or 200), but an RPC thread whose requests come closer together "
+             "than this keeps one CPU core busy (at 1000: from about 1,000 calls/s on one "
+             "thread; up to --rpc_thread_num cores): set 0 on a host the master shares"},
     {.name = "rpc_max_connections", .type = MC_OPT_INT, .target = &rpc_max_conns,
      .def = "4096", .bounded = true, .min = 1, .max = 1000000,
      .help = "open RPC connections in all; more are closed at accept "
@@ -975,6 +984,7 @@ int main(int argc, char **argv)
                                     .max_pending_request_bytes = rpc_max_pending,
                                     .max_unread_reply_bytes = rpc_max_unread,
                                     .idle_timeout_ms = (unsigned)rpc_conn_timeout * 1000u,
+                                    .busy_poll_us = (unsigned)rpc_busy_poll_us,
                                     .no_tcp_nodelay = !rpc_tcp_nodelay};
     rc = mc_master_rpc_server_start(svc, &ro, &rpc);
     if (rc != 0) {

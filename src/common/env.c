@@ -22,14 +22,18 @@ static int bad(const char *name, const char *v, const char *what)
     return -EINVAL;
 }
 
+static int out_of_range(const char *name, const char *v, uint64_t min, uint64_t max)
+{
+    mc_log(MC_LOG_ERROR, TAG, "%s=%s: expected a value in %llu..%llu (unset it for the "
+           "default)", name, v, (unsigned long long)min, (unsigned long long)max);
+    return -EINVAL;
+}
+
 static int range_u64(const char *name, const char *v, uint64_t x, uint64_t min, uint64_t max,
                      uint64_t *out)
 {
-    if (x < min || x > max) {
-        mc_log(MC_LOG_ERROR, TAG, "%s=%s: expected a value in %llu..%llu (unset it for the "
-               "default)", name, v, (unsigned long long)min, (unsigned long long)max);
-        return -EINVAL;
-    }
+    if (x < min || x > max)
+        return out_of_range(name, v, min, max);
     *out = x;
     return 0;
 }
@@ -44,8 +48,11 @@ int mc_env_u64(const char *name, uint64_t def, uint64_t min, uint64_t max, uint6
     errno = 0;
     unsigned long long x = strtoull(v, &end, 10);
     /* digits only: strtoull would also take leading blanks and a sign (" -1" wraps) */
-    if (errno || end == v || *end || *v < '0' || *v > '9')
+    if (errno || end == v || *end || *v < '0' || *v > '9') {
+        if (errno == ERANGE && end != v && !*end && *v >= '0' && *v <= '9')
+            return out_of_range(name, v, min, max); /* digits only, beyond 2^64 */
         return bad(name, v, "a non-negative integer");
+    }
     return range_u64(name, v, x, min, max, out);
 }
 

@@ -38,9 +38,16 @@ void mc_spin_pause(void)
 #endif
 }
 
-bool mc_spin_until(mc_spin_site *site, bool (*ready)(void *arg), void *arg)
+/* A site's budget: the process's, lowered to the site's cap when it has one. */
+static uint32_t site_budget(const mc_spin_site *site)
 {
     uint32_t b = mc_spin_budget_us();
+    return site && site->cap_us && site->cap_us < b ? site->cap_us : b;
+}
+
+bool mc_spin_until(mc_spin_site *site, bool (*ready)(void *arg), void *arg)
+{
+    uint32_t b = site_budget(site);
     if (ready(arg))
         return true;
     if (!b)
@@ -76,7 +83,7 @@ bool mc_spin_until(mc_spin_site *site, bool (*ready)(void *arg), void *arg)
 
 void mc_spin_woke(mc_spin_site *site, bool event)
 {
-    uint32_t b = mc_spin_budget_us();
+    uint32_t b = site_budget(site);
     if (!site || !b || !site->init)
         return;
     uint64_t waited = mc_now_us() - site->t0_us;

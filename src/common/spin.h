@@ -21,17 +21,19 @@
  * whose waits are short polls just long enough to catch them, and a site whose waits are
  * long (a large transfer, an idle loop) stops polling after a few of them.
  *
- * Event loops poll only when their owner asks (mc_loop_set_busy_poll: the master's RPC
- * loops, whose reply is on every request's path and which otherwise sleep between a
+ * Event loops poll only when their owner asks (mc_loop_set_busy_poll, with a cap of its
+ * own: the master's RPC loops, capped by mooncake_master's --rpc_busy_poll_us, default
+ * 1000; their reply is on every request's path and they otherwise sleep between a
  * client's calls; the replay of docs/performance.md "Session 6" went from 14.3k to
  * 27k blocks/s with it and the larger budget). The transfer engine's I/O loops do not:
  * measured with them polling too, a 4 KiB x 128 TCP put gained 1.5x but a get lost 0.77x
  * (two cores: a polling I/O thread takes the core its peer needs).
  *
  * Cost: a site polls at most its window per wait, and a loop whose requests come closer
- * together than the budget polls all the time (about one core per master RPC loop under
- * a steady stream of small calls); an idle loop or site stops polling after a few long
- * waits. MC_BUSY_POLL_US=0 turns all of it off.
+ * together than its budget polls all the time (measured: a master RPC thread at 96% of a
+ * core from about 1,400 calls/s at the default); an idle loop or site stops polling
+ * after a few long waits. MC_BUSY_POLL_US=0 turns all of it off, --rpc_busy_poll_us=0
+ * the master's loops only.
  *
  * The budget is thread-safe; a wait site (below) belongs to one thread. */
 #ifndef MOONCAKE_COMMON_SPIN_H
@@ -53,8 +55,10 @@ uint32_t mc_spin_budget_us(void);
 /* The history of one wait site on one thread (declare it `static _Thread_local`, or
  * one per event loop; zero-initialised). Owned by that thread. */
 typedef struct mc_spin_site {
+    uint32_t cap_us; /* set by the owner: this site's budget, at most the process's
+                        (0: the process's budget) */
     bool init;      /* win_us set */
-    uint32_t win_us; /* the current poll window, <= the budget (0: block at once) */
+    uint32_t win_us; /* the current poll window, <= the site's budget (0: block at once) */
     uint64_t t0_us;  /* when the wait that is blocking now began (mc_now_us)      */
 } mc_spin_site;
 

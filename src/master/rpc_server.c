@@ -796,7 +796,7 @@ int mc_master_rpc_server_start(mc_master_service *svc, const mc_master_rpc_serve
             goto fail;
         /* every request's reply waits on this loop, which otherwise sleeps between a
          * client's calls: it polls before it sleeps (common/spin.h) */
-        mc_loop_set_busy_poll(lc->loop, true);
+        mc_loop_set_busy_poll(lc->loop, o.busy_poll_us);
         lc->h = mc_master_rpc_handler_create(svc);
         mc_master_rpc_handler_set_open(lc->h, srv->auth == NULL);
         if (srv->idle_ms) { /* before the loop runs: allowed from this thread */

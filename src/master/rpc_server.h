@@ -109,6 +109,10 @@ typedef struct mc_master_rpc_server_opts {
                                           long is closed (checked every
                                           min(1 s, max(100 ms, this / 4))); 0 = never
                                           (upstream --rpc_conn_timeout_seconds)            */
+    unsigned busy_poll_us;             /* the most a loop polls for the next request before
+                                          it sleeps, us (common/spin.h; also capped by
+                                          MC_BUSY_POLL_US); 0 = never (mooncake_master's
+                                          --rpc_busy_poll_us, default 1000)                */
     bool no_tcp_nodelay;               /* true: accepted sockets keep Nagle's algorithm
                                           (upstream --rpc_enable_tcp_no_delay=false);
                                           false (default) = TCP_NODELAY                   */

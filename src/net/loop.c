@@ -57,7 +57,7 @@ struct mc_loop {
     mc_list tasks;               /* FIFO of task.link; guarded by task_lock */
     bool stopping;               /* guarded by task_lock */
     bool stopped;                /* guarded by task_lock: posts refused */
-    bool busy_poll;              /* mc_loop_set_busy_poll */
+    bool busy_poll;              /* mc_loop_set_busy_poll with a cap (in spin.cap_us) */
     mc_spin_site spin;           /* loop thread only: its poll window */
 };
 
@@ -352,9 +352,10 @@ void mc_loop_stop(mc_loop *loop)
     (void)n;
 }
 
-void mc_loop_set_busy_poll(mc_loop *loop, bool on)
+void mc_loop_set_busy_poll(mc_loop *loop, uint32_t cap_us)
 {
-    loop->busy_poll = on;
+    loop->busy_poll = cap_us > 0;
+    loop->spin.cap_us = cap_us;
 }
 
 typedef struct loop_poll {

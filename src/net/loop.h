@@ -59,12 +59,14 @@ int mc_loop_post(mc_loop *loop, mc_loop_task_fn fn, void *arg);
  * -errno if epoll_wait fails unexpectedly. */
 int mc_loop_run(mc_loop *loop);
 
-/* mc_loop_set_busy_poll: when on, the loop polls its fds (epoll_wait without sleeping)
- * for up to a window of the process's MC_BUSY_POLL_US budget before it sleeps; the
- * window adapts to how soon events came after earlier sleeps (common/spin.h). For a loop
- * on every request's path that otherwise sleeps between a client's calls (the master's
- * RPC loops). Call before mc_loop_run or from the loop thread. Default off. */
-void mc_loop_set_busy_poll(mc_loop *loop, bool on);
+/* mc_loop_set_busy_poll: with cap_us > 0, the loop polls its fds (epoll_wait without
+ * sleeping) before it sleeps, for a window of at most cap_us microseconds (and at most
+ * the process's MC_BUSY_POLL_US budget; its 0 turns this off too); the window adapts to
+ * how soon events came after earlier sleeps (common/spin.h). For a loop on every
+ * request's path that otherwise sleeps between a client's calls (the master's RPC
+ * loops). A loop whose events come closer together than the cap polls all the time.
+ * 0: off (the default). Call before mc_loop_run or from the loop thread. */
+void mc_loop_set_busy_poll(mc_loop *loop, uint32_t cap_us);
 
 /* mc_loop_stop: asks the loop to return from mc_loop_run after the current iteration.
  * Any thread; idempotent. Tasks posted before the stop still run. */

@@ -285,6 +285,30 @@ def test_master_refuses_a_bad_busy_poll_budget(value):
     assert f"MC_BUSY_POLL_US={value}" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("value", ["0", "10000"])
+def test_the_rpc_threads_serve_at_either_end_of_their_poll_range(spawn, value):
+    # --rpc_busy_poll_us (docs/flags.md): 0 = the RPC threads never poll, 10000 = the
+    # most; either way a store's put and get go through them byte for byte
+    m = Master(spawn, "--enable_metric_reporting=false", f"--rpc_busy_poll_us={value}")
+    code = ("from mooncake.store import MooncakeDistributedStore as S\n"
+            "s = S()\n"
+            f"assert s.setup('127.0.0.1', 'P2PHANDSHAKE', 8 << 20, 8 << 20, 'tcp', '', "
+            f"'{m.addr}') == 0\n"
+            "v = bytes(range(256)) * 64\n"
+            "assert s.put('k', v) == 0\n"
+            "assert s.get('k') == v and s.is_exist('k') == 1\n"
+            "print('round trip ok')\ns.close()\n")
+    r = _run([sys.executable, "-c", code], timeout=60)
+    assert "round trip ok" in r.stdout, r.stdout + r.stderr
+
+
+def test_the_rpc_poll_cap_has_a_range():
+    r = _run([tool("mooncake_master"), "--rpc_address=127.0.0.1", "--rpc_port=0",
+              "--metrics_port=0", "--rpc_busy_poll_us=10001"])
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "--rpc_busy_poll_us" in r.stderr and "[0, 10000]" in r.stderr, r.stderr
+
+
 def test_a_long_transfer_timeout_is_taken_whole(spawn):
     # MC_TRANSFER_TIMEOUT's range is 1 s .. 1 year (docs/flags.md) for the engine and for
     # the store's wait on a contested put alike: a year is no error anywhere

@@ -86,6 +86,13 @@ static void test_u64(void **state)
         setenv(VAR, bad[i], 1);
         expect_bad(mc_env_u64(VAR, 7, 1, 10, &v), bad[i]);
     }
+    /* digits beyond 2^64 are an integer out of range, and the message says which range */
+    setenv(VAR, "99999999999999999999999", 1);
+    expect_bad(mc_env_u64(VAR, 7, 1, 10, &v), "99999999999999999999999");
+    setenv(VAR, "99999999999999999999999", 1);
+    assert_int_equal(mc_env_u64(VAR, 7, 1, 10, &v), -EINVAL);
+    assert_non_null(strstr(g_last, "expected a value in 1..10"));
+    g_errors = 0;
 }
 
 static void test_size(void **state)

@@ -24,7 +24,7 @@ static mc_loop *new_loop(void)
 {
     mc_loop *l = NULL;
     assert_int_equal(mc_loop_create(&l), 0);
-    mc_loop_set_busy_poll(l, g_poll);
+    mc_loop_set_busy_poll(l, g_poll ? 1000 : 0);
     return l;
 }
 
