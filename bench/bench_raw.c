@@ -272,8 +272,10 @@ static int run_pingpong(size_t block, double seconds, int polling)
         return 1;
     int one = 1;
     char *buf = calloc(1, block);
-    if (!buf)
+    if (!buf) {
+        close(lfd);
         return 1;
+    }
     pid_t pid = fork();
     if (pid == 0) { /* the echo side */
         int c = socket(AF_INET, SOCK_STREAM, 0);
@@ -286,23 +288,27 @@ static int run_pingpong(size_t block, double seconds, int polling)
     }
     struct pollfd pf = {.fd = lfd, .events = POLLIN}; /* a child that failed: no hang */
     int fd = poll(&pf, 1, 10000) == 1 ? accept(lfd, NULL, NULL) : -1;
+    close(lfd);
     if (fd < 0) {
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
+        free(buf);
         return 1;
     }
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     uint64_t n = 0;
     double t0 = now_s(), end = t0 + seconds, el;
+    int rc = 0;
     do {
-        for (int i = 0; i < 64; i++, n++)
-            if (send_exact(fd, buf, block) < 0 || recv_exact(fd, buf, block, polling) < 0)
-                return 1;
+        for (int i = 0; i < 64 && !rc; i++, n++)
+            rc = send_exact(fd, buf, block) < 0 || recv_exact(fd, buf, block, polling) < 0;
         el = now_s() - t0;
-    } while (t0 + el < end);
-    close(fd);
+    } while (!rc && t0 + el < end);
+    close(fd); /* the echo side sees EOF and exits */
     waitpid(pid, NULL, 0);
     free(buf);
+    if (rc)
+        return 1;
     printf("{\"kind\": \"pingpong\", \"block\": %zu, \"poll\": %d, \"round_trips\": %llu, "
            "\"us_per_round_trip\": %.2f}\n",
            block, polling, (unsigned long long)n, el / (double)n * 1e6);

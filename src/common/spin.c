@@ -10,17 +10,23 @@
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static uint32_t budget_us;
 
+/* MC_BUSY_POLL_US now, in *v: 0 or -EINVAL (logged, naming it). */
+static int read_env(uint64_t *v)
+{
+    return mc_env_u64("MC_BUSY_POLL_US", MC_SPIN_DEFAULT_US, 0, MC_SPIN_MAX_US, v);
+}
+
 static void read_budget(void)
 {
     uint64_t v = 0;
-    if (mc_env_u64("MC_BUSY_POLL_US", MC_SPIN_DEFAULT_US, 0, MC_SPIN_MAX_US, &v) == 0)
+    if (read_env(&v) == 0)
         budget_us = (uint32_t)v;
 }
 
 int mc_spin_env_check(void)
 {
     uint64_t v;
-    return mc_env_u64("MC_BUSY_POLL_US", MC_SPIN_DEFAULT_US, 0, MC_SPIN_MAX_US, &v);
+    return read_env(&v);
 }
 
 uint32_t mc_spin_budget_us(void)

@@ -880,7 +880,7 @@ static void *follow_main(void *arg)
         last_rc = rc;
         if (more)
             continue;
-        struct timespec ts = mc_monotonic_in_ms((rc == MC_OK ? REPL_IDLE_MS : 100));
+        struct timespec ts = mc_monotonic_in_ms(rc == MC_OK ? REPL_IDLE_MS : 100);
         pthread_mutex_lock(&r->mu);
         if (!r->fstop)
             pthread_cond_timedwait(&r->cond, &r->mu, &ts);

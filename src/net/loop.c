@@ -57,8 +57,8 @@ struct mc_loop {
     mc_list tasks;               /* FIFO of task.link; guarded by task_lock */
     bool stopping;               /* guarded by task_lock */
     bool stopped;                /* guarded by task_lock: posts refused */
-    bool busy_poll;              /* mc_loop_set_busy_poll with a cap (in spin.cap_us) */
-    mc_spin_site spin;           /* loop thread only: its poll window */
+    mc_spin_site spin;           /* loop thread only: its poll window; spin.cap_us > 0:
+                                    it polls (mc_loop_set_busy_poll) */
 };
 
 static handler **bucket_of(mc_loop *loop, int fd)
@@ -354,7 +354,6 @@ void mc_loop_stop(mc_loop *loop)
 
 void mc_loop_set_busy_poll(mc_loop *loop, uint32_t cap_us)
 {
-    loop->busy_poll = cap_us > 0;
     loop->spin.cap_us = cap_us;
 }
 
@@ -374,7 +373,7 @@ static bool loop_events(void *arg)
 /* epoll_wait for a loop that polls first (mc_loop_set_busy_poll, common/spin.h). */
 static int wait_events(mc_loop *loop, struct epoll_event *evs, int timeout)
 {
-    if (!loop->busy_poll || timeout == 0 || !mc_spin_budget_us())
+    if (!loop->spin.cap_us || timeout == 0 || !mc_spin_budget_us())
         return epoll_wait(loop->epfd, evs, 128, timeout);
     loop_poll p = {.loop = loop, .evs = evs};
     uint64_t t0 = mc_now_us();

@@ -355,11 +355,12 @@ int mc_sock_recv_all(int fd, void *buf, size_t len, uint64_t deadline_ms)
             return -ECONNRESET;
         } else {
             int e = errno; /* what recv said (the poll below may change errno) */
-            bool polled = false; /* a poll gave up: the wait below ends the site's wait */
+            bool polled = false; /* a poll gave up: the wait below ends the site's wait
+                                    (mc_spin_woke is a no-op with polling off) */
             if (e == EAGAIN || e == EWOULDBLOCK) {
                 if (spin_readable(fd))
                     continue; /* data came while polling (common/spin.h) */
-                polled = mc_spin_budget_us() != 0;
+                polled = true;
             }
             errno = e;
             int rc = retry_after(fd, POLLIN, deadline_ms);
