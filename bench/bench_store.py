@@ -13,7 +13,11 @@ What one run measures, back to back on 127.0.0.1:
   redis       `redis-benchmark -P 128 -d 4096 -t set,get -q` against a redis-server
               started by the bench on a free 127.0.0.1 port (stopped after it), after a SET
               of the 4096-byte value it reads: SET/s is the anchor of the 4 KiB x 128 put,
-              GET/s of the get (issue 17), on both the same-host and the TCP rows
+              GET/s of the get (issue 17), on both the same-host and the TCP rows. Without
+              -r that command reads and writes ONE key, whose 4 KiB stay in the caches;
+              so the same server is measured again with `-r 32768` (a 128 MiB working
+              set, 32x the 4 MiB L2): "spread" SET (random keys, inserts then
+              overwrites) and GET (after a fill of 4 x 32768 SETs)
   ours        our store, same-host path: a master (mooncake_master, embedded HTTP
               metadata) and two client processes: a store node contributing the segment
               that holds every value (mooncake.trace_replay.node) and the bench client
@@ -22,6 +26,14 @@ What one run measures, back to back on 127.0.0.1:
   ours-tcp    the same with MC_FORCE_TCP=1 in both clients
   upstream    the same processes with upstream's CPU build (.venv-upstream, see
               docs/upstream-peer.md), when that venv exists
+Working sets. The get cell (batch_get_into) reads, call after call, the batches its
+put cell stored, spread over the segment; redis-benchmark's one key is hot. So a 4 KiB
+x 128 get is measured twice: `batch_get_into` cycling over exactly 256 stored batches
+(32768 keys, 128 MiB; topped up with untimed puts when the put cell stored fewer)
+against redis's GET -r 32768 (the same working set), and `get_into hot` (the same 128
+keys every call) against the one-key GET (the issue's command); both pairs are judged. The
+4 KiB x 128 put (new keys every call) is judged against the spread SET, and its ratio to
+the one-key SET (an overwrite of one cached value) is shown beside it.
 For each value size (4 KiB .. 32 MiB) and batch (1, 16, 128): batch_put_from and
 batch_get_into on a registered buffer, and for batch 1 also put(bytes) and get() -> bytes.
 For 4 KiB x 128 on ours/ours-tcp, an extra row `get_into 2thr`: 2 client threads, each
@@ -376,6 +388,22 @@ def run_backend(args) -> int:
                     stored.append(i)
                     used += bb
                     i += 1
+                if (size, batch) == (4 * KiB, 128) and stored and not put.error and \
+                        SPREAD_BATCHES * bb <= cap:
+                    # the spread working set of the redis comparison (the top): exactly
+                    # SPREAD_BATCHES batches, topped up untimed
+                    if used + (SPREAD_BATCHES - len(stored)) * bb > cap:
+                        clear()
+                        stored, used = [], 0
+                    while len(stored) < SPREAD_BATCHES and not put.error:
+                        rcs = store.batch_put_from([f"{size}/{batch}/{i}/{j}"
+                                                    for j in range(batch)], ptrs, sizes_l)
+                        if any(r != 0 for r in rcs):
+                            put.error = f"batch_put_from (top-up): {[r for r in rcs if r][:3]}"
+                        stored.append(i)
+                        used += bb
+                        i += 1
+                    stored = stored[-SPREAD_BATCHES:]
                 if put.error or not stored:
                     get.error = get.error or "nothing stored"
                 else:
@@ -400,6 +428,22 @@ def run_backend(args) -> int:
                             break
                         get.add(dt)
                 cells = [put, get]
+                if (size, batch) == (4 * KiB, 128) and stored and not get.error:
+                    # the same 128 keys every call, as redis-benchmark's one key (the top)
+                    hot = Cell("get", "get_into hot", size, batch)
+                    keys = [f"{size}/{batch}/{stored[0]}/{j}" for j in range(batch)]
+                    arr[:bb] = 0
+                    loop = Loop(args.seconds, args.min_calls)
+                    while loop.more(hot):
+                        t0 = time.perf_counter()
+                        rcs = store.batch_get_into(keys, ptrs, sizes_l)
+                        dt = time.perf_counter() - t0
+                        if any(r != size for r in rcs):
+                            hot.error = f"batch_get_into: {[r for r in rcs if r != size][:3]}"
+                            break
+                        hot.add(dt)
+                    hot.error = hot.error or check(rows, ramp, size, salt, batch)
+                    cells.append(hot)
                 if (size, batch) == (4 * KiB, 128) and args.label != "upstream" and stored \
                         and not get.error:
                     cells.append(get_threads(store, size, batch, stored, base, max_bb,
@@ -565,16 +609,40 @@ def memcpy_gbps(block, seconds, np):
     return done / (time.perf_counter() - t0) / GB
 
 
+# The spread working set of the 4 KiB x 128 comparison, the same on both sides: redis
+# -r REDIS_SPREAD_KEYS, and our get cycling over SPREAD_BATCHES batches of 128 keys
+REDIS_SPREAD_KEYS = 32768  # 128 MiB of 4 KiB values
+SPREAD_BATCHES = REDIS_SPREAD_KEYS // 128
+
+
+def _redis_csv(p, names, cmd, port):
+    """{name.lower(): {rps, p50_ms, p99_ms, command}} from redis-benchmark --csv output."""
+    shown = " ".join(os.path.basename(x) if i == 0 else x
+                     for i, x in enumerate(cmd)).replace(str(port), "PORT")
+    out = {}
+    for name in names:
+        rows = [ln for ln in p.stdout.splitlines() if ln.startswith(f'"{name}"')]
+        if not rows:
+            raise RuntimeError(f"redis-benchmark output not understood: {p.stdout[-300:]}")
+        f = [x.strip('"') for x in rows[-1].split(",")]
+        out[name.lower()] = {"rps": float(f[1]), "p50_ms": float(f[4]),
+                             "p99_ms": float(f[6]), "command": shown}
+    return out
+
+
 def redis_anchor(group, requests):
-    """redis-benchmark -P 128 -d 4096 -t set,get against a fresh redis-server. Returns
-    {"get": {rps, p50_ms, p99_ms, command}, "set": {...}} or raises RuntimeError."""
+    """redis-benchmark -P 128 -d 4096 -t set,get against a fresh redis-server (one key),
+    then the same with -r REDIS_SPREAD_KEYS (a fill of 4 x that many SETs of random keys,
+    timed: "set_spread", then GETs of random keys: "get_spread"). Returns {"get", "set",
+    "get_spread", "set_spread"}: each {rps, p50_ms, p99_ms, command}; raises
+    RuntimeError."""
     from mooncake.trace_replay.cluster import start_redis
     from mooncake.trace_replay.backends import BackendUnavailable
     rb = shutil.which("redis-benchmark")
     if not rb:
         raise RuntimeError("redis-benchmark not installed (Debian: redis-tools)")
     try:
-        host, port, c = start_redis(group, 256 * MiB)
+        host, port, c = start_redis(group, 2 * GiB)
     except BackendUnavailable as e:
         raise RuntimeError(str(e)) from None
     try:
@@ -590,16 +658,15 @@ def redis_anchor(group, requests):
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
         if p.returncode:
             raise RuntimeError(f"redis-benchmark failed: {p.stderr.strip()}")
-        shown = " ".join(os.path.basename(x) if i == 0 else x
-                         for i, x in enumerate(cmd)).replace(str(port), "PORT")
-        out = {}
-        for name in ("SET", "GET"):
-            rows = [ln for ln in p.stdout.splitlines() if ln.startswith(f'"{name}"')]
-            if not rows:
-                raise RuntimeError(f"redis-benchmark output not understood: {p.stdout[-300:]}")
-            f = [x.strip('"') for x in rows[-1].split(",")]
-            out[name.lower()] = {"rps": float(f[1]), "p50_ms": float(f[4]),
-                                 "p99_ms": float(f[6]), "command": shown}
+        out = _redis_csv(p, ("SET", "GET"), cmd, port)
+        spread = ["-r", str(REDIS_SPREAD_KEYS)]
+        for name, n in (("SET", 4 * REDIS_SPREAD_KEYS), ("GET", requests)):
+            cmd = [rb, "-h", host, "-p", str(port), "-P", "128", "-d", "4096", "-t",
+                   name.lower(), "-q", "-n", str(n), "--csv"] + spread
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+            if p.returncode:
+                raise RuntimeError(f"redis-benchmark failed: {p.stderr.strip()}")
+            out[name.lower() + "_spread"] = _redis_csv(p, (name,), cmd, port)[name.lower()]
         return out
     finally:
         try:
@@ -719,6 +786,8 @@ def analyse(res):
     mcp = {int(k): v for k, v in anchors["memcpy_gbps"].items()}
     redis = anchors.get("redis") or {}
     redis_set = anchors.get("redis_set") or {}
+    redis_sp = anchors.get("redis_spread") or {}
+    redis_set_sp = anchors.get("redis_set_spread") or {}
     up = {cell_key(c): c for c in res["backends"].get("upstream", {}).get("cells", [])}
     targets = []
     for label, b in res["backends"].items():
@@ -733,12 +802,18 @@ def analyse(res):
                 u = up.get(cell_key(c), {}).get("gbps")
                 if label != "upstream" and u:
                     r["upstream"] = g / u
-                if (c["op"], c["size"], c["batch"]) == ("get", 4 * KiB, 128) and \
-                        c["api"] in ("batch_get_into", "get_into 2thr") and redis.get("rps"):
-                    r["redis"] = c["values_per_s"] / redis["rps"]
+                # "redis": to the one-key command; "redis_spread": to -r (see the top)
+                if (c["op"], c["size"], c["batch"]) == ("get", 4 * KiB, 128):
+                    if redis.get("rps"):
+                        r["redis"] = c["values_per_s"] / redis["rps"]
+                    if c["api"] != "get_into hot" and redis_sp.get("rps"):
+                        r["redis_spread"] = c["values_per_s"] / redis_sp["rps"]
                 if (c["op"], c["api"], c["size"], c["batch"]) == \
-                        ("put", "batch_put_from", 4 * KiB, 128) and redis_set.get("rps"):
-                    r["redis"] = c["values_per_s"] / redis_set["rps"]
+                        ("put", "batch_put_from", 4 * KiB, 128):
+                    if redis_set.get("rps"):
+                        r["redis"] = c["values_per_s"] / redis_set["rps"]
+                    if redis_set_sp.get("rps"):
+                        r["redis_spread"] = c["values_per_s"] / redis_set_sp["rps"]
             c["ratio"] = r
     ours = res["backends"].get("ours", {}).get("cells", [])
     ourt = res["backends"].get("ours-tcp", {}).get("cells", [])
@@ -778,15 +853,21 @@ def analyse(res):
         for c in cells:
             if (c["size"], c["batch"]) != (4 * KiB, 128):
                 continue
+            # like for like (see the top): a spread working set against redis -r, the
+            # same 128 keys against redis's one key
             if c["op"] == "get" and c["api"] in ("batch_get_into", "get_into 2thr"):
                 thr = ", 2 threads" if c["api"] != "batch_get_into" else ""
                 bar = T_REDIS_GET[label]
-                verdict(f"4 KiB batch 128 get >= {bar:g}x redis-benchmark GET ({label}{thr})",
+                verdict(f"4 KiB batch 128 get >= {bar:g}x redis GET -r ({label}{thr})",
+                        c, c.get("ratio", {}).get("redis_spread"), bar, "4 KiB batch 128")
+            if c["op"] == "get" and c["api"] == "get_into hot":
+                bar = T_REDIS_GET[label]
+                verdict(f"4 KiB batch 128 get >= {bar:g}x redis GET one key ({label}, hot)",
                         c, c.get("ratio", {}).get("redis"), bar, "4 KiB batch 128")
             if c["op"] == "put" and c["api"] == "batch_put_from":
                 bar = T_REDIS_SET[label]
-                verdict(f"4 KiB batch 128 put >= {bar:g}x redis-benchmark SET ({label})",
-                        c, c.get("ratio", {}).get("redis"), bar, "4 KiB batch 128")
+                verdict(f"4 KiB batch 128 put >= {bar:g}x redis SET -r ({label})",
+                        c, c.get("ratio", {}).get("redis_spread"), bar, "4 KiB batch 128")
     if up:
         for label, cells in (("ours-tcp", ourt), ("ours", ours)):
             for c in cells:
@@ -810,13 +891,15 @@ def table_lines(res):
         out.append(f"{'anchor':9} {'memcpy':20} {'-':4} {'memcpy':15} "
                    f"{human(s):>7} {1:>5} {'-':>10} {fmt(a['memcpy_gbps'].get(str(s))):>7} "
                    f"{'-':>8} {'-':>8} {'-':>6}")
-    for op, key in (("put", "redis_set"), ("get", "redis")):
+    for op, key, ks in (("put", "redis_set", "one key"), ("get", "redis", "one key"),
+                        ("put", "redis_set_spread", f"-r {REDIS_SPREAD_KEYS}"),
+                        ("get", "redis_spread", f"-r {REDIS_SPREAD_KEYS}")):
         r = a.get(key)
         if r and r.get("rps"):
             out.append(f"{'redis':9} {'tcp':20} {op:4} {'redis-bench P128':15} "
                        f"{'4 KiB':>7} {128:>5} {r['rps']:>10.0f} {r['rps'] * 4096 / GB:>7.3f} "
                        f"{r['p50_ms']:>8.3f} {r['p99_ms']:>8.3f} {'-':>6}  (-P 128: pipeline "
-                       f"depth; latency per request; {'SET' if op == 'put' else 'GET'})")
+                       f"depth; latency per request; {'SET' if op == 'put' else 'GET'}, {ks})")
         elif r:
             out.append(f"{'redis':9} unavailable: {r.get('error')}")
             break
@@ -1095,10 +1178,12 @@ def measure_anchors(args, group, res, np, when):
     try:
         n = args.redis_requests or (300_000 if args.quick else 1_000_000)
         both = redis_anchor(group, n)
-        for name, key in (("get", "redis"), ("set", "redis_set")):
+        for name, key in (("get", "redis"), ("set", "redis_set"),
+                          ("get_spread", "redis_spread"), ("set_spread", "redis_set_spread")):
             r = both[name]
             run[key] = r
-            print(f"  anchor ({when}) redis-benchmark -P 128 -d 4096 -t {name}: "
+            print(f"  anchor ({when}) redis-benchmark -P 128 -d 4096 -t {name[:3]}"
+                  f"{' -r %d' % REDIS_SPREAD_KEYS if 'spread' in name else ''}: "
                   f"{r['rps']:.0f} requests/s, p50 {r['p50_ms']} ms", flush=True)
             if not (a.get(key) or {}).get("rps") or r["rps"] > a[key]["rps"]:
                 a[key] = r

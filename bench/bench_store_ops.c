@@ -5,12 +5,15 @@
  *   bench_store_ops node MASTER METADATA SEGMENT_BYTES
  *     A store node: sets up a client contributing SEGMENT_BYTES (the segment every value
  *     lands in), prints "ready" and waits until its stdin closes, then closes.
- *   bench_store_ops client MASTER METADATA OP SIZE BATCH ITERS [WARMUP]
+ *   bench_store_ops client MASTER METADATA OP SIZE BATCH ITERS [WARMUP [SETS]]
  *     A pure client (global_segment_size 0) with a registered buffer of BATCH x SIZE.
  *     OP put:   every batch is batch_put_from of BATCH new keys;
- *        get:   BATCH keys are put once, every batch is batch_get_into of them (checked);
- *        exist: BATCH keys are put once, every batch is batch_is_exist of them (the
- *               master's batch_is_exist: one RPC).
+ *        get:   SETS (default 1) sets of BATCH keys are put once, batch i is
+ *               batch_get_into of set i % SETS (checked);
+ *        exist: the same with batch_is_exist (the master's batch_is_exist: one RPC).
+ *     SETS 1 reads the same keys every batch (the source stays in the node's caches,
+ *     as redis-benchmark's one key does); a large SETS reads a working set spread
+ *     over the segment (SETS x BATCH x SIZE bytes), as a cache serving many keys does.
  *     WARMUP batches (default 10) open connections and fault pages in; then it prints
  *     "warm" and waits for one line on stdin (the driver zeroes a master run under
  *     callgrind then), runs ITERS measured batches between CALLGRIND_ZERO_STATS and
@@ -74,7 +77,7 @@ static void make_keys(keyset *k, size_t batch, const char *tag, uint64_t round)
 
 static int one_batch(mc_store *s, const char *op, keyset *k, size_t batch, uint64_t size,
                      uint8_t *buf, void **ptrs, uint64_t *sizes, int *ires, int64_t *lres,
-                     uint64_t round)
+                     uint64_t round, uint64_t sets)
 {
     if (!strcmp(op, "put")) {
         make_keys(k, batch, "p", round);
@@ -86,12 +89,14 @@ static int one_batch(mc_store *s, const char *op, keyset *k, size_t batch, uint6
         return rc;
     }
     if (!strcmp(op, "get")) {
+        make_keys(k, batch, "g", round % sets);
         int rc = mc_store_batch_get_into(s, k->keys, batch, ptrs, sizes, lres);
         for (size_t j = 0; rc == MC_OK && j < batch; j++)
             if (lres[j] != (int64_t)size || buf[j * size] != (uint8_t)j)
                 rc = lres[j] < 0 ? (int)lres[j] : MC_INTERNAL_ERROR;
         return rc;
     }
+    make_keys(k, batch, "g", round % sets);
     int rc = mc_store_batch_is_exist(s, k->keys, batch, ires);
     for (size_t j = 0; rc == MC_OK && j < batch; j++)
         if (ires[j] != 1)
@@ -106,8 +111,9 @@ static int client(char **argv, int argc)
     size_t batch = strtoull(argv[6], NULL, 10);
     size_t iters = strtoull(argv[7], NULL, 10);
     size_t warm = argc > 8 ? strtoull(argv[8], NULL, 10) : 10;
+    uint64_t sets = argc > 9 ? strtoull(argv[9], NULL, 10) : 1;
     if ((strcmp(op, "put") && strcmp(op, "get") && strcmp(op, "exist")) || size == 0 ||
-        batch == 0 || batch > 4096 || iters == 0)
+        batch == 0 || batch > 4096 || iters == 0 || sets == 0 || sets > 1000000)
         return 2;
     mc_store *s = open_store(argv[2], argv[3], 0);
     if (!s)
@@ -126,15 +132,17 @@ static int client(char **argv, int argc)
     int rc = mc_store_register_buffer(s, buf, size * batch);
     if (rc == MC_OK && strcmp(op, "put")) {
         /* the keys that get / exist read */
-        make_keys(&k, batch, "g", 0);
-        rc = mc_store_batch_put_from(s, k.keys, batch, (const void *const *)ptrs, sizes,
-                                     NULL, ires);
-        for (size_t j = 0; rc == MC_OK && j < batch; j++)
-            rc = ires[j];
+        for (uint64_t set = 0; rc == MC_OK && set < sets; set++) {
+            make_keys(&k, batch, "g", set);
+            rc = mc_store_batch_put_from(s, k.keys, batch, (const void *const *)ptrs, sizes,
+                                         NULL, ires);
+            for (size_t j = 0; rc == MC_OK && j < batch; j++)
+                rc = ires[j];
+        }
     }
     uint64_t round = 0;
     for (size_t i = 0; rc == MC_OK && i < warm; i++)
-        rc = one_batch(s, op, &k, batch, size, buf, ptrs, sizes, ires, lres, ++round);
+        rc = one_batch(s, op, &k, batch, size, buf, ptrs, sizes, ires, lres, ++round, sets);
     if (rc != MC_OK) {
         fprintf(stderr, "bench_store_ops: warm-up %s returned %d\n", op, rc);
         mc_store_destroy(s);
@@ -146,7 +154,7 @@ static int client(char **argv, int argc)
     uint64_t t0 = mc_now_ns();
     CALLGRIND_ZERO_STATS;
     for (size_t i = 0; rc == MC_OK && i < iters; i++)
-        rc = one_batch(s, op, &k, batch, size, buf, ptrs, sizes, ires, lres, ++round);
+        rc = one_batch(s, op, &k, batch, size, buf, ptrs, sizes, ires, lres, ++round, sets);
     CALLGRIND_DUMP_STATS_AT("measured");
     uint64_t dt = mc_now_ns() - t0;
     if (rc != MC_OK) {
@@ -185,15 +193,15 @@ int main(int argc, char **argv)
         mc_store_destroy(s);
         return 0;
     }
-    if ((argc == 8 || argc == 9) && !strcmp(argv[1], "client")) {
+    if (argc >= 8 && argc <= 10 && !strcmp(argv[1], "client")) {
         int rc = client(argv, argc);
         if (rc == 2)
             fprintf(stderr, "bench_store_ops client: OP put|get|exist, SIZE > 0, "
-                            "BATCH 1..4096, ITERS > 0\n");
+                            "BATCH 1..4096, ITERS > 0, SETS 1..1000000\n");
         return rc;
     }
     fprintf(stderr, "usage: bench_store_ops node MASTER METADATA SEGMENT_BYTES\n"
                     "       bench_store_ops client MASTER METADATA OP SIZE BATCH ITERS "
-                    "[WARMUP]\n");
+                    "[WARMUP [SETS]]\n");
     return 2;
 }

@@ -8,6 +8,7 @@ batches of BATCH keys of SIZE bytes). Counts, unlike seconds, repeat on a loaded
 Usage:
   python3 bench/bench_store_syscalls.py [--build build/release] [--ops put,get]
       [--size 4096] [--batch 128] [--iters 40] [--warmup 10] [--same-host]
+      [--sets N] [--master-arg FLAG ...] [--no-strace]
 Prints, per op and process, the system calls per key (total and the top ones) and
 writes <out>/results.json. Needs strace (ptrace permitted on the box).
 """
@@ -67,6 +68,13 @@ def main():
     ap.add_argument("--iters", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--same-host", action="store_true", help="no MC_FORCE_TCP")
+    ap.add_argument("--sets", type=int, default=1,
+                    help="get/exist: distinct batches of keys read in turn (1: the same "
+                         "keys every batch, cache-hot like redis-benchmark's one key; "
+                         "e.g. 2000: a working set spread over the segment)")
+    ap.add_argument("--master-arg", action="append", default=[],
+                    help="an extra mooncake_master flag, e.g. --rpc_busy_poll_us=0 "
+                         "(repeatable)")
     ap.add_argument("--no-strace", action="store_true",
                     help="time the same run without strace (seconds only, noisy)")
     ap.add_argument("--out", default="bench/out/store-syscalls")
@@ -87,12 +95,13 @@ def main():
             [master_exe, f"--rpc_port={rpc}", "--rpc_address=127.0.0.1",
              f"--metrics_port={metrics}", "--metrics_host=127.0.0.1",
              "--enable_http_metadata_server=1", f"--http_metadata_server_port={http}",
-             "--http_metadata_server_host=127.0.0.1"],
+             "--http_metadata_server_host=127.0.0.1"] + args.master_arg,
             stdout=logs, stderr=logs, env=env, start_new_session=True)
         procs.append(master)
         wait_port(rpc, time.monotonic() + 60, master)
         wait_port(http, time.monotonic() + 60, master)
-        seg = max(256 << 20, 4 * args.size * args.batch * (args.iters + args.warmup + 2))
+        seg = max(256 << 20, 4 * args.size * args.batch * (args.iters + args.warmup + 2),
+                  2 * args.size * args.batch * args.sets)
         node = subprocess.Popen([ops_exe, "node", maddr, md, str(seg)], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=logs, env=env, text=True,
                                 start_new_session=True)
@@ -100,7 +109,8 @@ def main():
         expect(node, "ready", time.monotonic() + 60)
         for op in args.ops.split(","):
             cl = subprocess.Popen([ops_exe, "client", maddr, md, op, str(args.size),
-                                   str(args.batch), str(args.iters), str(args.warmup)],
+                                   str(args.batch), str(args.iters), str(args.warmup),
+                                   str(args.sets)],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=logs,
                                   env=env, text=True, start_new_session=True)
             procs.append(cl)
