@@ -344,7 +344,10 @@ MC_API void mc_store_replicate_config_init(mc_store_replicate_config *cfg);
  * running past the end of a registered buffer it starts in: see top);
  * MC_NO_AVAILABLE_HANDLE (no segment can hold it, even after eviction: nothing is left
  * behind); MC_TRANSFER_FAIL / MC_RPC_TIMEOUT (writing a replica failed: revoked);
- * MC_RPC_FAIL / MC_RPC_TIMEOUT (master unreachable). */
+ * MC_RPC_FAIL / MC_RPC_TIMEOUT (master unreachable); MC_REPLICA_IS_GONE (the segment
+ * the put was placed on was unmounted, e.g. its owner closed, while it was in flight,
+ * and again when it was put a second time from put_start: nothing stored; a put that
+ * meets this once is put again by itself, on a segment left). */
 MC_API int mc_store_put(mc_store *s, const void *key, size_t key_len, const void *value,
                         size_t len, const mc_store_replicate_config *cfg);
 
