@@ -720,6 +720,8 @@ MC_API int mc_store_batch_write_ranges(mc_store *s, const mc_store_reservation *
 /* mc_store_batch_put_commit / _abort: put_end (the object becomes readable) / put_revoke
  * (its space is freed) of reserved keys. results[i]: MC_OK; MC_OBJECT_NOT_FOUND (nothing
  * reserved, or the reservation was discarded after the master's timeout);
+ * MC_REPLICA_IS_GONE (every segment of the reservation was unmounted meanwhile, e.g. its
+ * owner closed: nothing stored; reserve and write again, the caller holds the bytes);
  * MC_ILLEGAL_CLIENT (reserved by another client); transport codes. Returns MC_OK or a
  * whole-call code. */
 MC_API int mc_store_batch_put_commit(mc_store *s, const mc_store_key *keys, size_t n,
