@@ -344,7 +344,10 @@ MC_API void mc_store_replicate_config_init(mc_store_replicate_config *cfg);
  * running past the end of a registered buffer it starts in: see top);
  * MC_NO_AVAILABLE_HANDLE (no segment can hold it, even after eviction: nothing is left
  * behind); MC_TRANSFER_FAIL / MC_RPC_TIMEOUT (writing a replica failed: revoked);
- * MC_RPC_FAIL / MC_RPC_TIMEOUT (master unreachable). */
+ * MC_RPC_FAIL / MC_RPC_TIMEOUT (master unreachable); MC_REPLICA_IS_GONE (the segment
+ * the put was placed on was unmounted, e.g. its owner closed, while it was in flight,
+ * and again when it was put a second time from put_start: nothing stored; a put that
+ * meets this once is put again by itself, on a segment left). */
 MC_API int mc_store_put(mc_store *s, const void *key, size_t key_len, const void *value,
                         size_t len, const mc_store_replicate_config *cfg);
 
@@ -717,6 +720,8 @@ MC_API int mc_store_batch_write_ranges(mc_store *s, const mc_store_reservation *
 /* mc_store_batch_put_commit / _abort: put_end (the object becomes readable) / put_revoke
  * (its space is freed) of reserved keys. results[i]: MC_OK; MC_OBJECT_NOT_FOUND (nothing
  * reserved, or the reservation was discarded after the master's timeout);
+ * MC_REPLICA_IS_GONE (every segment of the reservation was unmounted meanwhile, e.g. its
+ * owner closed: nothing stored; reserve and write again, the caller holds the bytes);
  * MC_ILLEGAL_CLIENT (reserved by another client); transport codes. Returns MC_OK or a
  * whole-call code. */
 MC_API int mc_store_batch_put_commit(mc_store *s, const mc_store_key *keys, size_t n,

@@ -7,6 +7,8 @@
  * however late a write of ours lands, since the master quarantines a revoked put's
  * space until we and the owner have fenced it; docs/consistency.md), and for a put that
  * lost a race with another writer's put in flight, settle_contested (read your writes).
+ * A chunk's put that a leader change, or an unmount of its target segment
+ * (REPLICA_IS_GONE), explains is put once more from put_start (do_write).
  * Owns nothing of mc_store (reads it under life shared); must not read objects. */
 #include <stdint.h>
 #include <stdio.h>
@@ -400,8 +402,13 @@ static void write_finish(wchunk *c)
         write_revoke(c, rk, nr);
         /* rk[j] is the j-th failed item in chunk order (the loop above) */
         for (size_t k = 0, j = 0; k < m && j < nr; k++)
-            if (!c->skip[k] && c->werr[k])
+            if (!c->skip[k] && c->werr[k]) {
+                /* the target segment was unmounted under the write: that explains the
+                 * failed transfer, and the put may go again (do_write) */
+                if (c->st[j] == MC_REPLICA_IS_GONE)
+                    c->it[c->idx[k]].status = MC_REPLICA_IS_GONE;
                 c->it[c->idx[k]].master_lost = leader_unreached(c->st[j++]);
+            }
     }
     free(ek);
     free(rk);
@@ -548,6 +555,15 @@ static bool switch_settled(mc_store *s, const witem *it, const size_t *idx, size
     return true;
 }
 
+/* Whether item w is put once more from put_start after its first attempt (do_write):
+ * its segment was unmounted under it (REPLICA_IS_GONE: from put_end, or from the
+ * put_revoke after the transfer failed), or a leader change explains its failure and
+ * the view moved (switched: switch_settled). */
+static bool redo_once(const witem *w, bool switched)
+{
+    return w->status == MC_REPLICA_IS_GONE || (switched && redo_after_switch(w->status));
+}
+
 /* Runs the write protocol for items[0..n) whose status is MC_OK (the others keep their
  * status). Caller holds life shared. */
 static void do_write(mc_store *s, bool upsert, witem *it, size_t n,
@@ -566,23 +582,38 @@ static void do_write(mc_store *s, bool upsert, witem *it, size_t n,
     int64_t v0 = mc_master_client_view(s->mc); /* 0: not HA */
     for (size_t c = 0; c < m; c += CHUNK_KEYS)
         write_chunk(s, upsert, it, idx + c, m - c < CHUNK_KEYS ? m - c : CHUNK_KEYS, cfg);
-    /* A leader change during the put (docs/ha.md "The remount window"): a put whose
-     * put_start or put_end reached the old leader and failed (the call failed, or the new
-     * leader never saw the start: OBJECT_NOT_FOUND) is put once more from the start
-     * through the new leader. Safe: the first attempt never became readable there (a
-     * complete copy would make the new put_start find the key: ST_CONTESTED, settled
-     * below), and its range is quarantined by the promotion, never reused under us. */
-    if (m && v0 > 0 && switch_settled(s, it, idx, m, v0)) {
-        size_t r = 0;
-        for (size_t k = 0; k < m; k++)
-            if (redo_after_switch(it[idx[k]].status)) {
-                it[idx[k]].status = MC_OK;
-                it[idx[k]].master_lost = false;
-                idx[r++] = idx[k];
-            }
-        for (size_t c = 0; c < r; c += CHUNK_KEYS)
-            write_chunk(s, upsert, it, idx + c, r - c < CHUNK_KEYS ? r - c : CHUNK_KEYS, cfg);
-    }
+    /* Once more from put_start, at most once per call, for two causes:
+     * - A leader change during the put (docs/ha.md "The remount window"): a put whose
+     *   put_start or put_end reached the old leader and failed (the call failed, or the
+     *   new leader never saw the start: OBJECT_NOT_FOUND) goes again through the new
+     *   leader. Safe: the first attempt never became readable there (a complete copy
+     *   would make the new put_start find the key: ST_CONTESTED, settled below), and its
+     *   range is quarantined by the promotion, never reused under us.
+     * - The put's target segment was unmounted while it was in flight (its owner closed:
+     *   issue 17; REPLICA_IS_GONE from put_end, or from the revoke of a transfer that
+     *   failed): the master placed it on another segment next time, or says why not
+     *   (NO_AVAILABLE_HANDLE, ...). Safe: the caller's bytes are still in its buffers;
+     *   the first attempt is nothing at the master (never readable), and its range went
+     *   away with the segment's allocator, so no other put is placed under a late slice
+     *   of it while that memory stays unmounted (docs/consistency.md "Unmount under a
+     *   put"). */
+    bool switched = m && v0 > 0 && switch_settled(s, it, idx, m, v0);
+    size_t r = 0, ngone = 0;
+    for (size_t k = 0; k < m; k++)
+        if (redo_once(&it[idx[k]], switched)) {
+            ngone += it[idx[k]].status == MC_REPLICA_IS_GONE;
+            it[idx[k]].status = MC_OK;
+            it[idx[k]].master_lost = false;
+            idx[r++] = idx[k];
+        }
+    if (ngone)
+        mc_log(MC_LOG_WARN, TAG,
+               "%s: %zu key(s) lost their target segment to an unmount while in flight "
+               "(REPLICA_IS_GONE: its owner closed or unmounted it); putting them once "
+               "more from put_start",
+               upsert ? "upsert" : "put", ngone);
+    for (size_t c = 0; c < r; c += CHUNK_KEYS)
+        write_chunk(s, upsert, it, idx + c, r - c < CHUNK_KEYS ? r - c : CHUNK_KEYS, cfg);
     if (!upsert && m)
         settle_contested(s, it, n, cfg);
     for (size_t i = 0; i < n; i++)

@@ -164,6 +164,11 @@ typedef struct shard {
     uint32_t mask;   /* stored atomically so batch calls may prefetch without it    */
     uint32_t count;
     mc_list proc, lru, soft; /* heads: oldest first                                 */
+    mc_list gone; /* in-flight puts an unmount left without a replica (drop_slot):    */
+                  /* not in the table, kept (key, owner, nrep 0, atime = the unmount) */
+                  /* so that their put_end / put_revoke answer REPLICA_IS_GONE, not   */
+                  /* OBJECT_NOT_FOUND; oldest first; freed by that call, the writer's */
+                  /* expiry or the tick after release_ms. Guarded by mu               */
 } __attribute__((aligned(64))) shard;
 
 /* ---- segments and clients ---- */

@@ -169,7 +169,8 @@ MC_API int mc_master_service_remount_segments(mc_master_service *svc,
                                               mc_master_uuid client_id);
 
 /* mc_master_service_unmount_segment: removes the segment; every replica on it is
- * dropped (in-flight ones too); objects left with no replica are erased.
+ * dropped (in-flight ones too); objects left with no replica are erased (a put in flight
+ * so erased is remembered for its writer's put_end / put_revoke: REPLICA_IS_GONE).
  * Returns OK; SEGMENT_NOT_FOUND; ILLEGAL_CLIENT when the segment belongs to another
  * client. */
 MC_API int mc_master_service_unmount_segment(mc_master_service *svc,
@@ -235,9 +236,12 @@ MC_API int mc_master_service_put_start(mc_master_service *svc, mc_master_uuid cl
                                        mc_master_replica_list *out);
 
 /* mc_master_service_put_end: publishes an in-flight object: replicas become COMPLETE,
- * the soft-pin deadline (if any) starts. Returns OK; OBJECT_NOT_FOUND (absent, or its
- * put was pre-empted/released); ILLEGAL_CLIENT (in flight for another client);
- * INVALID_WRITE (the object is already complete). */
+ * the soft-pin deadline (if any) starts. Returns OK; REPLICA_IS_GONE (this client's put
+ * lost every replica to an unmount of its segment while in flight: nothing is stored,
+ * the client may put again from put_start; answered once, then OBJECT_NOT_FOUND);
+ * OBJECT_NOT_FOUND (absent, or its put was pre-empted/released); ILLEGAL_CLIENT (in
+ * flight for another client); INVALID_WRITE (the object is already complete). A put
+ * that lost only some replicas to an unmount ends with the others (OK). */
 MC_API int mc_master_service_put_end(mc_master_service *svc, mc_master_uuid client_id,
                                      const void *key, size_t key_len);
 
@@ -248,7 +252,8 @@ MC_API int mc_master_service_put_end(mc_master_service *svc, mc_master_uuid clie
  * unmounted, or the client expired and put_start_release_timeout_sec passed with the
  * owner's acknowledgement in. The same holds for a put pre-empted by put_start, one
  * released by tick, and the puts of an expired client (discarded at expiry). Returns
- * OK; OBJECT_NOT_FOUND; ILLEGAL_CLIENT; INVALID_WRITE (complete). */
+ * OK; REPLICA_IS_GONE (as put_end: an unmount dropped the put already); OBJECT_NOT_FOUND;
+ * ILLEGAL_CLIENT; INVALID_WRITE (complete). */
 MC_API int mc_master_service_put_revoke(mc_master_service *svc, mc_master_uuid client_id,
                                         const void *key, size_t key_len);
 

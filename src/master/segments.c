@@ -385,11 +385,17 @@ int mc_master_service_remount_segments(mc_master_service *svc, const mc_master_s
 /* ---- unmount ---- */
 
 /* Drops every replica on `slot` from the objects of one shard (space is not given back:
- * the allocator goes away); objects left without replicas are erased. */
+ * the allocator goes away); objects left without replicas are erased. A put in flight
+ * left without a replica is kept on the shard's gone list (its key and writer): its
+ * writer's put_end or put_revoke then answers REPLICA_IS_GONE (writes.c do_end), which
+ * tells the writer to put again from put_start (client/write.c do_write), rather than
+ * OBJECT_NOT_FOUND. One that keeps a replica elsewhere stays in flight with fewer
+ * replicas, and its put_end publishes those. */
 static void drop_slot(mc_master_service *svc, shard *sh, uint32_t slot)
 {
     objvec gone = {0};
     pthread_mutex_lock(&sh->mu);
+    uint64_t now = now_ms(svc);
     for (uint32_t b = 0; b <= sh->mask; b++) {
         obj *o = slot_obj(sh->slots[b]);
         if (!o)
@@ -416,7 +422,12 @@ static void drop_slot(mc_master_service *svc, shard *sh, uint32_t slot)
         mc__ht_remove(sh, o);
         obj_unlist(o);
         mc__account_gone(svc, o);
-        free(o);
+        if (o->flags & F_PROC) {
+            o->atime = now; /* the unmount: when the tick may forget it */
+            mc_list_push_back(&sh->gone, &o->link);
+        } else {
+            free(o);
+        }
     }
     pthread_mutex_unlock(&sh->mu);
     free(gone.v);

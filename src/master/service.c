@@ -112,6 +112,7 @@ int mc_master_service_create(const mc_master_config *cfg, mc_master_service **ou
         mc_list_init(&sh->proc);
         mc_list_init(&sh->lru);
         mc_list_init(&sh->soft);
+        mc_list_init(&sh->gone);
     }
     /* writers (mount/unmount) must not starve behind the stream of readers */
     mc_rwlock_init_writer_first(&svc->seg_lock);
@@ -144,6 +145,9 @@ void mc_master_service_destroy(mc_master_service *svc)
         shard *sh = &svc->shards[i];
         for (uint32_t b = 0; b <= sh->mask; b++)
             free(slot_obj(sh->slots[b]));
+        mc_list *g;
+        while ((g = mc_list_pop_front(&sh->gone)))
+            free(obj_of(g));
         free(sh->slots);
         pthread_mutex_destroy(&sh->mu);
     }

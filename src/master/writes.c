@@ -212,7 +212,27 @@ static int do_start(mc_master_service *svc, mc_master_uuid client, const void *k
 
 /* ---- end / revoke ---- */
 
-/* put_end / upsert_end (revoke false) or put_revoke / upsert_revoke of one key. */
+/* Takes the entry of `client`'s put of key (hash h32) off sh's gone list (an unmount
+ * dropped every replica of that put in flight: segments.c drop_slot) and frees it.
+ * Whether there was one. Caller holds sh->mu. */
+static bool take_gone_put(shard *sh, uint32_t h32, const void *key, size_t len,
+                          mc_master_uuid client)
+{
+    obj *o;
+    MC_LIST_FOREACH_ENTRY(o, &sh->gone, obj, link) {
+        if (o->hash == h32 && o->key_len == len && uuid_eq(o->owner, client) &&
+            !memcmp(okey(o), key, len)) {
+            mc_list_remove(&o->link);
+            free(o);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* put_end / upsert_end (revoke false) or put_revoke / upsert_revoke of one key. A put
+ * whose every replica an unmount dropped while it was in flight answers REPLICA_IS_GONE
+ * (once, to its writer): nothing of it is stored, and the writer may put it again. */
 static int do_end(mc_master_service *svc, mc_master_uuid client, const void *key, size_t len,
                   uint64_t h, bool revoke)
 {
@@ -221,7 +241,10 @@ static int do_end(mc_master_service *svc, mc_master_uuid client, const void *key
         return rc;
     obj *o;
     shard *sh = lock_key(svc, key, len, h, &o);
-    if (!o) {
+    if (!o && !mc_list_empty(&sh->gone) &&
+        take_gone_put(sh, (uint32_t)(h >> 32), key, len, client)) {
+        rc = MC_REPLICA_IS_GONE; /* its segment was unmounted under it */
+    } else if (!o) {
         rc = MC_OBJECT_NOT_FOUND; /* never started, or pre-empted / released since */
     } else if (!(o->flags & F_PROC)) {
         rc = MC_INVALID_WRITE;
@@ -402,6 +425,12 @@ void mc__release_stale_puts(mc_master_service *svc)
             mc__obj_erase(svc, sh, obj_of(it), MC__SPACE_DISCARDED);
             cadd(&svc->put_released, 1);
         }
+        /* puts an unmount dropped whose writer never ended nor revoked them (oldest
+         * first: atime is the unmount's time) */
+        while ((it = mc_list_front(&sh->gone)) && now - obj_of(it)->atime >= svc->release_ms) {
+            mc_list_remove(it);
+            free(obj_of(it));
+        }
         pthread_mutex_unlock(&sh->mu);
     }
 }
@@ -417,6 +446,12 @@ void mc__discard_client_puts(mc_master_service *svc, mc_master_uuid id)
                 continue;
             mc__obj_erase(svc, sh, o, MC__SPACE_DISCARDED);
             cadd(&svc->put_discarded, 1);
+        }
+        MC_LIST_FOREACH_ENTRY(o, &sh->gone, obj, link) { /* it will not end them now */
+            if (uuid_eq(o->owner, id)) {
+                mc_list_remove(&o->link);
+                free(o);
+            }
         }
         pthread_mutex_unlock(&sh->mu);
     }

@@ -1255,6 +1255,93 @@ static void test_put_race_read_your_writes(void **state)
     mc_store_destroy(s2);
 }
 
+/* Issue 17: client A's put was placed on client B's segment (put_start), then B
+ * unmounted it (close: the unmount first, then the memory goes) before A's put_end.
+ * The hook runs in A's put between put_start and the transfer, so the order is exact.
+ * The put must not fail with OBJECT_NOT_FOUND: the master answers REPLICA_IS_GONE and
+ * the client puts once more from put_start, onto a segment that is left; a get then
+ * returns the put's bytes. */
+static mc_store *gone_target;   /* B */
+static atomic_int gone_started; /* put_starts seen by the hook */
+static bool gone_close;         /* the hook closes B (else: only the unmount RPC) */
+
+static void unmount_target_hook(const char *point, const void *key, size_t key_len)
+{
+    (void)key;
+    (void)key_len;
+    if (strcmp(point, MC__STORE_HOOK_PUT_STARTED) || atomic_fetch_add(&gone_started, 1))
+        return;
+    if (gone_close) {
+        /* all of close: the transfer to B then fails (its memory is gone too) */
+        assert_int_equal(mc_store_close(gone_target), MC_OK);
+    } else {
+        /* close's first step, B's memory left registered: A's transfer lands and
+         * A's put_end finds its object dropped (the -704 of issue 17) */
+        assert_int_equal(mc_master_client_unmount_segment(gone_target->mc, gone_target->seg_id,
+                                                          gone_target->client_id),
+                         MC_OK);
+    }
+}
+
+static void unmount_under_put(fixture *f, bool close_it)
+{
+    mc_store *a = store_up(&f->m, 8 * MIB), *b = store_up(&f->m, 8 * MIB),
+             *c = store_up(&f->m, 8 * MIB);
+    char hb[64];
+    assert_true(mc_store_get_hostname(b, hb, sizeof hb) > 0);
+    mc_store_replicate_config rc;
+    mc_store_replicate_config_init(&rc);
+    rc.preferred_segment = hb; /* the first attempt goes to B */
+    enum { N = 3, SZ = 64 * 1024 };
+    unsigned char *v = malloc(N * SZ), *got = malloc(SZ);
+    fill(v, N * SZ, close_it ? 21 : 22);
+    gone_target = b;
+    gone_close = close_it;
+    atomic_store(&gone_started, 0);
+    mc__store_test_hook = unmount_target_hook;
+    if (!close_it) {
+        assert_int_equal(mc_store_put(a, "gone", 4, v, SZ, &rc), MC_OK);
+    } else {
+        mc_store_key k[N] = {{"gone0", 5}, {"gone1", 5}, {"gone2", 5}};
+        const void *vals[N] = {v, v + SZ, v + 2 * SZ};
+        uint64_t sizes[N] = {SZ, SZ, SZ};
+        int res[N];
+        assert_int_equal(mc_store_batch_put_from(a, k, N, vals, sizes, &rc, res), MC_OK);
+        for (int i = 0; i < N; i++)
+            assert_int_equal(res[i], MC_OK);
+    }
+    mc__store_test_hook = NULL;
+    assert_int_equal(atomic_load(&gone_started), 2); /* the first attempt, and one more */
+    /* the bytes of the put, from a segment left (A's or C's), by either client */
+    const char *names[N] = {"gone0", "gone1", "gone2"};
+    for (int i = 0; i < (close_it ? N : 1); i++) {
+        const char *key = close_it ? names[i] : "gone";
+        assert_int_equal(get_s(c, key, got, SZ), SZ);
+        assert_memory_equal(got, v + (size_t)i * SZ, SZ);
+        assert_int_equal(get_s(a, key, got, SZ), SZ);
+        assert_memory_equal(got, v + (size_t)i * SZ, SZ);
+    }
+    free(v);
+    free(got);
+    mc_store_destroy(b);
+    mc_store_destroy(c);
+    mc_store_destroy(a);
+}
+
+static void test_unmount_under_put(void **state)
+{
+    fixture *f = *state;
+    NEED_MASTER(f);
+    unmount_under_put(f, false);
+}
+
+static void test_close_under_batch_put(void **state)
+{
+    fixture *f = *state;
+    NEED_MASTER(f);
+    unmount_under_put(f, true);
+}
+
 static void sleep_hook(const char *point, const void *key, size_t key_len)
 {
     (void)key;
@@ -1729,6 +1816,9 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_killed_writer, setup_fast_discard, teardown_master),
         cmocka_unit_test_setup_teardown(test_fences_applied, setup_default, teardown_master),
         cmocka_unit_test_setup_teardown(test_put_race_read_your_writes, setup_default,
+                                        teardown_master),
+        cmocka_unit_test_setup_teardown(test_unmount_under_put, setup_default, teardown_master),
+        cmocka_unit_test_setup_teardown(test_close_under_batch_put, setup_default,
                                         teardown_master),
         cmocka_unit_test_setup_teardown(test_concurrent_processes, setup_default,
                                         teardown_master),

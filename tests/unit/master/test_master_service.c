@@ -1177,6 +1177,71 @@ static void test_mount_unmount(void **state)
     mc_master_service_destroy(svc);
 }
 
+/* Issue 17: a put in flight whose target segment is unmounted (its owner's close)
+ * before its put_end. Its writer's put_end (or put_revoke) says REPLICA_IS_GONE, so the
+ * writer knows to put again, never OBJECT_NOT_FOUND; a put that kept a replica on
+ * another segment ends with that one; once answered (or its writer expired, or after
+ * the release timeout) the master forgets the dropped put. */
+static void test_unmount_during_put(void **state)
+{
+    (void)state;
+    mc_master_service *svc = make(NULL);
+    mount(svc, 1, "a:1", 1ull << 32, 8 * MIB, C1);
+    mount(svc, 2, "b:1", 2ull << 32, 8 * MIB, C2);
+    mc_master_put_config c = pcfg(1);
+    const char *pref[] = {"b:1"};
+    c.preferred_segments = pref;
+    c.n_preferred = 1;
+    mc_master_replica_list out;
+    /* two puts of C1 placed only on b:1, one of C2's on b:1, one of C1 on both */
+    assert_int_equal(mc_master_service_put_start(svc, C1, "end", 3, 1000, &c, &out), MC_OK);
+    assert_int_equal(out.replicas[0].segment_id.first, 2);
+    assert_int_equal(mc_master_service_put_start(svc, C1, "rev", 3, 1000, &c, &out), MC_OK);
+    assert_int_equal(mc_master_service_put_start(svc, C2, "two", 3, 1000, &c, &out), MC_OK);
+    mc_master_put_config c2 = pcfg(2);
+    assert_int_equal(mc_master_service_put_start(svc, C1, "both", 4, 1000, &c2, &out), MC_OK);
+    assert_int_equal(out.n, 2);
+    assert_int_equal(stats(svc).processing_key_count, 4);
+
+    mc_master_uuid b = {2, 2};
+    assert_int_equal(mc_master_service_unmount_segment(svc, b, C2), MC_OK);
+    assert_int_equal(stats(svc).processing_key_count, 1); /* "both" is still in flight */
+    /* only the writer hears why, and only once */
+    assert_int_equal(mc_master_service_put_end(svc, C2, "end", 3), MC_OBJECT_NOT_FOUND);
+    assert_int_equal(mc_master_service_put_end(svc, C1, "end", 3), MC_REPLICA_IS_GONE);
+    assert_int_equal(mc_master_service_put_end(svc, C1, "end", 3), MC_OBJECT_NOT_FOUND);
+    assert_int_equal(mc_master_service_put_revoke(svc, C1, "rev", 3), MC_REPLICA_IS_GONE);
+    assert_int_equal(mc_master_service_put_revoke(svc, C1, "rev", 3), MC_OBJECT_NOT_FOUND);
+    assert_false(exists_quiet(svc, "end"));
+    /* the writer puts again: placed on the segment left, and ends as any put */
+    assert_int_equal(mc_master_service_put_start(svc, C1, "end", 3, 1000, &c, &out), MC_OK);
+    assert_int_equal(out.n, 1);
+    assert_int_equal(out.replicas[0].segment_id.first, 1);
+    assert_int_equal(mc_master_service_put_end(svc, C1, "end", 3), MC_OK);
+    assert_int_equal(get(svc, "end", &out), MC_OK);
+    assert_int_equal(out.replicas[0].segment_id.first, 1);
+    /* the put with a replica left publishes that one */
+    assert_int_equal(mc_master_service_put_end(svc, C1, "both", 4), MC_OK);
+    assert_int_equal(get(svc, "both", &out), MC_OK);
+    assert_int_equal(out.n, 1);
+    assert_int_equal(out.replicas[0].segment_id.first, 1);
+    /* with no segment left a new put says so (as before) */
+    assert_int_equal(mc_master_service_put_start(svc, C1, "x", 1, 1000, &c, &out), MC_OK);
+    mc_master_uuid a = {1, 1};
+    fake_now += 1000;
+    assert_int_equal(mc_master_service_unmount_segment(svc, a, C1), MC_OK);
+    assert_int_equal(mc_master_service_put_start(svc, C1, "x2", 2, 1000, &c, &out),
+                     MC_NO_AVAILABLE_HANDLE);
+    /* C2's dropped put is never ended: forgotten after the release timeout */
+    mc_master_service_tick(svc);
+    assert_int_equal(mc_master_service_put_end(svc, C1, "x", 1), MC_REPLICA_IS_GONE);
+    fake_now += 601 * 1000;
+    mc_master_service_tick(svc);
+    assert_int_equal(mc_master_service_put_end(svc, C2, "two", 3), MC_OBJECT_NOT_FOUND);
+    assert_int_equal(stats(svc).processing_key_count, 0);
+    mc_master_service_destroy(svc);
+}
+
 typedef struct expired_rec {
     int calls;
     mc_master_uuid client;
@@ -1469,6 +1534,7 @@ int main(void)
         cmocka_unit_test(test_upsert),
         cmocka_unit_test(test_discard_and_release),
         cmocka_unit_test(test_mount_unmount),
+        cmocka_unit_test(test_unmount_during_put),
         cmocka_unit_test(test_client_expiry),
         cmocka_unit_test(test_batches),
         cmocka_unit_test(test_value_size_histogram),
