@@ -9,7 +9,9 @@ Usage:
   python3 bench/bench_store_syscalls.py [--build build/release] [--ops put,get]
       [--size 4096] [--batch 128] [--iters 40] [--warmup 10] [--same-host]
       [--sets N] [--master-arg FLAG ...] [--no-strace]
-Prints, per op and process, the system calls per key (total and the top ones) and
+Prints, per op and process, the system calls per key (total and the top ones), the
+box's CPUs busy during the measured batches (from /proc/stat; with --no-strace, how
+much of the box one client's calls keep busy), and
 writes <out>/results.json. Needs strace (ptrace permitted on the box).
 """
 import argparse
@@ -26,6 +28,14 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 from bench_store_instr import expect, free_port, stop_all, wait_port  # noqa: E402
+
+
+def cpu_times():
+    """(busy, total) jiffies of the whole box from /proc/stat (busy: all but idle and
+    iowait)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]
+    return sum(v) - v[3] - v[4], sum(v)
 
 
 def strace_attach(pid, out):
@@ -81,6 +91,7 @@ def main():
     args = ap.parse_args()
     ops_exe = os.path.join(args.build, "bench", "bench_store_ops")
     master_exe = os.path.join(args.build, "tools", "mooncake_master")
+    ncpu = os.cpu_count() or 1
     env = dict(os.environ)
     if not args.same_host:
         env["MC_FORCE_TCP"] = "1"
@@ -119,9 +130,11 @@ def main():
             tr = {} if args.no_strace else {
                 k: strace_attach(pid, os.path.join(tmp, f"{op}-{k}.txt"))
                 for k, pid in who.items()}
+            c0 = cpu_times()
             cl.stdin.write("go\n")
             cl.stdin.flush()
             info = expect(cl, None, time.monotonic() + 600)
+            c1 = cpu_times()
             for p in tr.values():
                 strace_detach(p)
             cl.stdin.write("end\n")
@@ -132,11 +145,13 @@ def main():
             keys = info["keys"]
             row = {"op": op, "size": args.size, "batch": args.batch, "iters": args.iters,
                    "keys": keys, "path": "same-host" if args.same_host else "tcp",
-                   "seconds": info["seconds"], "load": os.getloadavg()[0]}
+                   "seconds": info["seconds"], "load": os.getloadavg()[0],
+                   "box_busy_cpus": (c1[0] - c0[0]) / max(1, c1[1] - c0[1]) * ncpu}
             print(f"  {op:<4} {keys} keys in {info['seconds']:.3f} s"
                   f"{'' if args.no_strace else ' under strace'} "
                   f"({args.size * keys / info['seconds'] / 1e9:.3f} GB/s, load "
-                  f"{row['load']:.1f})", flush=True)
+                  f"{row['load']:.1f}; the box's CPUs busy during them: "
+                  f"{row['box_busy_cpus']:.2f} of {ncpu})", flush=True)
             for k in ([] if args.no_strace else who):
                 calls = parse_summary(os.path.join(tmp, f"{op}-{k}.txt"))
                 tot = sum(calls.values())

@@ -360,9 +360,13 @@ int mc_te_wait_batch(mc_te *te, mc_te_batch_t id, int64_t timeout_ms, mc_te_stat
         }
     }
     int rc = MC_OK;
-    /* a short poll before blocking: a small batch often ends within it (common/spin.h) */
+    /* a short poll before blocking: a small batch often ends within it (common/spin.h);
+     * not for one that moves many bytes over TCP (TE_POLL_MAX_TCP_BYTES) */
     static _Thread_local mc_spin_site site;
-    bool blocked = timeout_ms != 0 && !mc_spin_until(&site, batch_done, b);
+    bool poll = atomic_load_explicit(&b->tcp_bytes, memory_order_relaxed) <
+                TE_POLL_MAX_TCP_BYTES;
+    /* blocked: it polled and now blocks (the site's window learns from that wait only) */
+    bool blocked = timeout_ms != 0 && poll && !mc_spin_until(&site, batch_done, b);
     pthread_mutex_lock(&b->lock);
     while (!b->terminal) {
         if (timeout_ms < 0) {

@@ -139,6 +139,7 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
             continue;
         }
         tcp[i] = true;
+        atomic_fetch_add_explicit(&b->tcp_bytes, r->length, memory_order_relaxed);
         uint64_t sl = slice_len_for(te, r->length);
         nslices += (r->length + sl - 1) / sl;
     }
