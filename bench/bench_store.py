@@ -17,7 +17,7 @@ What one run measures, back to back on 127.0.0.1:
               -r that command reads and writes ONE key, whose 4 KiB stay in the caches;
               so the same server is measured again with `-r 32768` (a 128 MiB working
               set, 32x the 4 MiB L2): "spread" SET (random keys, inserts then
-              overwrites) and GET (after a fill of 4 x 32768 SETs)
+              overwrites) and GET (after a fill of 8 x 32768 SETs)
   ours        our store, same-host path: a master (mooncake_master, embedded HTTP
               metadata) and two client processes: a store node contributing the segment
               that holds every value (mooncake.trace_replay.node) and the bench client
@@ -141,6 +141,7 @@ class Cell:
         self.busy = 0.0        # sum of call times
         self.error = None
         self.skipped = None
+        self.working_set = None  # get: stored batches it cycles over (None: not counted)
 
     def add(self, dt):
         self.lat.append(dt)
@@ -152,6 +153,8 @@ class Cell:
         d = {"op": self.op, "api": self.api, "size": self.size, "batch": self.batch,
              "calls": n, "values": vals, "busy_s": round(self.busy, 6),
              "error": self.error, "skipped": self.skipped}
+        if self.working_set is not None:
+            d["working_set_batches"] = self.working_set
         if n and self.busy > 0:
             d.update(values_per_s=vals / self.busy, gbps=vals * self.size / self.busy / GB,
                      p50_ms=pct(self.lat, 50) * 1e3, p99_ms=pct(self.lat, 99) * 1e3)
@@ -185,6 +188,7 @@ def get_threads(store, size, batch, stored, base, max_bb, seconds, min_calls, nt
     of the timed window (all threads), not the sum of call times; p50/p99 are per call."""
     import threading
     cell = Cell("get", f"get_into {nthr}thr", size, batch)
+    cell.working_set = len(stored)
     bb = size * batch
     if nthr * bb > max_bb:
         cell.skipped = f"client buffer {human(max_bb)} < {nthr} x {human(bb)}"
@@ -347,6 +351,23 @@ def run_backend(args) -> int:
             while time.monotonic() < deadline and (deferred_bytes() or 0) > 0:
                 time.sleep(0.05)
 
+        def timed_gets(cell, batches):
+            """batch_get_into of the stored batches in turn, timed, into cell (the loop's
+            size, batch, ptrs and sizes_l); stops at the first wrong length."""
+            loop = Loop(args.seconds, args.min_calls)
+            k = 0
+            while loop.more(cell):
+                b = batches[k % len(batches)]
+                k += 1
+                keys = [f"{size}/{batch}/{b}/{j}" for j in range(batch)]
+                t0 = time.perf_counter()
+                rcs = store.batch_get_into(keys, ptrs, sizes_l)
+                dt = time.perf_counter() - t0
+                if any(r != size for r in rcs):
+                    cell.error = f"batch_get_into: {[r for r in rcs if r != size][:3]}"
+                    break
+                cell.add(dt)
+
         salt = 0
         for size in sizes:
             for batch in batches:
@@ -395,17 +416,21 @@ def run_backend(args) -> int:
                     if used + (SPREAD_BATCHES - len(stored)) * bb > cap:
                         clear()
                         stored, used = [], 0
-                    while len(stored) < SPREAD_BATCHES and not put.error:
+                    while len(stored) < SPREAD_BATCHES:
                         rcs = store.batch_put_from([f"{size}/{batch}/{i}/{j}"
                                                     for j in range(batch)], ptrs, sizes_l)
-                        if any(r != 0 for r in rcs):
-                            put.error = f"batch_put_from (top-up): {[r for r in rcs if r][:3]}"
+                        if any(r != 0 for r in rcs):  # the put cell's figure stands
+                            get.error = f"batch_put_from (top-up): {[r for r in rcs if r][:3]}"
+                            break
                         stored.append(i)
                         used += bb
                         i += 1
                     stored = stored[-SPREAD_BATCHES:]
-                if put.error or not stored:
-                    get.error = get.error or "nothing stored"
+                get.working_set = len(stored)  # batches the get cycles over
+                if get.error:
+                    pass
+                elif put.error or not stored:
+                    get.error = "nothing stored"
                 else:
                     arr[:bb] = 0
                     keys0 = [f"{size}/{batch}/{stored[0]}/{j}" for j in range(batch)]
@@ -414,34 +439,13 @@ def run_backend(args) -> int:
                         get.error = f"batch_get_into: {[r for r in rcs if r != size][:3]}"
                     else:
                         get.error = check(rows, ramp, size, salt, batch)
-                    loop = Loop(args.seconds, args.min_calls)
-                    k = 0
-                    while loop.more(get):
-                        b = stored[k % len(stored)]
-                        k += 1
-                        keys = [f"{size}/{batch}/{b}/{j}" for j in range(batch)]
-                        t0 = time.perf_counter()
-                        rcs = store.batch_get_into(keys, ptrs, sizes_l)
-                        dt = time.perf_counter() - t0
-                        if any(r != size for r in rcs):
-                            get.error = f"batch_get_into: {[r for r in rcs if r != size][:3]}"
-                            break
-                        get.add(dt)
+                    timed_gets(get, stored)
                 cells = [put, get]
                 if (size, batch) == (4 * KiB, 128) and stored and not get.error:
                     # the same 128 keys every call, as redis-benchmark's one key (the top)
                     hot = Cell("get", "get_into hot", size, batch)
-                    keys = [f"{size}/{batch}/{stored[0]}/{j}" for j in range(batch)]
                     arr[:bb] = 0
-                    loop = Loop(args.seconds, args.min_calls)
-                    while loop.more(hot):
-                        t0 = time.perf_counter()
-                        rcs = store.batch_get_into(keys, ptrs, sizes_l)
-                        dt = time.perf_counter() - t0
-                        if any(r != size for r in rcs):
-                            hot.error = f"batch_get_into: {[r for r in rcs if r != size][:3]}"
-                            break
-                        hot.add(dt)
+                    timed_gets(hot, stored[:1])
                     hot.error = hot.error or check(rows, ramp, size, salt, batch)
                     cells.append(hot)
                 if (size, batch) == (4 * KiB, 128) and args.label != "upstream" and stored \
@@ -632,7 +636,7 @@ def _redis_csv(p, names, cmd, port):
 
 def redis_anchor(group, requests):
     """redis-benchmark -P 128 -d 4096 -t set,get against a fresh redis-server (one key),
-    then the same with -r REDIS_SPREAD_KEYS (a fill of 4 x that many SETs of random keys,
+    then the same with -r REDIS_SPREAD_KEYS (a fill of 8 x that many SETs of random keys,
     timed: "set_spread", then GETs of random keys: "get_spread"). Returns {"get", "set",
     "get_spread", "set_spread"}: each {rps, p50_ms, p99_ms, command}; raises
     RuntimeError."""
@@ -660,7 +664,8 @@ def redis_anchor(group, requests):
             raise RuntimeError(f"redis-benchmark failed: {p.stderr.strip()}")
         out = _redis_csv(p, ("SET", "GET"), cmd, port)
         spread = ["-r", str(REDIS_SPREAD_KEYS)]
-        for name, n in (("SET", 4 * REDIS_SPREAD_KEYS), ("GET", requests)):
+        # 8 x the keys: all but e^-8 (0.03%) of them are written before the GETs
+        for name, n in (("SET", 8 * REDIS_SPREAD_KEYS), ("GET", requests)):
             cmd = [rb, "-h", host, "-p", str(port), "-P", "128", "-d", "4096", "-t",
                    name.lower(), "-q", "-n", str(n), "--csv"] + spread
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
@@ -806,7 +811,10 @@ def analyse(res):
                 if (c["op"], c["size"], c["batch"]) == ("get", 4 * KiB, 128):
                     if redis.get("rps"):
                         r["redis"] = c["values_per_s"] / redis["rps"]
-                    if c["api"] != "get_into hot" and redis_sp.get("rps"):
+                    # the same working set only (SPREAD_BATCHES batches; the threads'
+                    # cell cycles over the same stored batches)
+                    if c["api"] != "get_into hot" and redis_sp.get("rps") and \
+                            c.get("working_set_batches") == SPREAD_BATCHES:
                         r["redis_spread"] = c["values_per_s"] / redis_sp["rps"]
                 if (c["op"], c["api"], c["size"], c["batch"]) == \
                         ("put", "batch_put_from", 4 * KiB, 128):

@@ -90,6 +90,8 @@ def main():
     ap.add_argument("--out", default="bench/out/store-syscalls")
     args = ap.parse_args()
     ops_exe = os.path.join(args.build, "bench", "bench_store_ops")
+    if not 1 <= args.sets <= 1000000:
+        ap.error("--sets: 1 .. 1000000")
     master_exe = os.path.join(args.build, "tools", "mooncake_master")
     ncpu = os.cpu_count() or 1
     env = dict(os.environ)
@@ -120,8 +122,8 @@ def main():
         expect(node, "ready", time.monotonic() + 60)
         for op in args.ops.split(","):
             cl = subprocess.Popen([ops_exe, "client", maddr, md, op, str(args.size),
-                                   str(args.batch), str(args.iters), str(args.warmup),
-                                   str(args.sets)],
+                                   str(args.batch), str(args.iters), str(args.warmup)]
+                                  + ([str(args.sets)] if args.sets != 1 else []),
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=logs,
                                   env=env, text=True, start_new_session=True)
             procs.append(cl)

@@ -132,8 +132,8 @@ enum {
 };
 
 typedef struct obj {
-    mc_list link;          /* in the shard's proc / lru / soft list, or the deferred    */
-                           /* list; unlinked (self) when in none                        */
+    mc_list link;          /* in the shard's proc / lru / soft list, the deferred list, */
+                           /* or the shard's gone list; unlinked (self) when in none    */
     uint64_t size;         /* bytes                                                     */
     uint64_t atime;        /* complete: last access ms; in flight: start                */
     uint64_t pin;          /* soft pin deadline ms (TTL with F_SOFT_REL); deferred:     */

@@ -87,6 +87,34 @@ static void restart_in_place(mc_master_service *svc, shard *sh, obj *o, const pi
     mc__log_put(svc, o); /* a start record: the space is being written */
 }
 
+/* Takes the entry of `client`'s put of key (hash h32) off sh's gone list (an unmount
+ * dropped every replica of that put in flight: segments.c drop_slot) and frees it.
+ * Whether there was one. Caller holds sh->mu. */
+static bool take_gone_put(shard *sh, uint32_t h32, const void *key, size_t len,
+                          mc_master_uuid client)
+{
+    obj *o;
+    MC_LIST_FOREACH_ENTRY(o, &sh->gone, obj, link) {
+        if (o->hash == h32 && o->key_len == len && uuid_eq(o->owner, client) &&
+            !memcmp(okey(o), key, len)) {
+            mc_list_remove(&o->link);
+            free(o);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* A new put of key by client started: an entry of its earlier put of key that an
+ * unmount dropped no longer stands for its latest put, and goes (put_end / put_revoke
+ * of the new one must not answer REPLICA_IS_GONE for the old one). Caller holds sh->mu. */
+static void forget_gone_put(shard *sh, uint32_t h32, const void *key, size_t len,
+                            mc_master_uuid client)
+{
+    if (!mc_list_empty(&sh->gone))
+        (void)take_gone_put(sh, h32, key, len, client);
+}
+
 /* put_start / upsert_start of one key with hash h. */
 static int do_start(mc_master_service *svc, mc_master_uuid client, const void *key,
                     size_t len, uint64_t h, uint64_t size, const mc_master_put_config *cfg,
@@ -137,6 +165,7 @@ static int do_start(mc_master_service *svc, mc_master_uuid client, const void *k
         if (o && o->size == size && !leased(svc, o, now)) {
             /* upsert, same size: the same space is rewritten in place */
             restart_in_place(svc, sh, o, &pin, cfg->with_hard_pin, client, now, out);
+            forget_gone_put(sh, h32, key, len, client);
             pthread_mutex_unlock(&sh->mu);
             mc__observe_size(svc, size);
             return MC_OK;
@@ -176,6 +205,7 @@ static int do_start(mc_master_service *svc, mc_master_uuid client, const void *k
                 mc__obj_erase(svc, sh, o, MC__SPACE_REPLACED);
             mc__ht_insert(sh, n);
             obj_list(sh, n);
+            forget_gone_put(sh, h32, key, len, client);
             mc__log_put(svc, n); /* a start record: the space is being written */
             cadd(&svc->keys, 1);
             cadd(&svc->proc_keys, 1);
@@ -212,24 +242,6 @@ static int do_start(mc_master_service *svc, mc_master_uuid client, const void *k
 
 /* ---- end / revoke ---- */
 
-/* Takes the entry of `client`'s put of key (hash h32) off sh's gone list (an unmount
- * dropped every replica of that put in flight: segments.c drop_slot) and frees it.
- * Whether there was one. Caller holds sh->mu. */
-static bool take_gone_put(shard *sh, uint32_t h32, const void *key, size_t len,
-                          mc_master_uuid client)
-{
-    obj *o;
-    MC_LIST_FOREACH_ENTRY(o, &sh->gone, obj, link) {
-        if (o->hash == h32 && o->key_len == len && uuid_eq(o->owner, client) &&
-            !memcmp(okey(o), key, len)) {
-            mc_list_remove(&o->link);
-            free(o);
-            return true;
-        }
-    }
-    return false;
-}
-
 /* put_end / upsert_end (revoke false) or put_revoke / upsert_revoke of one key. A put
  * whose every replica an unmount dropped while it was in flight answers REPLICA_IS_GONE
  * (once, to its writer): nothing of it is stored, and the writer may put it again. */
@@ -241,8 +253,11 @@ static int do_end(mc_master_service *svc, mc_master_uuid client, const void *key
         return rc;
     obj *o;
     shard *sh = lock_key(svc, key, len, h, &o);
-    if (!o && !mc_list_empty(&sh->gone) &&
-        take_gone_put(sh, (uint32_t)(h >> 32), key, len, client)) {
+    /* Our put is not the object there (absent, complete, or another client's in flight:
+     * another writer may have put the key since the unmount) and an unmount dropped it:
+     * REPLICA_IS_GONE, so the writer puts again (and meets the other put there). */
+    if ((!o || !(o->flags & F_PROC) || !uuid_eq(o->owner, client)) &&
+        !mc_list_empty(&sh->gone) && take_gone_put(sh, (uint32_t)(h >> 32), key, len, client)) {
         rc = MC_REPLICA_IS_GONE; /* its segment was unmounted under it */
     } else if (!o) {
         rc = MC_OBJECT_NOT_FOUND; /* never started, or pre-empted / released since */

@@ -143,16 +143,19 @@ struct te_batch {
     struct te_sink *sinks;     /* guarded by lock: memory cancelled slices point at
                                   (cancel.c); freed with the batch */
     _Atomic uint64_t tcp_bytes; /* bytes of its requests that went to the TCP path
-                                  (submit.c); mc_te_wait_batch polls only while this
-                                  is below TE_POLL_MAX_TCP_BYTES */
+                                  since it was last terminal (submit.c);
+                                  mc_te_wait_batch polls only while this is below
+                                  TE_POLL_MAX_TCP_BYTES */
     mc_te *te;
 };
 
 /* mc_te_wait_batch polls (common/spin.h) only for a batch that moves fewer bytes than
  * this over TCP. A larger one waits for the I/O threads (ours and the peer's) to copy
  * its bytes: a polling caller would take the CPU they need (measured on the 2-CPU box,
- * docs/performance.md "Session 7": a 1 MiB get over TCP went 3.1 -> 4.7 GB/s, median of
- * 3, without that poll), and its wakeup is small next to its transfer. */
+ * docs/performance.md "Session 7": a 1 MiB get over TCP went 2.84 -> 3.36 GB/s, medians
+ * of 8 alternated runs, without that poll), and its wakeup is small next to its
+ * transfer. The total decides, not the request size: a wait lasts as long as the
+ * batch's bytes take to move. */
 #define TE_POLL_MAX_TCP_BYTES (128u << 10)
 
 /* ---- peers ---- */

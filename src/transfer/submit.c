@@ -74,6 +74,10 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
         t->batch = b;
     }
     b->n += n;
+    /* a finished batch submitted to again (pg_comm.c reuses one): its TCP bytes count
+     * from here, so that mc_te_wait_batch's poll rule sees this round's only */
+    if (__atomic_load_n(&b->terminal, __ATOMIC_RELAXED))
+        atomic_store_explicit(&b->tcp_bytes, 0, memory_order_relaxed);
     __atomic_store_n(&b->terminal, false, __ATOMIC_RELAXED); /* read unlocked: batch.c */
     atomic_fetch_add(&b->tasks_left, n + 1); /* + 1: this submit, released at the end */
     if (notify_peer) {

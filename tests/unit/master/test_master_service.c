@@ -1242,6 +1242,38 @@ static void test_unmount_during_put(void **state)
     mc_master_service_destroy(svc);
 }
 
+/* The gone entry of a put an unmount dropped (REPLICA_IS_GONE) against other writers
+ * of the key, a new put of it by the same writer, and the service's destroy. */
+static void test_unmount_during_put_races(void **state)
+{
+    (void)state;
+    mc_master_service *svc = make(NULL);
+    mount(svc, 1, "a:1", 1ull << 32, 8 * MIB, C1);
+    mount(svc, 2, "b:1", 2ull << 32, 8 * MIB, C2);
+    mc_master_put_config c = pcfg(1);
+    const char *pref[] = {"b:1"};
+    c.preferred_segments = pref;
+    c.n_preferred = 1;
+    mc_master_replica_list out;
+    assert_int_equal(mc_master_service_put_start(svc, C1, "k", 1, 1000, &c, &out), MC_OK);
+    assert_int_equal(mc_master_service_put_start(svc, C1, "j", 1, 1000, &c, &out), MC_OK);
+    assert_int_equal(mc_master_service_put_start(svc, C1, "left", 4, 1000, &c, &out), MC_OK);
+    mc_master_uuid b = {2, 2};
+    assert_int_equal(mc_master_service_unmount_segment(svc, b, C2), MC_OK);
+    /* another writer puts "k" meanwhile: C1's end still hears why its own put went */
+    assert_int_equal(mc_master_service_put_start(svc, C2, "k", 1, 1000, &c, &out), MC_OK);
+    assert_int_equal(mc_master_service_put_end(svc, C1, "k", 1), MC_REPLICA_IS_GONE);
+    assert_int_equal(mc_master_service_put_end(svc, C2, "k", 1), MC_OK);
+    assert_int_equal(mc_master_service_put_end(svc, C1, "k", 1), MC_INVALID_WRITE);
+    /* C1 puts "j" again before ending the dropped one: its end is the new put's */
+    assert_int_equal(mc_master_service_put_start(svc, C1, "j", 1, 1000, &c, &out), MC_OK);
+    assert_int_equal(mc_master_service_put_end(svc, C1, "j", 1), MC_OK);
+    assert_true(exists_quiet(svc, "j"));
+    assert_int_equal(mc_master_service_put_revoke(svc, C1, "j", 1), MC_INVALID_WRITE);
+    /* "left" is never ended: its entry is freed by destroy (the leak check sees it) */
+    mc_master_service_destroy(svc);
+}
+
 typedef struct expired_rec {
     int calls;
     mc_master_uuid client;
@@ -1535,6 +1567,7 @@ int main(void)
         cmocka_unit_test(test_discard_and_release),
         cmocka_unit_test(test_mount_unmount),
         cmocka_unit_test(test_unmount_during_put),
+        cmocka_unit_test(test_unmount_during_put_races),
         cmocka_unit_test(test_client_expiry),
         cmocka_unit_test(test_batches),
         cmocka_unit_test(test_value_size_histogram),
