@@ -98,10 +98,12 @@ static void *worker(void *arg)
                     rc = mc_master_service_put_revoke(svc, me, key, len);
                 else
                     rc = mc_master_service_put_end(svc, me, key, len);
-                /* the segment may be unmounted under us: then our object is gone, and on a
-                 * shared key another worker may have put (and even finished) its own object
-                 * since: then the key is not ours to end (not in flight / other owner) */
-                expect(rc == MC_OK || rc == MC_OBJECT_NOT_FOUND ||
+                /* the segment may be unmounted under us: then our object is gone
+                 * (REPLICA_IS_GONE, once; OBJECT_NOT_FOUND when it was also released),
+                 * and on a shared key another worker may have put (and even finished)
+                 * its own object since: then the key is not ours to end (not in flight /
+                 * other owner) */
+                expect(rc == MC_OK || rc == MC_OBJECT_NOT_FOUND || rc == MC_REPLICA_IS_GONE ||
                            (shared && (rc == MC_INVALID_WRITE || rc == MC_ILLEGAL_CLIENT)),
                        "put_end", rc);
             }
@@ -131,7 +133,7 @@ static void *worker(void *arg)
                    "upsert_start", rc);
             if (rc == MC_OK) {
                 rc = mc_master_service_upsert_end(svc, me, key, len);
-                expect(rc == MC_OK || rc == MC_OBJECT_NOT_FOUND ||
+                expect(rc == MC_OK || rc == MC_OBJECT_NOT_FOUND || rc == MC_REPLICA_IS_GONE ||
                            (shared && (rc == MC_INVALID_WRITE || rc == MC_ILLEGAL_CLIENT)),
                        "upsert_end", rc);
             }
