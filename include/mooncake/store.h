@@ -347,7 +347,9 @@ MC_API void mc_store_replicate_config_init(mc_store_replicate_config *cfg);
  * MC_RPC_FAIL / MC_RPC_TIMEOUT (master unreachable); MC_REPLICA_IS_GONE (the segment
  * the put was placed on was unmounted, e.g. its owner closed, while it was in flight,
  * and again when it was put a second time from put_start: nothing stored; a put that
- * meets this once is put again by itself, on a segment left). */
+ * meets this once at its put_end or revoke is put again by itself, on a segment left;
+ * one that meets it while waiting for another writer's put of the same key returns
+ * it). */
 MC_API int mc_store_put(mc_store *s, const void *key, size_t key_len, const void *value,
                         size_t len, const mc_store_replicate_config *cfg);
 
