@@ -179,6 +179,17 @@ class Loop:
         return cell.busy < self.seconds or n < self.min_calls
 
 
+def timed_get(store, size, batch, b, ptrs, sizes_l):
+    """One timed batch_get_into of stored batch b: (seconds, None) or (seconds, why) when a
+    value's length is wrong."""
+    keys = [f"{size}/{batch}/{b}/{j}" for j in range(batch)]
+    t0 = time.perf_counter()
+    rcs = store.batch_get_into(keys, ptrs, sizes_l)
+    dt = time.perf_counter() - t0
+    bad = [r for r in rcs if r != size]
+    return dt, (f"batch_get_into: {bad[:3]}" if bad else None)
+
+
 def get_threads(store, size, batch, stored, base, max_bb, seconds, min_calls, nthr=2):
     """A get cell again (4 KiB x 128 with 2 threads; values of 1 MiB+ at batch 1 with 4),
     with `nthr` client threads in this one process, each
@@ -206,14 +217,10 @@ def get_threads(store, size, batch, stored, base, max_bb, seconds, min_calls, nt
         t_end = time.perf_counter() + seconds
         while (time.perf_counter() < t_end or len(lats[t]) < min_calls) and \
                 time.monotonic() < stop:
-            b = stored[k % len(stored)]
+            dt, err = timed_get(store, size, batch, stored[k % len(stored)], ptrs, sizes_l)
             k += 1
-            keys = [f"{size}/{batch}/{b}/{j}" for j in range(batch)]
-            t0 = time.perf_counter()
-            rcs = store.batch_get_into(keys, ptrs, sizes_l)
-            dt = time.perf_counter() - t0
-            if any(r != size for r in rcs):
-                errs.append(f"batch_get_into (thread {t}): {[r for r in rcs if r != size][:3]}")
+            if err:
+                errs.append(f"{err} (thread {t})")
                 return
             lats[t].append(dt)
 
@@ -357,14 +364,10 @@ def run_backend(args) -> int:
             loop = Loop(args.seconds, args.min_calls)
             k = 0
             while loop.more(cell):
-                b = batches[k % len(batches)]
+                dt, cell.error = timed_get(store, size, batch, batches[k % len(batches)], ptrs,
+                                           sizes_l)
                 k += 1
-                keys = [f"{size}/{batch}/{b}/{j}" for j in range(batch)]
-                t0 = time.perf_counter()
-                rcs = store.batch_get_into(keys, ptrs, sizes_l)
-                dt = time.perf_counter() - t0
-                if any(r != size for r in rcs):
-                    cell.error = f"batch_get_into: {[r for r in rcs if r != size][:3]}"
+                if cell.error:
                     break
                 cell.add(dt)
 
