@@ -928,6 +928,12 @@ def table_lines(res):
                        f"{fmt(c.get('values_per_s'), '{:.0f}'):>10} {fmt(c.get('gbps')):>7} "
                        f"{fmt(c.get('p50_ms')):>8} {fmt(c.get('p99_ms')):>8} "
                        f"{c['calls']:>6}  {rs}{'  ' if rs and note else ''}{note}")
+    out.append("ratios: memcpy / raw_tcp: to that anchor; redis: to redis-benchmark's "
+               "one-key command (SET or GET); redis_spread: to its -r "
+               f"{REDIS_SPREAD_KEYS} run (the same {REDIS_SPREAD_KEYS * 4 // 1024} MiB "
+               f"working set as a get cycling over {SPREAD_BATCHES} batches); upstream: "
+               "to upstream's same cell; one_thread: 4 threads over 1. get_into hot: one "
+               "batch every call")
     return out
 
 

@@ -10,9 +10,11 @@ Usage:
       [--size 4096] [--batch 128] [--iters 40] [--warmup 10] [--same-host]
       [--sets N] [--master-arg FLAG ...] [--no-strace]
 Prints, per op and process, the system calls per key (total and the top ones), the
-box's CPUs busy during the measured batches (from /proc/stat; with --no-strace, how
-much of the box one client's calls keep busy), and
-writes <out>/results.json. Needs strace (ptrace permitted on the box).
+box's CPUs busy during the measured batches (from /proc/stat: everything on the box,
+so with --no-strace on an otherwise idle box, how much of it one client's calls keep
+busy), and writes <out>/results.json (with the run's sets and master flags). Needs
+strace (ptrace permitted on the box) unless --no-strace. When a process fails, the
+tail of their log is printed; KEEP_TMP=1 keeps the whole log directory.
 """
 import argparse
 import json
@@ -28,6 +30,18 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 from bench_store_instr import expect, free_port, stop_all, wait_port  # noqa: E402
+
+
+def mem_available():
+    """MemAvailable in bytes from /proc/meminfo, or None."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
 
 
 def cpu_times():
@@ -70,18 +84,22 @@ def parse_summary(path):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--build", default="build/release")
-    ap.add_argument("--ops", default="put,get")
-    ap.add_argument("--size", type=int, default=4096)
-    ap.add_argument("--batch", type=int, default=128)
-    ap.add_argument("--iters", type=int, default=40)
-    ap.add_argument("--warmup", type=int, default=10)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build/release",
+                    help="a meson build dir with bench/bench_store_ops and tools/mooncake_master")
+    ap.add_argument("--ops", default="put,get", help="comma list of put, get, exist")
+    ap.add_argument("--size", type=int, default=4096, help="value bytes")
+    ap.add_argument("--batch", type=int, default=128, help="keys per batch call")
+    ap.add_argument("--iters", type=int, default=40, help="measured batches")
+    ap.add_argument("--warmup", type=int, default=10, help="unmeasured batches first")
     ap.add_argument("--same-host", action="store_true", help="no MC_FORCE_TCP")
     ap.add_argument("--sets", type=int, default=1,
-                    help="get/exist: distinct batches of keys read in turn (1: the same "
-                         "keys every batch, cache-hot like redis-benchmark's one key; "
-                         "e.g. 2000: a working set spread over the segment)")
+                    help="get/exist only (put ignores it): distinct batches of keys read in "
+                         "turn (1: the same keys every batch, cache-hot like "
+                         "redis-benchmark's one key; e.g. 2000: a working set spread over "
+                         "the segment); SETS x BATCH x SIZE bytes stay stored, at most half "
+                         "of MemAvailable")
     ap.add_argument("--master-arg", action="append", default=[],
                     help="an extra mooncake_master flag, e.g. --rpc_busy_poll_us=0 "
                          "(repeatable)")
@@ -92,6 +110,14 @@ def main():
     ops_exe = os.path.join(args.build, "bench", "bench_store_ops")
     if not 1 <= args.sets <= 1000000:
         ap.error("--sets: 1 .. 1000000")
+    if not os.path.exists(ops_exe):
+        ap.error(f"{ops_exe} not found: build it (meson setup {args.build} "
+                 f"-Dbuildtype=release -Dtests=enabled && ninja -C {args.build})")
+    avail = mem_available()
+    if avail and args.sets * args.size * args.batch > avail // 2:
+        ap.error(f"--sets {args.sets}: {args.sets} x {args.batch} x {args.size} bytes stay "
+                 f"stored in the node's segment, more than half of MemAvailable "
+                 f"({avail >> 20} MiB)")
     master_exe = os.path.join(args.build, "tools", "mooncake_master")
     ncpu = os.cpu_count() or 1
     env = dict(os.environ)
@@ -148,7 +174,8 @@ def main():
             row = {"op": op, "size": args.size, "batch": args.batch, "iters": args.iters,
                    "keys": keys, "path": "same-host" if args.same_host else "tcp",
                    "seconds": info["seconds"], "load": os.getloadavg()[0],
-                   "box_busy_cpus": (c1[0] - c0[0]) / max(1, c1[1] - c0[1]) * ncpu}
+                   "box_busy_cpus": (c1[0] - c0[0]) / max(1, c1[1] - c0[1]) * ncpu,
+                   "sets": args.sets, "master_args": args.master_arg}
             print(f"  {op:<4} {keys} keys in {info['seconds']:.3f} s"
                   f"{'' if args.no_strace else ' under strace'} "
                   f"({args.size * keys / info['seconds'] / 1e9:.3f} GB/s, load "
@@ -166,6 +193,13 @@ def main():
             rows.append(row)
         node.stdin.close()
         node.wait(timeout=60)
+    except Exception:
+        logs.flush()
+        with open(os.path.join(tmp, "stderr.log"), errors="replace") as f:
+            tail = f.readlines()[-20:]
+        print("bench_store_syscalls: a process failed; the last lines of their log:\n" +
+              "".join("  " + ln for ln in tail), file=sys.stderr)
+        raise
     finally:
         stop_all(procs)
         logs.close()

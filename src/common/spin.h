@@ -7,7 +7,7 @@
  * waits several such wakeups. So the waits on the hot path first poll for a short
  * window, then block as before: a calling thread's wait for a reply in mc_sock_recv_all
  * (a master RPC's, also a standby's log fetch and a disk-tier read), its wait for a
- * transfer batch in mc_te_wait_batch (only a batch moving less than 128 KiB over TCP,
+ * transfer batch in mc_te_wait_batch (only a batch moving less than 1 MiB over TCP,
  * transfer/internal.h TE_POLL_MAX_TCP_BYTES: a larger one waits for I/O threads that
  * need the CPU a poller would hold), and the master's RPC event loops between requests
  * (mc_loop_set_busy_poll). The transfer engine's I/O loops do not poll (below).
