@@ -1182,16 +1182,25 @@ static void test_mount_unmount(void **state)
  * writer knows to put again, never OBJECT_NOT_FOUND; a put that kept a replica on
  * another segment ends with that one; once answered (or its writer expired, or after
  * the release timeout) the master forgets the dropped put. */
-static void test_unmount_during_put(void **state)
+/* The unmount tests' service: a:1 (C1's) and b:1 (C2's), 8 MiB each; *c puts one
+ * replica, b:1 preferred (static: the list outlives the call). */
+static mc_master_service *two_segments_prefer_b(mc_master_put_config *c)
 {
-    (void)state;
+    static const char *pref[] = {"b:1"};
     mc_master_service *svc = make(NULL);
     mount(svc, 1, "a:1", 1ull << 32, 8 * MIB, C1);
     mount(svc, 2, "b:1", 2ull << 32, 8 * MIB, C2);
-    mc_master_put_config c = pcfg(1);
-    const char *pref[] = {"b:1"};
-    c.preferred_segments = pref;
-    c.n_preferred = 1;
+    *c = pcfg(1);
+    c->preferred_segments = pref;
+    c->n_preferred = 1;
+    return svc;
+}
+
+static void test_unmount_during_put(void **state)
+{
+    (void)state;
+    mc_master_put_config c;
+    mc_master_service *svc = two_segments_prefer_b(&c);
     mc_master_replica_list out;
     /* two puts of C1 placed only on b:1, one of C2's on b:1, one of C1 on both */
     assert_int_equal(mc_master_service_put_start(svc, C1, "end", 3, 1000, &c, &out), MC_OK);
@@ -1247,13 +1256,8 @@ static void test_unmount_during_put(void **state)
 static void test_unmount_during_put_races(void **state)
 {
     (void)state;
-    mc_master_service *svc = make(NULL);
-    mount(svc, 1, "a:1", 1ull << 32, 8 * MIB, C1);
-    mount(svc, 2, "b:1", 2ull << 32, 8 * MIB, C2);
-    mc_master_put_config c = pcfg(1);
-    const char *pref[] = {"b:1"};
-    c.preferred_segments = pref;
-    c.n_preferred = 1;
+    mc_master_put_config c;
+    mc_master_service *svc = two_segments_prefer_b(&c);
     mc_master_replica_list out;
     assert_int_equal(mc_master_service_put_start(svc, C1, "k", 1, 1000, &c, &out), MC_OK);
     assert_int_equal(mc_master_service_put_start(svc, C1, "j", 1, 1000, &c, &out), MC_OK);
