@@ -21,7 +21,11 @@ before this column existed), master Ir (every thread: RPC decode, lookup, encode
 whatever its timers did meanwhile, so it moves by ~20% between runs), and the master's
 Ir inside mc_master_rpc_handle (decode, service, encode of the requests: the per-key
 part; a heartbeat ping or two land there too).
-Kernel work (system calls) is not counted by callgrind.
+Kernel work (system calls) is not counted by callgrind. Every process runs with
+MC_BUSY_POLL_US=0 unless the caller sets it: a wait's busy poll (common/spin.h) runs
+for as long as the reply takes, so with it the counts would include a timing-dependent
+number of spin iterations (measured: +60-150 Ir/key on a put between two runs of one
+build) instead of the work per key alone; issue 17's "before" figures had no poll.
 
 Usage:
   python3 bench/bench_store_instr.py [--build build/release] [--base DIR]
@@ -273,6 +277,7 @@ def main():
         if not shutil.which(tool):
             sys.exit(f"{tool} is missing (apt-get install valgrind)")
     env = dict(os.environ, MC_LOG_LEVEL="WARNING")
+    env.setdefault("MC_BUSY_POLL_US", "0")  # count work, not spin iterations (see the top)
     env.pop("MC_FORCE_TCP", None)
     if args.tcp:
         env["MC_FORCE_TCP"] = "1"
@@ -282,6 +287,7 @@ def main():
     runs = [(os.path.join(ROOT, args.build), env)]
     if args.base:
         runs.insert(0, (os.path.abspath(args.base), env))
+    print(f"# MC_BUSY_POLL_US={env['MC_BUSY_POLL_US']} (0: no busy poll is counted)")
     print(f"# store instructions per key (callgrind): size {args.size}, batch {args.batch}, "
           f"{args.iters} measured batches after {args.warmup}, "
           f"{'tcp' if args.tcp else 'same-host'} path; load average "
