@@ -179,10 +179,15 @@ class Loop:
         return cell.busy < self.seconds or n < self.min_calls
 
 
+def batch_keys(size, batch, b):
+    """The keys of stored batch b of a (size, batch) cell."""
+    return [f"{size}/{batch}/{b}/{j}" for j in range(batch)]
+
+
 def timed_get(store, size, batch, b, ptrs, sizes_l):
     """One timed batch_get_into of stored batch b: (seconds, None) or (seconds, why) when a
     value's length is wrong."""
-    keys = [f"{size}/{batch}/{b}/{j}" for j in range(batch)]
+    keys = batch_keys(size, batch, b)
     t0 = time.perf_counter()
     rcs = store.batch_get_into(keys, ptrs, sizes_l)
     dt = time.perf_counter() - t0
@@ -400,7 +405,7 @@ def run_backend(args) -> int:
                     if used + bb > cap:
                         clear()
                         stored, used = [], 0
-                    keys = [f"{size}/{batch}/{i}/{j}" for j in range(batch)]
+                    keys = batch_keys(size, batch, i)
                     t0 = time.perf_counter()
                     rcs = store.batch_put_from(keys, ptrs, sizes_l)
                     dt = time.perf_counter() - t0
@@ -420,8 +425,7 @@ def run_backend(args) -> int:
                         clear()
                         stored, used = [], 0
                     while len(stored) < SPREAD_BATCHES:
-                        rcs = store.batch_put_from([f"{size}/{batch}/{i}/{j}"
-                                                    for j in range(batch)], ptrs, sizes_l)
+                        rcs = store.batch_put_from(batch_keys(size, batch, i), ptrs, sizes_l)
                         if any(r != 0 for r in rcs):  # the put cell's figure stands
                             get.error = f"batch_put_from (top-up): {[r for r in rcs if r][:3]}"
                             break
@@ -430,13 +434,11 @@ def run_backend(args) -> int:
                         i += 1
                     stored = stored[-SPREAD_BATCHES:]
                 get.working_set = len(stored)  # batches the get cycles over
-                if get.error:
-                    pass
-                elif put.error or not stored:
+                if not get.error and (put.error or not stored):
                     get.error = "nothing stored"
-                else:
+                if not get.error:
                     arr[:bb] = 0
-                    keys0 = [f"{size}/{batch}/{stored[0]}/{j}" for j in range(batch)]
+                    keys0 = batch_keys(size, batch, stored[0])
                     rcs = store.batch_get_into(keys0, ptrs, sizes_l)
                     if any(r != size for r in rcs):
                         get.error = f"batch_get_into: {[r for r in rcs if r != size][:3]}"

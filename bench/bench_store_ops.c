@@ -88,17 +88,15 @@ static int one_batch(mc_store *s, const char *op, keyset *k, size_t batch, uint6
                 rc = ires[j];
         return rc;
     }
+    if (sets > 1) /* get / exist; SETS 1: k holds set 0 already (no formatting per batch) */
+        make_keys(k, batch, "g", round % sets);
     if (!strcmp(op, "get")) {
-        if (sets > 1) /* SETS 1: k holds set 0 already (no key formatting per batch) */
-            make_keys(k, batch, "g", round % sets);
         int rc = mc_store_batch_get_into(s, k->keys, batch, ptrs, sizes, lres);
         for (size_t j = 0; rc == MC_OK && j < batch; j++)
             if (lres[j] != (int64_t)size || buf[j * size] != (uint8_t)j)
                 rc = lres[j] < 0 ? (int)lres[j] : MC_INTERNAL_ERROR;
         return rc;
     }
-    if (sets > 1)
-        make_keys(k, batch, "g", round % sets);
     int rc = mc_store_batch_is_exist(s, k->keys, batch, ires);
     for (size_t j = 0; rc == MC_OK && j < batch; j++)
         if (ires[j] != 1)

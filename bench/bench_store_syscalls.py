@@ -30,18 +30,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 from bench_store_instr import expect, free_port, stop_all, wait_port  # noqa: E402
-
-
-def mem_available():
-    """MemAvailable in bytes from /proc/meminfo, or None."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
+from bench_store import mem_available  # noqa: E402
 
 
 def cpu_times():

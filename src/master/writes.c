@@ -253,11 +253,13 @@ static int do_end(mc_master_service *svc, mc_master_uuid client, const void *key
         return rc;
     obj *o;
     shard *sh = lock_key(svc, key, len, h, &o);
+    uint32_t h32;
+    (void)shard_of(svc, h, &h32);
     /* Our put is not the object there (absent, complete, or another client's in flight:
      * another writer may have put the key since the unmount) and an unmount dropped it:
      * REPLICA_IS_GONE, so the writer puts again (and meets the other put there). */
     if ((!o || !(o->flags & F_PROC) || !uuid_eq(o->owner, client)) &&
-        !mc_list_empty(&sh->gone) && take_gone_put(sh, (uint32_t)(h >> 32), key, len, client)) {
+        !mc_list_empty(&sh->gone) && take_gone_put(sh, h32, key, len, client)) {
         rc = MC_REPLICA_IS_GONE; /* its segment was unmounted under it */
     } else if (!o) {
         rc = MC_OBJECT_NOT_FOUND; /* never started, or pre-empted / released since */
