@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "client/internal.h"
+#include "common/copy.h"
 #include "common/xalloc.h"
 #include "mooncake/log.h"
 #include "mooncake/mc_time.h"
@@ -268,8 +269,8 @@ static void write_own(void *arg)
             uint64_t off = 0;
             for (size_t p = 0; p < w->niov; p++) {
                 if (w->iov[p].len)
-                    memcpy((char *)(uintptr_t)rp->address + off, w->iov[p].base,
-                           (size_t)w->iov[p].len);
+                    mc_copy_to_segment((char *)(uintptr_t)rp->address + off,
+                                       w->iov[p].base, (size_t)w->iov[p].len);
                 off += w->iov[p].len;
             }
             mc__own_fence_leave(c->s);

@@ -25,6 +25,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/copy.h"
 #include "common/xalloc.h"
 #include "mooncake/log.h"
 #include "mooncake/mc_time.h"
@@ -413,8 +414,8 @@ int mc__te_shm_try(mc_te *te, te_peer *p, int op, char *local, uint64_t remote, 
                 return -ESTALE;
             }
             char *peer_ptr = m->ptr + (remote - m->base);
-            if (op == MC_TE_OP_WRITE)
-                memcpy(peer_ptr, local, len);
+            if (op == MC_TE_OP_WRITE) /* into the peer's segment: streaming stores */
+                mc_copy_to_segment(peer_ptr, local, len);
             else
                 memcpy(local, peer_ptr, len);
             pthread_rwlock_unlock(&p->shm_rw);

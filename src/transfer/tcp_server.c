@@ -34,6 +34,7 @@
 #include <arpa/inet.h>
 #include <stdio.h>
 
+#include "common/copy.h"
 #include "common/xalloc.h"
 #include "mooncake/log.h"
 #include "mooncake/mc_time.h"
@@ -392,7 +393,9 @@ static int sconn_parse(te_sconn *c)
                 return 0;
             uint64_t need = c->cur.len - c->off;
             size_t take = avail < need ? avail : (size_t)need;
-            if (c->state != TE_S_DISCARD) /* PAYLOAD (checked, in range) or NOTIFY */
+            if (c->state == TE_S_PAYLOAD) /* checked, in range: into our segment */
+                mc_copy_to_segment(c->dst + c->off, p, take);
+            else if (c->state == TE_S_NOTIFY)
                 memcpy(c->dst + c->off, p, take);
             c->off += take;
             in->pos += take;
