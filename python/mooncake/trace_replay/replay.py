@@ -96,6 +96,15 @@ class Worker:
         while c0 < k:
             m = min(self.slots, k - c0)
             res = self.s.get_batch_into(keys[c0:c0 + m], range(m))
+            if len(res) == m and all(r == B for r in res):
+                # every block came back whole: only the bytes are left to judge (the
+                # same outcome as below, without a dozen numpy calls on m results)
+                good = self.codec.verify(buf.rows, ids[c0:c0 + m], buf.scratch)
+                if good.all():
+                    blocks_read += m
+                    bytes_read += m * B
+                    c0 += m
+                    continue
             res = np.asarray(list(res) + [-1] * (m - len(res)), dtype=np.int64)[:m]
             expired = np.flatnonzero(res == LEASE_EXPIRED)
             if len(expired):
