@@ -15,7 +15,7 @@
  *
  * Protocols (what every call does on the wire):
  *   put:  put_start(key, size, config) on the master -> the bytes are written to every
- *         replica it returns (own segment: memcpy; same host: the engine's shared-memory
+ *         replica it returns (own segment: a copy with streaming stores; same host: the engine's shared-memory
  *         path; else TCP), all replicas of all keys of a call in one engine batch
  *         (overlapped) -> put_end. Any failure after put_start -> put_revoke, so nothing
  *         half-written is ever published.
@@ -49,7 +49,7 @@
  *     expires (the master's --client_ttl; at most --put_start_discard_timeout_sec).
  *   - Caller memory (put_from / get_into / batch_* pointers) need not be registered:
  *     registered or not, the bytes go straight between it and the peer (TCP or the
- *     same-host memcpy). register_buffer is accepted for compatibility; it records the
+ *     same-host copy). register_buffer is accepted for compatibility; it records the
  *     range in this client only (peers never address a client's own buffers: objects
  *     live in global segments), so it is not published. One check: a range (value, buffer or iov
  *     entry, with its declared length or capacity) that starts inside a buffer

@@ -25,7 +25,8 @@
  *     reply and the connection stays usable.
  *   - Same-host path: memory from mc_te_alloc_shared / mc_te_allocate_managed_buffer is
  *     a memfd; a peer with the same host_id receives the fd over the owner's Unix socket
- *     (`shm_socket`), maps it once and transfers with one memcpy. Chosen automatically
+ *     (`shm_socket`), maps it once and transfers with one copy (a memcpy; a WRITE with streaming
+ *     stores when mc_te_opts.stream_writes is set). Chosen automatically
  *     for buffers flagged shm; MC_FORCE_TCP=1 turns it off. Memory registered from user
  *     pointers always goes over TCP.
  *
@@ -180,6 +181,15 @@ typedef struct mc_te_opts {
     const char *shm_allowed_gids; /* "gid,gid" (borrowed during create); NULL:
                                      MC_TE_SHM_ALLOWED_GIDS; with a secret the same-host
                                      socket serves our uid and these gids only */
+    int stream_writes;            /* 1: the bytes of a WRITE this engine copies into
+                                     memory (into a same-host peer's mapping, and a TCP
+                                     WRITE's payload from its receive ring into ours) are
+                                     written with streaming stores that bypass the caches
+                                     (mc_copy_to_segment, src/common/copy.h: about 2x a
+                                     memcpy into memory read again much later, as a store
+                                     segment; the store client sets it); 0: memcpy, which
+                                     leaves the bytes in the shared cache for a reader
+                                     that comes at once (mooncake.pg's mailboxes) */
 } mc_te_opts;
 
 #define MC_TE_DEFAULT_TIMEOUT_S 30

@@ -67,7 +67,7 @@ static size_t apply_fences(mc_store *s, const mc_master_ping_result *pr)
     for (uint32_t i = 0; i < pr->n_writer_fences && i < MC_MASTER_MAX_FENCES; i++) {
         const mc_master_writer_fence *f = &pr->writer_fences[i];
         /* as owner: the engine refuses this writer's older WRITEs (TCP, whatever is
-         * queued already); our own writes to our segment are memcpys: own fence */
+         * queued already); our own writes to our segment are our copies: own fence */
         if (f->writer.first == s->client_id.first && f->writer.second == s->client_id.second)
             own_fence_raise(s, f->min_epoch);
         int rc = mc_te_fence_writer(s->te, f->writer.first, f->writer.second, f->min_epoch);
@@ -84,7 +84,7 @@ static size_t apply_fences(mc_store *s, const mc_master_ping_result *pr)
     for (uint32_t i = 0; i < pr->n_target_fences && i < MC_MASTER_MAX_FENCES; i++) {
         const mc_master_target_fence *f = &pr->target_fences[i];
         /* as writer: the engine starts no older WRITE to that segment and has drained its
-         * same-host copies when this returns; for our own segment, our memcpys too */
+         * same-host copies when this returns; for our own segment, our copies too */
         if (!strcmp(f->segment, s->name))
             own_fence_raise(s, f->min_epoch);
         int rc = mc_te_fence_target(s->te, f->segment, f->min_epoch);

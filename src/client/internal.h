@@ -265,8 +265,8 @@ struct mc_store {
 
     /* Fencing (docs/consistency.md). The heartbeat applies the fences of each ping reply
      * to the engine and reports them in the next ping (hb_* acks: the heartbeat thread
-     * only, and teardown after joining it). Our own segment is written by memcpy in
-     * write.c (no engine involved): own_min_epoch is its fence, raised under own_fence
+     * only, and teardown after joining it). Our own segment is written by our own copies in
+     * write.c and ranges.c (no engine involved): own_min_epoch is its fence, raised under own_fence
      * exclusive, which write_own holds shared around each copy, so a raise returns only
      * after the copies with an older epoch have finished. */
     pthread_rwlock_t own_fence;     /* guards own_min_epoch                          */

@@ -12,6 +12,7 @@
 
 #include "client/internal.h"
 #include "client/ranges_internal.h"
+#include "common/copy.h"
 #include "common/xalloc.h"
 #include "mooncake/log.h"
 #include "mooncake/mc_time.h"
@@ -439,8 +440,8 @@ static void write_own(void *arg)
             }
             for (size_t k = 0; k < w->nr; k++)
                 if (w->r[k].result == MC_OK && w->r[k].len)
-                    memcpy((char *)(uintptr_t)d->buffer_address + w->r[k].offset, w->r[k].buf,
-                           (size_t)w->r[k].len);
+                    mc_copy_to_segment((char *)(uintptr_t)d->buffer_address + w->r[k].offset,
+                                       w->r[k].buf, (size_t)w->r[k].len);
             mc__own_fence_leave(c->s);
         }
     }

@@ -471,9 +471,10 @@ static int start_engine(mc_store *s, const mc_store_config *c, const setup_args 
         join_host_port(hp, sizeof hp, a->host, port);
         mc_te *te = NULL;
         /* the engine's ports and its metadata client use the store's one secret (len 0:
-         * none, and the engine does not look at MC_AUTH_TOKEN_FILE again); everything
-         * else from the environment, as mc_te_create(NULL) would */
-        mc_te_opts to = {.auth = &s->auth};
+         * none, and the engine does not look at MC_AUTH_TOKEN_FILE again); WRITEs into
+         * segments with streaming stores (read again much later); everything else from
+         * the environment, as mc_te_create(NULL) would */
+        mc_te_opts to = {.auth = &s->auth, .stream_writes = 1};
         rc = mc_te_create(&to, &te);
         if (rc != MC_OK)
             return rc;

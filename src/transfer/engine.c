@@ -142,6 +142,7 @@ int mc_te_create(const mc_te_opts *opts, mc_te **out)
     te->hs_max = o.handshake_max_length ? o.handshake_max_length : (uint32_t)hs_max;
     te->force_tcp = o.force_tcp == 1 || (o.force_tcp <= 0 && force_tcp);
     te->prefault = prefault;
+    te->stream_writes = o.stream_writes == 1;
     te->clock = o.clock;
     te->clock_ctx = o.clock_ctx;
     te->rpc_port = te->data_port = -1;

@@ -367,6 +367,7 @@ struct mc_te {
     uint32_t hs_max;
     bool force_tcp;
     bool prefault; /* MC_TE_PREFAULT: shared segments populated at creation (issue 17) */
+    bool stream_writes; /* mc_te_opts.stream_writes: WRITE copies by mc_copy_to_segment */
     /* issue 11: the cluster secret and per-peer bounds (immutable after create) */
     const mc_auth_secret *auth;    /* NULL: open (no secret); else borrowed or auth_own */
     mc_auth_secret *auth_own;      /* loaded from MC_AUTH_TOKEN_FILE at create; owned */

@@ -7,7 +7,9 @@
  * allocated are handed out, looked up by their exact base.
  * Initiator: a peer whose descriptor has our host_id and a shm_socket is "same host".
  * For a request inside one of its shm buffers, the fd is fetched once, mapped once
- * (cached per peer) and the transfer is one memcpy in the submitting thread. The range
+ * (cached per peer) and the transfer is one copy in the submitting thread (a READ is a
+ * memcpy; a WRITE too, or mc_copy_to_segment's streaming stores when the engine was
+ * created with mc_te_opts.stream_writes, as the store client's is: common/copy.h). The range
  * is checked against the descriptor and against the mapping. The loop watches the Unix
  * connection: when the owner goes away, mappings are dropped before the next use.
  * With a cluster secret the owner serves only processes of its own uid or of a gid in
@@ -414,8 +416,10 @@ int mc__te_shm_try(mc_te *te, te_peer *p, int op, char *local, uint64_t remote, 
                 return -ESTALE;
             }
             char *peer_ptr = m->ptr + (remote - m->base);
-            if (op == MC_TE_OP_WRITE) /* into the peer's segment: streaming stores */
+            if (op == MC_TE_OP_WRITE && te->stream_writes) /* a store segment */
                 mc_copy_to_segment(peer_ptr, local, len);
+            else if (op == MC_TE_OP_WRITE)
+                memcpy(peer_ptr, local, len);
             else
                 memcpy(local, peer_ptr, len);
             pthread_rwlock_unlock(&p->shm_rw);

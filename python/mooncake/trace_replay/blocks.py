@@ -24,7 +24,7 @@ def _load_memcmp():
     try:
         import ctypes
         f = ctypes.CDLL(None).memcmp
-    except (ImportError, OSError, AttributeError):
+    except (ImportError, OSError, AttributeError, TypeError):
         return None
     f.restype = ctypes.c_int
     f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
@@ -74,7 +74,9 @@ class BlockCodec:
                     return splitmix64(a ^ _SALT)
             size = 1 << max(12, top.bit_length())
             with np.errstate(over="ignore"):
-                self._table = table = splitmix64(np.arange(size, dtype=np.uint64) ^ _SALT)
+                table = splitmix64(np.arange(size, dtype=np.uint64) ^ _SALT)
+            if len(table) > len(getattr(self, "_table", ())):   # workers may race here
+                self._table = table
         return table[a.astype(np.intp)]
 
     def fill(self, rows: np.ndarray, ids) -> None:
@@ -92,6 +94,10 @@ class BlockCodec:
         ok = np.ones(n, dtype=bool)
         if n == 0:
             return ok
+        if rows.ndim != 2 or rows.shape[0] < n or rows.shape[1] != self.words or \
+                rows.dtype.itemsize != 8 or scratch.shape[1:] != rows.shape[1:]:
+            raise ValueError(f"verify: rows {rows.shape} {rows.dtype} and scratch "
+                             f"{scratch.shape} must be 64-bit words, {n} x {self.words}")
         seeds = self.seeds(ids)
         step = max(1, self.VERIFY_CHUNK_BYTES // self.block_bytes)
         fast = _memcmp is not None and rows.flags.c_contiguous and scratch.flags.c_contiguous

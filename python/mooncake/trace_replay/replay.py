@@ -99,12 +99,14 @@ class Worker:
             if len(res) == m and all(r == B for r in res):
                 # every block came back whole: only the bytes are left to judge (the
                 # same outcome as below, without a dozen numpy calls on m results)
-                good = self.codec.verify(buf.rows, ids[c0:c0 + m], buf.scratch)
-                if good.all():
+                content_ok = self.codec.verify(buf.rows, ids[c0:c0 + m], buf.scratch)
+                if content_ok.all():
                     blocks_read += m
                     bytes_read += m * B
                     c0 += m
                     continue
+            else:
+                content_ok = None
             res = np.asarray(list(res) + [-1] * (m - len(res)), dtype=np.int64)[:m]
             expired = np.flatnonzero(res == LEASE_EXPIRED)
             if len(expired):
@@ -113,7 +115,8 @@ class Worker:
                                               [int(j) for j in expired])
                 again = list(again) + [-1] * (len(expired) - len(again))
                 res[expired] = np.asarray(again[:len(expired)], dtype=np.int64)
-            content_ok = self.codec.verify(buf.rows, ids[c0:c0 + m], buf.scratch)
+            if content_ok is None or len(expired):     # (a retried read rewrote rows)
+                content_ok = self.codec.verify(buf.rows, ids[c0:c0 + m], buf.scratch)
             good = (res == B) & content_ok
             bad_data = (res >= 0) & ~good
             corrupt += int(bad_data.sum())
