@@ -10,7 +10,7 @@
  * measured on the project's 2-CPU box, copying from a hot source into a 2 GiB shared
  * mapping at random 64 KiB-aligned offsets, memcpy 6.1-8.8 GB/s against 13.3-13.6 GB/s
  * (64 KiB), 3.7-5.8 against 7.8-8.0 (4 KiB), 5.1-6.7 against 11.7-13.4 (1 MiB)
- * (docs/performance.md "Session 8").
+ * (docs/performance.md "Session 8: streaming stores into the segment").
  *
  * Reads (a get into the caller's buffer) keep memcpy: the caller reads what it asked
  * for, so the copy should stay in its caches.
