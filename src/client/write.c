@@ -244,7 +244,8 @@ static size_t write_start(wchunk *c, const mc_master_put_config *cfg)
 }
 
 /* Copies the started items into the replicas that live in this client's own segment
- * (mc_copy_to_segment: streaming stores, common/copy.h); runs while the engine moves the other replicas (mc__xfer_run's `during`). */
+ * (mc_copy_to_segment: streaming stores, common/copy.h); runs while the engine moves
+ * the other replicas (mc__xfer_run's `during`). */
 static void write_own(void *arg)
 {
     wchunk *c = arg;
