@@ -10,8 +10,8 @@
  * (cached per peer) and the transfer is one copy in the submitting thread (a READ is a
  * memcpy; a WRITE too, or mc_copy_to_segment's streaming stores when the engine was
  * created with mc_te_opts.stream_writes, as the store client's is: common/copy.h).
- * The range is checked against the descriptor and against the mapping. The loop watches the Unix
- * connection: when the owner goes away, mappings are dropped before the next use.
+ * The range is checked against the descriptor and against the mapping. The loop watches
+ * the Unix connection: when the owner goes away, mappings are dropped before the next use.
  * With a cluster secret the owner serves only processes of its own uid or of a gid in
  * shm_allowed_gids (SO_PEERCRED, checked at accept before a byte is read), and only
  * after they authenticated (peerauth.c, label "te-shm"); the initiator authenticates
