@@ -2,8 +2,10 @@
 
 A block of B bytes is W = B / 8 little-endian 64-bit words; word i of block h is
 base[i] XOR seed(h), with base[i] = splitmix64(i) and seed(h) = splitmix64(h XOR salt).
-Every byte of every word mixes all 64 bits of seed(h), so a block stored under the wrong
-key, a flipped byte, a shifted range or a stale block of another size all fail the check.
+Byte k of a word is byte k of base[i] XOR byte k of seed(h); two ids' seeds differ in
+some byte (splitmix64 is a bijection), and then every word of the two blocks differs
+there. So a block stored under the wrong key, a flipped byte, a shifted range (base
+differs from word to word) or a stale block of another size all fail the check.
 Filling and verifying are one or two numpy passes over many blocks at once.
 
 The codec's own cost is part of every backend's time per block (the replay runs it
