@@ -41,10 +41,12 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
 #include "common/auth.h"
+#include "common/copy.h"
 #include "common/list.h"
 #include "mooncake/mc_time.h"
 #include "mooncake/metadata.h"
@@ -459,6 +461,18 @@ struct mc_te {
 static inline uint64_t mc__te_now_ms(const mc_te *te)
 {
     return te->clock ? te->clock(te->clock_ctx) : mc_now_ms();
+}
+
+/* mc__te_write_copy: copies the n bytes of a WRITE into memory this engine reaches (a
+ * same-host peer's mapping, or our own region from a TCP receive ring; dst..dst+n
+ * already checked by the caller): streaming stores when the engine was created with
+ * mc_te_opts.stream_writes (common/copy.h), else memcpy. Any thread. */
+static inline void mc__te_write_copy(const mc_te *te, void *dst, const void *src, size_t n)
+{
+    if (te->stream_writes)
+        mc_copy_to_segment(dst, src, n);
+    else
+        memcpy(dst, src, n);
 }
 
 /* mc__te_iov_hdr: the header step of the send loops (tcp_client.c requests, tcp_server.c

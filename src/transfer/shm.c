@@ -27,7 +27,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "common/copy.h"
 #include "common/xalloc.h"
 #include "mooncake/log.h"
 #include "mooncake/mc_time.h"
@@ -416,10 +415,8 @@ int mc__te_shm_try(mc_te *te, te_peer *p, int op, char *local, uint64_t remote, 
                 return -ESTALE;
             }
             char *peer_ptr = m->ptr + (remote - m->base);
-            if (op == MC_TE_OP_WRITE && te->stream_writes) /* a store segment */
-                mc_copy_to_segment(peer_ptr, local, len);
-            else if (op == MC_TE_OP_WRITE)
-                memcpy(peer_ptr, local, len);
+            if (op == MC_TE_OP_WRITE)
+                mc__te_write_copy(te, peer_ptr, local, len);
             else
                 memcpy(local, peer_ptr, len);
             pthread_rwlock_unlock(&p->shm_rw);

@@ -34,7 +34,6 @@
 #include <arpa/inet.h>
 #include <stdio.h>
 
-#include "common/copy.h"
 #include "common/xalloc.h"
 #include "mooncake/log.h"
 #include "mooncake/mc_time.h"
@@ -393,9 +392,9 @@ static int sconn_parse(te_sconn *c)
                 return 0;
             uint64_t need = c->cur.len - c->off;
             size_t take = avail < need ? avail : (size_t)need;
-            if (c->state == TE_S_PAYLOAD && c->io->te->stream_writes) /* checked */
-                mc_copy_to_segment(c->dst + c->off, p, take);
-            else if (c->state != TE_S_DISCARD) /* PAYLOAD (checked, in range), NOTIFY */
+            if (c->state == TE_S_PAYLOAD) /* checked, in range */
+                mc__te_write_copy(c->io->te, c->dst + c->off, p, take);
+            else if (c->state == TE_S_NOTIFY)
                 memcpy(c->dst + c->off, p, take);
             c->off += take;
             in->pos += take;
