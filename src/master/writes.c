@@ -89,7 +89,9 @@ static void restart_in_place(mc_master_service *svc, shard *sh, obj *o, const pi
 
 /* Takes the entry of `client`'s put of key (hash h32) off sh's gone list (an unmount
  * dropped every replica of that put in flight: segments.c drop_slot) and frees it.
- * Whether there was one. Caller holds sh->mu. */
+ * Whether there was one. Called also when a new put of key by client starts: the old
+ * entry no longer stands for its latest put (put_end / put_revoke of the new one must
+ * not answer REPLICA_IS_GONE for the old one). Caller holds sh->mu. */
 static bool take_gone_put(shard *sh, uint32_t h32, const void *key, size_t len,
                           mc_master_uuid client)
 {
@@ -103,16 +105,6 @@ static bool take_gone_put(shard *sh, uint32_t h32, const void *key, size_t len,
         }
     }
     return false;
-}
-
-/* A new put of key by client started: an entry of its earlier put of key that an
- * unmount dropped no longer stands for its latest put, and goes (put_end / put_revoke
- * of the new one must not answer REPLICA_IS_GONE for the old one). Caller holds sh->mu. */
-static void forget_gone_put(shard *sh, uint32_t h32, const void *key, size_t len,
-                            mc_master_uuid client)
-{
-    if (!mc_list_empty(&sh->gone))
-        (void)take_gone_put(sh, h32, key, len, client);
 }
 
 /* put_start / upsert_start of one key with hash h. */
@@ -165,7 +157,7 @@ static int do_start(mc_master_service *svc, mc_master_uuid client, const void *k
         if (o && o->size == size && !leased(svc, o, now)) {
             /* upsert, same size: the same space is rewritten in place */
             restart_in_place(svc, sh, o, &pin, cfg->with_hard_pin, client, now, out);
-            forget_gone_put(sh, h32, key, len, client);
+            (void)take_gone_put(sh, h32, key, len, client); /* a new put */
             pthread_mutex_unlock(&sh->mu);
             mc__observe_size(svc, size);
             return MC_OK;
@@ -205,7 +197,7 @@ static int do_start(mc_master_service *svc, mc_master_uuid client, const void *k
                 mc__obj_erase(svc, sh, o, MC__SPACE_REPLACED);
             mc__ht_insert(sh, n);
             obj_list(sh, n);
-            forget_gone_put(sh, h32, key, len, client);
+            (void)take_gone_put(sh, h32, key, len, client); /* a new put */
             mc__log_put(svc, n); /* a start record: the space is being written */
             cadd(&svc->keys, 1);
             cadd(&svc->proc_keys, 1);
@@ -259,7 +251,7 @@ static int do_end(mc_master_service *svc, mc_master_uuid client, const void *key
      * another writer may have put the key since the unmount) and an unmount dropped it:
      * REPLICA_IS_GONE, so the writer puts again (and meets the other put there). */
     if ((!o || !(o->flags & F_PROC) || !uuid_eq(o->owner, client)) &&
-        !mc_list_empty(&sh->gone) && take_gone_put(sh, h32, key, len, client)) {
+        take_gone_put(sh, h32, key, len, client)) {
         rc = MC_REPLICA_IS_GONE; /* its segment was unmounted under it */
     } else if (!o) {
         rc = MC_OBJECT_NOT_FOUND; /* never started, or pre-empted / released since */
