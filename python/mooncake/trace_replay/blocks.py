@@ -55,6 +55,7 @@ class BlockCodec:
         self.words = block_bytes // 8
         with np.errstate(over="ignore"):
             self.base = splitmix64(np.arange(self.words, dtype=np.uint64))
+        self._table = np.zeros(0, dtype=np.uint64)   # seed(h) for h < len (seeds())
 
     # seeds of ids below this come from a table (8 bytes each: at most 32 MiB)
     TABLE_MAX = 1 << 22
@@ -64,20 +65,22 @@ class BlockCodec:
     VERIFY_CHUNK_BYTES = 512 << 10
 
     def seeds(self, ids) -> np.ndarray:
-        """seed(h) for each hash id (uint64 array)."""
+        """seed(h) for each hash id (ids: non-negative ints, any sequence; returns a uint64
+        array of len(ids)). Ids below TABLE_MAX come from a table grown to the next power
+        of two above the largest id seen; larger ones are computed each call."""
         a = np.asarray(ids, dtype=np.uint64)
         if a.size == 0:
             return a
         top = int(a.max())
-        table = getattr(self, "_table", None)
-        if table is None or top >= len(table):
+        table = self._table
+        if top >= len(table):
             if top >= self.TABLE_MAX:
                 with np.errstate(over="ignore"):
                     return splitmix64(a ^ _SALT)
             size = 1 << max(12, top.bit_length())
             with np.errstate(over="ignore"):
                 table = splitmix64(np.arange(size, dtype=np.uint64) ^ _SALT)
-            if len(table) > len(getattr(self, "_table", ())):   # workers may race here
+            if len(table) > len(self._table):   # workers may race here
                 self._table = table
         return table[a.astype(np.intp)]
 
