@@ -15,10 +15,10 @@
  *
  * Protocols (what every call does on the wire):
  *   put:  put_start(key, size, config) on the master -> the bytes are written to every
- *         replica it returns (own segment: a copy with streaming stores; same host: the engine's shared-memory
- *         path; else TCP), all replicas of all keys of a call in one engine batch
- *         (overlapped) -> put_end. Any failure after put_start -> put_revoke, so nothing
- *         half-written is ever published.
+ *         replica it returns (own segment: a copy with streaming stores; same host: the
+ *         engine's shared-memory path; else TCP), all replicas of all keys of a call in one
+ *         engine batch (overlapped) -> put_end. Any failure after put_start -> put_revoke,
+ *         so nothing half-written is ever published.
  *   get:  get_replica_list(key) (this grants a read lease of lease_ttl_ms, measured from
  *         just before the RPC was sent) -> the best COMPLETE replica (own segment:
  *         memcpy from own memory; then a replica on this host; then a remote one) ->

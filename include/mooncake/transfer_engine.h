@@ -25,9 +25,9 @@
  *     reply and the connection stays usable.
  *   - Same-host path: memory from mc_te_alloc_shared / mc_te_allocate_managed_buffer is
  *     a memfd; a peer with the same host_id receives the fd over the owner's Unix socket
- *     (`shm_socket`), maps it once and transfers with one copy (a memcpy; a WRITE with streaming
- *     stores when mc_te_opts.stream_writes is set). Chosen automatically
- *     for buffers flagged shm; MC_FORCE_TCP=1 turns it off. Memory registered from user
+ *     (`shm_socket`), maps it once and transfers with one copy (a memcpy; a WRITE with
+ *     streaming stores when mc_te_opts.stream_writes is set). Chosen automatically for
+ *     buffers flagged shm; MC_FORCE_TCP=1 turns it off. Memory registered from user
  *     pointers always goes over TCP.
  *
  * Return values: public functions return upstream status codes (status.h): MC_OK (0) or

@@ -263,12 +263,12 @@ struct mc_store {
     atomic_bool ping_ok;            /* last ping succeeded */
     atomic_uint_fast64_t remounts;  /* NEED_REMOUNT handled */
 
-    /* Fencing (docs/consistency.md). The heartbeat applies the fences of each ping reply
-     * to the engine and reports them in the next ping (hb_* acks: the heartbeat thread
-     * only, and teardown after joining it). Our own segment is written by our own copies in
-     * write.c and ranges.c (no engine involved): own_min_epoch is its fence, raised under own_fence
-     * exclusive, which write_own holds shared around each copy, so a raise returns only
-     * after the copies with an older epoch have finished. */
+    /* Fencing (docs/consistency.md). The heartbeat applies the fences of each ping reply to
+     * the engine and reports them in the next ping (hb_* acks: the heartbeat thread only,
+     * and teardown after joining it). Our own segment is written by our own copies in
+     * write.c and ranges.c (no engine involved): own_min_epoch is its fence, raised under
+     * own_fence exclusive, which write_own holds shared around each copy, so a raise
+     * returns only after the copies with an older epoch have finished. */
     pthread_rwlock_t own_fence;     /* guards own_min_epoch                          */
     uint64_t own_min_epoch;         /* own-segment copies below it are refused       */
     mc_master_ping_result *hb_pr;   /* the heartbeat's reply buffer (heap: large)    */
