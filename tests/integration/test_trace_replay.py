@@ -112,14 +112,16 @@ def test_synthetic_trace_has_the_shape_of_a_conversation_trace():
 
 @pytest.mark.parametrize("with_memcmp", [True, False])
 def test_block_check_judges_each_block_across_chunks(monkeypatch, with_memcmp):
-    """verify compares a few blocks at a time (memcmp, or numpy where ctypes is
-    missing): one wrong byte in the second chunk fails exactly its block; the seed
-    table grows for a larger id and gives the same blocks as before."""
+    """The numpy codec (where the C loops are not built) verifies a few blocks at a time
+    (memcmp, or numpy where ctypes is missing): one wrong byte in the second chunk fails
+    exactly its block; the seed table grows for a larger id and gives the same blocks as
+    before."""
     import numpy as np
     from mooncake.trace_replay import blocks
     if not with_memcmp:
         monkeypatch.setattr(blocks, "_memcmp", None)
     codec = BlockCodec(4096)
+    codec.use_c = False
     monkeypatch.setattr(codec, "VERIFY_CHUNK_BYTES", 2 * 4096)
     ids = [3, 4, 5, 6, 7, 1 << 20]
     rows = np.empty((len(ids), 512), dtype=np.uint64)
@@ -135,9 +137,11 @@ def test_block_check_judges_each_block_across_chunks(monkeypatch, with_memcmp):
         codec.verify(rows[:, :256], ids, scratch)
 
 
-def test_block_contents_catch_wrong_key_flipped_byte_and_shift():
+@pytest.mark.parametrize("use_c", [True, False])
+def test_block_contents_catch_wrong_key_flipped_byte_and_shift(use_c):
     import numpy as np
     codec = BlockCodec(4096)
+    codec.use_c = use_c
     rows = np.empty((4, 512), dtype=np.uint64)
     scratch = np.empty_like(rows)
     codec.fill(rows, [7, 8, 9, 10])
@@ -153,6 +157,50 @@ def test_block_contents_catch_wrong_key_flipped_byte_and_shift():
     a = np.frombuffer(codec.block(5), np.uint8)
     b = np.frombuffer(codec.block(6), np.uint8)
     assert len(a) == 4096 and (a != b).mean() > 0.9
+
+
+@pytest.mark.parametrize("block_bytes", [8, 56, 64, 104, 4096, 65536])
+def test_c_codec_writes_and_judges_what_the_numpy_codec_does(block_bytes):
+    """The C loops (mooncake.trace_replay._codec, built with the package) write the same
+    bytes as the numpy codec and judge the same blocks good: sizes below, at and past
+    the 8-word step (a tail of words), one wrong byte anywhere in any block (the first,
+    the last, tail words), ids near 2**64; refused arguments write nothing."""
+    import numpy as np
+    from mooncake.trace_replay import _codec, blocks
+    c, py = BlockCodec(block_bytes), BlockCodec(block_bytes)
+    py.use_c = False
+    ids = [0, 1, 5, 182789, (1 << 22) + 3, (1 << 64) - 1]
+    rows_c = np.zeros((len(ids) + 1, c.words), dtype=np.uint64)
+    rows_py = np.zeros_like(rows_c)
+    c.fill(rows_c, ids)
+    py.fill(rows_py, ids)
+    assert rows_c.tobytes() == rows_py.tobytes() and not rows_c[-1].any()
+    scratch = np.empty_like(rows_py)
+    assert c.verify(rows_c, ids, scratch).tolist() == [True] * len(ids)
+    raw = rows_c.view(np.uint8)
+    rng = np.random.default_rng(block_bytes)
+    for j in range(len(ids)):
+        for pos in {0, block_bytes - 1, block_bytes - 8, int(rng.integers(block_bytes))}:
+            raw[j, pos] ^= 1 << int(rng.integers(8))
+            want = py.verify(rows_c, ids, scratch).tolist()
+            assert want == [k != j for k in range(len(ids))]
+            assert c.verify(rows_c, ids, scratch).tolist() == want
+            raw[j, pos] = rows_py.view(np.uint8)[j, pos]
+    assert not c.verify(rows_c, [1, 1, 5, 182789, (1 << 22) + 3, (1 << 64) - 1],
+                        scratch)[0]                                   # another id's block
+    assert _codec.splitmix64(7 ^ blocks._SALT_INT) == int(py.seeds([7])[0])
+    before = rows_c.tobytes()
+    for bad, err in (((rows_c[:2], c.base, ids, 0), ValueError),        # rows too short
+                     ((rows_c, c.base[:0], ids, 0), ValueError),        # empty base
+                     ((rows_c, bytes(12), ids, 0), ValueError),         # not whole words
+                     ((rows_c, c.base, [1, -1], 0), ValueError),        # negative id
+                     ((rows_c, c.base, [1, 2.5], 0), TypeError),
+                     ((rows_c, c.base, ids, -1), ValueError),           # salt
+                     ((rows_c[::2], c.base, ids, 0), TypeError),        # strided rows
+                     ((bytes(rows_c.nbytes), c.base, ids, 0), TypeError)):  # read-only
+        with pytest.raises(err):
+            _codec.fill(*bad)
+    assert rows_c.tobytes() == before
 
 
 # ------------------------------------------------------------------ redis backend

@@ -9,16 +9,19 @@ differs from word to word) or a stale block of another size all fail the check.
 Filling and verifying are one or two numpy passes over many blocks at once.
 
 The codec's own cost is part of every backend's time per block (the replay runs it
-between the calls it times), so it is kept small: seed(h) comes from a table of the ids
-seen so far (the trace's ids are dense: 0..182,789 for the conversation trace) instead of
-about ten numpy calls per request, and a verify checks a few blocks at a time in a
-scratch that stays in the CPU's caches, compared with memcmp (docs/performance.md
-"Session 8": 17 us of seeds per call and 22-29 us of verify per 64 KiB block before, on
-large reads).
+between the calls it times), so it is kept small. Where the package is built, fill and
+verify are C loops (mooncake.trace_replay._codec, src/python/replay_codec.c): one pass
+per block, seeds computed from the ids, the GIL released; 1.8-3.9 us to fill and 2.2-4.5
+us to check a 64 KiB block against 2.2-6.1 and 6.5-15.7 for the numpy code below
+(docs/performance.md, "Session 9"). The numpy code, used where the extension is absent
+or `use_c` is False, takes seed(h) from a table of the ids seen so far (the trace's ids
+are dense: 0..182,789 for the conversation trace) and checks a few blocks at a time in
+a scratch that stays in the CPU's caches, compared with memcmp.
 """
 import numpy as np
 
-_SALT = np.uint64(0x6D6F6F6E63616B65)        # "mooncake"
+_SALT_INT = 0x6D6F6F6E63616B65                # "mooncake"
+_SALT = np.uint64(_SALT_INT)
 
 
 def _load_memcmp():
@@ -34,6 +37,14 @@ def _load_memcmp():
 
 
 _memcmp = _load_memcmp()
+
+# The two loops in C (src/python/replay_codec.c: one pass per block, seeds computed from
+# the ids, no GIL held); None where the extension is not built (a source tree), and then
+# the numpy code below does the same work.
+try:
+    from . import _codec
+except ImportError:
+    _codec = None
 
 
 def splitmix64(x: np.ndarray) -> np.ndarray:
@@ -56,6 +67,7 @@ class BlockCodec:
         with np.errstate(over="ignore"):
             self.base = splitmix64(np.arange(self.words, dtype=np.uint64))
         self._table = np.zeros(0, dtype=np.uint64)   # seed(h) for h < len (seeds())
+        self.use_c = True          # False: the numpy loops even where _codec is built
 
     # seeds of ids below this come from a table (8 bytes each: at most 32 MiB)
     TABLE_MAX = 1 << 22
@@ -84,18 +96,32 @@ class BlockCodec:
                 self._table = table
         return table[a.astype(np.intp)]
 
+    def _c_ok(self, rows: np.ndarray, n: int) -> bool:
+        """Whether the C loops take rows: built, and rows C-contiguous 64-bit words of
+        this codec's width with room for n blocks (anything else goes to numpy, which
+        raises for a wrong shape)."""
+        return _codec is not None and self.use_c and rows.ndim == 2 and \
+            rows.shape[0] >= n and rows.shape[1] == self.words and \
+            rows.dtype.itemsize == 8 and rows.flags.c_contiguous
+
     def fill(self, rows: np.ndarray, ids) -> None:
         """Writes the blocks of ids into rows[:len(ids)] (rows: uint64, shape (m, W))."""
         n = len(ids)
+        if self._c_ok(rows, n):
+            _codec.fill(rows, self.base, ids, _SALT_INT)
+            return
         np.bitwise_xor(self.base[None, :], self.seeds(ids)[:, None], out=rows[:n])
 
     def verify(self, rows: np.ndarray, ids, scratch: np.ndarray) -> np.ndarray:
-        """Per-block bool array: rows[j] holds exactly block ids[j]. scratch: uint64 array
-        at least as large as rows[:min(len(ids), chunk)] (overwritten). The expected
-        words of a chunk of blocks are written to scratch and compared with libc's
-        memcmp (through ctypes, where it loads; numpy's == otherwise); a chunk that
-        differs is judged block by block."""
+        """Per-block bool array (read-only): rows[j] holds exactly block ids[j]. scratch:
+        uint64 array at least as large as rows[:min(len(ids), chunk)] (overwritten by the
+        numpy code; the C loop reads each block once and needs none). The numpy code
+        writes the expected words of a chunk of blocks to scratch and compares them with
+        libc's memcmp (through ctypes, where it loads; numpy's == otherwise); a chunk
+        that differs is judged block by block."""
         n = len(ids)
+        if n and self._c_ok(rows, n):
+            return np.frombuffer(_codec.verify(rows, self.base, ids, _SALT_INT), dtype=bool)
         ok = np.ones(n, dtype=bool)
         if n == 0:
             return ok

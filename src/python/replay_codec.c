@@ -1,0 +1,287 @@
+/* replay_codec.c: the CPython extension module `mooncake.trace_replay._codec`, the two
+ * loops of the trace replay's block codec (python/mooncake/trace_replay/blocks.py) in C.
+ *
+ * The codec's content rule (blocks.py's docstring): a block of W 64-bit words holds, in
+ * word i, base[i] XOR seed(h), with seed(h) = splitmix64(h XOR salt). The numpy version
+ * in blocks.py writes the expected words of a block to a scratch array and compares it
+ * with memcmp: two passes over memory per block, and about ten numpy calls per request.
+ * Here each block is one pass (a put's fill writes it; a get's check reads it once, with
+ * every word compared), the seeds are computed from the ids directly and the loops run
+ * without the GIL. The replay runs the codec between the calls it times, for every
+ * backend alike, so its cost is part of each backend's blocks per second
+ * (docs/performance.md, "Session 9").
+ *
+ * fill(rows, base, ids, salt) -> None
+ *     rows: a writable C-contiguous buffer of at least len(ids) * len(base) bytes (block j
+ *     goes to bytes [j * B, (j + 1) * B) with B = len(base)); base: a C-contiguous buffer of
+ *     B bytes, B a positive multiple of 8 (the base words); ids: a sequence of integers in
+ *     [0, 2**64); salt: an integer in [0, 2**64).
+ * verify(rows, base, ids, salt) -> bytes
+ *     The same shapes (rows read only). Byte j of the result is 1 when bytes
+ *     [j * B, (j + 1) * B) of rows are exactly block ids[j], else 0.
+ * splitmix64(x) -> int: the finaliser, for tests that compare both implementations.
+ *
+ * Errors: TypeError for an object without the buffer protocol, a non-contiguous
+ * buffer, a read-only rows (fill), or an id that is not an integer; ValueError for a base that is empty or
+ * not a multiple of 8 bytes, rows shorter than the ids need, or an id or salt outside
+ * [0, 2**64). Nothing is written when an argument is refused.
+ * Ownership: the buffers are borrowed for the call; the caller must not resize them or
+ * write rows from another thread meanwhile (the loops run with the GIL released).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if PY_VERSION_HEX < 0x030B0000
+#error "mooncake's extension modules need Python 3.11 or later"
+#endif
+
+static uint64_t splitmix64(uint64_t x)
+{
+    uint64_t z = x + UINT64_C(0x9E3779B97F4A7C15);
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
+
+/* Two words at a time (GCC and clang vector extensions: SSE2 on x86-64); loads and
+ * stores go through memcpy, so no alignment is assumed. */
+typedef uint64_t v2u64 __attribute__((vector_size(16)));
+
+static void fill_block(uint64_t *dst, const uint64_t *base, size_t words, uint64_t seed)
+{
+    v2u64 s = {seed, seed};
+    size_t i = 0;
+    for (; i + 8 <= words; i += 8) {
+        v2u64 a0, a1, a2, a3;
+        memcpy(&a0, base + i, 16);
+        memcpy(&a1, base + i + 2, 16);
+        memcpy(&a2, base + i + 4, 16);
+        memcpy(&a3, base + i + 6, 16);
+        a0 ^= s, a1 ^= s, a2 ^= s, a3 ^= s;
+        memcpy(dst + i, &a0, 16);
+        memcpy(dst + i + 2, &a1, 16);
+        memcpy(dst + i + 4, &a2, 16);
+        memcpy(dst + i + 6, &a3, 16);
+    }
+    for (; i < words; i++)
+        dst[i] = base[i] ^ seed;
+}
+
+/* 1 when got holds exactly base ^ seed (every word is read: no early exit, so a bad
+ * block costs what a good one does). */
+static int check_block(const uint64_t *got, const uint64_t *base, size_t words,
+                       uint64_t seed)
+{
+    v2u64 s = {seed, seed}, diff = {0, 0};
+    size_t i = 0;
+    for (; i + 8 <= words; i += 8) {
+        v2u64 g0, g1, g2, g3, b0, b1, b2, b3;
+        memcpy(&g0, got + i, 16);
+        memcpy(&g1, got + i + 2, 16);
+        memcpy(&g2, got + i + 4, 16);
+        memcpy(&g3, got + i + 6, 16);
+        memcpy(&b0, base + i, 16);
+        memcpy(&b1, base + i + 2, 16);
+        memcpy(&b2, base + i + 4, 16);
+        memcpy(&b3, base + i + 6, 16);
+        diff |= (g0 ^ b0 ^ s) | (g1 ^ b1 ^ s) | (g2 ^ b2 ^ s) | (g3 ^ b3 ^ s);
+    }
+    uint64_t d = diff[0] | diff[1];
+    for (; i < words; i++)
+        d |= got[i] ^ base[i] ^ seed;
+    return d == 0;
+}
+
+/* The parsed arguments of fill and verify: buffer views (released by args_release) and
+ * the seeds of the ids (malloc'd). */
+typedef struct {
+    Py_buffer rows, base;
+    int have_rows, have_base;
+    uint64_t *seeds;
+    Py_ssize_t n;
+    size_t words;
+} codec_args;
+
+static void args_release(codec_args *a)
+{
+    if (a->have_rows)
+        PyBuffer_Release(&a->rows);
+    if (a->have_base)
+        PyBuffer_Release(&a->base);
+    free(a->seeds);
+}
+
+/* An integer in [0, 2**64) for argument `what` of fn. Returns 0, or -1 with TypeError
+ * (not an integer) or ValueError (out of range) set. */
+static int as_u64(const char *fn, const char *what, PyObject *o, uint64_t *out)
+{
+    PyObject *i = PyNumber_Index(o);
+    if (!i) {
+        PyErr_Format(PyExc_TypeError, "trace_replay._codec.%s: %s must be an integer, got %s",
+                     fn, what, Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    unsigned long long v = PyLong_AsUnsignedLongLong(i);
+    Py_DECREF(i);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "trace_replay._codec.%s: %s must be in [0, 2**64)",
+                     fn, what);
+        return -1;
+    }
+    *out = (uint64_t)v;
+    return 0;
+}
+
+/* A C-contiguous (and, with writable, writable) view of o for argument `what` of fn.
+ * Returns 0, or -1 with TypeError naming the argument (in place of the exporter's own
+ * error). */
+static int get_buffer(const char *fn, const char *what, PyObject *o, int writable,
+                      Py_buffer *view)
+{
+    if (PyObject_GetBuffer(o, view, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0))
+        == 0)
+        return 0;
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "trace_replay._codec.%s: %s must be a %sC-contiguous "
+                 "buffer (a numpy array, bytearray, mmap), got %s", fn, what,
+                 writable ? "writable " : "", Py_TYPE(o)->tp_name);
+    return -1;
+}
+
+static int args_parse(const char *fn, PyObject *const *argv, Py_ssize_t argc, int writable,
+                      codec_args *a)
+{
+    memset(a, 0, sizeof *a);
+    if (argc != 4) {
+        PyErr_Format(PyExc_TypeError, "trace_replay._codec.%s(rows, base, ids, salt) takes 4 "
+                     "arguments, got %zd", fn, argc);
+        return -1;
+    }
+    uint64_t salt;
+    if (as_u64(fn, "salt", argv[3], &salt) < 0)
+        return -1;
+    if (get_buffer(fn, "rows", argv[0], writable, &a->rows) < 0)
+        return -1;
+    a->have_rows = 1;
+    if (get_buffer(fn, "base", argv[1], 0, &a->base) < 0)
+        return -1;
+    a->have_base = 1;
+    if (a->base.len <= 0 || a->base.len % 8) {
+        PyErr_Format(PyExc_ValueError, "trace_replay._codec.%s: base must be a positive "
+                     "multiple of 8 bytes, got %zd", fn, a->base.len);
+        return -1;
+    }
+    a->words = (size_t)a->base.len / 8;
+    PyObject *seq = PySequence_Fast(argv[2], "trace_replay._codec: ids must be a sequence");
+    if (!seq)
+        return -1;
+    a->n = PySequence_Fast_GET_SIZE(seq);
+    if (a->n > 0 && a->rows.len / a->base.len < a->n) {
+        PyErr_Format(PyExc_ValueError, "trace_replay._codec.%s: rows hold %zd bytes, %zd "
+                     "blocks of %zd need more", fn, a->rows.len, a->n, a->base.len);
+        Py_DECREF(seq);
+        return -1;
+    }
+    a->seeds = malloc((size_t)(a->n ? a->n : 1) * sizeof *a->seeds);
+    if (!a->seeds) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t j = 0; j < a->n; j++) {
+        uint64_t h;
+        if (as_u64(fn, "every id", items[j], &h) < 0) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        a->seeds[j] = splitmix64(h ^ salt);
+    }
+    Py_DECREF(seq);
+    return 0;
+}
+
+static PyObject *codec_fill(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    (void)self;
+    codec_args a;
+    if (args_parse("fill", argv, argc, 1, &a) < 0) {
+        args_release(&a);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t j = 0; j < a.n; j++)
+        fill_block((uint64_t *)a.rows.buf + (size_t)j * a.words, a.base.buf, a.words,
+                   a.seeds[j]);
+    Py_END_ALLOW_THREADS
+    args_release(&a);
+    Py_RETURN_NONE;
+}
+
+static PyObject *codec_verify(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    (void)self;
+    codec_args a;
+    if (args_parse("verify", argv, argc, 0, &a) < 0) {
+        args_release(&a);
+        return NULL;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, a.n);
+    if (!out) {
+        args_release(&a);
+        return NULL;
+    }
+    char *ok = PyBytes_AS_STRING(out);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t j = 0; j < a.n; j++)
+        ok[j] = (char)check_block((const uint64_t *)a.rows.buf + (size_t)j * a.words,
+                                  a.base.buf, a.words, a.seeds[j]);
+    Py_END_ALLOW_THREADS
+    args_release(&a);
+    return out;
+}
+
+static PyObject *codec_splitmix64(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    uint64_t x;
+    if (as_u64("splitmix64", "x", arg, &x) < 0)
+        return NULL;
+    return PyLong_FromUnsignedLongLong(splitmix64(x));
+}
+
+static PyMethodDef codec_methods[] = {
+    {"fill", (PyCFunction)(void (*)(void))codec_fill, METH_FASTCALL,
+     "fill(rows, base, ids, salt) -> None: writes block ids[j] (word i = base[i] ^ "
+     "splitmix64(ids[j] ^ salt)) into bytes [j*B, (j+1)*B) of rows, B = len(base)."},
+    {"verify", (PyCFunction)(void (*)(void))codec_verify, METH_FASTCALL,
+     "verify(rows, base, ids, salt) -> bytes: byte j is 1 when bytes [j*B, (j+1)*B) of "
+     "rows are exactly block ids[j], else 0."},
+    {"splitmix64", codec_splitmix64, METH_O,
+     "splitmix64(x) -> int: the splitmix64 finaliser of x in [0, 2**64)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyModuleDef_Slot codec_slots[] = {
+    {0, NULL},
+};
+
+static struct PyModuleDef codec_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "mooncake.trace_replay._codec",
+    .m_doc = "The trace replay's block fill and check loops (blocks.py's content rule).",
+    .m_size = 0,
+    .m_methods = codec_methods,
+    .m_slots = codec_slots,
+};
+
+PyMODINIT_FUNC PyInit__codec(void);
+PyMODINIT_FUNC PyInit__codec(void)
+{
+    return PyModuleDef_Init(&codec_module);
+}
