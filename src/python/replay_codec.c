@@ -6,8 +6,8 @@
  * in blocks.py writes the expected words of a block to a scratch array and compares it
  * with memcmp: two passes over memory per block, and about ten numpy calls per request.
  * Here each block is one pass (a put's fill writes it; a get's check reads it once, with
- * every word compared), the seeds are computed from the ids directly and the loops run
- * without the GIL. The replay runs the codec between the calls it times, for every
+ * every word compared, AVX2 where the CPU has it), the seeds are computed from the ids
+ * directly and the loops run without the GIL. The replay runs the codec between the calls it times, for every
  * backend alike, so its cost is part of each backend's blocks per second
  * (docs/performance.md, "Session 9").
  *
@@ -22,9 +22,9 @@
  * splitmix64(x) -> int: the finaliser, for tests that compare both implementations.
  *
  * Errors: TypeError for an object without the buffer protocol, a non-contiguous
- * buffer, a read-only rows (fill), or an id that is not an integer; ValueError for a base that is empty or
- * not a multiple of 8 bytes, rows shorter than the ids need, or an id or salt outside
- * [0, 2**64). Nothing is written when an argument is refused.
+ * buffer, a read-only rows (fill), or an id that is not an integer; ValueError for a
+ * base that is empty or not a multiple of 8 bytes, rows shorter than the ids need, or an
+ * id or salt outside [0, 2**64). Nothing is written when an argument is refused.
  * Ownership: the buffers are borrowed for the call; the caller must not resize them or
  * write rows from another thread meanwhile (the loops run with the GIL released).
  */
@@ -47,25 +47,32 @@ static uint64_t splitmix64(uint64_t x)
     return z ^ (z >> 31);
 }
 
-/* Two words at a time (GCC and clang vector extensions: SSE2 on x86-64); loads and
- * stores go through memcpy, so no alignment is assumed. */
-typedef uint64_t v2u64 __attribute__((vector_size(16)));
+/* Four words at a time (GCC and clang vector extensions): built twice on x86-64, for
+ * AVX2 and for the baseline (two SSE2 halves), the loader picking the one the CPU runs
+ * (target_clones); loads and stores go through memcpy, so no alignment is assumed. */
+typedef uint64_t v4u64 __attribute__((vector_size(32)));
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define MC_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define MC_CLONES
+#endif
 
+MC_CLONES
 static void fill_block(uint64_t *dst, const uint64_t *base, size_t words, uint64_t seed)
 {
-    v2u64 s = {seed, seed};
+    v4u64 s = {seed, seed, seed, seed};
     size_t i = 0;
-    for (; i + 8 <= words; i += 8) {
-        v2u64 a0, a1, a2, a3;
-        memcpy(&a0, base + i, 16);
-        memcpy(&a1, base + i + 2, 16);
-        memcpy(&a2, base + i + 4, 16);
-        memcpy(&a3, base + i + 6, 16);
+    for (; i + 16 <= words; i += 16) {
+        v4u64 a0, a1, a2, a3;
+        memcpy(&a0, base + i, 32);
+        memcpy(&a1, base + i + 4, 32);
+        memcpy(&a2, base + i + 8, 32);
+        memcpy(&a3, base + i + 12, 32);
         a0 ^= s, a1 ^= s, a2 ^= s, a3 ^= s;
-        memcpy(dst + i, &a0, 16);
-        memcpy(dst + i + 2, &a1, 16);
-        memcpy(dst + i + 4, &a2, 16);
-        memcpy(dst + i + 6, &a3, 16);
+        memcpy(dst + i, &a0, 32);
+        memcpy(dst + i + 4, &a1, 32);
+        memcpy(dst + i + 8, &a2, 32);
+        memcpy(dst + i + 12, &a3, 32);
     }
     for (; i < words; i++)
         dst[i] = base[i] ^ seed;
@@ -73,24 +80,25 @@ static void fill_block(uint64_t *dst, const uint64_t *base, size_t words, uint64
 
 /* 1 when got holds exactly base ^ seed (every word is read: no early exit, so a bad
  * block costs what a good one does). */
+MC_CLONES
 static int check_block(const uint64_t *got, const uint64_t *base, size_t words,
                        uint64_t seed)
 {
-    v2u64 s = {seed, seed}, diff = {0, 0};
+    v4u64 s = {seed, seed, seed, seed}, diff = {0, 0, 0, 0};
     size_t i = 0;
-    for (; i + 8 <= words; i += 8) {
-        v2u64 g0, g1, g2, g3, b0, b1, b2, b3;
-        memcpy(&g0, got + i, 16);
-        memcpy(&g1, got + i + 2, 16);
-        memcpy(&g2, got + i + 4, 16);
-        memcpy(&g3, got + i + 6, 16);
-        memcpy(&b0, base + i, 16);
-        memcpy(&b1, base + i + 2, 16);
-        memcpy(&b2, base + i + 4, 16);
-        memcpy(&b3, base + i + 6, 16);
+    for (; i + 16 <= words; i += 16) {
+        v4u64 g0, g1, g2, g3, b0, b1, b2, b3;
+        memcpy(&g0, got + i, 32);
+        memcpy(&g1, got + i + 4, 32);
+        memcpy(&g2, got + i + 8, 32);
+        memcpy(&g3, got + i + 12, 32);
+        memcpy(&b0, base + i, 32);
+        memcpy(&b1, base + i + 4, 32);
+        memcpy(&b2, base + i + 8, 32);
+        memcpy(&b3, base + i + 12, 32);
         diff |= (g0 ^ b0 ^ s) | (g1 ^ b1 ^ s) | (g2 ^ b2 ^ s) | (g3 ^ b3 ^ s);
     }
-    uint64_t d = diff[0] | diff[1];
+    uint64_t d = diff[0] | diff[1] | diff[2] | diff[3];
     for (; i < words; i++)
         d |= got[i] ^ base[i] ^ seed;
     return d == 0;

@@ -159,11 +159,11 @@ def test_block_contents_catch_wrong_key_flipped_byte_and_shift(use_c):
     assert len(a) == 4096 and (a != b).mean() > 0.9
 
 
-@pytest.mark.parametrize("block_bytes", [8, 56, 64, 104, 4096, 65536])
+@pytest.mark.parametrize("block_bytes", [8, 56, 64, 104, 128, 200, 4096, 65536])
 def test_c_codec_writes_and_judges_what_the_numpy_codec_does(block_bytes):
     """The C loops (mooncake.trace_replay._codec, built with the package) write the same
     bytes as the numpy codec and judge the same blocks good: sizes below, at and past
-    the 8-word step (a tail of words), one wrong byte anywhere in any block (the first,
+    the 16-word step (a tail of words), one wrong byte anywhere in any block (the first,
     the last, tail words), ids near 2**64; refused arguments write nothing."""
     import numpy as np
     from mooncake.trace_replay import _codec, blocks
