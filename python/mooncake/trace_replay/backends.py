@@ -253,22 +253,28 @@ class StoreSession(Session):
             raise BackendUnavailable(f"register_buffer({self.buffer.nbytes} bytes) returned "
                                      f"{rc} ({code_name(rc)})")
         self._registered = True
+        # every slot's address and size, made once: the calls below slice them (the
+        # replay passes range(m) for the first m slots) instead of building two lists
+        # per call; this adapter is shared with upstream's backend
+        b = block_bytes
+        self._addrs = [self.buffer.ptr + s * b for s in range(slots)]
+        self._sizes = [b] * slots
 
     def _ptrs(self, slots):
-        base, b = self.buffer.ptr, self.buffer.block_bytes
-        return [base + s * b for s in slots]
+        if isinstance(slots, range) and slots.start == 0 and slots.step == 1:
+            return self._addrs[:slots.stop]
+        return [self._addrs[s] for s in slots]
 
     def exist_batch(self, keys):
         return list(self.store.batch_is_exist(keys))
 
     def get_batch_into(self, keys, slots):
-        b = self.buffer.block_bytes
-        return list(self.store.batch_get_into(keys, self._ptrs(slots), [b] * len(keys)))
+        return list(self.store.batch_get_into(keys, self._ptrs(slots),
+                                              self._sizes[:len(keys)]))
 
     def put_batch(self, keys, slots):
-        b = self.buffer.block_bytes
         return [OK if rc == OBJECT_ALREADY_EXISTS else rc for rc in
-                self.store.batch_put_from(keys, self._ptrs(slots), [b] * len(keys))]
+                self.store.batch_put_from(keys, self._ptrs(slots), self._sizes[:len(keys)])]
 
     def close(self):
         try:
