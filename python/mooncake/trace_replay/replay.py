@@ -85,9 +85,10 @@ class Worker:
         k = 0
         while k < n and ex[k] == 1:
             k += 1
-        for v in ex:
-            if v < 0:
-                errors[f"exist:{code_name(v)}"] += 1
+        if n and min(ex) < 0:
+            for v in ex:
+                if v < 0:
+                    errors[f"exist:{code_name(v)}"] += 1
         # 2. read and verify the prefix
         hit = k
         read_miss = set()
@@ -96,7 +97,7 @@ class Worker:
         while c0 < k:
             m = min(self.slots, k - c0)
             res = self.s.get_batch_into(keys[c0:c0 + m], range(m))
-            if len(res) == m and all(r == B for r in res):
+            if len(res) == m and res.count(B) == m:
                 # every block came back whole: only the bytes are left to judge (the
                 # same outcome as below, without a dozen numpy calls on m results)
                 content_ok = self.codec.verify(buf.rows, ids[c0:c0 + m], buf.scratch)
