@@ -1,4 +1,4 @@
-/* replay_codec.c: the CPython extension module `mooncake.trace_replay._codec`, the two
+/* replay_codec.c: the CPython extension module `mooncake.trace_replay._codec`, the
  * loops of the trace replay's block codec (python/mooncake/trace_replay/blocks.py) in C.
  *
  * The codec's content rule (blocks.py's docstring): a block of W 64-bit words holds, in
@@ -7,9 +7,9 @@
  * with memcmp: two passes over memory per block, and about ten numpy calls per request.
  * Here each block is one pass (a put's fill writes it; a get's check reads it once, with
  * every word compared, AVX2 where the CPU has it), the seeds are computed from the ids
- * directly and the loops run without the GIL. The replay runs the codec between the calls it times, for every
- * backend alike, so its cost is part of each backend's blocks per second
- * (docs/performance.md, "Session 9").
+ * directly and the loops run without the GIL. The replay runs the codec between the
+ * calls it times, for every backend alike, so its cost is part of each backend's blocks
+ * per second (docs/performance.md, "Session 9").
  *
  * fill(rows, base, ids, salt) -> None
  *     rows: a writable C-contiguous buffer of at least len(ids) * len(base) bytes (block j
@@ -17,8 +17,13 @@
  *     B bytes, B a positive multiple of 8 (the base words); ids: a sequence of integers in
  *     [0, 2**64); salt: an integer in [0, 2**64).
  * verify(rows, base, ids, salt) -> bytes
- *     The same shapes (rows read only). Byte j of the result is 1 when bytes
+ *     The same shapes (rows only read). Byte j of the result is 1 when bytes
  *     [j * B, (j + 1) * B) of rows are exactly block ids[j], else 0.
+ * poison(rows, base, ids, salt) -> None
+ *     The same shapes as fill. Word 0, every 512th word (one per 4 KiB) and the last word
+ *     of block j are set to differ from block ids[j]'s words there (one bit flipped), so
+ *     that a read which reports success but leaves the block, or a page of it, unwritten
+ *     fails verify even when the slot still holds that block from an earlier read.
  * splitmix64(x) -> int: the finaliser, for tests that compare both implementations.
  *
  * Errors: TypeError for an object without the buffer protocol, a non-contiguous
@@ -49,59 +54,94 @@ static uint64_t splitmix64(uint64_t x)
 
 /* Four words at a time (GCC and clang vector extensions): built twice on x86-64, for
  * AVX2 and for the baseline (two SSE2 halves), the loader picking the one the CPU runs
- * (target_clones); loads and stores go through memcpy, so no alignment is assumed. */
+ * (target_clones, where the C library resolves ifuncs); every load and store goes through
+ * memcpy, so no alignment is assumed. */
 typedef uint64_t v4u64 __attribute__((vector_size(32)));
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define MC_CLONES __attribute__((target_clones("avx2", "default")))
-#else
+#if defined(__has_attribute)
+#if __has_attribute(target_clones) && defined(__x86_64__) && defined(__linux__) && \
+    defined(__GLIBC__)
+#define MC_CLONES __attribute__((target_clones("avx2", "default"))) /* glibc's ifunc */
+#endif
+#endif
+#ifndef MC_CLONES
 #define MC_CLONES
 #endif
 
+/* One 64-bit word at byte offset `at` (memcpy: any alignment). */
+static inline uint64_t word_at(const unsigned char *p, size_t at)
+{
+    uint64_t w;
+    memcpy(&w, p + at, 8);
+    return w;
+}
+
+static inline void set_word(unsigned char *p, size_t at, uint64_t w)
+{
+    memcpy(p + at, &w, 8);
+}
+
+/* dst: the block's words = base ^ seed. */
 MC_CLONES
-static void fill_block(uint64_t *dst, const uint64_t *base, size_t words, uint64_t seed)
+static void fill_block(unsigned char *dst, const unsigned char *base, size_t words,
+                       uint64_t seed)
 {
     v4u64 s = {seed, seed, seed, seed};
     size_t i = 0;
     for (; i + 16 <= words; i += 16) {
         v4u64 a0, a1, a2, a3;
-        memcpy(&a0, base + i, 32);
-        memcpy(&a1, base + i + 4, 32);
-        memcpy(&a2, base + i + 8, 32);
-        memcpy(&a3, base + i + 12, 32);
+        memcpy(&a0, base + 8 * i, 32);
+        memcpy(&a1, base + 8 * i + 32, 32);
+        memcpy(&a2, base + 8 * i + 64, 32);
+        memcpy(&a3, base + 8 * i + 96, 32);
         a0 ^= s, a1 ^= s, a2 ^= s, a3 ^= s;
-        memcpy(dst + i, &a0, 32);
-        memcpy(dst + i + 4, &a1, 32);
-        memcpy(dst + i + 8, &a2, 32);
-        memcpy(dst + i + 12, &a3, 32);
+        memcpy(dst + 8 * i, &a0, 32);
+        memcpy(dst + 8 * i + 32, &a1, 32);
+        memcpy(dst + 8 * i + 64, &a2, 32);
+        memcpy(dst + 8 * i + 96, &a3, 32);
     }
     for (; i < words; i++)
-        dst[i] = base[i] ^ seed;
+        set_word(dst, 8 * i, word_at(base, 8 * i) ^ seed);
 }
 
 /* 1 when got holds exactly base ^ seed (every word is read: no early exit, so a bad
  * block costs what a good one does). */
 MC_CLONES
-static int check_block(const uint64_t *got, const uint64_t *base, size_t words,
+static int check_block(const unsigned char *got, const unsigned char *base, size_t words,
                        uint64_t seed)
 {
     v4u64 s = {seed, seed, seed, seed}, diff = {0, 0, 0, 0};
     size_t i = 0;
     for (; i + 16 <= words; i += 16) {
         v4u64 g0, g1, g2, g3, b0, b1, b2, b3;
-        memcpy(&g0, got + i, 32);
-        memcpy(&g1, got + i + 4, 32);
-        memcpy(&g2, got + i + 8, 32);
-        memcpy(&g3, got + i + 12, 32);
-        memcpy(&b0, base + i, 32);
-        memcpy(&b1, base + i + 4, 32);
-        memcpy(&b2, base + i + 8, 32);
-        memcpy(&b3, base + i + 12, 32);
+        memcpy(&g0, got + 8 * i, 32);
+        memcpy(&g1, got + 8 * i + 32, 32);
+        memcpy(&g2, got + 8 * i + 64, 32);
+        memcpy(&g3, got + 8 * i + 96, 32);
+        memcpy(&b0, base + 8 * i, 32);
+        memcpy(&b1, base + 8 * i + 32, 32);
+        memcpy(&b2, base + 8 * i + 64, 32);
+        memcpy(&b3, base + 8 * i + 96, 32);
         diff |= (g0 ^ b0 ^ s) | (g1 ^ b1 ^ s) | (g2 ^ b2 ^ s) | (g3 ^ b3 ^ s);
     }
     uint64_t d = diff[0] | diff[1] | diff[2] | diff[3];
     for (; i < words; i++)
-        d |= got[i] ^ base[i] ^ seed;
+        d |= word_at(got, 8 * i) ^ word_at(base, 8 * i) ^ seed;
     return d == 0;
+}
+
+/* Words of a block that poison_block overwrites: one per POISON_STRIDE words (4 KiB,
+ * a page and the smallest slice a transfer splits into) and the last. */
+#define POISON_STRIDE 512u
+
+/* dst: word 0, every POISON_STRIDE-th word and the last word made to differ from the
+ * block's (base ^ seed, one bit flipped), so that a block left unwritten, or with a
+ * page or more of it left unwritten, fails check_block whatever the memory held. */
+static void poison_block(unsigned char *dst, const unsigned char *base, size_t words,
+                         uint64_t seed)
+{
+    for (size_t i = 0; i < words; i += POISON_STRIDE)
+        set_word(dst, 8 * i, word_at(base, 8 * i) ^ seed ^ 1u);
+    set_word(dst, 8 * (words - 1), word_at(base, 8 * (words - 1)) ^ seed ^ 1u);
 }
 
 /* The parsed arguments of fill and verify: buffer views (released by args_release) and
@@ -124,18 +164,24 @@ static void args_release(codec_args *a)
 }
 
 /* An integer in [0, 2**64) for argument `what` of fn. Returns 0, or -1 with TypeError
- * (not an integer) or ValueError (out of range) set. */
+ * (not an integer) or ValueError (out of range) set; another error raised by o's
+ * __index__ propagates as it is. */
 static int as_u64(const char *fn, const char *what, PyObject *o, uint64_t *out)
 {
     PyObject *i = PyNumber_Index(o);
     if (!i) {
-        PyErr_Format(PyExc_TypeError, "trace_replay._codec.%s: %s must be an integer, got %s",
-                     fn, what, Py_TYPE(o)->tp_name);
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) { /* (anything else propagates) */
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "trace_replay._codec.%s: %s must be an integer, "
+                         "got %s", fn, what, Py_TYPE(o)->tp_name);
+        }
         return -1;
     }
     unsigned long long v = PyLong_AsUnsignedLongLong(i);
     Py_DECREF(i);
     if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+            return -1;
         PyErr_Clear();
         PyErr_Format(PyExc_ValueError, "trace_replay._codec.%s: %s must be in [0, 2**64)",
                      fn, what);
@@ -147,13 +193,18 @@ static int as_u64(const char *fn, const char *what, PyObject *o, uint64_t *out)
 
 /* A C-contiguous (and, with writable, writable) view of o for argument `what` of fn.
  * Returns 0, or -1 with TypeError naming the argument (in place of the exporter's own
- * error). */
+ * TypeError, ValueError or BufferError; other errors propagate). */
 static int get_buffer(const char *fn, const char *what, PyObject *o, int writable,
                       Py_buffer *view)
 {
     if (PyObject_GetBuffer(o, view, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0))
         == 0)
         return 0;
+    /* the exporter's refusal (numpy: ValueError for a strided array, bytes: BufferError
+     * for a write) is replaced; anything else (MemoryError, KeyboardInterrupt) stays */
+    if (!PyErr_ExceptionMatches(PyExc_TypeError) && !PyErr_ExceptionMatches(PyExc_ValueError)
+        && !PyErr_ExceptionMatches(PyExc_BufferError))
+        return -1;
     PyErr_Clear();
     PyErr_Format(PyExc_TypeError, "trace_replay._codec.%s: %s must be a %sC-contiguous "
                  "buffer (a numpy array, bytearray, mmap), got %s", fn, what,
@@ -185,10 +236,18 @@ static int args_parse(const char *fn, PyObject *const *argv, Py_ssize_t argc, in
         return -1;
     }
     a->words = (size_t)a->base.len / 8;
-    PyObject *seq = PySequence_Fast(argv[2], "trace_replay._codec: ids must be a sequence");
-    if (!seq)
+    /* a tuple of its own (a list's items are borrowed, and an id's __index__ could
+     * change the list under the loop below) */
+    PyObject *seq = PySequence_Tuple(argv[2]);
+    if (!seq) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "trace_replay._codec.%s: ids must be an iterable "
+                         "of integers, got %s", fn, Py_TYPE(argv[2])->tp_name);
+        }
         return -1;
-    a->n = PySequence_Fast_GET_SIZE(seq);
+    }
+    a->n = PyTuple_GET_SIZE(seq);
     if (a->n > 0 && a->rows.len / a->base.len < a->n) {
         PyErr_Format(PyExc_ValueError, "trace_replay._codec.%s: rows hold %zd bytes, %zd "
                      "blocks of %zd need more", fn, a->rows.len, a->n, a->base.len);
@@ -201,10 +260,9 @@ static int args_parse(const char *fn, PyObject *const *argv, Py_ssize_t argc, in
         PyErr_NoMemory();
         return -1;
     }
-    PyObject **items = PySequence_Fast_ITEMS(seq);
     for (Py_ssize_t j = 0; j < a->n; j++) {
         uint64_t h;
-        if (as_u64(fn, "every id", items[j], &h) < 0) {
+        if (as_u64(fn, "every id", PyTuple_GET_ITEM(seq, j), &h) < 0) {
             Py_DECREF(seq);
             return -1;
         }
@@ -224,9 +282,24 @@ static PyObject *codec_fill(PyObject *self, PyObject *const *argv, Py_ssize_t ar
     }
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t j = 0; j < a.n; j++)
-        fill_block((uint64_t *)a.rows.buf + (size_t)j * a.words, a.base.buf, a.words,
-                   a.seeds[j]);
+        fill_block((unsigned char *)a.rows.buf + (size_t)j * 8 * a.words, a.base.buf,
+                   a.words, a.seeds[j]);
     Py_END_ALLOW_THREADS
+    args_release(&a);
+    Py_RETURN_NONE;
+}
+
+static PyObject *codec_poison(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    (void)self;
+    codec_args a;
+    if (args_parse("poison", argv, argc, 1, &a) < 0) {
+        args_release(&a);
+        return NULL;
+    }
+    for (Py_ssize_t j = 0; j < a.n; j++) /* (a few words a block: the GIL stays) */
+        poison_block((unsigned char *)a.rows.buf + (size_t)j * 8 * a.words, a.base.buf,
+                     a.words, a.seeds[j]);
     args_release(&a);
     Py_RETURN_NONE;
 }
@@ -247,7 +320,8 @@ static PyObject *codec_verify(PyObject *self, PyObject *const *argv, Py_ssize_t 
     char *ok = PyBytes_AS_STRING(out);
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t j = 0; j < a.n; j++)
-        ok[j] = (char)check_block((const uint64_t *)a.rows.buf + (size_t)j * a.words,
+        ok[j] = (char)check_block((const unsigned char *)a.rows.buf +
+                                      (size_t)j * 8 * a.words,
                                   a.base.buf, a.words, a.seeds[j]);
     Py_END_ALLOW_THREADS
     args_release(&a);
@@ -270,6 +344,10 @@ static PyMethodDef codec_methods[] = {
     {"verify", (PyCFunction)(void (*)(void))codec_verify, METH_FASTCALL,
      "verify(rows, base, ids, salt) -> bytes: byte j is 1 when bytes [j*B, (j+1)*B) of "
      "rows are exactly block ids[j], else 0."},
+    {"poison", (PyCFunction)(void (*)(void))codec_poison, METH_FASTCALL,
+     "poison(rows, base, ids, salt) -> None: makes word 0, every 512th word and the last "
+     "word of bytes [j*B, (j+1)*B) of rows differ from block ids[j]'s, so that a block "
+     "the backend leaves unwritten fails verify."},
     {"splitmix64", codec_splitmix64, METH_O,
      "splitmix64(x) -> int: the splitmix64 finaliser of x in [0, 2**64)."},
     {NULL, NULL, 0, NULL},

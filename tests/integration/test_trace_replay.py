@@ -189,6 +189,9 @@ def test_c_codec_writes_and_judges_what_the_numpy_codec_does(block_bytes):
     assert not c.verify(rows_c, [1, 1, 5, 182789, (1 << 22) + 3, (1 << 64) - 1],
                         scratch)[0]                                   # another id's block
     assert _codec.splitmix64(7 ^ blocks._SALT_INT) == int(py.seeds([7])[0])
+    # the C loops are what ran above (not the numpy code twice)
+    assert c.path == "c" and c._rows("test", rows_c, len(ids)) and py.path == "numpy"
+    assert _codec.verify(rows_c, c.base, ids, blocks._SALT_INT) == bytes([1] * len(ids))
     before = rows_c.tobytes()
     for bad, err in (((rows_c[:2], c.base, ids, 0), ValueError),        # rows too short
                      ((rows_c, c.base[:0], ids, 0), ValueError),        # empty base
@@ -198,9 +201,100 @@ def test_c_codec_writes_and_judges_what_the_numpy_codec_does(block_bytes):
                      ((rows_c, c.base, ids, -1), ValueError),           # salt
                      ((rows_c[::2], c.base, ids, 0), TypeError),        # strided rows
                      ((bytes(rows_c.nbytes), c.base, ids, 0), TypeError)):  # read-only
-        with pytest.raises(err):
-            _codec.fill(*bad)
+        for fn in (_codec.fill, _codec.verify, _codec.poison):
+            if fn is _codec.verify and isinstance(bad[0], bytes):
+                continue                                        # verify only reads rows
+            with pytest.raises(err):
+                fn(*bad)
     assert rows_c.tobytes() == before
+    with pytest.raises(ValueError):                     # the numpy code judges bytes too
+        py.fill(rows_c.view(np.float64), ids)
+
+
+def test_c_codec_keeps_its_own_ids_and_lets_other_errors_through():
+    """The ids are copied before they are read: an id whose __index__ empties the list
+    cannot make the loop read freed memory; an error of __index__ other than TypeError
+    is not relabelled."""
+    import numpy as np
+    from mooncake.trace_replay import _codec, blocks
+    c = BlockCodec(64)
+    ids = []
+
+    class Clears:
+        def __index__(self):
+            ids.clear()
+            return 3
+    ids[:] = [Clears()] + list(range(1, 2000))
+    want = list(range(1, 2000))
+    rows = np.zeros((2000, 8), dtype=np.uint64)
+    _codec.fill(rows, c.base, ids, blocks._SALT_INT)
+    assert ids == [] and c.verify(rows, [3] + want, np.empty_like(rows)).all()
+
+    class Fails:
+        def __index__(self):
+            raise RuntimeError("no")
+    with pytest.raises(RuntimeError):
+        _codec.fill(rows, c.base, [Fails()], blocks._SALT_INT)
+
+
+@pytest.mark.parametrize("use_c", [True, False])
+def test_poison_fails_a_slot_the_read_left_unwritten(use_c):
+    """poison() before a read: a slot that still holds the right block fails the check
+    unless the read rewrites it; a read that rewrote all but one 4 KiB page fails too;
+    both paths poison the same words."""
+    import numpy as np
+    codec = BlockCodec(3 * 4096 + 8)                       # 3 pages and a word
+    codec.use_c = use_c
+    ids = [11, 12, 13]
+    rows = np.empty((3, codec.words), dtype=np.uint64)
+    scratch = np.empty_like(rows)
+    codec.fill(rows, ids)
+    good = rows.copy()
+    codec.poison(rows, ids)
+    assert codec.verify(rows, ids, scratch).tolist() == [False] * 3
+    other = BlockCodec(codec.block_bytes)
+    other.use_c = not use_c
+    twin = good.copy()
+    other.poison(twin, ids)
+    assert twin.tobytes() == rows.tobytes()
+    rows[0] = good[0]                                      # rewritten whole
+    rows[1, :512] = good[1, :512]                          # pages 0 and 2 only
+    rows[1, 1024:] = good[1, 1024:]
+    assert codec.verify(rows, ids, scratch).tolist() == [True, False, False]
+    codec.poison(rows[:0], [])                             # nothing to do
+
+
+def test_a_read_that_writes_nothing_is_corrupt_not_a_hit(spawn):
+    """A backend whose get reports every block whole without writing the slots: the
+    blocks its slots still hold from earlier requests of the same conversation would
+    pass the byte check; with the slots poisoned before each read none does."""
+    from mooncake.trace_replay import backends, replay
+
+    port = free_port()
+    spawn(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+           "--appendonly", "no"])
+    wait_port(port)
+
+    class SaysWhole(backends.RedisSession):
+        def get_batch_into(self, keys, slots):
+            return [self.buffer.block_bytes] * len(keys)
+
+    def run(poison):
+        codec = BlockCodec(4096)
+        if not poison:
+            codec.poison = lambda rows, ids: None
+        s = SaysWhole("127.0.0.1", port, 64, 4096)
+        try:
+            import threading
+            st, _, _ = replay.run_replay(synthetic_trace(60, seed=3), [s], codec,
+                                         f"p{int(poison)}/", 0, threading.Event())
+        finally:
+            s.close()
+        return st
+    stale = run(poison=False)
+    assert stale.blocks_read > 0          # stale slots pass the check: what poison is for
+    st = run(poison=True)
+    assert st.blocks_read == 0 and st.block_hits == 0 and st.corrupt > 0
 
 
 # ------------------------------------------------------------------ redis backend

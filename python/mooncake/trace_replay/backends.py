@@ -262,7 +262,7 @@ class StoreSession(Session):
 
     def _ptrs(self, slots):
         if isinstance(slots, range) and slots.start == 0 and slots.step == 1:
-            return self._addrs[:slots.stop]
+            return self._addrs[:len(slots)]
         return [self._addrs[s] for s in slots]
 
     def exist_batch(self, keys):

@@ -5,18 +5,20 @@ base[i] XOR seed(h), with base[i] = splitmix64(i) and seed(h) = splitmix64(h XOR
 Byte k of a word is byte k of base[i] XOR byte k of seed(h); two ids' seeds differ in
 some byte (splitmix64 is a bijection), and then every word of the two blocks differs
 there. So a block stored under the wrong key, a flipped byte, a shifted range (base
-differs from word to word) or a stale block of another size all fail the check.
-Filling and verifying are one or two numpy passes over many blocks at once.
+differs from word to word) or a stale block of another size all fail the check. Before
+a read, poison() makes a few words of each destination slot differ from the block
+expected there, so a read that reports success without writing the slot (which may
+still hold the same block from an earlier request) fails the check too.
 
 The codec's own cost is part of every backend's time per block (the replay runs it
 between the calls it times), so it is kept small. Where the package is built, fill and
 verify are C loops (mooncake.trace_replay._codec, src/python/replay_codec.c): one pass
-per block, seeds computed from the ids, the GIL released; 1.8-3.9 us to fill and 2.2-4.5
-us to check a 64 KiB block against 2.2-6.1 and 6.5-15.7 for the numpy code below
-(docs/performance.md, "Session 9"). The numpy code, used where the extension is absent
-or `use_c` is False, takes seed(h) from a table of the ids seen so far (the trace's ids
-are dense: 0..182,789 for the conversation trace) and checks a few blocks at a time in
-a scratch that stays in the CPU's caches, compared with memcmp.
+per block, AVX2 where the CPU has it, seeds computed from the ids, the GIL released;
+1.7-3.2 us to fill and 1.7-3.1 us to check a 64 KiB block against 2.2-6.1 and 5.1-15.7
+for the numpy code below (docs/performance.md, "Session 9"). The numpy code, used where
+the extension is absent or `use_c` is False, takes seed(h) from a table of the ids seen
+so far (the trace's ids are dense: 0..182,789 for the conversation trace) and checks a
+few blocks at a time in a scratch that stays in the CPU's caches, compared with memcmp.
 """
 import numpy as np
 
@@ -96,39 +98,66 @@ class BlockCodec:
                 self._table = table
         return table[a.astype(np.intp)]
 
-    def _c_ok(self, rows: np.ndarray, n: int) -> bool:
-        """Whether the C loops take rows: built, and rows C-contiguous 64-bit words of
-        this codec's width with room for n blocks (anything else goes to numpy, which
-        raises for a wrong shape)."""
-        return _codec is not None and self.use_c and rows.ndim == 2 and \
-            rows.shape[0] >= n and rows.shape[1] == self.words and \
-            rows.dtype.itemsize == 8 and rows.flags.c_contiguous
+    @property
+    def path(self) -> str:
+        """"c" when fill and verify run the C loops for the replay's buffers, else
+        "numpy" (recorded in the replay's results)."""
+        return "c" if _codec is not None and self.use_c else "numpy"
+
+    def _rows(self, what: str, rows: np.ndarray, n: int) -> bool:
+        """Checks rows for n blocks: a 2-D native uint64 array of this codec's width with
+        at least n rows (anything else is a ValueError naming what, so that both paths
+        judge the same bytes). Returns whether the C loops take it: built, use_c, and
+        rows aligned and C-contiguous."""
+        if not isinstance(rows, np.ndarray) or rows.ndim != 2 or rows.shape[0] < n or \
+                rows.shape[1] != self.words or rows.dtype != np.uint64 or \
+                not rows.dtype.isnative:
+            raise ValueError(f"BlockCodec.{what}: rows must be native uint64 words of shape "
+                             f"(>= {n}, {self.words}), got "
+                             f"{getattr(rows, 'shape', None)} {getattr(rows, 'dtype', type(rows))}")
+        return _codec is not None and self.use_c and rows.flags.c_contiguous and \
+            rows.flags.aligned
 
     def fill(self, rows: np.ndarray, ids) -> None:
         """Writes the blocks of ids into rows[:len(ids)] (rows: uint64, shape (m, W))."""
         n = len(ids)
-        if self._c_ok(rows, n):
+        if self._rows("fill", rows, n):
             _codec.fill(rows, self.base, ids, _SALT_INT)
             return
         np.bitwise_xor(self.base[None, :], self.seeds(ids)[:, None], out=rows[:n])
 
-    def verify(self, rows: np.ndarray, ids, scratch: np.ndarray) -> np.ndarray:
-        """Per-block bool array (read-only): rows[j] holds exactly block ids[j]. scratch:
-        uint64 array at least as large as rows[:min(len(ids), chunk)] (overwritten by the
-        numpy code; the C loop reads each block once and needs none). The numpy code
-        writes the expected words of a chunk of blocks to scratch and compares them with
-        libc's memcmp (through ctypes, where it loads; numpy's == otherwise); a chunk
-        that differs is judged block by block."""
+    def poison(self, rows: np.ndarray, ids) -> None:
+        """Before a read of blocks ids into rows[:len(ids)]: word 0, every 512th word (one
+        per 4 KiB) and the last word of rows[j] are set to differ from block ids[j]'s
+        (one bit flipped), so that verify fails for a slot the read left unwritten, or
+        left a page of unwritten, whatever the slot held before."""
         n = len(ids)
-        if n and self._c_ok(rows, n):
+        if self._rows("poison", rows, n) and n:
+            _codec.poison(rows, self.base, ids, _SALT_INT)
+            return
+        if n == 0:
+            return
+        cols = np.unique(np.r_[np.arange(0, self.words, 512), self.words - 1])
+        want = self.base[None, cols] ^ self.seeds(ids)[:, None]
+        rows[:n, cols] = want ^ np.uint64(1)
+
+    def verify(self, rows: np.ndarray, ids, scratch: np.ndarray) -> np.ndarray:
+        """Per-block bool array (may be read-only): rows[j] holds exactly block ids[j].
+        scratch: uint64 array at least as large as rows[:min(len(ids), chunk)]
+        (overwritten by the numpy code; the C loop reads each block once and needs
+        none). The numpy code writes the expected words of a chunk of blocks to scratch
+        and compares them with libc's memcmp (through ctypes, where it loads; numpy's ==
+        otherwise); a chunk that differs is judged block by block."""
+        n = len(ids)
+        if self._rows("verify", rows, n) and n:
             return np.frombuffer(_codec.verify(rows, self.base, ids, _SALT_INT), dtype=bool)
         ok = np.ones(n, dtype=bool)
         if n == 0:
             return ok
-        if rows.ndim != 2 or rows.shape[0] < n or rows.shape[1] != self.words or \
-                rows.dtype.itemsize != 8 or scratch.shape[1:] != rows.shape[1:]:
-            raise ValueError(f"verify: rows {rows.shape} {rows.dtype} and scratch "
-                             f"{scratch.shape} must be 64-bit words, {n} x {self.words}")
+        if scratch.shape[1:] != rows.shape[1:] or scratch.dtype != rows.dtype or \
+                scratch.shape[0] < min(n, max(1, self.VERIFY_CHUNK_BYTES // self.block_bytes)):
+            raise ValueError(f"BlockCodec.verify: scratch {scratch.shape} {scratch.dtype} "
+                             f"must be uint64 rows like rows {rows.shape}, enough for a chunk")
         seeds = self.seeds(ids)
         step = max(1, self.VERIFY_CHUNK_BYTES // self.block_bytes)
         fast = _memcmp is not None and rows.flags.c_contiguous and scratch.flags.c_contiguous

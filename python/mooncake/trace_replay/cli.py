@@ -549,6 +549,9 @@ def main(argv=None) -> int:
         "time_scale": args.time_scale, "key_prefix": args.key_prefix, "nodes": args.nodes,
         "segment_size": args.segment_size, "pool_bytes": args.pool_bytes,
         "buffer_slots": slots, "interrupted": False, "argv": raw,
+        # "c" (the extension's loops) or "numpy": the codec's cost is in every backend's
+        # figures, so a comparison of backends wants the same path in each run
+        "block_codec": codec.path,
         "master_settings": None if (args.master or args.backend == "redis") else {
             "default_kv_lease_ttl_ms": args.lease_ttl_ms,
             "eviction_high_watermark_ratio": args.eviction_high_watermark,

@@ -2,7 +2,8 @@
 
 Per request (hash ids h_0..h_{n-1}, keys = key_prefix + str(h_i)):
 1. exist_batch over all n keys; the cached prefix is the longest run of 1s from the start;
-2. get_batch_into the prefix blocks into the session's registered buffer and verify every
+2. get_batch_into the prefix blocks into the session's registered buffer (its slots
+   poisoned first, so that a slot the read does not write fails) and verify every
    byte (blocks.BlockCodec); a block of the wrong size or content counts as corrupt, a
    block that vanished between the two calls as a late miss; the hit is the run of good
    blocks from the start. A block the store refused with LEASE_EXPIRED (-707: its read
@@ -96,6 +97,9 @@ class Worker:
         c0 = 0
         while c0 < k:
             m = min(self.slots, k - c0)
+            # a slot may still hold the same block from an earlier request: poison makes
+            # it fail the check unless this read writes it (blocks.py)
+            self.codec.poison(buf.rows, ids[c0:c0 + m])
             res = self.s.get_batch_into(keys[c0:c0 + m], range(m))
             if len(res) == m and res.count(B) == m:
                 # every block came back whole: only the bytes are left to judge (the
@@ -112,6 +116,8 @@ class Worker:
             expired = np.flatnonzero(res == LEASE_EXPIRED)
             if len(expired):
                 retries += len(expired)
+                for j in expired:
+                    self.codec.poison(buf.rows[j:j + 1], [ids[c0 + int(j)]])
                 again = self.s.get_batch_into([keys[c0 + int(j)] for j in expired],
                                               [int(j) for j in expired])
                 again = list(again) + [-1] * (len(expired) - len(again))
