@@ -215,7 +215,8 @@ What the figures mean (one request = one prompt; its KV cache is cut into 512-to
                   LRU = an exact least-recently-used cache with as many blocks as the pool
                   holds. A store that evicts well comes close to LRU.
   token hit rate  the same in prompt tokens (a request's last block may be partial).
-  read / written  blocks fetched (hits) and stored (misses), bytes and GB/s.
+  read / written  blocks fetched (hits) and stored (misses that the store did not hold:
+                  a block after the hit that exists is not written again), bytes, GB/s.
   blocks moved/s  (read + written) blocks per second: the figure bench/replay_compare ranks.
   latency         per request: exist check + get + byte check + put of the missing blocks.
   evictions       keys the store dropped to make room (its master's count), blocks this run
