@@ -272,36 +272,39 @@ static int args_parse(const char *fn, PyObject *const *argv, Py_ssize_t argc, in
     return 0;
 }
 
-static PyObject *codec_fill(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+/* fill and poison: `block` applied to each block of rows in turn (without the GIL when
+ * nogil: fill's loop is long, poison's is a few words a block). */
+typedef void block_fn(unsigned char *dst, const unsigned char *base, size_t words,
+                      uint64_t seed);
+
+static PyObject *write_rows(const char *fn, PyObject *const *argv, Py_ssize_t argc,
+                            block_fn *block, int nogil)
 {
-    (void)self;
     codec_args a;
-    if (args_parse("fill", argv, argc, 1, &a) < 0) {
+    if (args_parse(fn, argv, argc, 1, &a) < 0) {
         args_release(&a);
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS
+    PyThreadState *ts = nogil ? PyEval_SaveThread() : NULL;
     for (Py_ssize_t j = 0; j < a.n; j++)
-        fill_block((unsigned char *)a.rows.buf + (size_t)j * 8 * a.words, a.base.buf,
-                   a.words, a.seeds[j]);
-    Py_END_ALLOW_THREADS
+        block((unsigned char *)a.rows.buf + (size_t)j * 8 * a.words, a.base.buf, a.words,
+              a.seeds[j]);
+    if (ts)
+        PyEval_RestoreThread(ts);
     args_release(&a);
     Py_RETURN_NONE;
+}
+
+static PyObject *codec_fill(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
+{
+    (void)self;
+    return write_rows("fill", argv, argc, fill_block, 1);
 }
 
 static PyObject *codec_poison(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
 {
     (void)self;
-    codec_args a;
-    if (args_parse("poison", argv, argc, 1, &a) < 0) {
-        args_release(&a);
-        return NULL;
-    }
-    for (Py_ssize_t j = 0; j < a.n; j++) /* (a few words a block: the GIL stays) */
-        poison_block((unsigned char *)a.rows.buf + (size_t)j * 8 * a.words, a.base.buf,
-                     a.words, a.seeds[j]);
-    args_release(&a);
-    Py_RETURN_NONE;
+    return write_rows("poison", argv, argc, poison_block, 0);
 }
 
 static PyObject *codec_verify(PyObject *self, PyObject *const *argv, Py_ssize_t argc)
