@@ -297,6 +297,55 @@ def test_a_read_that_writes_nothing_is_corrupt_not_a_hit(spawn):
     assert st.blocks_read == 0 and st.block_hits == 0 and st.corrupt > 0
 
 
+def test_store_sample_reads_two_series_over_one_kept_connection():
+    """StoreBackend.sample() (ten times a second beside the replay) reuses one HTTP
+    connection, reads only master_key_count and master_evicted_key_count (not the HELP
+    lines, not a longer name), and connects again after the server closed it."""
+    import http.server
+    import threading
+    from mooncake.trace_replay import backends
+
+    body = ("# HELP master_key_count keys\nmaster_key_count_total 9\nmaster_key_count 120\n"
+            "master_evicted_key_count 7\n").encode()
+    conns = []
+
+    class H(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def setup(self):
+            conns.append(self.client_address)
+            super().setup()
+
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            if self.server.close_next:
+                self.send_header("Connection", "close")
+                self.close_connection = True
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    srv.close_next = False
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        b = backends.StoreBackend.__new__(backends.StoreBackend)
+        b.metrics_url = f"http://127.0.0.1:{srv.server_port}/metrics"
+        b._mconn, b._mlock, b._evicted0 = None, threading.Lock(), 2
+        assert [b.sample() for _ in range(3)] == [(120, 5)] * 3 and len(conns) == 1
+        srv.close_next = True
+        assert b.sample() == (120, 5)
+        srv.close_next = False
+        assert b.sample() == (120, 5) and len(conns) == 2
+        b.close()
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
 # ------------------------------------------------------------------ redis backend
 
 @need_trace

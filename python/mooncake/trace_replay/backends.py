@@ -15,6 +15,7 @@ this process runs in upstream's venv) and `redis` (redis-py, pipelined EXISTS/GE
 """
 import mmap
 import os
+import threading
 import urllib.request
 
 import numpy as np
@@ -125,7 +126,7 @@ class Backend:
 
     def sample(self) -> tuple:
         """(keys held, evictions so far), either None when unknown; called about every
-        0.25 s during the replay to follow the pool's occupancy."""
+        0.1 s during the replay (cli._Occupancy) to follow the pool's occupancy."""
         return self.keys_held(), self.evictions()
 
     def close(self):
@@ -312,6 +313,7 @@ class StoreBackend(Backend):
         self.master_addr, self.metadata_url = master_addr, metadata_url
         self.metrics_url = metrics_url
         self.local_buffer_size = local_buffer_size
+        self._mconn, self._mlock = None, threading.Lock()   # sample()'s connection
         m = self._metrics()
         self._evicted0 = int(m.get("master_evicted_key_count", 0)) if m else 0
         self._disk0 = {k: int(m.get(k, 0)) for k in self.TIER_METRICS} if m else {}
@@ -384,14 +386,59 @@ class StoreBackend(Backend):
             return None
         return int(m["master_key_count"])
 
+    SAMPLED = ("master_key_count", "master_evicted_key_count")
+
     def sample(self):
-        m = self._metrics()
-        if not m:
+        """(keys held, evictions since the start), from the master's /metrics over one
+        kept-alive HTTP connection, reading only the two series: it runs ten times a
+        second beside the replay, which shares the CPUs (a new connection and a parse of
+        every series cost 2.6 ms a call; docs/performance.md "Session 9")."""
+        text = self._metrics_text()
+        if text is None:
             return None, None
-        kh = m.get("master_key_count")
-        ev = m.get("master_evicted_key_count")
-        return (None if kh is None else int(kh),
-                None if ev is None else int(ev) - self._evicted0)
+        got = {}
+        for name in self.SAMPLED:
+            at = text.find("\n" + name + " ")
+            if at >= 0:
+                end = text.find("\n", at + 1)
+                try:
+                    got[name] = int(float(text[at + len(name) + 2:end if end > 0 else None]))
+                except ValueError:
+                    pass
+        kh, ev = got.get(self.SAMPLED[0]), got.get(self.SAMPLED[1])
+        return kh, None if ev is None else ev - self._evicted0
+
+    def _metrics_text(self) -> str | None:
+        """The /metrics body (prefixed with a newline, so every series starts one), over a
+        connection kept for the next call; None when it cannot be read (the connection is
+        then dropped and made again next time)."""
+        if not self.metrics_url:
+            return None
+        import http.client
+        import urllib.parse
+        u = urllib.parse.urlsplit(self.metrics_url)
+        with self._mlock:                 # the sampler thread, then the last sample
+            for _ in (0, 1):              # a kept connection the server closed: once more
+                if self._mconn is None:
+                    self._mconn = http.client.HTTPConnection(u.hostname, u.port or 80,
+                                                             timeout=5)
+                try:
+                    self._mconn.request("GET", u.path or "/")
+                    resp = self._mconn.getresponse()
+                    body = resp.read()
+                    if resp.status != 200:
+                        return None
+                    return "\n" + body.decode("utf-8", "replace")
+                except (OSError, http.client.HTTPException):
+                    self._mconn.close()
+                    self._mconn = None
+        return None
+
+    def close(self):
+        with self._mlock:
+            if self._mconn is not None:
+                self._mconn.close()
+                self._mconn = None
 
     def capacity_bytes(self) -> int | None:
         """Bytes of all segments mounted in the cluster (master_total_capacity_bytes), or
