@@ -14,8 +14,9 @@
  * fill(rows, base, ids, salt) -> None
  *     rows: a writable C-contiguous buffer of at least len(ids) * len(base) bytes (block j
  *     goes to bytes [j * B, (j + 1) * B) with B = len(base)); base: a C-contiguous buffer of
- *     B bytes, B a positive multiple of 8 (the base words); ids: a sequence of integers in
- *     [0, 2**64); salt: an integer in [0, 2**64).
+ *     B bytes, B a positive multiple of 8 (the base words); ids: integers in
+ *     [0, 2**64) (any iterable: it is copied to a tuple first); salt: an integer in
+ *     [0, 2**64).
  * verify(rows, base, ids, salt) -> bytes
  *     The same shapes (rows only read). Byte j of the result is 1 when bytes
  *     [j * B, (j + 1) * B) of rows are exactly block ids[j], else 0.
@@ -27,11 +28,12 @@
  * splitmix64(x) -> int: the finaliser, for tests that compare both implementations.
  *
  * Errors: TypeError for an object without the buffer protocol, a non-contiguous
- * buffer, a read-only rows (fill), or an id that is not an integer; ValueError for a
+ * buffer, a read-only rows (fill, poison), or an id that is not an integer; ValueError for a
  * base that is empty or not a multiple of 8 bytes, rows shorter than the ids need, or an
  * id or salt outside [0, 2**64). Nothing is written when an argument is refused.
  * Ownership: the buffers are borrowed for the call; the caller must not resize them or
- * write rows from another thread meanwhile (the loops run with the GIL released).
+ * write rows from another thread meanwhile (fill's and verify's loops run with the GIL
+ * released; poison's, a few words a block, keep it).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

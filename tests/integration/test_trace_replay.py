@@ -300,8 +300,10 @@ def test_a_read_that_writes_nothing_is_corrupt_not_a_hit(spawn):
 def test_store_sample_reads_two_series_over_one_kept_connection():
     """StoreBackend.sample() (ten times a second beside the replay) reuses one HTTP
     connection, reads only master_key_count and master_evicted_key_count (not the HELP
-    lines, not a longer name), and connects again after the server closed it."""
+    lines, not a longer name), and connects again after the server closed it, with or
+    without saying so."""
     import http.server
+    import socket
     import threading
     from mooncake.trace_replay import backends
 
@@ -324,12 +326,14 @@ def test_store_sample_reads_two_series_over_one_kept_connection():
                 self.close_connection = True
             self.end_headers()
             self.wfile.write(body)
+            if self.server.drop_next:            # kept alive in words, closed in deeds
+                self.close_connection = True
 
         def log_message(self, *a):
             pass
 
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-    srv.close_next = False
+    srv.close_next = srv.drop_next = False
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
         b = backends.StoreBackend.__new__(backends.StoreBackend)
@@ -340,6 +344,13 @@ def test_store_sample_reads_two_series_over_one_kept_connection():
         assert b.sample() == (120, 5)
         srv.close_next = False
         assert b.sample() == (120, 5) and len(conns) == 2
+        srv.drop_next = True                     # the kept connection dies unannounced:
+        assert b.sample() == (120, 5)            # the next sample connects once more
+        srv.drop_next = False
+        wait_until(lambda: b._mconn.sock is None or b._mconn.sock.recv(1, socket.MSG_PEEK |
+                                                                       socket.MSG_DONTWAIT)
+                   == b"", 10, "the server closing the kept connection")
+        assert b.sample() == (120, 5) and len(conns) == 3
         b.close()
     finally:
         srv.shutdown()

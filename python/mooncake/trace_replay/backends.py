@@ -387,6 +387,7 @@ class StoreBackend(Backend):
         return int(m["master_key_count"])
 
     SAMPLED = ("master_key_count", "master_evicted_key_count")
+    SAMPLE_TIMEOUT_S = 1.0
 
     def sample(self):
         """(keys held, evictions since the start), from the master's /metrics over one
@@ -418,10 +419,11 @@ class StoreBackend(Backend):
         import urllib.parse
         u = urllib.parse.urlsplit(self.metrics_url)
         with self._mlock:                 # the sampler thread, then the last sample
-            for _ in (0, 1):              # a kept connection the server closed: once more
-                if self._mconn is None:
-                    self._mconn = http.client.HTTPConnection(u.hostname, u.port or 80,
-                                                             timeout=5)
+            for _ in (0, 1):
+                reused = self._mconn is not None
+                if not reused:
+                    self._mconn = http.client.HTTPConnection(
+                        u.hostname, u.port or 80, timeout=self.SAMPLE_TIMEOUT_S)
                 try:
                     self._mconn.request("GET", u.path or "/")
                     resp = self._mconn.getresponse()
@@ -429,9 +431,15 @@ class StoreBackend(Backend):
                     if resp.status != 200:
                         return None
                     return "\n" + body.decode("utf-8", "replace")
-                except (OSError, http.client.HTTPException):
+                except (OSError, http.client.HTTPException) as e:
                     self._mconn.close()
                     self._mconn = None
+                    # once more only when a kept connection had been closed by the server
+                    # (not after a timeout: a hung master must not stall the end of a run)
+                    if not (reused and isinstance(e, (http.client.RemoteDisconnected,
+                                                      ConnectionResetError,
+                                                      BrokenPipeError))):
+                        return None
         return None
 
     def close(self):

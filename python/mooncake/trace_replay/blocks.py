@@ -14,7 +14,7 @@ The codec's own cost is part of every backend's time per block (the replay runs 
 between the calls it times), so it is kept small. Where the package is built, fill and
 verify are C loops (mooncake.trace_replay._codec, src/python/replay_codec.c): one pass
 per block, AVX2 where the CPU has it, seeds computed from the ids, the GIL released;
-1.7-3.2 us to fill and 1.7-3.1 us to check a 64 KiB block against 2.2-6.1 and 5.1-15.7
+1.7-3.2 us to fill and 1.7-3.1 us to check a 64 KiB block against 2.2-5.6 and 5.1-14.2
 for the numpy code below (docs/performance.md, "Session 9"). The numpy code, used where
 the extension is absent or `use_c` is False, takes seed(h) from a table of the ids seen
 so far (the trace's ids are dense: 0..182,789 for the conversation trace) and checks a
@@ -70,6 +70,8 @@ class BlockCodec:
             self.base = splitmix64(np.arange(self.words, dtype=np.uint64))
         self._table = np.zeros(0, dtype=np.uint64)   # seed(h) for h < len (seeds())
         self.use_c = True          # False: the numpy loops even where _codec is built
+        # the words poison() sets (the C loop's choice): one per 4 KiB, and the last
+        self._poison_cols = np.unique(np.r_[np.arange(0, self.words, 512), self.words - 1])
 
     # seeds of ids below this come from a table (8 bytes each: at most 32 MiB)
     TABLE_MAX = 1 << 22
@@ -137,7 +139,7 @@ class BlockCodec:
             return
         if n == 0:
             return
-        cols = np.unique(np.r_[np.arange(0, self.words, 512), self.words - 1])
+        cols = self._poison_cols
         want = self.base[None, cols] ^ self.seeds(ids)[:, None]
         rows[:n, cols] = want ^ np.uint64(1)
 

@@ -477,7 +477,8 @@ class _Occupancy(threading.Thread):
         occupancy."""
         self.halt.set()
         self.join(timeout=5)
-        self._sample_once()
+        if not self.is_alive():       # (still in a sample of a hung backend: no other)
+            self._sample_once()
 
     def mean_after_eviction(self) -> int | None:
         """Mean keys held over the samples taken once eviction had begun, or None."""
