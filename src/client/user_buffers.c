@@ -10,6 +10,7 @@
 
 #include "client/internal.h"
 #include "client/ranges_internal.h"
+#include "common/mix.h"
 #include "common/xalloc.h"
 #include "mooncake/log.h"
 #include "mooncake/status.h"
@@ -153,15 +154,6 @@ static void tr_free(ubuf *t)
     }
 }
 
-/* splitmix64: priorities from a counter, whatever pattern the addresses follow */
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
 /* Records [base, base+len). MC_OK (also for the same range again), MC_INVALID_PARAMS
  * (same base, another length), MC_BUFFER_OVERFLOW (the table is full; logged). */
 static int ubuf_add(mc_store *s, uint64_t base, uint64_t len)
@@ -189,7 +181,7 @@ static int ubuf_add(mc_store *s, uint64_t base, uint64_t len)
         n->base = base;
         n->len = len;
         n->max_end = base + len;
-        n->prio = mix(s->ubuf_seq++);
+        n->prio = mc_splitmix64(s->ubuf_seq++);
         s->ubuf_root = tr_insert(s->ubuf_root, n);
         s->n_ubufs++;
     }

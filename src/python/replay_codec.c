@@ -25,7 +25,8 @@
  *     of block j are set to differ from block ids[j]'s words there (one bit flipped), so
  *     that a read which reports success but leaves the block, or a page of it, unwritten
  *     fails verify even when the slot still holds that block from an earlier read.
- * splitmix64(x) -> int: the finaliser, for tests that compare both implementations.
+ * splitmix64(x) -> int: the finaliser (common/mix.h), for tests that compare both
+ *     implementations.
  *
  * Errors: TypeError for an object without the buffer protocol, a non-contiguous
  * buffer, a read-only rows (fill, poison), or an id that is not an integer; ValueError for a
@@ -42,17 +43,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/mix.h"
+
 #if PY_VERSION_HEX < 0x030B0000
 #error "mooncake's extension modules need Python 3.11 or later"
 #endif
-
-static uint64_t splitmix64(uint64_t x)
-{
-    uint64_t z = x + UINT64_C(0x9E3779B97F4A7C15);
-    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-    return z ^ (z >> 31);
-}
 
 /* Four words at a time (GCC and clang vector extensions): built twice on x86-64, for
  * AVX2 and for the baseline (two SSE2 halves), the loader picking the one the CPU runs
@@ -268,7 +263,7 @@ static int args_parse(const char *fn, PyObject *const *argv, Py_ssize_t argc, in
             Py_DECREF(seq);
             return -1;
         }
-        a->seeds[j] = splitmix64(h ^ salt);
+        a->seeds[j] = mc_splitmix64(h ^ salt);
     }
     Py_DECREF(seq);
     return 0;
@@ -339,7 +334,7 @@ static PyObject *codec_splitmix64(PyObject *self, PyObject *arg)
     uint64_t x;
     if (as_u64("splitmix64", "x", arg, &x) < 0)
         return NULL;
-    return PyLong_FromUnsignedLongLong(splitmix64(x));
+    return PyLong_FromUnsignedLongLong(mc_splitmix64(x));
 }
 
 static PyMethodDef codec_methods[] = {
