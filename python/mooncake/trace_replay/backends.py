@@ -13,10 +13,11 @@ mooncake.store's conventions (API.md section 1):
 Backends: `store` (mooncake.store.MooncakeDistributedStore: ours, or upstream's when
 this process runs in upstream's venv) and `redis` (redis-py, pipelined EXISTS/GET/SET).
 """
+import http.client
 import mmap
 import os
 import threading
-import urllib.request
+import urllib.parse
 
 import numpy as np
 
@@ -336,12 +337,10 @@ class StoreBackend(Backend):
         return out
 
     def _metrics(self) -> dict | None:
-        if not self.metrics_url:
-            return None
-        try:
-            with urllib.request.urlopen(self.metrics_url, timeout=5) as resp:
-                text = resp.read().decode("utf-8", "replace")
-        except OSError:
+        """Every unlabelled series of the master's /metrics as {name: float}, or None when
+        it cannot be read (no metrics URL, the master gone)."""
+        text = self._metrics_text()
+        if text is None:
             return None
         out = {}
         for line in text.splitlines():
@@ -411,12 +410,11 @@ class StoreBackend(Backend):
 
     def _metrics_text(self) -> str | None:
         """The /metrics body (prefixed with a newline, so every series starts one), over a
-        connection kept for the next call; None when it cannot be read (the connection is
-        then dropped and made again next time)."""
+        connection kept for the next call (sample()'s, ten a second, and _metrics()'s at
+        the start and the end; SAMPLE_TIMEOUT_S each); None when it cannot be read (the
+        connection is then dropped and made again next time)."""
         if not self.metrics_url:
             return None
-        import http.client
-        import urllib.parse
         u = urllib.parse.urlsplit(self.metrics_url)
         with self._mlock:                 # the sampler thread, then the last sample
             for _ in (0, 1):
@@ -443,6 +441,7 @@ class StoreBackend(Backend):
         return None
 
     def close(self):
+        """Closes the kept /metrics connection (a later call makes a new one)."""
         with self._mlock:
             if self._mconn is not None:
                 self._mconn.close()

@@ -134,10 +134,11 @@ class BlockCodec:
         (one bit flipped), so that verify fails for a slot the read left unwritten, or
         left a page of unwritten, whatever the slot held before."""
         n = len(ids)
-        if self._rows("poison", rows, n) and n:
-            _codec.poison(rows, self.base, ids, _SALT_INT)
-            return
+        use_c = self._rows("poison", rows, n)
         if n == 0:
+            return
+        if use_c:
+            _codec.poison(rows, self.base, ids, _SALT_INT)
             return
         cols = self._poison_cols
         want = self.base[None, cols] ^ self.seeds(ids)[:, None]
@@ -151,17 +152,18 @@ class BlockCodec:
         and compares them with libc's memcmp (through ctypes, where it loads; numpy's ==
         otherwise); a chunk that differs is judged block by block."""
         n = len(ids)
-        if self._rows("verify", rows, n) and n:
-            return np.frombuffer(_codec.verify(rows, self.base, ids, _SALT_INT), dtype=bool)
-        ok = np.ones(n, dtype=bool)
+        use_c = self._rows("verify", rows, n)
         if n == 0:
-            return ok
+            return np.ones(0, dtype=bool)
+        if use_c:
+            return np.frombuffer(_codec.verify(rows, self.base, ids, _SALT_INT), dtype=bool)
+        step = max(1, self.VERIFY_CHUNK_BYTES // self.block_bytes)   # blocks per memcmp
         if scratch.shape[1:] != rows.shape[1:] or scratch.dtype != rows.dtype or \
-                scratch.shape[0] < min(n, max(1, self.VERIFY_CHUNK_BYTES // self.block_bytes)):
+                scratch.shape[0] < min(n, step):
             raise ValueError(f"BlockCodec.verify: scratch {scratch.shape} {scratch.dtype} "
                              f"must be uint64 rows like rows {rows.shape}, enough for a chunk")
+        ok = np.ones(n, dtype=bool)
         seeds = self.seeds(ids)
-        step = max(1, self.VERIFY_CHUNK_BYTES // self.block_bytes)
         fast = _memcmp is not None and rows.flags.c_contiguous and scratch.flags.c_contiguous
         if fast:
             rp = rows.__array_interface__["data"][0]
