@@ -264,16 +264,23 @@ def test_poison_fails_a_slot_the_read_left_unwritten(use_c):
     codec.poison(rows[:0], [])                             # nothing to do
 
 
+def _redis_server(spawn) -> int:
+    """A redis-server of the test's own on a free 127.0.0.1 port, no persistence; its
+    port once it listens."""
+    port = free_port()
+    spawn(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+           "--appendonly", "no"])
+    wait_port(port)
+    return port
+
+
 def test_a_read_that_writes_nothing_is_corrupt_not_a_hit(spawn):
     """A backend whose get reports every block whole without writing the slots: the
     blocks its slots still hold from earlier requests of the same conversation would
     pass the byte check; with the slots poisoned before each read none does."""
     from mooncake.trace_replay import backends, replay
 
-    port = free_port()
-    spawn(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-           "--appendonly", "no"])
-    wait_port(port)
+    port = _redis_server(spawn)
 
     class SaysWhole(backends.RedisSession):
         def get_batch_into(self, keys, slots):
@@ -397,10 +404,7 @@ def test_redis_replay_with_a_small_pool_evicts_and_stays_correct(tmp_path):
 
 def test_a_corrupted_block_in_the_backend_is_counted(tmp_path, spawn):
     import redis
-    port = free_port()
-    spawn(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-           "--appendonly", "no"])
-    wait_port(port)
+    port = _redis_server(spawn)
     args = ["--backend", "redis", "--redis-addr", f"127.0.0.1:{port}", "--key-prefix",
             "corrupt/", "--synthetic-requests", "40", "--block-bytes", "4KiB"]
     rc, doc, out, err = replay(args, tmp_path)
