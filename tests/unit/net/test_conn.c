@@ -5,6 +5,7 @@
  * frame, and a peer that does not read its replies is not read either until it does
  * (back-pressure), after which every reply arrives in order. */
 #include <errno.h>
+#include <poll.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -202,6 +203,12 @@ static void on_accept_opts(mc_loop *loop, int fd, uint32_t events, void *arg)
     size_t got = 0;
     while (got < sizeof pre) {
         ssize_t n = recv(cfd, pre + got, sizeof pre - got, 0);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+            /* the accepted socket is non-blocking: the peer's bytes may not be here yet */
+            struct pollfd pfd = {.fd = cfd, .events = POLLIN};
+            if (poll(&pfd, 1, 2000) > 0)
+                continue;
+        }
         if (n <= 0) {
             close(cfd);
             return;
