@@ -5,7 +5,6 @@
  * frame, and a peer that does not read its replies is not read either until it does
  * (back-pressure), after which every reply arrives in order. */
 #include <errno.h>
-#include <poll.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -200,23 +199,13 @@ static void on_accept_opts(mc_loop *loop, int fd, uint32_t events, void *arg)
     /* the first 4 bytes of the first header are read here, as a server that sniffs its
      * peer's first bytes does; the conn gets them as its prefix */
     uint8_t pre[4];
-    size_t got = 0;
-    while (got < sizeof pre) {
-        ssize_t n = recv(cfd, pre + got, sizeof pre - got, 0);
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-            /* the accepted socket is non-blocking: the peer's bytes may not be here yet */
-            struct pollfd pfd = {.fd = cfd, .events = POLLIN};
-            if (poll(&pfd, 1, 2000) > 0)
-                continue;
-        }
-        if (n <= 0) {
-            close(cfd);
-            return;
-        }
-        got += (size_t)n;
+    /* the accepted socket is non-blocking: wait (2 s at most) for the peer's bytes */
+    if (mc_sock_recv_all(cfd, pre, sizeof pre, mc_deadline_ms(2000)) != 0) {
+        close(cfd);
+        return;
     }
     mc_conn_opts o = {.max_body = 1 << 20, .max_backlog = 64u << 20,
-                      .pause_backlog = 256u << 10, .prefix = pre, .prefix_len = got};
+                      .pause_backlog = 256u << 10, .prefix = pre, .prefix_len = sizeof pre};
     mc_conn_create_opts(loop, cfd, &o, &big_cbs, NULL);
 }
 
