@@ -107,6 +107,15 @@ def main():
         ap.error(f"--sets {args.sets}: {args.sets} x {args.batch} x {args.size} bytes stay "
                  f"stored in the node's segment, more than half of MemAvailable "
                  f"({avail >> 20} MiB)")
+    # Only a put run stores new keys every batch; get / exist store SETS batches once.
+    per_batch = args.size * args.batch
+    seg = max(256 << 20, 2 * per_batch * args.sets)
+    if "put" in args.ops.split(","):
+        seg = max(seg, 4 * per_batch * (args.iters + args.warmup + 2))
+    if avail and seg > avail * 3 // 4:
+        ap.error(f"the node's segment would be {seg >> 20} MiB (2 x size x batch x sets; "
+                 f"with put, 4 x size x batch x (iters + warmup + 2)), more than 3/4 of "
+                 f"MemAvailable ({avail >> 20} MiB): lower --iters, --sets or --batch")
     master_exe = os.path.join(args.build, "tools", "mooncake_master")
     ncpu = os.cpu_count() or 1
     env = dict(os.environ)
@@ -128,8 +137,6 @@ def main():
         procs.append(master)
         wait_port(rpc, time.monotonic() + 60, master)
         wait_port(http, time.monotonic() + 60, master)
-        seg = max(256 << 20, 4 * args.size * args.batch * (args.iters + args.warmup + 2),
-                  2 * args.size * args.batch * args.sets)
         node = subprocess.Popen([ops_exe, "node", maddr, md, str(seg)], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=logs, env=env, text=True,
                                 start_new_session=True)

@@ -161,6 +161,20 @@ struct te_batch {
  * poll as before, since no gain was measured for them. */
 #define TE_POLL_MAX_TCP_BYTES (1u << 20)
 
+/* How a lane places slices on its connections (tcp_client.c pick). A slice of at most
+ * TE_FILL_SLICE_MAX bytes goes on the lane's first connection that holds at most
+ * TE_CONN_FILL bytes with it; a larger one (and a small one when every connection is that
+ * full) on the least-loaded connection. A lane's connections share one I/O loop, so a
+ * second connection adds no thread on either side; what it adds for a batch of small
+ * values is a second sendmsg, recvmsg and wakeup per batch on both sides. Measured
+ * (docs/performance.md "Session 11", 2-CPU box, alternated runs): a 4 KiB x 128 store get
+ * over TCP went 346-375k -> 488-509k values/s and the engine's 4 KiB x 128 batch 3.13 ->
+ * 4.14 GB/s, with 64 KiB to 1 MiB blocks unchanged, when such a batch stayed on one
+ * connection instead of alternating between two. Large batches and striped pieces
+ * (submit.c, at least 256 KiB) still spread over every connection. */
+#define TE_CONN_FILL (1u << 20)
+#define TE_FILL_SLICE_MAX (64u << 10)
+
 /* ---- peers ---- */
 
 typedef struct te_map {

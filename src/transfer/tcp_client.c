@@ -3,8 +3,9 @@
  * A peer's connections are spread over its lanes (te_lane: one per I/O loop, up to
  * min(io threads, conns_per_peer), each owning its share of conns_per_peer). Slices
  * reach a lane's loop through the lane's inbox (any thread; mc__te_peer_enqueue spreads
- * a submission over the lanes) and are spread over that lane's connections,
- * least-loaded first. Each connection keeps its
+ * a submission over the lanes) and are spread over that lane's connections:
+ * small slices fill one connection up to TE_CONN_FILL bytes first, larger ones go
+ * least-loaded first (internal.h says why). Each connection keeps its
  * slices in wire order: requests are written with sendmsg straight from the source
  * buffers (headers and payloads gathered, many slices per call); replies come back in
  * the same order and, since their layout is fixed (wire.h), are scattered with one
@@ -212,9 +213,17 @@ static te_cconn *cconn_new(te_lane *l)
     return c;
 }
 
-static te_cconn *pick(te_lane *l)
+/* The connection a slice of len bytes goes on: a small slice (at most TE_FILL_SLICE_MAX)
+ * goes on the lane's first connection that holds at most TE_CONN_FILL bytes with it;
+ * anything else on the least-loaded connection, a new one opened while the least-loaded
+ * has work queued and the lane may open more. NULL when none can be opened. */
+static te_cconn *pick(te_lane *l, uint64_t len)
 {
     te_cconn *best = NULL;
+    if (len <= TE_FILL_SLICE_MAX)
+        for (unsigned i = 0; i < l->nconns; i++)
+            if (l->conns[i]->queued + len <= TE_CONN_FILL)
+                return l->conns[i];
     for (unsigned i = 0; i < l->nconns; i++)
         if (!best || l->conns[i]->queued < best->queued)
             best = l->conns[i];
@@ -496,7 +505,7 @@ static void dispatch(te_lane *l, te_slice *list)
             mc__te_task_slice_done(te, s, -ESTALE);
             continue;
         }
-        te_cconn *c = pick(l);
+        te_cconn *c = pick(l, s->len);
         if (!c) {
             mc__te_task_slice_done(te, s, -ECONNREFUSED);
             continue;
