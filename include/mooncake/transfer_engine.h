@@ -19,10 +19,11 @@
  *     (env, bytes, default 1 MiB); anything malformed is answered with an error JSON or
  *     the connection is dropped; the daemon keeps serving.
  *   - TCP data path (published as `tcp_data_port`): pooled connections per peer, requests
- *     cut into slices spread over the connections, payloads moved straight between the
- *     socket and registered memory. The serving side checks every [addr, addr+len)
- *     against the memory it registered before touching it; bad ranges get an error
- *     reply and the connection stays usable.
+ *     cut into slices spread over the connections (a batch of small slices, up to 1 MiB
+ *     in all, stays on one connection; larger ones and larger batches use every one),
+ *     payloads moved straight between the socket and registered memory. The serving
+ *     side checks every [addr, addr+len) against the memory it registered before
+ *     touching it; bad ranges get an error reply and the connection stays usable.
  *   - Same-host path: memory from mc_te_alloc_shared / mc_te_allocate_managed_buffer is
  *     a memfd; a peer with the same host_id receives the fd over the owner's Unix socket
  *     (`shm_socket`), maps it once and transfers with one copy (a memcpy; a WRITE with
@@ -46,7 +47,9 @@
  *   MC_FORCE_TCP             1/true/yes/on: never use the same-host shared-memory path
  *                            (0/false/no/off: use it; anything else is an error)
  *   MC_TCP_SLICE_SIZE        bytes per slice on the TCP path (default 1 MiB; 4 KiB..64 MiB)
- *   MC_TE_TCP_CONNECTIONS    pooled TCP connections per peer (default 2; 1..16)
+ *   MC_TE_TCP_CONNECTIONS    pooled TCP connections per peer (default 2; 1..16); the
+ *                            second is opened once the first has more than 1 MiB of
+ *                            small slices queued, or any slice over 64 KiB
  *   MC_TE_IO_THREADS         I/O threads (1..16; default: one per pooled connection,
  *                            at most half the CPUs the process may use, at least 1; a
  *                            peer's connections are spread over min(this, connections)
