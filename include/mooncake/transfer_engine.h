@@ -19,8 +19,9 @@
  *     (env, bytes, default 1 MiB); anything malformed is answered with an error JSON or
  *     the connection is dropped; the daemon keeps serving.
  *   - TCP data path (published as `tcp_data_port`): pooled connections per peer, requests
- *     cut into slices spread over the connections (a batch of small slices, up to 1 MiB
- *     in all, stays on one connection; larger ones and larger batches use every one),
+ *     cut into slices spread over the connections (slices of at most 64 KiB go on the
+ *     first connection holding at most 1 MiB with them, so a 4 KiB x 128 batch stays on
+ *     one; larger slices go on the least-loaded one),
  *     payloads moved straight between the socket and registered memory. The serving
  *     side checks every [addr, addr+len) against the memory it registered before
  *     touching it; bad ranges get an error reply and the connection stays usable.
@@ -48,8 +49,9 @@
  *                            (0/false/no/off: use it; anything else is an error)
  *   MC_TCP_SLICE_SIZE        bytes per slice on the TCP path (default 1 MiB; 4 KiB..64 MiB)
  *   MC_TE_TCP_CONNECTIONS    pooled TCP connections per peer (default 2; 1..16); the
- *                            second is opened once the first has more than 1 MiB of
- *                            small slices queued, or any slice over 64 KiB
+ *                            next one is opened when a slice finds every open one
+ *                            with work queued: any slice over 64 KiB, a small one
+ *                            only once every open connection holds 1 MiB
  *   MC_TE_IO_THREADS         I/O threads (1..16; default: one per pooled connection,
  *                            at most half the CPUs the process may use, at least 1; a
  *                            peer's connections are spread over min(this, connections)

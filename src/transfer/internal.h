@@ -171,7 +171,10 @@ struct te_batch {
  * over TCP went 346-375k -> 488-509k values/s and the engine's 4 KiB x 128 batch 3.13 ->
  * 4.14 GB/s, with 64 KiB to 1 MiB blocks unchanged, when such a batch stayed on one
  * connection instead of alternating between two. Large batches and striped pieces
- * (submit.c, at least 256 KiB) still spread over every connection. */
+ * (submit.c, at least 256 KiB) still spread over every connection. The cost: a
+ * connection that is slow but still moving keeps taking small slices until it holds
+ * TE_CONN_FILL bytes (or the transfer timeout closes it), where least-loaded placement
+ * would have routed them around it. */
 #define TE_CONN_FILL (1u << 20)
 #define TE_FILL_SLICE_MAX (64u << 10)
 
