@@ -426,6 +426,10 @@ class _Progress:
             except ImportError:
                 pass
 
+    def _label(self, st):
+        self.bar.set_postfix_str(f"hit {100 * st.block_hits / max(st.blocks, 1):.1f}% "
+                                 f"corrupt {st.corrupt} err {st.error_total}", refresh=False)
+
     def __call__(self, st):
         with self.lock:
             now = time.monotonic()
@@ -433,17 +437,19 @@ class _Progress:
                 self.bar.update(1)
                 if now - self.last > 0.5:
                     self.last = now
-                    self.bar.set_postfix_str(
-                        f"hit {100 * st.block_hits / max(st.blocks, 1):.1f}% "
-                        f"corrupt {st.corrupt} err {st.error_total}", refresh=False)
+                    self._label(st)
             elif self.enabled and now - self.last > 5:
                 self.last = now
                 print(f"{self.label}: {st.requests} requests, hit "
                       f"{100 * st.block_hits / max(st.blocks, 1):.1f}%", file=sys.stderr,
                       flush=True)
 
-    def close(self):
+    def close(self, st=None):
+        """Closes the bar; st (the final stats) refreshes its hit/corrupt/err label first,
+        which a run shorter than the 0.5 s refresh interval would otherwise never show."""
         if self.bar is not None:
+            if st is not None:
+                self._label(st)
             self.bar.close()
 
 
@@ -622,7 +628,7 @@ def main(argv=None) -> int:
         for s in (signal.SIGINT, signal.SIGTERM):
             signal.signal(s, signal.SIG_IGN)        # cleanup is not interruptible
         if progress is not None:
-            progress.close()
+            progress.close(stats)
         ev = kh = tier = None
         if backend is not None:
             try:
