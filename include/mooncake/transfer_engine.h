@@ -21,10 +21,10 @@
  *   - TCP data path (published as `tcp_data_port`): pooled connections per peer, requests
  *     cut into slices spread over the connections (slices of at most 64 KiB go on the
  *     first connection holding at most 1 MiB with them, so a 4 KiB x 128 batch stays on
- *     one; larger slices go on the least-loaded one),
- *     payloads moved straight between the socket and registered memory. The serving
- *     side checks every [addr, addr+len) against the memory it registered before
- *     touching it; bad ranges get an error reply and the connection stays usable.
+ *     one; larger slices go on the least-loaded one), payloads moved straight between
+ *     the socket and registered memory. The serving side checks every [addr, addr+len)
+ *     against the memory it registered before touching it; bad ranges get an error
+ *     reply and the connection stays usable.
  *   - Same-host path: memory from mc_te_alloc_shared / mc_te_allocate_managed_buffer is
  *     a memfd; a peer with the same host_id receives the fd over the owner's Unix socket
  *     (`shm_socket`), maps it once and transfers with one copy (a memcpy; a WRITE with

@@ -426,9 +426,13 @@ class _Progress:
             except ImportError:
                 pass
 
+    @staticmethod
+    def _hit(st) -> str:
+        return f"hit {100 * st.block_hits / max(st.blocks, 1):.1f}%"
+
     def _label(self, st):
-        self.bar.set_postfix_str(f"hit {100 * st.block_hits / max(st.blocks, 1):.1f}% "
-                                 f"corrupt {st.corrupt} err {st.error_total}", refresh=False)
+        self.bar.set_postfix_str(f"{self._hit(st)} corrupt {st.corrupt} err {st.error_total}",
+                                 refresh=False)
 
     def __call__(self, st):
         with self.lock:
@@ -440,8 +444,7 @@ class _Progress:
                     self._label(st)
             elif self.enabled and now - self.last > 5:
                 self.last = now
-                print(f"{self.label}: {st.requests} requests, hit "
-                      f"{100 * st.block_hits / max(st.blocks, 1):.1f}%", file=sys.stderr,
+                print(f"{self.label}: {st.requests} requests, {self._hit(st)}", file=sys.stderr,
                       flush=True)
 
     def close(self, st=None):
