@@ -154,6 +154,9 @@ void mc__remount_retry(mc_store *s, int code, const mc_master_key *keys, size_t 
                                                     byte is written */
 #define MC__STORE_HOOK_READ_DONE "read_done"     /* after a read's transfer finished, before
                                                     the lease check */
+#define MC__STORE_HOOK_READ_PIECE "read_piece"   /* a pipelined read started the piece
+                                                    whose first key is given (read.c
+                                                    read_early), later pieces unanswered */
 
 /* Called at each hook point with the key of the item (for batches: the first key of the
  * call). NULL (the default) = no hook. Set it before the calls it should see; read
@@ -228,6 +231,8 @@ typedef struct mc__ubuf {
 struct mc_store {
     pthread_rwlock_t life; /* shared: calls; exclusive: setup, close */
     atomic_bool up;        /* written under life (exclusive); read anywhere */
+    atomic_bool read_local; /* hint (read.c read_chunk): the last read chunk's transfers all
+                               took the same-host path; relaxed, any thread */
 
     /* Everything below is written under life (exclusive) and read under life (shared),
      * or by the heartbeat thread, which setup starts last and teardown joins first. */
@@ -560,6 +565,10 @@ void mc__xfer_add(mc__xfer *x, int op, void *local, mc_te_segment_t h, uint64_t 
 /* Queues one WRITE carrying fence epoch `epoch` (the replica's, from put_start). */
 void mc__xfer_add_write(mc__xfer *x, void *local, mc_te_segment_t h, uint64_t remote,
                         uint64_t len, size_t owner, uint64_t epoch);
+/* True when every queued request goes to a segment on the same-host path (so its copy
+ * is done inside the submit, by this thread: mc_te_segment_is_local); true when none is
+ * queued. */
+bool mc__xfer_all_local(mc__xfer *x);
 /* Submits every queued request, runs during(ctx) (own-memory copies; may be NULL) while
  * they fly, waits for all, and sets errs[owner] (when still 0) to MC_TRANSFER_FAIL or
  * MC_RPC_TIMEOUT for each failed request. */

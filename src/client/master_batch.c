@@ -20,7 +20,9 @@ typedef struct chunking {
     ProtobufCBinaryData *keys;
 } chunking;
 
-static void chunking_init(chunking *ch, const mc_master_key *keys, size_t n)
+/* Splits keys into chunks of at most max_items keys (<= MC_MASTER_RPC_MAX_BATCH) and
+ * CHUNK_KEY_BYTES of key bytes. */
+static void chunking_split(chunking *ch, const mc_master_key *keys, size_t n, size_t max_items)
 {
     ch->n = n;
     ch->keys = mc_xcalloc(n ? n : 1, sizeof *ch->keys);
@@ -31,7 +33,7 @@ static void chunking_init(chunking *ch, const mc_master_key *keys, size_t n)
         ch->keys[i] = mc__pb_key(keys[i].data, keys[i].len);
         /* A chunk closes when it is full by count, or when this key would push it past
          * the byte budget (a chunk always takes at least one key, however long). */
-        if (items == MC_MASTER_RPC_MAX_BATCH ||
+        if (items == max_items ||
             (items && bytes + ch->keys[i].len > CHUNK_KEY_BYTES)) {
             ch->starts[++nc] = i;
             items = bytes = 0;
@@ -44,6 +46,11 @@ static void chunking_init(chunking *ch, const mc_master_key *keys, size_t n)
     else
         ch->starts[++nc] = n;
     ch->nchunks = nc;
+}
+
+static void chunking_init(chunking *ch, const mc_master_key *keys, size_t n)
+{
+    chunking_split(ch, keys, n, MC_MASTER_RPC_MAX_BATCH);
 }
 
 static void chunking_free(chunking *ch)
@@ -313,31 +320,47 @@ typedef struct bget_ctx {
     keys_req kr;
     mc_master_replica_list *outs;
     int *st;
+    mc_master_chunk_fn on_chunk; /* NULL: none */
+    void *chunk_ctx;
 } bget_ctx;
 
 static int bget_reply(void *ctx, size_t i, int fst, const ProtobufCMessage *m)
 {
     bget_ctx *b = ctx;
     size_t off, k;
-    if (chunk_failed(&b->kr.ch, b->st, i, fst, &off, &k))
-        return MC_OK;
-    const Mcrpc__BatchGetReplicaListReply *r = (const Mcrpc__BatchGetReplicaListReply *)m;
-    return batch_items_from_pb(r->items, r->n_items, r->segments, r->n_segments, k, true,
-                               b->st + off, b->outs + off);
+    int rc = MC_OK;
+    if (!chunk_failed(&b->kr.ch, b->st, i, fst, &off, &k)) {
+        const Mcrpc__BatchGetReplicaListReply *r = (const Mcrpc__BatchGetReplicaListReply *)m;
+        rc = batch_items_from_pb(r->items, r->n_items, r->segments, r->n_segments, k, true,
+                                 b->st + off, b->outs + off);
+    }
+    if (rc == MC_OK && b->on_chunk)
+        b->on_chunk(b->chunk_ctx, off, k);
+    return rc;
 }
 
 int mc_master_client_batch_get_replica_list(mc_master_client *c, const mc_master_key *keys,
                                             size_t n, mc_master_replica_list *outs,
                                             int *statuses)
 {
-    if (!c || (n && (!keys_ok(keys, n) || !outs || !statuses)))
+    return mc_master_client_batch_get_replica_list_each(c, keys, n, outs, statuses,
+                                                        MC_MASTER_RPC_MAX_BATCH, NULL, NULL);
+}
+
+int mc_master_client_batch_get_replica_list_each(mc_master_client *c, const mc_master_key *keys,
+                                                 size_t n, mc_master_replica_list *outs,
+                                                 int *statuses, size_t per_request,
+                                                 mc_master_chunk_fn on_chunk, void *ctx)
+{
+    if (!c || (n && (!keys_ok(keys, n) || !outs || !statuses)) || per_request == 0)
         return MC_INVALID_PARAMS;
     if (n == 0)
         return MC_OK;
     for (size_t i = 0; i < n; i++)
         outs[i].n = 0;
-    bget_ctx b = {.outs = outs, .st = statuses};
-    chunking_init(&b.kr.ch, keys, n);
+    bget_ctx b = {.outs = outs, .st = statuses, .on_chunk = on_chunk, .chunk_ctx = ctx};
+    chunking_split(&b.kr.ch, keys, n,
+                   per_request < MC_MASTER_RPC_MAX_BATCH ? per_request : MC_MASTER_RPC_MAX_BATCH);
     mcrpc__batch_keys_request__init(&b.kr.req);
     int rc = run_chunks(c, MCRPC__OPCODE__OP_BATCH_GET_REPLICA_LIST, &b.kr.ch, keys_build,
                         &mcrpc__batch_get_replica_list_reply__descriptor, bget_reply, &b,

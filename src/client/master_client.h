@@ -245,6 +245,30 @@ MC_API int mc_master_client_batch_get_replica_list(mc_master_client *c,
                                                    mc_master_replica_list *outs,
                                                    int *statuses);
 
+/* A callback of mc_master_client_batch_get_replica_list_each: the items [off, off + k)
+ * of the call are answered (their outs and statuses are final). */
+typedef void (*mc_master_chunk_fn)(void *ctx, size_t off, size_t k);
+
+/* mc_master_client_batch_get_replica_list_each: batch_get_replica_list with the keys
+ * split into requests of at most per_request keys (>= 1; capped at
+ * MC_MASTER_RPC_MAX_BATCH), pipelined on one connection (up to 8 in flight), and each
+ * request's items handed to on_chunk (may be NULL) on the calling thread as soon as its
+ * reply is decoded, in order, while the master serves the later requests: the caller
+ * can start work on the first items (a store read starts their transfers) before the
+ * last are answered. on_chunk runs while the call holds one of the client's pooled
+ * connections, so it must not call this client again on the same thread if the pool
+ * may be exhausted, and should not block for long. A request the master refused as a
+ * whole is passed with its statuses set to that code; the items of a request that got
+ * no usable reply (a transport error, a reply that does not decode) are never passed,
+ * and their statuses hold the call's code when it returns. Returns as
+ * batch_get_replica_list: MC_OK, or the first failing status / the call's code. */
+MC_API int mc_master_client_batch_get_replica_list_each(mc_master_client *c,
+                                                        const mc_master_key *keys, size_t n,
+                                                        mc_master_replica_list *outs,
+                                                        int *statuses, size_t per_request,
+                                                        mc_master_chunk_fn on_chunk,
+                                                        void *ctx);
+
 /* One match of get_replica_list_by_regex. key: malloc'd (key_len bytes plus a NUL not
  * counted), owned by the array. */
 typedef struct mc_master_regex_match {

@@ -3,8 +3,10 @@
  * chunk of keys (upstream client_service.cpp Get: GetReplicaList, replica choice, lease
  * check): the replica-list RPC, read_prepare (destination), read_transfer (attempts on
  * replicas, each with a deadline from the lease time left, plus a hedge for small
- * values), read_lease_check.
- * Owns nothing of mc_store (reads it under life shared); must not write objects.
+ * values), read_lease_check. A large same-host batch gets its replica lists in pipelined
+ * pieces and starts each piece's copies as its answer comes (read_chunk, read_early).
+ * Owns nothing of mc_store (writes only its read_local hint; reads it under life shared);
+ * must not write objects.
  *
  * Reads that route around a stuck node (docs/consistency.md, issue 10): an attempt is
  * the requests of one item on one replica; the attempts started in one round are
@@ -39,6 +41,9 @@
 #define CHUNK_KEYS MC__CHUNK_KEYS
 #define HEDGE_MAX_BYTES (1ull << 20) /* values up to this size are hedged */
 #define HEDGE_DELAY_MS 50u           /* after this long without an answer */
+/* Keys per replica-list request of a pipelined chunk (read_chunk; issue 17: 4 KiB x 128
+ * same-host get, 32 against 16, 24, 48, 64 and unsplit: docs/performance.md). */
+#define PIPE_KEYS 32u
 
 /* Where a read's bytes go: the caller's parts, a buffer from the caller's allocator, or a
  * local-buffer handle (mc_store_buffer). */
@@ -97,6 +102,7 @@ typedef struct rstate {
     bool failed;
     bool from_disk;    /* read from a LOCAL_DISK replica: verified by its checksum, the */
                        /* lease (which guards memory from reuse) does not apply        */
+    bool prepared;     /* read_start ran: its replica list has been taken */
 } rstate;
 
 /* Copies replica rp (own memory) into the item's destination. */
@@ -374,33 +380,80 @@ static void read_wait(mc_te *te, rsets *ss, uint64_t next)
     }
 }
 
+/* The transfer side of one chunk: the requests being queued for the next set and the
+ * sets submitted so far. */
+typedef struct rrun {
+    mc__xfer x;
+    rsets ss;
+} rrun;
+
+static void rrun_init(rrun *r, mc_store *s)
+{
+    mc__xfer_init(&r->x, s);
+    memset(&r->ss, 0, sizeof r->ss);
+}
+
+/* Readies set ss->n for the attempts of a new round (room and zeroed counters), unless
+ * it is open already: requests queued for it and not submitted yet (read_early). */
+static void rsets_next(rrun *r)
+{
+    rsets *ss = &r->ss;
+    if (r->x.n)
+        return;
+    if (ss->n == ss->cap) {
+        ss->cap = ss->cap ? ss->cap * 2 : 4;
+        ss->v = mc_xrealloc(ss->v, ss->cap * sizeof *ss->v);
+        ss->live = mc_xrealloc(ss->live, ss->cap * sizeof *ss->live);
+        ss->over = mc_xrealloc(ss->over, ss->cap * sizeof *ss->over);
+    }
+    ss->live[ss->n] = 0;
+    ss->over[ss->n] = false;
+}
+
+/* Submits what the round queued as one set. */
+static void rrun_submit(rrun *r)
+{
+    if (r->x.n) {
+        mc__xatt_start(&r->x, &r->ss.v[r->ss.n]);
+        r->ss.n++;
+    }
+}
+
+/* Ends every set (cancelled when still running), so nothing lands after the call
+ * returned, and frees the run. */
+static void rrun_end(mc_te *te, rrun *r)
+{
+    for (size_t i = 0; i < r->ss.n; i++)
+        mc__xatt_end(te, &r->ss.v[i]);
+    free(r->ss.v);
+    free(r->ss.live);
+    free(r->ss.over);
+    mc__xfer_deinit(&r->x);
+}
+
 /* Step 2: the attempts. Each pending item reads its best untried replica; the attempts
  * started in one round are submitted together as one set (so a batch get keeps the
  * engine's batching). Each turn looks at what is due (a set over, a deadline, a hedge
  * time), starts what follows (the next replica after a failure or a timeout, a hedge),
  * then waits until the earliest deadline or hedge time or until a set is over. Ends
- * when no item has anything in flight; then every set is ended (cancelled when still
- * running), so nothing lands after the call returned. */
+ * when no item has anything in flight. Items whose first attempt read_early started
+ * (run's earlier sets) go on from there. The caller ends the sets (rrun_end). learn: the
+ * first round's path becomes the store's read_local hint (a pipelined chunk's pieces
+ * set it in read_early instead). */
 static void read_transfer(mc_store *s, ritem *it, const size_t *idx, size_t m, rstate *rs,
-                          const mc_master_replica_list *reps)
+                          const mc_master_replica_list *reps, rrun *run, bool learn)
 {
-    mc__xfer x;
-    mc__xfer_init(&x, s);
-    rsets ss = {0};
+    mc__xfer *x = &run->x;
+    rsets *ss = &run->ss;
+    rrun_submit(run); /* what read_early queued and left */
+    bool first = learn;
     for (;;) {
         uint64_t now = mc_now_ms();
         for (size_t k = 0; k < m; k++)
             for (int j = 0; j < 2; j++)
                 if (!rs[k].done && rs[k].att[j].live)
-                    read_check(s->te, &rs[k], j, &ss, now);
-        if (ss.n == ss.cap) {
-            ss.cap = ss.cap ? ss.cap * 2 : 4;
-            ss.v = mc_xrealloc(ss.v, ss.cap * sizeof *ss.v);
-            ss.live = mc_xrealloc(ss.live, ss.cap * sizeof *ss.live);
-            ss.over = mc_xrealloc(ss.over, ss.cap * sizeof *ss.over);
-        }
-        ss.live[ss.n] = 0;
-        ss.over[ss.n] = false;
+                    read_check(s->te, &rs[k], j, ss, now);
+        rsets_next(run);
         uint64_t next = UINT64_MAX;
         bool any = false;
         for (size_t k = 0; k < m; k++) {
@@ -411,11 +464,11 @@ static void read_transfer(mc_store *s, ritem *it, const size_t *idx, size_t m, r
                 q->att[0] = q->att[1];
                 q->att[1].live = false;
             }
-            if (!q->att[0].live && !read_next(&x, &it[idx[k]], q, &reps[k], k, 0, &ss))
+            if (!q->att[0].live && !read_next(x, &it[idx[k]], q, &reps[k], k, 0, ss))
                 continue; /* finished */
             if (q->hedge_at && now >= q->hedge_at && !q->att[1].live) {
                 q->hedge_at = 0;
-                read_next(&x, &it[idx[k]], q, &reps[k], k, 1, &ss);
+                read_next(x, &it[idx[k]], q, &reps[k], k, 1, ss);
             }
             for (int j = 0; j < 2; j++)
                 if (q->att[j].live && q->att[j].deadline < next)
@@ -424,20 +477,15 @@ static void read_transfer(mc_store *s, ritem *it, const size_t *idx, size_t m, r
                 next = q->hedge_at;
             any = true;
         }
-        if (x.n) {
-            mc__xatt_start(&x, &ss.v[ss.n]);
-            ss.n++;
-        }
+        if (first) /* the first round's path (own-memory reads only: local): the hint */
+            atomic_store_explicit(&s->read_local, mc__xfer_all_local(x),
+                                  memory_order_relaxed);
+        first = false;
+        rrun_submit(run);
         if (!any)
             break;
-        read_wait(s->te, &ss, next);
+        read_wait(s->te, ss, next);
     }
-    for (size_t i = 0; i < ss.n; i++)
-        mc__xatt_end(s->te, &ss.v[i]);
-    free(ss.v);
-    free(ss.live);
-    free(ss.over);
-    mc__xfer_deinit(&x);
 }
 
 /* Step 3: the lease check. Bytes read after the lease ran out may have been overwritten
@@ -466,8 +514,79 @@ static void read_lease_check(ritem *it, const size_t *idx, size_t m, const rstat
 static void reread_call(void *ctx, const size_t *map, size_t n, const mc_master_key *keys,
                         mc_master_replica_list *reps, int *st);
 
-/* Reads the pending items idx[0..m) (a chunk): one (batch) get_replica_list RPC (asked
- * again in the remount window), then the transfer rounds, then the lease check. */
+/* Step 1 for item k of a chunk: takes its replica list (answered with st) and readies
+ * its destination; a refused item gets its result and is finished. */
+static void read_start(mc_store *s, ritem *it, const size_t *idx, size_t k, int st,
+                       mc_master_replica_list *rl, uint64_t t0, rstate *q, const read_op *op)
+{
+    q->last_err = MC_TRANSFER_FAIL;
+    int64_t rc = read_prepare(s, &it[idx[k]], idx[k], st, rl, t0, q, op);
+    if (rc != MC_OK) {
+        it[idx[k]].result = rc;
+        q->failed = true;
+    }
+    q->prepared = true;
+}
+
+/* A read chunk whose replica lists come in pieces (read_early). */
+typedef struct rpipe {
+    mc_store *s;
+    ritem *it;
+    const size_t *idx;
+    rstate *rs;
+    mc_master_replica_list *reps;
+    const int *st;
+    uint64_t t0;
+    const read_op *op;
+    rrun *run;
+} rpipe;
+
+static bool has_memory_replica(const mc_master_replica_list *rl)
+{
+    for (uint32_t r = 0; r < rl->n && r < MC_MASTER_MAX_REPLICAS; r++)
+        if (rl->replicas[r].type == MC_MASTER_REPLICA_MEMORY)
+            return true;
+    return false;
+}
+
+/* The master answered items [off, off + k) of a pipelined chunk while it still serves
+ * the rest (mc_master_client_batch_get_replica_list_each): their first attempts start
+ * now, as one set, so their bytes move (a same-host copy, engine requests) while the
+ * later replica lists are made. Left for after the call: items refused as not ready
+ * while a view change is recent (the remount window asks again for them) and items with
+ * no memory replica (a disk read blocks, and this runs while a master connection is
+ * held). */
+static void read_early(void *arg, size_t off, size_t k)
+{
+    rpipe *p = arg;
+    for (size_t j = off; j < off + k; j++)
+        if (p->st[j] == MC_REPLICA_IS_NOT_READY &&
+            mc_master_client_view_changed_within(p->s->mc, MC__REMOUNT_WINDOW_MS))
+            return;
+    rsets_next(p->run);
+    for (size_t j = off; j < off + k; j++) {
+        rstate *q = &p->rs[j];
+        if (p->st[j] == MC_OK && !has_memory_replica(&p->reps[j]))
+            continue;
+        read_start(p->s, p->it, p->idx, j, p->st[j], &p->reps[j], p->t0, q, p->op);
+        if (!q->done && !q->failed)
+            read_next(&p->run->x, &p->it[p->idx[j]], q, &p->reps[j], j, 0, &p->run->ss);
+    }
+    bool local = mc__xfer_all_local(&p->run->x);
+    atomic_store_explicit(&p->s->read_local, local, memory_order_relaxed);
+    if (local)
+        rrun_submit(p->run);
+    mc__store_hook(MC__STORE_HOOK_READ_PIECE, p->it[p->idx[off]].key, p->it[p->idx[off]].klen);
+}
+
+/* Reads the pending items idx[0..m) (a chunk): the (batch) get_replica_list RPC (asked
+ * again in the remount window), then the transfer rounds, then the lease check. A chunk
+ * of at least 2 x PIPE_KEYS keys read into caller memory or local-buffer handles asks
+ * for its replica lists in requests of PIPE_KEYS keys, pipelined, and starts each
+ * piece's transfers as soon as its answer is in (read_early): the copy or transfer of
+ * the first keys overlaps the master's work on the rest (issue 17). Reads into an
+ * allocator's buffers are not pipelined: the allocator is the caller's code and would
+ * run while a master connection is held. */
 static void read_chunk(mc_store *s, ritem *it, const size_t *idx, size_t m, const read_op *op)
 {
     mc_master_key *keys = mc_xmalloc(m * sizeof *keys);
@@ -482,22 +601,31 @@ static void read_chunk(mc_store *s, ritem *it, const size_t *idx, size_t m, cons
         reps[k].n = 0;
         reps[k].lease_ttl_ms = 0;
     }
+    rrun run;
+    rrun_init(&run, s);
     uint64_t t0 = mc_now_ms(); /* the lease is measured from before the request */
-    if (m == 1)
+    bool piped = false;
+    if (m == 1) {
         st[0] = mc_master_client_get_replica_list(s->mc, keys[0].data, keys[0].len, &reps[0]);
-    else
+    } else if (m >= 2 * PIPE_KEYS && op->mode != DEST_ALLOC &&
+               atomic_load_explicit(&s->read_local, memory_order_relaxed)) {
+        rpipe p = {s, it, idx, rs, reps, st, t0, op, &run};
+        piped = true;
+        mc_master_client_batch_get_replica_list_each(s->mc, keys, m, reps, st, PIPE_KEYS,
+                                                     read_early, &p);
+        for (size_t k = 0; k < m; k++)
+            if (rs[k].prepared)
+                st[k] = MC_OK; /* taken: the remount window's retry leaves it alone */
+    } else {
         mc_master_client_batch_get_replica_list(s->mc, keys, m, reps, st);
+    }
     mc__remount_retry(s, MC_REPLICA_IS_NOT_READY, keys, m, reps, st, reread_call, s);
 
-    for (size_t k = 0; k < m; k++) {
-        rs[k].last_err = MC_TRANSFER_FAIL;
-        int64_t rc = read_prepare(s, &it[idx[k]], idx[k], st[k], &reps[k], t0, &rs[k], op);
-        if (rc != MC_OK) {
-            it[idx[k]].result = rc;
-            rs[k].failed = true;
-        }
-    }
-    read_transfer(s, it, idx, m, rs, reps);
+    for (size_t k = 0; k < m; k++)
+        if (!rs[k].prepared)
+            read_start(s, it, idx, k, st[k], &reps[k], t0, &rs[k], op);
+    read_transfer(s, it, idx, m, rs, reps, &run, !piped);
+    rrun_end(s->te, &run);
     read_lease_check(it, idx, m, rs, keys);
     free(keys);
     free(st);

@@ -84,6 +84,19 @@ void mc__xfer_add_write(xfer *x, void *local, mc_te_segment_t h, uint64_t remote
     add_req(x, MC_TE_OP_WRITE, local, h, remote, len, owner, epoch);
 }
 
+bool mc__xfer_all_local(xfer *x)
+{
+    mc_te_segment_t last = -1;
+    for (size_t i = 0; i < x->n; i++) {
+        if (x->reqs[i].target_id == last)
+            continue;
+        last = x->reqs[i].target_id;
+        if (!mc_te_segment_is_local(x->s->te, last))
+            return false;
+    }
+    return true;
+}
+
 static int te_code(int err)
 {
     return err == MC_RPC_TIMEOUT ? MC_RPC_TIMEOUT : MC_TRANSFER_FAIL;

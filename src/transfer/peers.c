@@ -213,6 +213,12 @@ int mc_te_close_segment(mc_te *te, mc_te_segment_t seg)
     return MC_OK;
 }
 
+bool mc_te_segment_is_local(mc_te *te, mc_te_segment_t seg)
+{
+    te_peer *p = te ? mc__te_peer_by_handle(te, seg) : NULL;
+    return p && mc__te_shm_possible(te, p);
+}
+
 int mc_te_get_segment_desc(mc_te *te, const char *name, mc_segment_desc *out)
 {
     te_peer *p;

@@ -1384,6 +1384,75 @@ static void test_lease_expired(void **state)
     mc_store_destroy(b);
 }
 
+/* A pipelined batch read (read.c read_early) whose master dies after the first piece
+ * was answered: the pieces answered before the kill are read exactly, the rest fail with
+ * a code and leave their buffers alone. 1024 keys are 32 pieces of 32, at most 8 of them
+ * in flight, so at least 24 pieces were never sent when the hook kills the master. */
+static master_proc *piece_master;
+static int pieces_seen;
+
+static void kill_master_hook(const char *point, const void *key, size_t key_len)
+{
+    (void)key;
+    (void)key_len;
+    if (strcmp(point, MC__STORE_HOOK_READ_PIECE) || pieces_seen++ || !piece_master)
+        return;
+    kill(piece_master->pid, SIGKILL);
+    waitpid(piece_master->pid, NULL, 0);
+    close(piece_master->out_fd);
+    piece_master->pid = 0;
+}
+
+static void test_pipelined_read_master_killed(void **state)
+{
+    fixture *f = *state;
+    NEED_MASTER(f);
+    enum { N = 1024, V = 1024, PIECE = 32 };
+    mc_store *a = store_up(&f->m, 8 * MIB);
+    static char keys_txt[N][16];
+    static mc_store_key k[N];
+    static unsigned char vals[N][V], got[N][V];
+    void *bufs[N];
+    uint64_t caps[N];
+    int64_t res[N];
+    for (int i = 0; i < N; i++) {
+        snprintf(keys_txt[i], sizeof keys_txt[i], "pipe%d", i);
+        k[i] = (mc_store_key){keys_txt[i], strlen(keys_txt[i])};
+        fill(vals[i], V, (unsigned)i + 1);
+        assert_int_equal(mc_store_put(a, k[i].data, k[i].len, vals[i], V, NULL), MC_OK);
+        bufs[i] = got[i];
+        caps[i] = V;
+    }
+    /* the first read learns that the values are in our own memory; it is whole */
+    assert_int_equal(mc_store_batch_get_into(a, k, N, bufs, caps, res), MC_OK);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(res[i], V);
+        assert_memory_equal(got[i], vals[i], V);
+    }
+    memset(got, 0xEE, sizeof got);
+    piece_master = &f->m;
+    pieces_seen = 0;
+    mc__store_test_hook = kill_master_hook;
+    mc_store_batch_get_into(a, k, N, bufs, caps, res);
+    mc__store_test_hook = NULL;
+    assert_true(pieces_seen >= 1); /* the read was pipelined */
+    int ok = 0;
+    for (int i = 0; i < N; i++) {
+        if (res[i] == V) {
+            assert_int_equal(i, ok); /* answered pieces come first, in order */
+            assert_memory_equal(got[i], vals[i], V);
+            ok++;
+        } else {
+            assert_true(res[i] < 0);
+            for (int b = 0; b < V; b++)
+                assert_int_equal(got[i][b], 0xEE);
+        }
+    }
+    assert_true(ok >= PIECE && ok % PIECE == 0 && ok <= 8 * PIECE);
+    assert_int_equal(pieces_seen, ok / PIECE);
+    mc_store_destroy(a);
+}
+
 /* A writer process killed between put_start and put_end. */
 static void test_killed_writer(void **state)
 {
@@ -1813,6 +1882,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_tcp_path, setup_default, teardown_master),
         cmocka_unit_test_setup_teardown(test_remove_and_lease, setup_default, teardown_master),
         cmocka_unit_test_setup_teardown(test_lease_expired, setup_short_lease, teardown_master),
+        cmocka_unit_test_setup_teardown(test_pipelined_read_master_killed, setup_default,
+                                        teardown_master),
         cmocka_unit_test_setup_teardown(test_killed_writer, setup_fast_discard, teardown_master),
         cmocka_unit_test_setup_teardown(test_fences_applied, setup_default, teardown_master),
         cmocka_unit_test_setup_teardown(test_put_race_read_your_writes, setup_default,

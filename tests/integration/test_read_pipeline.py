@@ -1,0 +1,245 @@
+"""A batch read's replica lists asked for in pieces (src/client/read.c, read_chunk and
+read_early; issue 17).
+
+A read of at least 64 keys into caller memory or local-buffer handles, whose replicas
+the previous read found on the same-host path (shared memory or the client's own
+segment), asks the master for its replica lists in requests of 32 keys, pipelined on one
+connection, and copies each piece's values while the master answers the next. Over TCP
+(MC_FORCE_TCP=1), and for reads into an allocator's buffers, the lists come in one
+request as before. What is checked, against a real master and a store node in its own
+process: the master's request counter says which way a read went, and either way every
+value comes back byte for byte, with per-key codes for missing keys and short buffers
+in the middle of a piece.
+"""
+import ctypes
+import uuid
+
+import pytest
+
+from conftest import _Spawner
+from mooncake.store import MooncakeDistributedStore
+from store_proc import StoreCluster, StoreProc, value_for
+
+OBJECT_NOT_FOUND, INVALID_PARAMS = -704, -600
+PIECE = 32  # keys per pipelined request (read.c PIPE_KEYS)
+N = 200  # keys per batch: 7 pieces (6 x 32 + 8)
+REQS = "master_batch_get_replica_list_requests_total"
+
+
+@pytest.fixture
+def spawner():
+    sp = _Spawner()
+    yield sp
+    sp.cleanup()
+
+
+def sizes_for(n):
+    return [1000 + (i * 997) % 15000 for i in range(n)]
+
+
+def setup_case(spawner, env):
+    """A master, a node holding every value (its own process), a pure client here;
+    N keys with values of 1-16 KB put from the client; every 17th key is never put."""
+    c = StoreCluster(spawner)
+    node = StoreProc(c.setup_args(segment=32 << 20), env=env)
+    s = MooncakeDistributedStore()
+    assert s.setup(*c.setup_args(segment=0)) == 0
+    tag = uuid.uuid4().hex[:8]
+    keys = [f"pipe-{tag}-{i}" for i in range(N)]
+    sizes = sizes_for(N)
+    for i, k in enumerate(keys):
+        if i % 17 != 5:
+            assert s.put(k, value_for(k, sizes[i])) == 0
+    return c, node, s, keys, sizes
+
+
+def expected(keys, sizes, caps):
+    out = []
+    for i, k in enumerate(keys):
+        if i % 17 == 5:
+            out.append(OBJECT_NOT_FOUND)
+        elif caps[i] < sizes[i]:
+            out.append(INVALID_PARAMS)
+        else:
+            out.append(sizes[i])
+    return out
+
+
+def read_into(c, s, keys, sizes, caps):
+    """batch_get_into of every key into its own slot of one registered buffer; returns
+    (codes, bytes read per key, master requests it took)."""
+    slot = 16384
+    buf = (ctypes.c_char * (slot * len(keys)))()
+    base = ctypes.addressof(buf)
+    assert s.register_buffer(base, slot * len(keys)) == 0
+    try:
+        before = c.master.metrics()[REQS]
+        rcs = s.batch_get_into(keys, [base + i * slot for i in range(len(keys))], caps)
+        took = c.master.metrics()[REQS] - before
+        got = [ctypes.string_at(base + i * slot, r) if r > 0 else b""
+               for i, r in enumerate(rcs)]
+    finally:
+        assert s.unregister_buffer(base) == 0
+    return rcs, got, took
+
+
+def check_bytes(keys, sizes, rcs, got):
+    for i, k in enumerate(keys):
+        if rcs[i] > 0:
+            assert got[i] == value_for(k, sizes[i]), f"key {i}: wrong bytes"
+
+
+def test_same_host_batch_read_is_pipelined_and_exact(spawner, monkeypatch):
+    monkeypatch.delenv("MC_FORCE_TCP", raising=False)
+    c, node, s, keys, sizes = setup_case(spawner, None)
+    try:
+        caps = [16384] * N
+        caps[40] = sizes[40] - 1  # a short buffer inside the second piece
+        want = expected(keys, sizes, caps)
+        # the first read learns the path (no read before it): one request
+        rcs, got, took = read_into(c, s, keys, sizes, caps)
+        assert rcs == want
+        check_bytes(keys, sizes, rcs, got)
+        assert took == 1
+        # now pipelined: one request per piece, the same results
+        for _ in range(3):
+            rcs, got, took = read_into(c, s, keys, sizes, caps)
+            assert rcs == want
+            check_bytes(keys, sizes, rcs, got)
+            assert took == (N + PIECE - 1) // PIECE
+        # under 2 pieces: one request
+        rcs, got, took = read_into(c, s, keys[:2 * PIECE - 1], sizes, caps[:2 * PIECE - 1])
+        assert rcs == want[:2 * PIECE - 1]
+        assert took == 1
+        # local-buffer handles are pipelined too; allocator reads (get_batch) are not
+        before = c.master.metrics()[REQS]
+        bufs = s.batch_get_buffer(keys)
+        assert c.master.metrics()[REQS] - before == (N + PIECE - 1) // PIECE
+        for i, k in enumerate(keys):
+            if want[i] == OBJECT_NOT_FOUND:
+                assert bufs[i] is None
+            else:
+                assert bytes(memoryview(bufs[i])) == value_for(k, sizes[i])
+        del bufs
+        before = c.master.metrics()[REQS]
+        vals = s.get_batch(keys)
+        assert c.master.metrics()[REQS] - before == 1
+        assert [v == value_for(k, sizes[i]) for i, (k, v) in enumerate(zip(keys, vals))
+                if i % 17 != 5] == [True] * (N - len(range(5, N, 17)))
+    finally:
+        s.close()
+        node.close()
+
+
+def test_tcp_batch_read_is_one_request_and_exact(spawner, monkeypatch):
+    monkeypatch.setenv("MC_FORCE_TCP", "1")
+    c, node, s, keys, sizes = setup_case(spawner, {"MC_FORCE_TCP": "1"})
+    try:
+        caps = [16384] * N
+        want = expected(keys, sizes, caps)
+        for _ in range(3):
+            rcs, got, took = read_into(c, s, keys, sizes, caps)
+            assert rcs == want
+            check_bytes(keys, sizes, rcs, got)
+            assert took == 1
+    finally:
+        s.close()
+        node.close()
+
+
+def test_own_segment_batch_read_is_pipelined(spawner, monkeypatch):
+    """Values in the reader's own segment are copied by the reader too (no engine):
+    pipelined after the first read, exact."""
+    monkeypatch.delenv("MC_FORCE_TCP", raising=False)
+    c = StoreCluster(spawner)
+    s = MooncakeDistributedStore()
+    assert s.setup(*c.setup_args(segment=32 << 20)) == 0
+    try:
+        tag = uuid.uuid4().hex[:8]
+        keys = [f"own-{tag}-{i}" for i in range(N)]
+        sizes = sizes_for(N)
+        for i, k in enumerate(keys):
+            if i % 17 != 5:
+                assert s.put(k, value_for(k, sizes[i])) == 0
+        caps = [16384] * N
+        want = expected(keys, sizes, caps)
+        tooks = []
+        for _ in range(3):
+            rcs, got, took = read_into(c, s, keys, sizes, caps)
+            assert rcs == want
+            check_bytes(keys, sizes, rcs, got)
+            tooks.append(took)
+        assert tooks == [1] + [(N + PIECE - 1) // PIECE] * 2
+    finally:
+        s.close()
+
+
+def test_master_killed_during_pipelined_reads_gives_codes_not_wrong_bytes(spawner,
+                                                                           monkeypatch):
+    """SIGKILL of the master while a reader here loops over pipelined batch reads (of a
+    node's shared memory): no read returns a length with wrong bytes, before the kill,
+    while the master is down (codes) or after its restart (its metadata is gone: codes).
+    The kill landing between two pieces of one read is tested deterministically in
+    tests/unit/client/test_store_client.c (test_pipelined_read_master_killed)."""
+    import signal
+    import threading
+
+    monkeypatch.delenv("MC_FORCE_TCP", raising=False)
+    monkeypatch.setenv("MC_RPC_TIMEOUT_MS", "2000")
+    c, node, s, keys, sizes = setup_case(spawner, None)
+    caps = [16384] * N
+    state = {"reads": 0, "ok": 0, "coded": 0, "wrong": [], "stop": False, "error": None}
+    cv = threading.Condition()
+
+    def reader():
+        slot = 16384
+        buf = (ctypes.c_char * (slot * N))()
+        base = ctypes.addressof(buf)
+        assert s.register_buffer(base, slot * N) == 0
+        try:
+            while not state["stop"]:
+                ctypes.memset(base, 0, slot * N)
+                rcs = s.batch_get_into(keys, [base + i * slot for i in range(N)], caps)
+                for i, r in enumerate(rcs):
+                    if r > 0:
+                        if r != sizes[i] or ctypes.string_at(base + i * slot, r) != \
+                                value_for(keys[i], sizes[i]):
+                            state["wrong"].append(i)
+                        else:
+                            state["ok"] += 1
+                    else:
+                        state["coded"] += 1
+                        assert r < 0
+                with cv:
+                    state["reads"] += 1
+                    cv.notify_all()
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            state["error"] = repr(e)
+            with cv:
+                cv.notify_all()
+        finally:
+            s.unregister_buffer(base)
+
+    def reads_reach(n, timeout):
+        with cv:
+            return cv.wait_for(lambda: state["reads"] >= n or state["error"], timeout)
+
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    try:
+        assert reads_reach(5, 30)
+        assert state["coded"] == 5 * len(range(5, N, 17)) and not state["wrong"]
+        c.master.stop(signal.SIGKILL)
+        killed_at = state["reads"]
+        assert reads_reach(killed_at + 3, 60)
+        c.master.start()
+        assert reads_reach(state["reads"] + 3, 60)
+    finally:
+        state["stop"] = True
+        t.join(timeout=60)
+        s.close()
+        node.close()
+    assert state["error"] is None, state["error"]
+    assert not t.is_alive()
+    assert state["wrong"] == []
+    assert state["ok"] >= 5 * (N - len(range(5, N, 17)))
