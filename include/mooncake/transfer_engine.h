@@ -330,8 +330,9 @@ MC_API int mc_te_open_segment(mc_te *te, const char *name, mc_te_segment_t *out)
 MC_API int mc_te_close_segment(mc_te *te, mc_te_segment_t seg);
 
 /* mc_te_segment_is_local: true when requests to segment seg (a handle from
- * mc_te_open_segment) would now take the same-host shared-memory path, i.e. each is one
- * copy done inside mc_te_submit by the submitting thread; false for the TCP path, for
+ * mc_te_open_segment) would now take the same-host shared-memory path (a range inside
+ * one of the peer's shared buffers is then one copy done inside mc_te_submit by the
+ * submitting thread; other ranges still go over TCP); false for the TCP path, for
  * MC_FORCE_TCP, or for an unknown handle. A hint (the path can fall back to TCP later,
  * e.g. when the owner goes away); the store uses it to decide what to overlap with a
  * master RPC. mooncake-c only. */

@@ -259,8 +259,9 @@ typedef void (*mc_master_chunk_fn)(void *ctx, size_t off, size_t k);
  * connections, so it must not call this client again on the same thread if the pool
  * may be exhausted, and should not block for long. A request the master refused as a
  * whole is passed with its statuses set to that code; the items of a request that got
- * no usable reply (a transport error, a reply that does not decode) are never passed,
- * and their statuses hold the call's code when it returns. Returns as
+ * no usable reply (a transport error, a reply that does not decode) are never passed.
+ * When the call fails as a whole, every status holds its code on return, also those of
+ * items already passed (the caller keeps what it took from them). Returns as
  * batch_get_replica_list: MC_OK, or the first failing status / the call's code. */
 MC_API int mc_master_client_batch_get_replica_list_each(mc_master_client *c,
                                                         const mc_master_key *keys, size_t n,

@@ -431,6 +431,23 @@ static void rrun_end(mc_te *te, rrun *r)
     mc__xfer_deinit(&r->x);
 }
 
+/* Sets the store's read_local hint from one round: its queued requests all on the
+ * same-host path, or (nothing queued) `own` items read from our own memory. A round that
+ * moved nothing (misses, refusals, empty values) leaves the hint as it was. */
+static void hint_update(mc_store *s, mc__xfer *x, size_t own)
+{
+    if (x->n)
+        atomic_store_explicit(&s->read_local, mc__xfer_all_local(x), memory_order_relaxed);
+    else if (own)
+        atomic_store_explicit(&s->read_local, true, memory_order_relaxed);
+}
+
+/* True when read_next finished item q at once from our own memory. */
+static bool read_own_done(const rstate *q)
+{
+    return q->done && !q->from_disk && q->size > 0;
+}
+
 /* Step 2: the attempts. Each pending item reads its best untried replica; the attempts
  * started in one round are submitted together as one set (so a batch get keeps the
  * engine's batching). Each turn looks at what is due (a set over, a deadline, a hedge
@@ -447,6 +464,7 @@ static void read_transfer(mc_store *s, ritem *it, const size_t *idx, size_t m, r
     rsets *ss = &run->ss;
     rrun_submit(run); /* what read_early queued and left */
     bool first = learn;
+    size_t own = 0;
     for (;;) {
         uint64_t now = mc_now_ms();
         for (size_t k = 0; k < m; k++)
@@ -464,8 +482,10 @@ static void read_transfer(mc_store *s, ritem *it, const size_t *idx, size_t m, r
                 q->att[0] = q->att[1];
                 q->att[1].live = false;
             }
-            if (!q->att[0].live && !read_next(x, &it[idx[k]], q, &reps[k], k, 0, ss))
+            if (!q->att[0].live && !read_next(x, &it[idx[k]], q, &reps[k], k, 0, ss)) {
+                own += read_own_done(q);
                 continue; /* finished */
+            }
             if (q->hedge_at && now >= q->hedge_at && !q->att[1].live) {
                 q->hedge_at = 0;
                 read_next(x, &it[idx[k]], q, &reps[k], k, 1, ss);
@@ -477,9 +497,8 @@ static void read_transfer(mc_store *s, ritem *it, const size_t *idx, size_t m, r
                 next = q->hedge_at;
             any = true;
         }
-        if (first) /* the first round's path (own-memory reads only: local): the hint */
-            atomic_store_explicit(&s->read_local, mc__xfer_all_local(x),
-                                  memory_order_relaxed);
+        if (first) /* the first round's path: the hint */
+            hint_update(s, x, own);
         first = false;
         rrun_submit(run);
         if (!any)
@@ -564,19 +583,61 @@ static void read_early(void *arg, size_t off, size_t k)
             mc_master_client_view_changed_within(p->s->mc, MC__REMOUNT_WINDOW_MS))
             return;
     rsets_next(p->run);
+    size_t own = 0;
     for (size_t j = off; j < off + k; j++) {
         rstate *q = &p->rs[j];
         if (p->st[j] == MC_OK && !has_memory_replica(&p->reps[j]))
             continue;
         read_start(p->s, p->it, p->idx, j, p->st[j], &p->reps[j], p->t0, q, p->op);
-        if (!q->done && !q->failed)
-            read_next(&p->run->x, &p->it[p->idx[j]], q, &p->reps[j], j, 0, &p->run->ss);
+        if (!q->done && !q->failed &&
+            !read_next(&p->run->x, &p->it[p->idx[j]], q, &p->reps[j], j, 0, &p->run->ss))
+            own += read_own_done(q);
     }
-    bool local = mc__xfer_all_local(&p->run->x);
-    atomic_store_explicit(&p->s->read_local, local, memory_order_relaxed);
-    if (local)
+    hint_update(p->s, &p->run->x, own);
+    if (mc__xfer_all_local(&p->run->x))
         rrun_submit(p->run);
     mc__store_hook(MC__STORE_HOOK_READ_PIECE, p->it[p->idx[off]].key, p->it[p->idx[off]].klen);
+}
+
+/* Asks again, once, for the n items of keys[0..m) whose status is `code` (call: the
+ * request, ctx its argument) and puts the answers in their places of reps and st. */
+static void ask_again(int code, const mc_master_key *keys, size_t m,
+                      mc_master_replica_list *reps, int *st, size_t n, mc__remount_call call,
+                      void *ctx)
+{
+    size_t *map = mc_xmalloc(n * sizeof *map);
+    mc_master_key *sk = mc_xmalloc(n * sizeof *sk);
+    mc_master_replica_list *sr = mc_xmalloc(n * sizeof *sr);
+    int *ss = mc_xmalloc(n * sizeof *ss);
+    size_t j = 0;
+    for (size_t k = 0; k < m && j < n; k++)
+        if (st[k] == code) {
+            map[j] = k;
+            sk[j] = keys[k];
+            sr[j].n = 0;
+            sr[j].lease_ttl_ms = 0;
+            j++;
+        }
+    call(ctx, map, j, sk, sr, ss);
+    for (size_t i = 0; i < j; i++) {
+        mc_master_replica_list *d = &reps[map[i]];
+        st[map[i]] = ss[i];
+        d->n = sr[i].n <= MC_MASTER_MAX_REPLICAS ? sr[i].n : 0;
+        d->lease_ttl_ms = sr[i].lease_ttl_ms;
+        memcpy(d->replicas, sr[i].replicas, d->n * sizeof d->replicas[0]);
+    }
+    free(map);
+    free(sk);
+    free(sr);
+    free(ss);
+}
+
+static size_t count_code(const int *st, size_t m, int code)
+{
+    size_t n = 0;
+    for (size_t k = 0; k < m; k++)
+        n += st[k] == code;
+    return n;
 }
 
 /* Reads the pending items idx[0..m) (a chunk): the (batch) get_replica_list RPC (asked
@@ -611,11 +672,19 @@ static void read_chunk(mc_store *s, ritem *it, const size_t *idx, size_t m, cons
                atomic_load_explicit(&s->read_local, memory_order_relaxed)) {
         rpipe p = {s, it, idx, rs, reps, st, t0, op, &run};
         piped = true;
-        mc_master_client_batch_get_replica_list_each(s->mc, keys, m, reps, st, PIPE_KEYS,
-                                                     read_early, &p);
+        int rc = mc_master_client_batch_get_replica_list_each(s->mc, keys, m, reps, st,
+                                                              PIPE_KEYS, read_early, &p);
         for (size_t k = 0; k < m; k++)
             if (rs[k].prepared)
-                st[k] = MC_OK; /* taken: the remount window's retry leaves it alone */
+                st[k] = MC_OK; /* taken: the retries below leave it alone */
+        /* A call that failed as a whole after some pieces were answered is not resent by
+         * the master client (it resends to a new leader only while nothing of a call
+         * ran): the items still holding its code are asked for once more in one plain
+         * request, which follows a leader change as an unpipelined read does. */
+        size_t n;
+        if ((rc == MC_RPC_FAIL || rc == MC_RPC_TIMEOUT ||
+             rc == MC_UNAVAILABLE_IN_CURRENT_STATUS) && (n = count_code(st, m, rc)) > 0)
+            ask_again(rc, keys, m, reps, st, n, reread_call, s);
     } else {
         mc_master_client_batch_get_replica_list(s->mc, keys, m, reps, st);
     }
@@ -640,46 +709,14 @@ void mc__remount_retry(mc_store *s, int code, const mc_master_key *keys, size_t 
                        void *ctx)
 {
     uint64_t t_start = mc_now_ms();
-    size_t *map = NULL;
-    mc_master_key *sk = NULL;
-    mc_master_replica_list *sr = NULL;
-    int *ss = NULL;
     for (;;) {
-        size_t n = 0;
-        for (size_t k = 0; k < m; k++)
-            n += st[k] == code;
+        size_t n = count_code(st, m, code);
         if (!n || !mc_master_client_view_changed_within(s->mc, MC__REMOUNT_WINDOW_MS) ||
             mc_now_ms() - t_start >= MC__REMOUNT_RETRY_MS)
             break;
         mc_sleep_ms(MC__REMOUNT_POLL_MS);
-        if (!map) {
-            map = mc_xmalloc(n * sizeof *map);
-            sk = mc_xmalloc(n * sizeof *sk);
-            sr = mc_xmalloc(n * sizeof *sr);
-            ss = mc_xmalloc(n * sizeof *ss);
-        }
-        size_t j = 0;
-        for (size_t k = 0; k < m; k++)
-            if (st[k] == code) {
-                map[j] = k;
-                sk[j] = keys[k];
-                sr[j].n = 0;
-                sr[j].lease_ttl_ms = 0;
-                j++;
-            }
-        call(ctx, map, n, sk, sr, ss);
-        for (j = 0; j < n; j++) {
-            mc_master_replica_list *d = &reps[map[j]];
-            st[map[j]] = ss[j];
-            d->n = sr[j].n <= MC_MASTER_MAX_REPLICAS ? sr[j].n : 0;
-            d->lease_ttl_ms = sr[j].lease_ttl_ms;
-            memcpy(d->replicas, sr[j].replicas, d->n * sizeof d->replicas[0]);
-        }
+        ask_again(code, keys, m, reps, st, n, call, ctx);
     }
-    free(map);
-    free(sk);
-    free(sr);
-    free(ss);
 }
 
 /* get_replica_list for the keys still refused in the remount window */

@@ -44,13 +44,19 @@ def setup_case(spawner, env):
     node = StoreProc(c.setup_args(segment=32 << 20), env=env)
     s = MooncakeDistributedStore()
     assert s.setup(*c.setup_args(segment=0)) == 0
+    keys, sizes = put_keys(s, "pipe")
+    return c, node, s, keys, sizes
+
+
+def put_keys(s, prefix):
+    """N keys with values of 1-16 KB put through s; every 17th key is never put."""
     tag = uuid.uuid4().hex[:8]
-    keys = [f"pipe-{tag}-{i}" for i in range(N)]
+    keys = [f"{prefix}-{tag}-{i}" for i in range(N)]
     sizes = sizes_for(N)
     for i, k in enumerate(keys):
         if i % 17 != 5:
             assert s.put(k, value_for(k, sizes[i])) == 0
-    return c, node, s, keys, sizes
+    return keys, sizes
 
 
 def expected(keys, sizes, caps):
@@ -137,7 +143,11 @@ def test_tcp_batch_read_is_one_request_and_exact(spawner, monkeypatch):
     try:
         caps = [16384] * N
         want = expected(keys, sizes, caps)
-        for _ in range(3):
+        missing = [f"{k}-never-put" for k in keys]
+        for miss in (None, missing[:1], missing):
+            # reads that move nothing (misses) must not turn pipelining on over TCP
+            if miss:
+                s.batch_get_buffer(miss) if len(miss) > 1 else s.get(miss[0])
             rcs, got, took = read_into(c, s, keys, sizes, caps)
             assert rcs == want
             check_bytes(keys, sizes, rcs, got)
@@ -155,12 +165,7 @@ def test_own_segment_batch_read_is_pipelined(spawner, monkeypatch):
     s = MooncakeDistributedStore()
     assert s.setup(*c.setup_args(segment=32 << 20)) == 0
     try:
-        tag = uuid.uuid4().hex[:8]
-        keys = [f"own-{tag}-{i}" for i in range(N)]
-        sizes = sizes_for(N)
-        for i, k in enumerate(keys):
-            if i % 17 != 5:
-                assert s.put(k, value_for(k, sizes[i])) == 0
+        keys, sizes = put_keys(s, "own")
         caps = [16384] * N
         want = expected(keys, sizes, caps)
         tooks = []
