@@ -231,9 +231,10 @@ typedef struct mc__ubuf {
 struct mc_store {
     pthread_rwlock_t life; /* shared: calls; exclusive: setup, close */
     atomic_bool up;        /* written under life (exclusive); read anywhere */
-    atomic_bool read_local; /* hint (read.c read_chunk, hint_update): the last read round
-                               that moved bytes found them all on the same-host path or in
-                               our own memory; relaxed, any thread */
+    atomic_bool read_local; /* hint (read.c read_chunk, hint_update): the last round of a
+                               read chunk large enough to pipeline that moved bytes found
+                               them all on the same-host path or in our own memory;
+                               relaxed, any thread */
 
     /* Everything below is written under life (exclusive) and read under life (shared),
      * or by the heartbeat thread, which setup starts last and teardown joins first. */

@@ -433,13 +433,14 @@ static void rrun_end(mc_te *te, rrun *r)
 
 /* Sets the store's read_local hint from one round: its queued requests all on the
  * same-host path, or (nothing queued) `own` items read from our own memory. A round that
- * moved nothing (misses, refusals, empty values) leaves the hint as it was. */
-static void hint_update(mc_store *s, mc__xfer *x, size_t own)
+ * moved nothing (misses, refusals, empty values) leaves the hint as it was. Returns
+ * whether every queued request is on the same-host path (true when none is). */
+static bool hint_update(mc_store *s, mc__xfer *x, size_t own)
 {
-    if (x->n)
-        atomic_store_explicit(&s->read_local, mc__xfer_all_local(x), memory_order_relaxed);
-    else if (own)
-        atomic_store_explicit(&s->read_local, true, memory_order_relaxed);
+    bool local = mc__xfer_all_local(x);
+    if (x->n || own)
+        atomic_store_explicit(&s->read_local, local, memory_order_relaxed);
+    return local;
 }
 
 /* True when read_next finished item q at once from our own memory. */
@@ -593,8 +594,7 @@ static void read_early(void *arg, size_t off, size_t k)
             !read_next(&p->run->x, &p->it[p->idx[j]], q, &p->reps[j], j, 0, &p->run->ss))
             own += read_own_done(q);
     }
-    hint_update(p->s, &p->run->x, own);
-    if (mc__xfer_all_local(&p->run->x))
+    if (hint_update(p->s, &p->run->x, own))
         rrun_submit(p->run);
     mc__store_hook(MC__STORE_HOOK_READ_PIECE, p->it[p->idx[off]].key, p->it[p->idx[off]].klen);
 }
@@ -665,13 +665,13 @@ static void read_chunk(mc_store *s, ritem *it, const size_t *idx, size_t m, cons
     rrun run;
     rrun_init(&run, s);
     uint64_t t0 = mc_now_ms(); /* the lease is measured from before the request */
-    bool piped = false;
+    /* only a chunk that could be pipelined reads or sets the hint */
+    bool pipeable = m >= 2 * PIPE_KEYS && op->mode != DEST_ALLOC;
+    bool piped = pipeable && atomic_load_explicit(&s->read_local, memory_order_relaxed);
     if (m == 1) {
         st[0] = mc_master_client_get_replica_list(s->mc, keys[0].data, keys[0].len, &reps[0]);
-    } else if (m >= 2 * PIPE_KEYS && op->mode != DEST_ALLOC &&
-               atomic_load_explicit(&s->read_local, memory_order_relaxed)) {
+    } else if (piped) {
         rpipe p = {s, it, idx, rs, reps, st, t0, op, &run};
-        piped = true;
         int rc = mc_master_client_batch_get_replica_list_each(s->mc, keys, m, reps, st,
                                                               PIPE_KEYS, read_early, &p);
         for (size_t k = 0; k < m; k++)
@@ -693,7 +693,7 @@ static void read_chunk(mc_store *s, ritem *it, const size_t *idx, size_t m, cons
     for (size_t k = 0; k < m; k++)
         if (!rs[k].prepared)
             read_start(s, it, idx, k, st[k], &reps[k], t0, &rs[k], op);
-    read_transfer(s, it, idx, m, rs, reps, &run, !piped);
+    read_transfer(s, it, idx, m, rs, reps, &run, pipeable && !piped);
     rrun_end(s->te, &run);
     read_lease_check(it, idx, m, rs, keys);
     free(keys);

@@ -12,35 +12,33 @@ value comes back byte for byte, with per-key codes for missing keys and short bu
 in the middle of a piece.
 """
 import ctypes
+import signal
+import threading
 import uuid
 
-import pytest
-
-from conftest import _Spawner
 from mooncake.store import MooncakeDistributedStore
 from store_proc import StoreCluster, StoreProc, value_for
 
 OBJECT_NOT_FOUND, INVALID_PARAMS = -704, -600
 PIECE = 32  # keys per pipelined request (read.c PIPE_KEYS)
-N = 200  # keys per batch: 7 pieces (6 x 32 + 8)
+N = 200  # keys per batch
+PIECES = (N + PIECE - 1) // PIECE  # 7 pipelined requests (6 x 32 + 8)
+MISSING = len(range(5, N, 17))  # keys never put: every 17th (absent(i))
 REQS = "master_batch_get_replica_list_requests_total"
 
 
-@pytest.fixture
-def spawner():
-    sp = _Spawner()
-    yield sp
-    sp.cleanup()
+def absent(i):
+    return i % 17 == 5
 
 
 def sizes_for(n):
     return [1000 + (i * 997) % 15000 for i in range(n)]
 
 
-def setup_case(spawner, env):
+def setup_case(spawn, env):
     """A master, a node holding every value (its own process), a pure client here;
     N keys with values of 1-16 KB put from the client; every 17th key is never put."""
-    c = StoreCluster(spawner)
+    c = StoreCluster(spawn)
     node = StoreProc(c.setup_args(segment=32 << 20), env=env)
     s = MooncakeDistributedStore()
     assert s.setup(*c.setup_args(segment=0)) == 0
@@ -54,7 +52,7 @@ def put_keys(s, prefix):
     keys = [f"{prefix}-{tag}-{i}" for i in range(N)]
     sizes = sizes_for(N)
     for i, k in enumerate(keys):
-        if i % 17 != 5:
+        if not absent(i):
             assert s.put(k, value_for(k, sizes[i])) == 0
     return keys, sizes
 
@@ -62,7 +60,7 @@ def put_keys(s, prefix):
 def expected(keys, sizes, caps):
     out = []
     for i, k in enumerate(keys):
-        if i % 17 == 5:
+        if absent(i):
             out.append(OBJECT_NOT_FOUND)
         elif caps[i] < sizes[i]:
             out.append(INVALID_PARAMS)
@@ -95,9 +93,9 @@ def check_bytes(keys, sizes, rcs, got):
             assert got[i] == value_for(k, sizes[i]), f"key {i}: wrong bytes"
 
 
-def test_same_host_batch_read_is_pipelined_and_exact(spawner, monkeypatch):
+def test_same_host_batch_read_is_pipelined_and_exact(spawn, monkeypatch):
     monkeypatch.delenv("MC_FORCE_TCP", raising=False)
-    c, node, s, keys, sizes = setup_case(spawner, None)
+    c, node, s, keys, sizes = setup_case(spawn, None)
     try:
         caps = [16384] * N
         caps[40] = sizes[40] - 1  # a short buffer inside the second piece
@@ -112,7 +110,7 @@ def test_same_host_batch_read_is_pipelined_and_exact(spawner, monkeypatch):
             rcs, got, took = read_into(c, s, keys, sizes, caps)
             assert rcs == want
             check_bytes(keys, sizes, rcs, got)
-            assert took == (N + PIECE - 1) // PIECE
+            assert took == PIECES
         # under 2 pieces: one request
         rcs, got, took = read_into(c, s, keys[:2 * PIECE - 1], sizes, caps[:2 * PIECE - 1])
         assert rcs == want[:2 * PIECE - 1]
@@ -120,7 +118,7 @@ def test_same_host_batch_read_is_pipelined_and_exact(spawner, monkeypatch):
         # local-buffer handles are pipelined too; allocator reads (get_batch) are not
         before = c.master.metrics()[REQS]
         bufs = s.batch_get_buffer(keys)
-        assert c.master.metrics()[REQS] - before == (N + PIECE - 1) // PIECE
+        assert c.master.metrics()[REQS] - before == PIECES
         for i, k in enumerate(keys):
             if want[i] == OBJECT_NOT_FOUND:
                 assert bufs[i] is None
@@ -131,15 +129,15 @@ def test_same_host_batch_read_is_pipelined_and_exact(spawner, monkeypatch):
         vals = s.get_batch(keys)
         assert c.master.metrics()[REQS] - before == 1
         assert [v == value_for(k, sizes[i]) for i, (k, v) in enumerate(zip(keys, vals))
-                if i % 17 != 5] == [True] * (N - len(range(5, N, 17)))
+                if not absent(i)] == [True] * (N - MISSING)
     finally:
         s.close()
         node.close()
 
 
-def test_tcp_batch_read_is_one_request_and_exact(spawner, monkeypatch):
+def test_tcp_batch_read_is_one_request_and_exact(spawn, monkeypatch):
     monkeypatch.setenv("MC_FORCE_TCP", "1")
-    c, node, s, keys, sizes = setup_case(spawner, {"MC_FORCE_TCP": "1"})
+    c, node, s, keys, sizes = setup_case(spawn, {"MC_FORCE_TCP": "1"})
     try:
         caps = [16384] * N
         want = expected(keys, sizes, caps)
@@ -157,11 +155,11 @@ def test_tcp_batch_read_is_one_request_and_exact(spawner, monkeypatch):
         node.close()
 
 
-def test_own_segment_batch_read_is_pipelined(spawner, monkeypatch):
+def test_own_segment_batch_read_is_pipelined(spawn, monkeypatch):
     """Values in the reader's own segment are copied by the reader too (no engine):
     pipelined after the first read, exact."""
     monkeypatch.delenv("MC_FORCE_TCP", raising=False)
-    c = StoreCluster(spawner)
+    c = StoreCluster(spawn)
     s = MooncakeDistributedStore()
     assert s.setup(*c.setup_args(segment=32 << 20)) == 0
     try:
@@ -174,24 +172,20 @@ def test_own_segment_batch_read_is_pipelined(spawner, monkeypatch):
             assert rcs == want
             check_bytes(keys, sizes, rcs, got)
             tooks.append(took)
-        assert tooks == [1] + [(N + PIECE - 1) // PIECE] * 2
+        assert tooks == [1] + [PIECES] * 2
     finally:
         s.close()
 
 
-def test_master_killed_during_pipelined_reads_gives_codes_not_wrong_bytes(spawner,
-                                                                           monkeypatch):
+def test_master_killed_during_pipelined_reads_gives_codes_not_wrong_bytes(spawn, monkeypatch):
     """SIGKILL of the master while a reader here loops over pipelined batch reads (of a
     node's shared memory): no read returns a length with wrong bytes, before the kill,
     while the master is down (codes) or after its restart (its metadata is gone: codes).
     The kill landing between two pieces of one read is tested deterministically in
     tests/unit/client/test_store_client.c (test_pipelined_read_master_killed)."""
-    import signal
-    import threading
-
     monkeypatch.delenv("MC_FORCE_TCP", raising=False)
     monkeypatch.setenv("MC_RPC_TIMEOUT_MS", "2000")
-    c, node, s, keys, sizes = setup_case(spawner, None)
+    c, node, s, keys, sizes = setup_case(spawn, None)
     caps = [16384] * N
     state = {"reads": 0, "ok": 0, "coded": 0, "wrong": [], "stop": False, "error": None}
     cv = threading.Condition()
@@ -205,17 +199,22 @@ def test_master_killed_during_pipelined_reads_gives_codes_not_wrong_bytes(spawne
             while not state["stop"]:
                 ctypes.memset(base, 0, slot * N)
                 rcs = s.batch_get_into(keys, [base + i * slot for i in range(N)], caps)
+                ok = coded = 0
+                wrong = []
                 for i, r in enumerate(rcs):
                     if r > 0:
                         if r != sizes[i] or ctypes.string_at(base + i * slot, r) != \
                                 value_for(keys[i], sizes[i]):
-                            state["wrong"].append(i)
+                            wrong.append(i)
                         else:
-                            state["ok"] += 1
+                            ok += 1
                     else:
-                        state["coded"] += 1
+                        coded += 1
                         assert r < 0
-                with cv:
+                with cv:  # one read's counts at once: the main thread sees whole reads
+                    state["ok"] += ok
+                    state["coded"] += coded
+                    state["wrong"] += wrong
                     state["reads"] += 1
                     cv.notify_all()
         except BaseException as e:  # noqa: BLE001 - reported by the main thread
@@ -233,7 +232,8 @@ def test_master_killed_during_pipelined_reads_gives_codes_not_wrong_bytes(spawne
     t.start()
     try:
         assert reads_reach(5, 30)
-        assert state["coded"] == 5 * len(range(5, N, 17)) and not state["wrong"]
+        with cv:
+            assert state["coded"] == state["reads"] * MISSING and not state["wrong"]
         c.master.stop(signal.SIGKILL)
         killed_at = state["reads"]
         assert reads_reach(killed_at + 3, 60)
@@ -247,4 +247,4 @@ def test_master_killed_during_pipelined_reads_gives_codes_not_wrong_bytes(spawne
     assert state["error"] is None, state["error"]
     assert not t.is_alive()
     assert state["wrong"] == []
-    assert state["ok"] >= 5 * (N - len(range(5, N, 17)))
+    assert state["ok"] >= 5 * (N - MISSING)
