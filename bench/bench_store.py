@@ -10,6 +10,9 @@ What one run measures, back to back on 127.0.0.1:
   raw-tcp     one loopback TCP stream between two processes, one value per send()/recv()
               (Python socket calls; ~1-2 us per call, so the 4 KiB figure is a floor);
               the TCP path's limit
+  raw-tcp-rr  one loopback TCP connection as request/response: a 32-byte request, the
+              value as the answer, one at a time; what a batch-1 get can reach at best
+              (printed beside batch-1 gets as raw_tcp_rr, not judged)
   redis       `redis-benchmark -P 128 -d 4096 -t set,get -q` against a redis-server
               started by the bench on a free 127.0.0.1 port (stopped after it), after a SET
               of the 4096-byte value it reads: SET/s is the anchor of the 4 KiB x 128 put,
@@ -600,6 +603,60 @@ def raw_tcp(group, block, seconds):
     return got / el / GB if el > 0 else None
 
 
+_RESPONDER = r"""
+import socket, sys
+port, block = int(sys.argv[1]), int(sys.argv[2])
+s = socket.create_connection(("127.0.0.1", port))
+s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+view = memoryview(bytearray(b"\x01" * block))
+req = bytearray(32)
+try:
+    while s.recv_into(req, 32, socket.MSG_WAITALL) == 32:
+        s.sendall(view)
+finally:
+    s.close()
+"""
+
+
+def raw_tcp_rr(group, block, seconds):
+    """One loopback TCP connection used as a batch-1 get uses one: this process sends a
+    32-byte request, a child process answers each with `block` bytes (sendall), the next
+    request goes out once the whole answer is in, for `seconds`. GB/s over
+    the round trips. A reference, not an anchor any target is judged by: a request /
+    response pays the pipeline fill and drain of every value and two wakeups that a
+    stream hides (docs/performance.md, "Session 14")."""
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(1)
+    ls.settimeout(20)
+    port = ls.getsockname()[1]
+    c = group.spawn(f"tcp-responder-{block}", [sys.executable, "-c", _RESPONDER, str(port),
+                                               str(block)])
+    try:
+        conn, _ = ls.accept()
+    finally:
+        ls.close()
+    conn.settimeout(seconds + 20)
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    rbuf = memoryview(bytearray(block))
+    req = b"r" * 32
+    got = 0
+    with conn:
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            conn.sendall(req)
+            k = 0
+            while k < block:  # a socket with a timeout returns what is there
+                n = conn.recv_into(rbuf[k:], block - k)
+                if n <= 0:
+                    return None
+                k += n
+            got += k
+        el = time.perf_counter() - t0
+    c.popen.wait(timeout=10)
+    return got / el / GB if el > 0 else None
+
+
 def memcpy_gbps(block, seconds, np):
     """memcpy of one `block` at a time: numpy copies every other block of a 256 MiB
     buffer into every other block of another (the per-block loop runs in C). GB/s."""
@@ -793,6 +850,7 @@ def analyse(res):
     """Adds the ratio of every store cell to its anchors and the target verdicts."""
     anchors = res["anchors"]
     tcp = {int(k): v for k, v in anchors["raw_tcp_gbps"].items()}
+    trr = {int(k): v for k, v in anchors.get("raw_tcp_rr_gbps", {}).items()}
     mcp = {int(k): v for k, v in anchors["memcpy_gbps"].items()}
     redis = anchors.get("redis") or {}
     redis_set = anchors.get("redis_set") or {}
@@ -809,6 +867,10 @@ def analyse(res):
                     r["memcpy"] = g / mcp[c["size"]] if mcp.get(c["size"]) else None
                 else:
                     r["raw_tcp"] = g / tcp[c["size"]] if tcp.get(c["size"]) else None
+                    # a batch-1 call is one request / response (reference only, not judged)
+                    if c["batch"] == 1 and c["api"] in ("batch_get_into", "get") and \
+                            trr.get(c["size"]):
+                        r["raw_tcp_rr"] = g / trr[c["size"]]
                 u = up.get(cell_key(c), {}).get("gbps")
                 if label != "upstream" and u:
                     r["upstream"] = g / u
@@ -901,6 +963,10 @@ def table_lines(res):
         out.append(f"{'anchor':9} {'raw loopback TCP':20} {'-':4} {'send/recv':15} "
                    f"{human(s):>7} {1:>5} {'-':>10} {fmt(a['raw_tcp_gbps'].get(str(s))):>7} "
                    f"{'-':>8} {'-':>8} {'-':>6}")
+        out.append(f"{'anchor':9} {'raw TCP req/resp':20} {'-':4} {'32 B -> value':15} "
+                   f"{human(s):>7} {1:>5} {'-':>10} "
+                   f"{fmt(a.get('raw_tcp_rr_gbps', {}).get(str(s))):>7} "
+                   f"{'-':>8} {'-':>8} {'-':>6}")
         out.append(f"{'anchor':9} {'memcpy':20} {'-':4} {'memcpy':15} "
                    f"{human(s):>7} {1:>5} {'-':>10} {fmt(a['memcpy_gbps'].get(str(s))):>7} "
                    f"{'-':>8} {'-':>8} {'-':>6}")
@@ -930,7 +996,9 @@ def table_lines(res):
                        f"{fmt(c.get('values_per_s'), '{:.0f}'):>10} {fmt(c.get('gbps')):>7} "
                        f"{fmt(c.get('p50_ms')):>8} {fmt(c.get('p99_ms')):>8} "
                        f"{c['calls']:>6}  {rs}{'  ' if rs and note else ''}{note}")
-    out.append("ratios: memcpy / raw_tcp: to that anchor; redis: to redis-benchmark's "
+    out.append("ratios: memcpy / raw_tcp: to that anchor; raw_tcp_rr: to one loopback "
+               "connection's request/response of the same value (batch-1 gets; shown, not "
+               "judged); redis: to redis-benchmark's "
                "one-key command (SET or GET); redis_spread: to its -r "
                f"{REDIS_SPREAD_KEYS} run (the same {REDIS_SPREAD_KEYS * 4 // 1024} MiB "
                f"working set as a get cycling over {SPREAD_BATCHES} batches); upstream: "
@@ -1181,19 +1249,24 @@ def measure_anchors(args, group, res, np, when):
     per pass in res["anchors"]["runs"][when]; res["anchors"] holds the best of the passes
     so far (the box is shared: the best figure is the conservative limit)."""
     a = res["anchors"]
-    run = a.setdefault("runs", {})[when] = {"raw_tcp_gbps": {}, "memcpy_gbps": {}}
+    run = a.setdefault("runs", {})[when] = {"raw_tcp_gbps": {}, "memcpy_gbps": {},
+                                            "raw_tcp_rr_gbps": {}}
+    a.setdefault("raw_tcp_rr_gbps", {})
     reps = 3
     sec = max(0.2, args.seconds / 2)
     for s in args.sizes:
         k = str(s)
         t = max(filter(None, (raw_tcp(group, s, sec) for _ in range(reps))), default=None)
+        rr = max(filter(None, (raw_tcp_rr(group, s, sec) for _ in range(reps))),
+                 default=None)
         m = max(memcpy_gbps(s, sec, np) for _ in range(reps))
-        run["raw_tcp_gbps"][k], run["memcpy_gbps"][k] = t, m
-        for key, v in (("raw_tcp_gbps", t), ("memcpy_gbps", m)):
+        run["raw_tcp_gbps"][k], run["memcpy_gbps"][k], run["raw_tcp_rr_gbps"][k] = t, m, rr
+        for key, v in (("raw_tcp_gbps", t), ("memcpy_gbps", m), ("raw_tcp_rr_gbps", rr)):
             if v is not None and (a[key].get(k) is None or v > a[key][k]):
                 a[key][k] = v
-        print(f"  anchor ({when}) size={human(s)}: raw loopback TCP {fmt(t)} GB/s, memcpy "
-              f"{m:.3f} GB/s (best of {reps})", flush=True)
+        print(f"  anchor ({when}) size={human(s)}: raw loopback TCP {fmt(t)} GB/s "
+              f"(request/response {fmt(rr)}), memcpy {m:.3f} GB/s (best of {reps})",
+              flush=True)
     try:
         n = args.redis_requests or (300_000 if args.quick else 1_000_000)
         both = redis_anchor(group, n)
