@@ -375,29 +375,39 @@ static void on_close(mc_conn *c, int err, void *arg)
     conn_gone(sc);
 }
 
-/* A request header is in: its body takes its size from the pending budget first. */
+/* A request header is in (it counts as activity for the idle timeout). */
 static int on_header(mc_conn *c, const mc_frame_header *hdr, void *arg)
+{
+    (void)c;
+    (void)hdr;
+    srv_conn *sc = arg;
+    sc->last_ms = mc_now_ms();
+    return 0;
+}
+
+/* The body being read grows its buffer by `add` bytes (net/conn.h: about what the peer
+ * sent so far, never what its header merely claims): they come from the pending budget
+ * first. A header alone holds nothing, so idle headers cannot starve other peers. */
+static int on_body_alloc(mc_conn *c, size_t add, void *arg)
 {
     (void)c;
     srv_conn *sc = arg;
     mc_master_rpc_server *srv = sc->lc->srv;
-    sc->last_ms = mc_now_ms();
-    if (!hdr->body_len)
-        return 0;
-    uint64_t now = __atomic_add_fetch(&srv->pending, hdr->body_len, __ATOMIC_RELAXED);
+    uint64_t now = __atomic_add_fetch(&srv->pending, add, __ATOMIC_RELAXED);
     if (now > srv->max_pending) {
-        count(&srv->pending, -(int64_t)hdr->body_len);
+        count(&srv->pending, -(int64_t)add);
         refuse(srv, MC_RPC_REFUSED_PENDING_BYTES,
-               "a %u-byte request body would pass the %llu bytes of request bodies being "
-               "received at once (--rpc_max_pending_request_bytes)",
-               (unsigned)hdr->body_len, (unsigned long long)srv->max_pending);
+               "%llu more bytes of a request body being received would pass the %llu "
+               "bytes of request bodies being received at once "
+               "(--rpc_max_pending_request_bytes)",
+               (unsigned long long)add, (unsigned long long)srv->max_pending);
         return -ENOSPC; /* closes the connection */
     }
-    sc->reserved = hdr->body_len;
+    sc->reserved += add;
     return 0;
 }
 
-static const mc_conn_callbacks conn_cbs = {on_frame, on_close, on_header};
+static const mc_conn_callbacks conn_cbs = {on_frame, on_close, on_header, on_body_alloc};
 
 /* ---- before the RPC protocol: the handshake, or an open server's first bytes ---- */
 
@@ -712,10 +722,14 @@ static void idle_sweep(void *arg)
         /* closing unlinks and frees it (synchronously: a timer is no conn callback) */
         mc_list *next = it->next == &lc->conns ? NULL : it->next;
         srv_conn *sc = MC_CONTAINER_OF(it, srv_conn, link);
-        /* a connection waiting for its kept replies or mid-body is not idle */
-        if (now - sc->last_ms >= idle_ms && mc_list_empty(&sc->replies) && !sc->reserved) {
+        /* a connection waiting for its kept replies is not idle; one mid-body is while
+         * no byte of that body comes */
+        uint64_t last = sc->last_ms;
+        if (sc->phase == PH_RPC && sc->reserved && mc_conn_last_rx_ms(sc->c) > last)
+            last = mc_conn_last_rx_ms(sc->c);
+        if (now - last >= idle_ms && mc_list_empty(&sc->replies)) {
             mc_log(MC_LOG_DEBUG, TAG, "closing a connection idle for %llu ms "
-                   "(--rpc_conn_timeout_seconds)", (unsigned long long)(now - sc->last_ms));
+                   "(--rpc_conn_timeout_seconds)", (unsigned long long)(now - last));
             if (sc->phase == PH_RPC)
                 mc_conn_close(sc->c);
             else

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "common/xalloc.h"
+#include "mooncake/mc_time.h"
 #include "net/sock.h"
 
 struct mc_conn {
@@ -25,6 +26,8 @@ struct mc_conn {
     mc_frame_header hdr;
     uint8_t *body;
     size_t body_have;
+    size_t body_cap;      /* bytes allocated for body: grows as they arrive */
+    uint64_t last_rx_ms;  /* when a recv last returned bytes (mc_conn_last_rx_ms) */
     /* output queue: one flat buffer, [out_off, out_len) pending */
     uint8_t *out;
     size_t out_off, out_len, out_cap;
@@ -33,6 +36,28 @@ struct mc_conn {
     bool closing;  /* close requested */
     int close_err;
 };
+
+/* A body's buffer starts at this size (or the body's, when smaller) and doubles while
+ * its bytes arrive: what a connection holds follows what its peer sent, not what its
+ * header claims (a header alone must not hold max_body bytes of a server's budget). */
+#define BODY_FIRST 4096u
+
+/* Makes room for more body bytes: the first chunk or a doubling, capped at body_len.
+ * on_body_alloc may refuse (-errno closes the connection). */
+static int body_grow(mc_conn *c)
+{
+    size_t want = c->body_cap ? c->body_cap * 2 : BODY_FIRST;
+    if (want > c->hdr.body_len)
+        want = c->hdr.body_len;
+    if (c->cbs.on_body_alloc) {
+        int rc = c->cbs.on_body_alloc(c, want - c->body_cap, c->arg);
+        if (rc)
+            return rc;
+    }
+    c->body = mc_xrealloc(c->body, want);
+    c->body_cap = want;
+    return 0;
+}
 
 static void conn_free(mc_conn *c)
 {
@@ -93,8 +118,13 @@ static int on_readable(mc_conn *c)
             dst = c->hdr_buf + c->hdr_have;
             want = MC_FRAME_HEADER_SIZE - c->hdr_have;
         } else {
+            if (c->body_have == c->body_cap) {
+                int rc = body_grow(c);
+                if (rc)
+                    return rc;
+            }
             dst = c->body + c->body_have;
-            want = c->hdr.body_len - c->body_have;
+            want = c->body_cap - c->body_have;
         }
         ssize_t n = want ? recv(c->fd, dst, want, MSG_DONTWAIT) : 0;
         if (want && n == 0)
@@ -106,6 +136,8 @@ static int on_readable(mc_conn *c)
                 return 0;
             return -errno;
         }
+        if (n > 0)
+            c->last_rx_ms = mc_now_ms();
         if (c->hdr_have < MC_FRAME_HEADER_SIZE) {
             c->hdr_have += (size_t)n;
             if (c->hdr_have < MC_FRAME_HEADER_SIZE)
@@ -116,9 +148,7 @@ static int on_readable(mc_conn *c)
             if (c->cbs.on_header && (rc = c->cbs.on_header(c, &c->hdr, c->arg)) != 0)
                 return rc;
             c->body_have = 0;
-            if (c->hdr.body_len) {
-                c->body = mc_xmalloc(c->hdr.body_len);
-            }
+            c->body_cap = 0;
         } else {
             c->body_have += (size_t)n;
         }
@@ -128,6 +158,7 @@ static int on_readable(mc_conn *c)
             c->body = NULL;
             c->hdr_have = 0;
             c->body_have = 0;
+            c->body_cap = 0;
             c->cbs.on_frame(c, &hdr, body ? body : (const uint8_t *)"", c->arg);
             free(body);
         }
@@ -181,6 +212,7 @@ mc_conn *mc_conn_create_opts(mc_loop *loop, int fd, const mc_conn_opts *o,
     c->max_body = o->max_body ? o->max_body : MC_FRAME_DEFAULT_MAX_BODY;
     c->max_backlog = o->max_backlog ? o->max_backlog : (256u << 20);
     c->pause_backlog = o->pause_backlog;
+    c->last_rx_ms = mc_now_ms();
     if (o->prefix_len) {
         memcpy(c->hdr_buf, o->prefix, o->prefix_len);
         c->hdr_have = o->prefix_len;
@@ -249,6 +281,11 @@ void mc_conn_close(mc_conn *c)
 size_t mc_conn_backlog(const mc_conn *c)
 {
     return c->out_len - c->out_off;
+}
+
+uint64_t mc_conn_last_rx_ms(const mc_conn *c)
+{
+    return c->last_rx_ms;
 }
 
 int mc_conn_fd(const mc_conn *c)

@@ -26,9 +26,16 @@ typedef struct mc_conn_callbacks {
      * Called exactly once; the conn is freed right after it returns. May be NULL. */
     void (*on_close)(mc_conn *c, int err, void *arg);
     /* A frame header arrived (checked, body_len <= max_body), before its body is
-     * buffered. Return 0 to go on, or -errno to close the connection with that error
-     * (the server's memory budget for pending bodies). May be NULL. */
+     * read. Return 0 to go on, or -errno to close the connection with that error.
+     * May be NULL. */
     int (*on_header)(mc_conn *c, const mc_frame_header *hdr, void *arg);
+    /* The body being read needs `add` more bytes of buffer: its first 4 KiB (or the
+     * whole body when smaller), then a doubling each time the bytes received fill it,
+     * up to body_len. So a connection holds at most about twice what its peer sent
+     * (plus 4 KiB), whatever its header claims. Return 0 to go on, or -errno to close
+     * the connection (a server's budget for bodies being received). The bytes are
+     * given back by the frame's on_frame or the connection's on_close. May be NULL. */
+    int (*on_body_alloc)(mc_conn *c, size_t add, void *arg);
 } mc_conn_callbacks;
 
 /* Extra settings of mc_conn_create_opts (all 0 = the defaults of mc_conn_create). */
@@ -65,6 +72,10 @@ int mc_conn_send(mc_conn *c, mc_frame_header *hdr, const void *body, size_t len)
 /* mc_conn_close: closes after the current callback returns; on_close(c, 0). Queued
  * output that has not been written is dropped. Idempotent. */
 void mc_conn_close(mc_conn *c);
+
+/* mc_conn_last_rx_ms: mc_now_ms() when a read on c last returned bytes (header or
+ * body), or when c was created. */
+uint64_t mc_conn_last_rx_ms(const mc_conn *c);
 
 /* mc_conn_fd / mc_conn_loop: accessors. */
 int mc_conn_fd(const mc_conn *c);

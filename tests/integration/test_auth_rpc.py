@@ -387,12 +387,18 @@ def test_connection_and_request_limits(spawn, tmp_path):
         held[0].sendall(frame(OP_SERVICE_READY, body_len=65537))
         assert closed_soon(held[0])
         wait_until(lambda: metric(m, "master_rpc_bad_connections_total") == bad0 + 1, 5)
-        # two bodies of 60000 being received at once pass the 100000 pending bytes
-        held[1].sendall(frame(OP_SERVICE_READY, body_len=60000) + b"\0" * 100)
+        # a body's buffer follows the bytes received (4 KiB first, then doubling):
+        # 59999 of 60000 received hold all 60000, a bare header only the first 4 KiB
+        held[1].sendall(frame(OP_SERVICE_READY, body_len=60000) + b"\0" * 59999)
         wait_until(lambda: metric(m, "master_rpc_pending_request_bytes") == 60000, 5)
         held[2].sendall(frame(OP_SERVICE_READY, body_len=60000))
+        wait_until(lambda: metric(m, "master_rpc_pending_request_bytes") == 64096, 5)
+        assert refused(m, "pending_bytes") == 0
+        # its body's bytes grow it past the 100000 pending bytes: closed
+        held[2].sendall(b"\0" * 50000)
         assert closed_soon(held[2])
         assert refused(m, "pending_bytes") >= 1
+        wait_until(lambda: metric(m, "master_rpc_pending_request_bytes") == 60000, 5)
         # the slots freed are usable again, and the held connections still work
         with rpc_connect(m.rpc_port, SECRET) as c:
             assert rpc(c, OP_SERVICE_READY) == OK
@@ -400,3 +406,40 @@ def test_connection_and_request_limits(spawn, tmp_path):
     finally:
         for c in held:
             c.close()
+
+
+def test_idle_request_headers_hold_no_budget(spawn, tmp_path):
+    # an open master: 20 connections from another address each send only a header
+    # claiming a 16 MiB body (320 MiB, more than the 256 MiB of bodies being received
+    # that the master takes at once); they hold 4 KiB each, and every other client is
+    # served as before (before: the headers alone took the budget and the master
+    # refused every request with a body, heartbeats included, until its clients expired)
+    m = start(spawn, None, "--rpc_conn_timeout_seconds=2")
+    rc, s = store_setup(m)
+    assert rc == 0 and s.put("kept", b"v" * 1000) == 0
+    socks = [connect_from("127.0.0.2", m.rpc_port) for _ in range(20)]
+    try:
+        for i, sk in enumerate(socks):
+            sk.setblocking(True)
+            sk.sendall(frame(OP_MOUNT, body_len=16 << 20, request_id=i + 1))
+        wait_until(lambda: metric(m, "master_rpc_pending_request_bytes") == 20 * 4096, 5)
+        for i in range(3):
+            rc2, s2 = store_setup(m, segment=0)  # its puts land in s's segment
+            try:
+                assert rc2 == 0, f"setup() of fresh client {i} failed: {rc2}"
+                assert s2.put(f"new{i}", b"n" * 5000) == 0 and s2.get("kept") == b"v" * 1000
+            finally:
+                s2.close()
+        assert refused(m, "pending_bytes") == 0
+        assert s.get("new0") == b"n" * 5000
+        # a body that stops coming counts as idle (--rpc_conn_timeout_seconds): the
+        # headers' connections are closed and give their bytes back
+        t0 = time.monotonic()
+        for sk in socks:
+            assert closed_soon(sk, timeout=10)
+        assert time.monotonic() - t0 < 10
+        wait_until(lambda: metric(m, "master_rpc_pending_request_bytes") == 0, 5)
+    finally:
+        for sk in socks:
+            sk.close()
+        s.close()
