@@ -705,10 +705,15 @@ uint64_t mc__evict_prefetch_locked(mc_master_service *svc, uint64_t target);
 typedef struct mc__regex mc__regex;
 
 /* mc__regex_create: compiles pattern (len bytes, <= MC_MASTER_REGEX_MAX) into *out.
- * Returns OK or INVALID_PARAMS. mc__regex_match: o's key matches (an error such as the
- * match limit counts as no match). mc__regex_destroy: NULL is fine. */
+ * Returns OK or INVALID_PARAMS. mc__regex_match: o's key matches. Matching fails for
+ * the rest of r's life (every later call: no match) once one key hits PCRE2's match
+ * limit or the request's matching took longer than its budget (reads.c); a caller stops
+ * its walk then (mc__regex_match_failed) and fails with mc__regex_failed: OK, or INVALID_PARAMS after a warning
+ * naming `what` and why. mc__regex_destroy: NULL is fine. */
 int mc__regex_create(const char *pattern, size_t len, mc__regex **out);
 bool mc__regex_match(mc__regex *r, obj *o);
+bool mc__regex_match_failed(const mc__regex *r);
+int mc__regex_failed(mc__regex *r, const char *what);
 void mc__regex_destroy(mc__regex *r);
 
 /* Grants a read lease at now and moves o to the recent end of its list. Caller holds

@@ -4,10 +4,24 @@
  * changes what is stored nor gives space back. Layout and locks: master/internal.h. */
 #include "master/internal.h"
 
+#include <errno.h>
+
+#include "mooncake/log.h"
+#include "mooncake/mc_time.h"
+
+#define TAG "master"
+
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
 #define REGEX_MATCH_LIMIT 1000000u /* per key: a pathological pattern fails, not hangs */
+/* per request: a pattern that stays under the per-key limit on every key can still
+ * hold an RPC thread for seconds over a large index (measured: 2-4 ms a key with 64-hex
+ * keys, 11-22 s for 3000 keys, long enough for the master to expire the clients whose
+ * heartbeats waited behind it); the walk stops after this long and the call fails.
+ * A plain pattern scans millions of keys in that time. */
+#define REGEX_BUDGET_US 2000000u
+#define REGEX_CLOCK_EVERY 64u /* keys matched between clock reads */
 
 /* One key's lookup; out may be NULL (exist: the lease is granted all the same). */
 static int do_get(mc_master_service *svc, const void *key, size_t len, uint64_t h,
@@ -104,6 +118,9 @@ struct mc__regex {
     pcre2_code *code;
     pcre2_match_data *md;
     pcre2_match_context *mctx;
+    uint64_t deadline_us; /* mc_now_us() past which matching fails (REGEX_BUDGET_US) */
+    uint32_t calls;
+    int failed;           /* 0, or why matching stopped: a PCRE2 error or -ETIMEDOUT */
 };
 
 int mc__regex_create(const char *pattern, size_t len, mc__regex **out)
@@ -125,6 +142,7 @@ int mc__regex_create(const char *pattern, size_t len, mc__regex **out)
     if (!r->md || !r->mctx)
         mc_oom(sizeof(pcre2_match_data *)); /* pcre2's own allocations failed */
     pcre2_set_match_limit(r->mctx, REGEX_MATCH_LIMIT);
+    r->deadline_us = mc_now_us() + REGEX_BUDGET_US;
     *out = r;
     return MC_OK;
 }
@@ -141,8 +159,41 @@ void mc__regex_destroy(mc__regex *r)
 
 bool mc__regex_match(mc__regex *r, obj *o)
 {
+    if (r->failed)
+        return false;
+    if (++r->calls % REGEX_CLOCK_EVERY == 0 && mc_now_us() > r->deadline_us) {
+        r->failed = -ETIMEDOUT;
+        return false;
+    }
     /* unanchored search, as upstream's std::regex_search */
-    return pcre2_match(r->code, okey(o), o->key_len, 0, 0, r->md, r->mctx) >= 0;
+    int m = pcre2_match(r->code, okey(o), o->key_len, 0, 0, r->md, r->mctx);
+    if (m < 0 && m != PCRE2_ERROR_NOMATCH)
+        r->failed = m; /* the match limit (or another PCRE2 limit) on this key */
+    return m >= 0;
+}
+
+bool mc__regex_match_failed(const mc__regex *r)
+{
+    return r->failed != 0;
+}
+
+int mc__regex_failed(mc__regex *r, const char *what)
+{
+    if (!r || !r->failed)
+        return MC_OK;
+    if (r->failed == -ETIMEDOUT) {
+        mc_log(MC_LOG_WARN, TAG, "%s: the pattern took more than %u ms over the keys it "
+               "looked at (%u): the call fails; use a pattern that matches without "
+               "backtracking (anchored, no nested repetition)", what,
+               REGEX_BUDGET_US / 1000, r->calls);
+    } else {
+        PCRE2_UCHAR msg[120];
+        pcre2_get_error_message(r->failed, msg, sizeof msg);
+        mc_log(MC_LOG_WARN, TAG, "%s: matching a key failed (%s; %u steps at most per "
+               "key): the call fails; use a pattern that matches without backtracking",
+               what, (const char *)msg, REGEX_MATCH_LIMIT);
+    }
+    return MC_INVALID_PARAMS;
 }
 
 int mc_master_service_get_replica_list_by_regex(mc_master_service *svc, const char *pattern,
@@ -161,8 +212,10 @@ int mc_master_service_get_replica_list_by_regex(mc_master_service *svc, const ch
             uint64_t now = now_ms(svc);
             for (uint32_t b = 0; b <= sh->mask && !stop; b++) {
                 obj *o = slot_obj(sh->slots[b]);
-                if (!o || (o->flags & F_PROC) || !mc__regex_match(r, o))
+                if (!o || (o->flags & F_PROC) || !mc__regex_match(r, o)) {
+                    stop = r->failed != 0;
                     continue;
+                }
                 /* granting a lease relinks o but does not move it in the table, so the
                  * slot walk goes on safely */
                 grant_lease(sh, o, now);
@@ -174,6 +227,7 @@ int mc_master_service_get_replica_list_by_regex(mc_master_service *svc, const ch
             pthread_mutex_unlock(&sh->mu);
         }
         free(list);
+        rc = mc__regex_failed(r, "get_replica_list_by_regex");
         mc__regex_destroy(r);
     }
     count_op(svc, MC_MASTER_OP_GET_REPLICA_LIST_BY_REGEX, rc);

@@ -8,7 +8,9 @@
 #include "master/internal.h"
 
 /* Removes the complete objects that match r (all when NULL), leased ones only with
- * force. Returns how many were removed. */
+ * force. Returns how many were removed. When r's matching fails (mc__regex_match) the
+ * walk stops and the shard it failed in loses nothing (shards walked before it have
+ * lost their matches: keys the caller asked to remove). */
 static uint64_t remove_where(mc_master_service *svc, mc__regex *r, bool force)
 {
     uint64_t count = 0;
@@ -24,6 +26,12 @@ static uint64_t remove_where(mc_master_service *svc, mc__regex *r, bool force)
             if (o && !(o->flags & F_PROC) && (force || !leased(svc, o, now)) &&
                 (!r || mc__regex_match(r, o)))
                 mc__objvec_push(&hit, o);
+            else if (r && mc__regex_match_failed(r))
+                break;
+        }
+        if (r && mc__regex_match_failed(r)) {
+            pthread_mutex_unlock(&sh->mu);
+            break;
         }
         for (size_t k = 0; k < hit.n; k++)
             mc__obj_remove(svc, sh, hit.v[k], now);
@@ -42,6 +50,7 @@ int mc_master_service_remove_by_regex(mc_master_service *svc, const char *patter
     int rc = mc__regex_create(pattern, pattern_len, &r);
     if (rc == MC_OK) {
         n = remove_where(svc, r, force);
+        rc = mc__regex_failed(r, "remove_by_regex");
         mc__regex_destroy(r);
     }
     if (count)

@@ -765,6 +765,42 @@ static void test_regex(void **state)
     mc_master_service_destroy(svc);
 }
 
+/* A pattern that backtracks past PCRE2's match limit on a key fails the whole call at
+ * that key (before: every key paid the limit, 2-4 ms each, and the call answered OK
+ * with no match after seconds, long enough over a large index for the master to expire
+ * clients); nothing is removed and every object stays. */
+static void test_regex_costly_pattern_fails(void **state)
+{
+    (void)state;
+    mc_master_service *svc = make(NULL);
+    mount(svc, 1, "a:1", 0, 16 * MIB, C1);
+    char k[80];
+    for (int i = 0; i < 64; i++) {
+        snprintf(k, sizeof k, "%016x%016x%016x%016x", i * 2654435761u, i + 1, i * 7, i);
+        assert_int_equal(put(svc, k, 10), MC_OK);
+    }
+    static const char bad[] = "^([0-9a-f]|[0-9a-f][0-9a-f])+$\\W";
+    seen s = {0};
+    assert_int_equal(mc_master_service_get_replica_list_by_regex(svc, bad, strlen(bad),
+                                                                 regex_cb, &s),
+                     MC_INVALID_PARAMS);
+    assert_int_equal(s.n, 0);
+    uint64_t n = 99;
+    fake_now += 1000;
+    assert_int_equal(mc_master_service_remove_by_regex(svc, bad, strlen(bad), true, &n),
+                     MC_INVALID_PARAMS);
+    assert_int_equal(n, 0);
+    for (int i = 0; i < 64; i++) {
+        snprintf(k, sizeof k, "%016x%016x%016x%016x", i * 2654435761u, i + 1, i * 7, i);
+        assert_true(exists_quiet(svc, k));
+    }
+    /* a plain pattern over the same keys still works */
+    assert_int_equal(mc_master_service_remove_by_regex(svc, "^0000000000000000", 16, true, &n),
+                     MC_OK);
+    assert_int_equal(n, 1);
+    mc_master_service_destroy(svc);
+}
+
 /* ---- eviction ---- */
 
 #define OBJ (64 * KIB)
@@ -1563,6 +1599,7 @@ int main(void)
         cmocka_unit_test(test_force_remove_defers_free),
         cmocka_unit_test(test_force_remove_all_regex_defer),
         cmocka_unit_test(test_regex),
+        cmocka_unit_test(test_regex_costly_pattern_fails),
         cmocka_unit_test(test_eviction_lru_order),
         cmocka_unit_test(test_eviction_exclusions),
         cmocka_unit_test(test_eviction_by_tick),
