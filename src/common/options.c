@@ -140,7 +140,10 @@ static int set_value(const mc_option *o, const char *text, const char *src, char
     case MC_OPT_INT: {
         char *end;
         errno = 0;
-        long long v = strtoll(text, &end, 0);
+        /* as gflags: decimal, or hex after 0x; a leading 0 is not octal ("010" is 10) */
+        const char *d = text + (*text == '-' || *text == '+');
+        int base = d[0] == '0' && (d[1] == 'x' || d[1] == 'X') ? 16 : 10;
+        long long v = strtoll(text, &end, base);
         if (!*text || *end || errno == ERANGE)
             return fail(err, errlen, "invalid value '%s' for %s%s: expected an integer",
                         text, src, o->name);

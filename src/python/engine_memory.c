@@ -347,9 +347,9 @@ static PyObject *te_write_bytes_to_buffer(TEObject *self, PyObject *args, PyObje
     }
     if (!mcpy_ranges_contain(self, addr, len)) {
         PyErr_Format(PyExc_ValueError,
-                     "write_bytes_to_buffer(): [0x%llx, +%llu) is not inside memory this "
-                     "engine registered or allocated",
-                     (unsigned long long)addr, (unsigned long long)len);
+                     "write_bytes_to_buffer(): [%p, +%llu) is not inside memory this "
+                     "engine registered or allocated", /* PyErr_Format has no %llx */
+                     (void *)(uintptr_t)addr, (unsigned long long)len);
         PyBuffer_Release(&view);
         return NULL;
     }
@@ -371,9 +371,9 @@ static PyObject *te_read_bytes_from_buffer(TEObject *self, PyObject *args, PyObj
         return NULL;
     if (len > (uint64_t)PY_SSIZE_T_MAX || !mcpy_ranges_contain(self, addr, len)) {
         PyErr_Format(PyExc_ValueError,
-                     "read_bytes_from_buffer(): [0x%llx, +%llu) is not inside memory this "
-                     "engine registered or allocated",
-                     (unsigned long long)addr, (unsigned long long)len);
+                     "read_bytes_from_buffer(): [%p, +%llu) is not inside memory this "
+                     "engine registered or allocated", /* PyErr_Format has no %llx */
+                     (void *)(uintptr_t)addr, (unsigned long long)len);
         return NULL;
     }
     return PyBytes_FromStringAndSize(len ? (const char *)(uintptr_t)addr : "",

@@ -90,6 +90,17 @@ static void test_errors_name_flag(void **state)
     assert_int_equal(parse(b, NULL, err), MC_OPTS_ERROR);
     assert_non_null(strstr(err, "rpc_port"));
     assert_non_null(strstr(err, "abc"));
+    /* a leading zero is decimal, as gflags reads it (strtoll's base 0 made it octal:
+     * "--rpc_port=010" listened on port 8, "08080" was refused); 0x is hex */
+    char *z[] = {"prog", "--rpc_port=010", NULL};
+    assert_int_equal(parse(z, NULL, err), MC_OPTS_OK);
+    assert_int_equal(port, 10);
+    char *z2[] = {"prog", "--rpc_port=08080", NULL};
+    assert_int_equal(parse(z2, NULL, err), MC_OPTS_OK);
+    assert_int_equal(port, 8080);
+    char *z3[] = {"prog", "--rpc_port=0x10", NULL};
+    assert_int_equal(parse(z3, NULL, err), MC_OPTS_OK);
+    assert_int_equal(port, 16);
     char *c[] = {"prog", "--rpc_port=70000", NULL};
     assert_int_equal(parse(c, NULL, err), MC_OPTS_ERROR);
     assert_non_null(strstr(err, "out of range"));
