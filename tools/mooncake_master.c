@@ -677,8 +677,8 @@ static int ha_flags(const char *prog, const char **conn)
         return 2;
     }
     if (!mc_election_cluster_id_ok(cluster_id)) {
-        fprintf(stderr, "%s: --cluster_id='%s' must be 1..128 of [0-9A-Za-z_.-]\n", prog,
-                cluster_id);
+        fprintf(stderr, "%s: --cluster_id='%s' must be 1..128 of [0-9A-Za-z_.-], not . or "
+                "..\n", prog, cluster_id);
         return 2;
     }
     if (!*rpc_address || strcmp(rpc_address, "0.0.0.0") == 0 ||
@@ -896,6 +896,13 @@ int main(int argc, char **argv)
         size_t rl = strlen(root);
         while (rl > 1 && root[rl - 1] == '/')
             rl--;
+        if (!mc_election_cluster_id_ok(cluster_id)) { /* a path component here */
+            fprintf(stderr, "%s: with --root_fs_dir, --cluster_id='%s' must be 1..128 of "
+                    "[0-9A-Za-z_.-], not . or .. (the directory <root_fs_dir>/<cluster_id>)\n",
+                    prog, cluster_id);
+            exit_code = 2;
+            goto out;
+        }
         if (root[0] != '/' || rl + 1 + strlen(cluster_id) >= 200) {
             fprintf(stderr, "%s: --root_fs_dir=%s must be an absolute path, shorter than "
                     "200 bytes with /<cluster_id>\n", prog, root);

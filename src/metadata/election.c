@@ -51,7 +51,8 @@ bool mc_election_cluster_id_ok(const char *id)
               c == '_' || c == '.' || c == '-'))
             return false;
     }
-    return true;
+    /* it is also a path component (<root_fs_dir>/<cluster_id>): not "." nor ".." */
+    return strcmp(id, ".") != 0 && strcmp(id, "..") != 0;
 }
 
 uint32_t mc_election_margin_ms(uint32_t ttl_s)

@@ -61,7 +61,8 @@ typedef struct mc_election_view {
     int64_t version;                   /* the key's etcd create_revision, > 0 */
 } mc_election_view;
 
-/* mc_election_cluster_id_ok: upstream's rule for --cluster_id: [0-9A-Za-z_.-]{1,128}. */
+/* mc_election_cluster_id_ok: upstream's rule for --cluster_id: [0-9A-Za-z_.-]{1,128};
+ * also not "." nor ".." (mooncake-c: it names the directory <root_fs_dir>/<cluster_id>). */
 bool mc_election_cluster_id_ok(const char *cluster_id);
 
 /* mc_election_margin_ms: the fencing margin for a lease of ttl_s seconds:

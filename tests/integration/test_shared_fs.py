@@ -149,6 +149,11 @@ def test_master_root_fs_dir_flag_checks(tmp_path):
     assert r.returncode == 2 and "absolute" in r.stderr, r.stderr
     r = run(f"--root_fs_dir={tmp_path}", "--enable_offload=true")
     assert r.returncode == 2 and "--enable_offload" in r.stderr, r.stderr
+    # the cluster id names the directory: no way out of the root (before: checked with
+    # --enable_ha only, so "../../etc" sent the clients' files outside it)
+    for bad in ("..", "a/b", "../../etc", ""):
+        r = run(f"--root_fs_dir={tmp_path}", f"--cluster_id={bad}")
+        assert r.returncode == 2 and "--cluster_id" in r.stderr, (bad, r.stderr)
 
 
 def test_mooncake_config_storage_root_dir(tmp_path, monkeypatch):
