@@ -572,22 +572,29 @@ finally:
 """
 
 
-def raw_tcp(group, block, seconds):
-    """One loopback TCP stream: a child process send()s `block` bytes at a time for
-    `seconds`; this process recv()s `block` bytes at a time (MSG_WAITALL). GB/s at the
-    receiver, from its first byte."""
+def _peer_connection(group, name, script, block, seconds):
+    """(child, connection): a child process running `script` (argv: port, block,
+    seconds) connected to a listener of ours on 127.0.0.1."""
     ls = socket.socket()
     ls.bind(("127.0.0.1", 0))
     ls.listen(1)
     ls.settimeout(20)
     port = ls.getsockname()[1]
-    c = group.spawn(f"tcp-sender-{block}", [sys.executable, "-c", _SENDER, str(port),
-                                            str(block), str(seconds)])
+    c = group.spawn(name, [sys.executable, "-c", script, str(port), str(block),
+                           str(seconds)])
     try:
         conn, _ = ls.accept()
     finally:
         ls.close()
     conn.settimeout(seconds + 20)
+    return c, conn
+
+
+def raw_tcp(group, block, seconds):
+    """One loopback TCP stream: a child process send()s `block` bytes at a time for
+    `seconds`; this process recv()s `block` bytes at a time (MSG_WAITALL). GB/s at the
+    receiver, from its first byte."""
+    c, conn = _peer_connection(group, f"tcp-sender-{block}", _SENDER, block, seconds)
     rbuf = memoryview(bytearray(block))
     got, t0 = 0, None
     with conn:
@@ -625,18 +632,7 @@ def raw_tcp_rr(group, block, seconds):
     the round trips. A reference, not an anchor any target is judged by: a request /
     response pays the pipeline fill and drain of every value and two wakeups that a
     stream hides (docs/performance.md, "Session 14")."""
-    ls = socket.socket()
-    ls.bind(("127.0.0.1", 0))
-    ls.listen(1)
-    ls.settimeout(20)
-    port = ls.getsockname()[1]
-    c = group.spawn(f"tcp-responder-{block}", [sys.executable, "-c", _RESPONDER, str(port),
-                                               str(block)])
-    try:
-        conn, _ = ls.accept()
-    finally:
-        ls.close()
-    conn.settimeout(seconds + 20)
+    c, conn = _peer_connection(group, f"tcp-responder-{block}", _RESPONDER, block, seconds)
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     rbuf = memoryview(bytearray(block))
     req = b"r" * 32
