@@ -708,8 +708,8 @@ typedef struct mc__regex mc__regex;
  * Returns OK or INVALID_PARAMS. mc__regex_match: o's key matches. Matching fails for
  * the rest of r's life (every later call: no match) once one key hits PCRE2's match
  * limit or the request's matching took longer than its budget (reads.c); a caller stops
- * its walk then (mc__regex_match_failed) and fails with mc__regex_failed: OK, or INVALID_PARAMS after a warning
- * naming `what` and why. mc__regex_destroy: NULL is fine. */
+ * its walk then (mc__regex_match_failed) and returns mc__regex_failed: OK, or
+ * INVALID_PARAMS after a warning naming `what` and why. mc__regex_destroy: NULL is fine. */
 int mc__regex_create(const char *pattern, size_t len, mc__regex **out);
 bool mc__regex_match(mc__regex *r, obj *o);
 bool mc__regex_match_failed(const mc__regex *r);
