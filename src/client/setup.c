@@ -416,8 +416,11 @@ static void explain_master_failure(const char *addr, const char *step, int rc)
                    "master RPC protocol, or closed the connection. Check that "
                    "master_server_addr names mooncake_master's --rpc_port (default 50051), "
                    "not another port of it (--metrics_port 9003, "
-                   "--http_metadata_server_port 8080) or another service", step, addr, host,
-                   (unsigned)port);
+                   "--http_metadata_server_port 8080) or another service; if it is the "
+                   "master, it may have refused this connection at one of its limits (its "
+                   "log and master_rpc_refused_total name which: --rpc_max_connections, "
+                   "--rpc_max_connections_per_ip, --rpc_max_pending_request_bytes)", step,
+                   addr, host, (unsigned)port);
         return;
     }
     const char *why, *check;

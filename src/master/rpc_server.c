@@ -110,6 +110,7 @@ struct mc_master_rpc_server {
     uint64_t conns_active, conns_total, conns_bad, frames, frames_refused, authed, pending;
     uint64_t refused[MC_RPC_REFUSED_COUNT];
     uint64_t refused_logged_ms[MC_RPC_REFUSED_COUNT];
+    uint64_t bad_logged_ms; /* the last "bad frame" line (log_due) */
 };
 
 static const char *const refusal_names[MC_RPC_REFUSED_COUNT] = {
@@ -130,17 +131,24 @@ static void count(uint64_t *c, int64_t d)
 
 /* Counts a refusal and logs it (at most one line per reason per REFUSAL_LOG_MS, so a
  * flood does not flood the log too). */
+/* Whether a rate-limited line may be logged now (at most one per REFUSAL_LOG_MS per
+ * slot; any thread). */
+static bool log_due(uint64_t *slot)
+{
+    uint64_t now = mc_now_ms();
+    uint64_t last = __atomic_load_n(slot, __ATOMIC_RELAXED);
+    if (last && now - last < REFUSAL_LOG_MS)
+        return false;
+    return __atomic_compare_exchange_n(slot, &last, now, false, __ATOMIC_RELAXED,
+                                       __ATOMIC_RELAXED);
+}
+
 static void refuse(mc_master_rpc_server *srv, int reason, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void refuse(mc_master_rpc_server *srv, int reason, const char *fmt, ...)
 {
     __atomic_add_fetch(&srv->refused[reason], 1, __ATOMIC_RELAXED);
-    uint64_t now = mc_now_ms();
-    uint64_t last = __atomic_load_n(&srv->refused_logged_ms[reason], __ATOMIC_RELAXED);
-    if (last && now - last < REFUSAL_LOG_MS)
-        return;
-    if (!__atomic_compare_exchange_n(&srv->refused_logged_ms[reason], &last, now, false,
-                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    if (!log_due(&srv->refused_logged_ms[reason]))
         return;
     char msg[384];
     va_list ap;
@@ -366,7 +374,20 @@ static void on_close(mc_conn *c, int err, void *arg)
     mc_master_rpc_server *srv = sc->lc->srv;
     if (err == -EPROTO || err == -EMSGSIZE || err == -EPROTONOSUPPORT) {
         count(&srv->conns_bad, 1);
-        mc_log(MC_LOG_DEBUG, TAG, "connection closed: bad frame (%s)", strerror(-err));
+        if (log_due(&srv->bad_logged_ms)) {
+            const uint8_t *b = sc->ip + 12;
+            char who[32];
+            static const uint8_t v4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+            if (!memcmp(sc->ip, v4, 12))
+                snprintf(who, sizeof who, "%u.%u.%u.%u", b[0], b[1], b[2], b[3]);
+            else
+                snprintf(who, sizeof who, "an IPv6 address");
+            mc_log(MC_LOG_WARN, TAG, "closed a connection from %s: bad frame (%s): it does "
+                   "not speak this master's RPC protocol (another program, or a client of "
+                   "another version, on --rpc_port?); further bad frames in the next %u s "
+                   "are counted in master_rpc_bad_connections_total only", who,
+                   strerror(-err), REFUSAL_LOG_MS / 1000);
+        }
     } else if (err == -ENOBUFS) {
         refuse(srv, MC_RPC_REFUSED_REPLY_BACKLOG,
                "its peer left more than %llu bytes of replies unread "
