@@ -61,6 +61,10 @@ int mc__put_cfg_conv(mc_store *s, const mc_store_replicate_config *c, size_t nke
     else if (c->soft_pin_action < MC_STORE_SOFT_PIN_PRESERVE ||
              c->soft_pin_action > MC_STORE_SOFT_PIN_DISABLE)
         why = "soft_pin_action must be PRESERVE, ENABLE or DISABLE";
+    else if (c->soft_pin_ttl_set && c->soft_pin_action != MC_STORE_SOFT_PIN_ENABLE &&
+             !(c->soft_pin_action == MC_STORE_SOFT_PIN_PRESERVE && c->with_soft_pin))
+        why = "soft_pin_ttl_ms is set but the soft pin is not enabled (soft_pin_action "
+              "ENABLE or with_soft_pin; the master refuses a TTL otherwise, as upstream)";
     else if (c->prefer_alloc_in_same_node && !same_node_ok)
         why = "prefer_alloc_in_same_node is only accepted by the multi-buffer puts (as "
               "upstream)";

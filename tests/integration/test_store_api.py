@@ -895,7 +895,7 @@ def test_replicate_config_validation(attr, value, exc):
         ReplicateConfig(no_such_field=1)
 
 
-def test_replicate_config_in_puts(store, peer):
+def test_replicate_config_in_puts(store, peer, capfd):
     cfg = ReplicateConfig()
     cfg.preferred_segments = [peer.hostname]
     k = K("pref")
@@ -911,6 +911,7 @@ def test_replicate_config_in_puts(store, peer):
     bad = ReplicateConfig()
     bad.soft_pin_ttl_ms = 1000                        # without ENABLE: refused upstream
     assert store.put(K("badttl"), b"s", bad) == INVALID_PARAMS
+    assert "soft_pin_ttl_ms is set but the soft pin is not enabled" in capfd.readouterr().err
     hard = ReplicateConfig()
     hard.with_hard_pin = True
     assert store.put(K("hard"), b"h", hard) == 0
