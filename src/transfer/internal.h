@@ -334,7 +334,8 @@ typedef struct te_sconn {
     uint64_t fence_min;      /* the writer's minimum epoch at fence_gen */
     struct te_auth_srv *auth; /* non-NULL while the peer has not authenticated yet */
     te_ipkey ip;             /* source address, counted in te->data_ips */
-    size_t notify_held;      /* bytes of te->notify_pending this connection holds */
+    size_t notify_held;      /* bytes of te->notify_pending this connection holds: the
+                                NOTIFY body's buffer (dst), which grows as its bytes come */
 } te_sconn;
 
 typedef struct te_hsconn {

@@ -62,6 +62,39 @@ static void notify_unhold(te_sconn *c)
     }
 }
 
+/* Makes room in a NOTIFY body's buffer for `more` bytes after c->off: the buffer
+ * (c->notify_held bytes) starts at NOTIFY_FIRST and doubles, up to the body's length
+ * (bounded by mc__te_req_decode), each step taken from te->notify_pending (bodies being
+ * received, all connections: at most max_pending bytes). So a header alone holds at
+ * most NOTIFY_FIRST bytes whatever length it claims, and a connection about twice what
+ * it sent. Past the budget the body is drained instead and answered -ENOSPC. */
+#define NOTIFY_FIRST 4096u
+static void notify_room(te_sconn *c, uint64_t more)
+{
+    mc_te *te = c->io->te;
+    uint64_t len = c->cur.len, need = c->off + more;
+    if (need <= c->notify_held)
+        return;
+    uint64_t cap = c->notify_held ? c->notify_held : NOTIFY_FIRST;
+    while (cap < need)
+        cap *= 2;
+    if (cap > len)
+        cap = len;
+    uint64_t add = cap - c->notify_held;
+    if (atomic_fetch_add(&te->notify_pending, add) + add > te->max_pending) {
+        atomic_fetch_sub(&te->notify_pending, add);
+        atomic_fetch_add(&te->st.pending_limit, 1);
+        free(c->dst);
+        c->dst = NULL;
+        notify_unhold(c);
+        c->pending_status = -ENOSPC;
+        c->state = TE_S_DISCARD; /* drains the rest of the body (cur.len - off) */
+        return;
+    }
+    c->dst = mc_xrealloc(c->dst, cap);
+    c->notify_held = cap;
+}
+
 /* The region holding [addr, addr+len) with a ref taken for the caller, or NULL (not
  * registered, or unregistered meanwhile). Issue 17: the first lookup of an I/O callback
  * takes a second ref, c->pin, dropped when the callback ends (sconn_unpin); while it is
@@ -271,17 +304,9 @@ static int process_header(te_sconn *c, const uint8_t *h)
     case MC_TE_WOP_NOTIFY:
         c->off = 0;
         c->in.big = q->len > TE_RBUF_COPY_MAX;
-        /* bodies being received, all connections: at most max_pending bytes */
-        if (atomic_fetch_add(&te->notify_pending, q->len) + q->len > te->max_pending) {
-            atomic_fetch_sub(&te->notify_pending, q->len);
-            atomic_fetch_add(&te->st.pending_limit, 1);
-            c->pending_status = -ENOSPC;
-            c->state = TE_S_DISCARD;
-            return 0;
-        }
-        c->notify_held = q->len;
-        c->dst = mc_xmalloc(q->len); /* bounded by mc__te_req_decode */
-        c->state = TE_S_NOTIFY;
+        c->dst = NULL;
+        c->state = TE_S_NOTIFY; /* notify_room gives it its first buffer */
+        notify_room(c, 1);
         return 0;
     case MC_TE_WOP_PING:
         out_push(c, 0, q->id, NULL, 0, NULL);
@@ -392,6 +417,8 @@ static int sconn_parse(te_sconn *c)
                 return 0;
             uint64_t need = c->cur.len - c->off;
             size_t take = avail < need ? avail : (size_t)need;
+            if (c->state == TE_S_NOTIFY)
+                notify_room(c, take); /* may turn it into TE_S_DISCARD */
             if (c->state == TE_S_PAYLOAD) /* checked, in range */
                 mc__te_write_copy(c->io->te, c->dst + c->off, p, take);
             else if (c->state == TE_S_NOTIFY)
@@ -437,8 +464,12 @@ static int sconn_read(te_sconn *c)
         struct iovec iov[2];
         int n = 0;
         uint64_t direct = 0; /* bytes asked for straight into the current destination */
+        if (c->state == TE_S_NOTIFY && c->off == c->notify_held)
+            notify_room(c, 1); /* may turn it into TE_S_DISCARD */
         if (c->state == TE_S_PAYLOAD || c->state == TE_S_NOTIFY) {
             direct = c->cur.len - c->off; /* the buffer is empty here */
+            if (c->state == TE_S_NOTIFY && direct > c->notify_held - c->off)
+                direct = c->notify_held - c->off; /* what its buffer has room for */
             iov[n].iov_base = c->dst + c->off;
             iov[n++].iov_len = direct;
         }

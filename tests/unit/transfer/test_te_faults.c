@@ -284,6 +284,75 @@ static int connect_port(int port)
     return fd;
 }
 
+/* NOTIFY headers that claim a body and send none hold its first 4 KiB of the engine's
+ * budget for bodies being received, not the length they claim (before: 10 idle headers
+ * of 100 KiB took a 1 MiB budget whole and every real notification was refused -ENOSPC
+ * while they stayed); a body that does come grows its buffer as it does, and one that
+ * grows past the budget is drained and answered -ENOSPC, the connection going on. */
+static void test_idle_notify_headers_hold_no_budget(void **state)
+{
+    (void)state;
+    mc_te_opts o = {.transfer_timeout_ms = 5000, .force_tcp = 1,
+                    .max_pending_bytes = 1u << 20};
+    mc_te *a = mk(5000), *b;
+    assert_int_equal(mc_te_create(&o, &b), MC_OK);
+    assert_int_equal(mc_te_initialize(b, "127.0.0.1", "P2PHANDSHAKE", "tcp", ""), MC_OK);
+    int dport = mc_te_get_data_port(b);
+    uint64_t dl = mc_deadline_ms(3000);
+    enum { IDLE = 16 };
+    int idle[IDLE];
+    uint8_t h[MC_TE_REQ_SIZE], rep[MC_TE_REP_SIZE];
+    for (int i = 0; i < IDLE; i++) { /* 16 headers of 100 KiB each: 1.6 MiB claimed */
+        idle[i] = connect_port(dport);
+        mc__te_req q = {.op = MC_TE_WOP_NOTIFY, .id = 1, .len = 100u << 10};
+        mc__te_req_encode(&q, h);
+        assert_int_equal(mc_sock_send_all(idle[i], h, sizeof h, dl), 0);
+    }
+    /* a real notification of 512 KiB still fits (16 x 4 KiB held) and arrives */
+    const char *seg = mc_te_segment_name(b);
+    size_t mlen = 512u << 10;
+    char *msg = malloc(mlen);
+    memset(msg, 'm', mlen);
+    assert_int_equal(mc_te_send_notify(a, seg, "n", msg, mlen), MC_OK);
+    mc_te_notify *v = NULL;
+    size_t cnt = 0;
+    for (uint64_t end = mc_deadline_ms(3000); !cnt && mc_now_ms() < end;) {
+        assert_int_equal(mc_te_get_notifies(b, &v, &cnt), MC_OK);
+        if (!cnt)
+            usleep(1000); /* polling a queue for a condition, bounded by end */
+    }
+    assert_int_equal(cnt, 1);
+    assert_int_equal(v[0].msg_len, mlen);
+    assert_memory_equal(v[0].msg, msg, mlen);
+    mc_te_notifies_free(v, cnt);
+    /* a body of almost 1 MiB that does come grows past the budget (16 x 4 KiB held):
+     * drained and refused, and the connection goes on (a PING after it is answered) */
+    size_t body = (1u << 20) - 1024;
+    uint8_t *junk = calloc(1, body);
+    int fd = connect_port(dport);
+    mc__te_req q = {.op = MC_TE_WOP_NOTIFY, .id = 3, .len = body};
+    mc__te_req_encode(&q, h);
+    assert_int_equal(mc_sock_send_all(fd, h, sizeof h, dl), 0);
+    assert_int_equal(mc_sock_send_all(fd, junk, body, dl), 0);
+    assert_int_equal(mc_sock_recv_all(fd, rep, sizeof rep, dl), 0);
+    mc__te_rep r;
+    assert_int_equal(mc__te_rep_decode(rep, 3, MC_TE_WOP_NOTIFY, 0, &r), 0);
+    assert_int_equal(r.status, -ENOSPC);
+    q = (mc__te_req){.op = MC_TE_WOP_PING, .id = 4};
+    mc__te_req_encode(&q, h);
+    assert_int_equal(mc_sock_send_all(fd, h, sizeof h, dl), 0);
+    assert_int_equal(mc_sock_recv_all(fd, rep, sizeof rep, dl), 0);
+    assert_int_equal(mc__te_rep_decode(rep, 4, MC_TE_WOP_PING, 0, &r), 0);
+    assert_int_equal(r.status, 0);
+    close(fd);
+    for (int i = 0; i < IDLE; i++)
+        close(idle[i]);
+    free(junk);
+    free(msg);
+    mc_te_destroy(a);
+    mc_te_destroy(b);
+}
+
 static void test_garbage_ports(void **state)
 {
     (void)state;
@@ -410,6 +479,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_restarted_peer),
         cmocka_unit_test(test_shm_owner_dies),
         cmocka_unit_test(test_garbage_ports),
+        cmocka_unit_test(test_idle_notify_headers_hold_no_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
