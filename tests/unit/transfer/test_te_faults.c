@@ -284,6 +284,26 @@ static int connect_port(int port)
     return fd;
 }
 
+/* Sends request q (its header, then n bytes of body) on a raw data connection. */
+static void send_req(int fd, mc__te_req q, const void *body, size_t n, uint64_t dl)
+{
+    uint8_t h[MC_TE_REQ_SIZE];
+    mc__te_req_encode(&q, h);
+    assert_int_equal(mc_sock_send_all(fd, h, sizeof h, dl), 0);
+    if (n)
+        assert_int_equal(mc_sock_send_all(fd, body, n, dl), 0);
+}
+
+/* Reads the reply to request id (op, len) on a raw data connection; its status. */
+static int reply_status(int fd, uint64_t id, int op, uint64_t len, uint64_t dl)
+{
+    uint8_t rep[MC_TE_REP_SIZE];
+    assert_int_equal(mc_sock_recv_all(fd, rep, sizeof rep, dl), 0);
+    mc__te_rep r;
+    assert_int_equal(mc__te_rep_decode(rep, id, op, len, &r), 0);
+    return r.status;
+}
+
 /* NOTIFY headers that claim a body and send none hold its first 4 KiB of the engine's
  * budget for bodies being received, not the length they claim (before: 10 idle headers
  * of 100 KiB took a 1 MiB budget whole and every real notification was refused -ENOSPC
@@ -301,12 +321,10 @@ static void test_idle_notify_headers_hold_no_budget(void **state)
     uint64_t dl = mc_deadline_ms(3000);
     enum { IDLE = 16 };
     int idle[IDLE];
-    uint8_t h[MC_TE_REQ_SIZE], rep[MC_TE_REP_SIZE];
     for (int i = 0; i < IDLE; i++) { /* 16 headers of 100 KiB each: 1.6 MiB claimed */
         idle[i] = connect_port(dport);
-        mc__te_req q = {.op = MC_TE_WOP_NOTIFY, .id = 1, .len = 100u << 10};
-        mc__te_req_encode(&q, h);
-        assert_int_equal(mc_sock_send_all(idle[i], h, sizeof h, dl), 0);
+        send_req(idle[i], (mc__te_req){.op = MC_TE_WOP_NOTIFY, .id = 1, .len = 100u << 10},
+                 NULL, 0, dl);
     }
     /* a real notification of 512 KiB still fits (16 x 4 KiB held) and arrives */
     const char *seg = mc_te_segment_name(b);
@@ -330,20 +348,10 @@ static void test_idle_notify_headers_hold_no_budget(void **state)
     size_t body = (1u << 20) - 1024;
     uint8_t *junk = calloc(1, body);
     int fd = connect_port(dport);
-    mc__te_req q = {.op = MC_TE_WOP_NOTIFY, .id = 3, .len = body};
-    mc__te_req_encode(&q, h);
-    assert_int_equal(mc_sock_send_all(fd, h, sizeof h, dl), 0);
-    assert_int_equal(mc_sock_send_all(fd, junk, body, dl), 0);
-    assert_int_equal(mc_sock_recv_all(fd, rep, sizeof rep, dl), 0);
-    mc__te_rep r;
-    assert_int_equal(mc__te_rep_decode(rep, 3, MC_TE_WOP_NOTIFY, 0, &r), 0);
-    assert_int_equal(r.status, -ENOSPC);
-    q = (mc__te_req){.op = MC_TE_WOP_PING, .id = 4};
-    mc__te_req_encode(&q, h);
-    assert_int_equal(mc_sock_send_all(fd, h, sizeof h, dl), 0);
-    assert_int_equal(mc_sock_recv_all(fd, rep, sizeof rep, dl), 0);
-    assert_int_equal(mc__te_rep_decode(rep, 4, MC_TE_WOP_PING, 0, &r), 0);
-    assert_int_equal(r.status, 0);
+    send_req(fd, (mc__te_req){.op = MC_TE_WOP_NOTIFY, .id = 3, .len = body}, junk, body, dl);
+    assert_int_equal(reply_status(fd, 3, MC_TE_WOP_NOTIFY, 0, dl), -ENOSPC);
+    send_req(fd, (mc__te_req){.op = MC_TE_WOP_PING, .id = 4}, NULL, 0, dl);
+    assert_int_equal(reply_status(fd, 4, MC_TE_WOP_PING, 0, dl), 0);
     close(fd);
     for (int i = 0; i < IDLE; i++)
         close(idle[i]);
@@ -371,23 +379,15 @@ static void test_garbage_ports(void **state)
     /* data port: a well-formed WRITE to an unregistered address -> -EFAULT, and the same
      * connection still answers a PING and a refused READ (with its zero payload) */
     fd = connect_port(dport);
-    uint8_t h[MC_TE_REQ_SIZE], rep[MC_TE_REP_SIZE], payload[100];
+    uint8_t h[MC_TE_REQ_SIZE], payload[100];
     memset(payload, 7, sizeof payload);
-    mc__te_req q = {.op = MC_TE_WOP_WRITE, .id = 5, .addr = 4096, .len = sizeof payload};
-    mc__te_req_encode(&q, h);
-    assert_int_equal(mc_sock_send_all(fd, h, sizeof h, dl), 0);
-    assert_int_equal(mc_sock_send_all(fd, payload, sizeof payload, dl), 0);
-    assert_int_equal(mc_sock_recv_all(fd, rep, sizeof rep, dl), 0);
+    send_req(fd, (mc__te_req){.op = MC_TE_WOP_WRITE, .id = 5, .addr = 4096,
+                              .len = sizeof payload}, payload, sizeof payload, dl);
+    assert_int_equal(reply_status(fd, 5, MC_TE_WOP_WRITE, 100, dl), -EFAULT);
+    send_req(fd, (mc__te_req){.op = MC_TE_WOP_PING, .id = 6}, NULL, 0, dl);
+    assert_int_equal(reply_status(fd, 6, MC_TE_WOP_PING, 0, dl), 0);
     mc__te_rep r;
-    assert_int_equal(mc__te_rep_decode(rep, 5, MC_TE_WOP_WRITE, 100, &r), 0);
-    assert_int_equal(r.status, -EFAULT);
-    q = (mc__te_req){.op = MC_TE_WOP_PING, .id = 6};
-    mc__te_req_encode(&q, h);
-    assert_int_equal(mc_sock_send_all(fd, h, sizeof h, dl), 0);
-    assert_int_equal(mc_sock_recv_all(fd, rep, sizeof rep, dl), 0);
-    assert_int_equal(mc__te_rep_decode(rep, 6, MC_TE_WOP_PING, 0, &r), 0);
-    assert_int_equal(r.status, 0);
-    q = (mc__te_req){.op = MC_TE_WOP_READ, .id = 7,
+    mc__te_req q = (mc__te_req){.op = MC_TE_WOP_READ, .id = 7,
                      .addr = (uint64_t)(uintptr_t)mem + MiB - 8, .len = 16};
     mc__te_req_encode(&q, h);
     assert_int_equal(mc_sock_send_all(fd, h, sizeof h, dl), 0);
