@@ -53,9 +53,10 @@
  *                            with work queued: any slice over 64 KiB, a small one
  *                            only once every open connection holds 1 MiB
  *   MC_TE_IO_THREADS         I/O threads (1..16; default: one per pooled connection,
- *                            at most half the CPUs the process may use, at least 1; a
+ *                            at most the CPUs the process may use, at least 1; a
  *                            peer's connections are spread over min(this, connections)
- *                            threads)
+ *                            threads; a batch of small slices, at most 1 MiB, stays on
+ *                            one of them, the same one for a calling thread)
  *   MC_TE_PREFAULT           1: populate each shared segment (a store's global segment)
  *                            when it is created, and map same-host peers' segments with
  *                            MAP_POPULATE, so first accesses take no page faults; the

@@ -25,9 +25,11 @@
 
 /* MC_TE_IO_THREADS' default (issue 17): one I/O loop per pooled connection to a peer
  * (a peer's connections are spread over its lanes, one lane per loop: tcp_client.c), so
- * N connections move data on N threads as N raw TCP streams do, but no more than half
- * the CPUs this process may run on (a loopback pair of engines shares them), and at
- * least 1. On a 2-CPU box that is 1, as before. */
+ * N connections move data on N threads as N raw TCP streams do, but no more than the
+ * CPUs this process may run on, and at least 1. On a 2-CPU box that is 2 (it was
+ * CPUs / 2 = 1 until session 16: measured on a quiet box, 1 MiB x 16 store gets over
+ * TCP went 2.8-4.0 -> 4.9-5.1 GB/s with a loopback pair of engines on the 2 CPUs, and a
+ * batch of small slices stays on one lane: mc__te_peer_enqueue). */
 static uint64_t default_io_threads(unsigned conns)
 {
     long cpus = 0;
@@ -36,7 +38,7 @@ static uint64_t default_io_threads(unsigned conns)
         cpus = CPU_COUNT(&set);
     if (cpus <= 0)
         cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    uint64_t n = cpus > 1 ? (uint64_t)cpus / 2 : 1;
+    uint64_t n = cpus > 1 ? (uint64_t)cpus : 1;
     if (n > conns)
         n = conns;
     if (n > TE_MAX_IO)

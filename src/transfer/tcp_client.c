@@ -608,9 +608,27 @@ static void lane_enqueue(te_lane *l, te_slice *first, te_slice *last)
         cancel_inbox(l, true); /* the loop is shutting down: fail what the inbox holds */
 }
 
-/* One lane: everything there. Several: a single slice goes to the next lane in turn
- * (so a stream of one-slice requests alternates), a longer list is cut into one
- * contiguous run per lane, starting at the next lane in turn. */
+/* The lane a thread's small submissions go to (mc__te_peer_enqueue): threads are
+ * numbered in the order they first submit one, and thread k uses lane k mod lanes. */
+static unsigned thread_lane_seq(void)
+{
+    static atomic_uint next;
+    static _Thread_local unsigned mine; /* 0: not numbered yet */
+    if (!mine)
+        mine = atomic_fetch_add_explicit(&next, 1, memory_order_relaxed) + 1;
+    return mine - 1;
+}
+
+/* One lane: everything there. Several: a list of small slices that one connection would
+ * take whole (every slice at most TE_FILL_SLICE_MAX, together at most TE_CONN_FILL: the
+ * lane's own fill rule, pick) goes whole to the submitting thread's lane; another
+ * single slice goes to the next lane in turn; a longer list is cut into one contiguous
+ * run per lane, starting at the next lane in turn. Issue 17 (docs/performance.md,
+ * Session 16): with two lanes on a 2-CPU box, a 4 KiB x 128 batch cut in two, or
+ * batches alternating between the lanes, cost a second wakeup, sendmsg and recvmsg and
+ * the threads' warm CPUs on both sides for no gain, while large batches and striped
+ * pieces gain from moving on both lanes' threads; threads that each submit small
+ * batches still spread over the lanes. */
 void mc__te_peer_enqueue(te_peer *p, te_slice *first, te_slice *last)
 {
     unsigned nl = p->nlanes;
@@ -618,14 +636,23 @@ void mc__te_peer_enqueue(te_peer *p, te_slice *first, te_slice *last)
         lane_enqueue(&p->lanes[0], first, last);
         return;
     }
+    size_t n = 1;
+    uint64_t bytes = first->len;
+    bool small = first->len <= TE_FILL_SLICE_MAX;
+    for (te_slice *s = first; s != last; s = s->next) {
+        n++;
+        bytes += s->next->len;
+        small = small && s->next->len <= TE_FILL_SLICE_MAX;
+    }
+    if (small && bytes <= TE_CONN_FILL) {
+        lane_enqueue(&p->lanes[thread_lane_seq() % nl], first, last);
+        return;
+    }
     unsigned start = atomic_fetch_add_explicit(&p->next_lane, 1, memory_order_relaxed);
-    if (first == last) {
+    if (n == 1) {
         lane_enqueue(&p->lanes[start % nl], first, last);
         return;
     }
-    size_t n = 1;
-    for (te_slice *s = first; s != last; s = s->next)
-        n++;
     size_t per = (n + nl - 1) / nl;
     te_slice *s = first;
     for (unsigned i = 0; s; i++) {

@@ -165,17 +165,36 @@ static void test_large_request_striped(void **state)
     }
 }
 
+/* A small batch on another thread of its own (test_two_loops_per_peer). */
+typedef struct small_batch {
+    mc_te *te;
+    const char *seg;
+    uint64_t local[16], remote[16], lens[16];
+    int rc;
+} small_batch;
+
+static void *small_batch_thread(void *arg)
+{
+    small_batch *sb = arg;
+    sb->rc = mc_te_transfer_sync(sb->te, sb->seg, MC_TE_OP_WRITE, sb->local, sb->remote,
+                                 sb->lens, 16, NULL, NULL, 0);
+    return NULL;
+}
+
 /* Two I/O loops and two connections per peer (issue 17: MC_TE_IO_THREADS' default is one
- * loop per connection where the CPUs allow): a batch is cut into one run per lane, each
- * lane opens its own connection on its own loop, and the target serves them on its two
- * loops; 128 small WRITEs and READs and a striped 1 MiB READ land right. */
+ * loop per connection where the CPUs allow), one lane per loop with a connection of its
+ * own (tcp_client.c mc__te_peer_enqueue): a batch of small slices that one connection
+ * takes whole (128 x 4 KiB) stays on one lane, the same lane for the same thread; a
+ * larger batch (64 x 32 KiB, 2 MiB) is cut into one run per lane and opens the other
+ * lane's connection; a striped 1 MiB READ uses both; the target serves them on its two
+ * loops; every byte lands right. Two threads' small batches go to different lanes. */
 static void test_two_loops_per_peer(void **state)
 {
     (void)state;
     mc_te *a = mk_lanes(2, 2), *b = mk_lanes(2, 2);
-    enum { N = 128, BLK = 4096 };
-    size_t len = 2 * MiB;
-    char *mem = malloc(len), *src = malloc(MiB), *dst = malloc(MiB);
+    enum { N = 128, BLK = 4096, NB = 64, BIG = 32768 };
+    size_t len = 4 * MiB;
+    char *mem = malloc(len), *src = malloc(2 * MiB), *dst = malloc(2 * MiB);
     assert_int_equal(mc_te_register_memory(b, mem, len, "cpu:0"), MC_OK);
     const char *seg = mc_te_segment_name(b);
     uint64_t base = (uint64_t)(uintptr_t)mem;
@@ -188,7 +207,7 @@ static void test_two_loops_per_peer(void **state)
     assert_true(te_check(mem, (size_t)N * BLK, 21));
     mc_te_stats st;
     mc_te_get_stats(a, &st);
-    assert_int_equal(st.connections_opened, 2); /* one per lane */
+    assert_int_equal(st.connections_opened, 1); /* a small batch stays whole on one lane */
     te_fill(mem + MiB, (size_t)N * BLK, 22);
     batch_fill(local, remote, lens, N, dst, base + MiB, BLK);
     memset(dst, 0xAB, MiB);
@@ -196,10 +215,43 @@ static void test_two_loops_per_peer(void **state)
                                          NULL, 0),
                      MC_OK);
     assert_true(te_check(dst, (size_t)N * BLK, 22));
-    te_fill(mem, MiB, 23); /* striped: one piece per connection, one per loop */
+    mc_te_get_stats(a, &st);
+    assert_int_equal(st.connections_opened, 1); /* this thread's lane again */
+    batch_fill(local, remote, lens, NB, src, base + 2 * MiB, BIG);
+    te_fill(src, (size_t)NB * BIG, 23);
+    assert_int_equal(mc_te_transfer_sync(a, seg, MC_TE_OP_WRITE, local, remote, lens, NB,
+                                         NULL, NULL, 0),
+                     MC_OK);
+    assert_true(te_check(mem + 2 * MiB, (size_t)NB * BIG, 23));
+    mc_te_get_stats(a, &st);
+    assert_int_equal(st.connections_opened, 2); /* cut over both lanes */
+    te_fill(mem, MiB, 24); /* striped: one piece per connection, one per loop */
     memset(dst, 0xAB, MiB);
     assert_int_equal(xfer(a, seg, MC_TE_OP_READ, dst, base, MiB), MC_OK);
-    assert_true(te_check(dst, MiB, 23));
+    assert_true(te_check(dst, MiB, 24));
+    mc_te_get_stats(a, &st);
+    assert_int_equal(st.connections_opened, 2);
+    close_pair(a, b, mem);
+
+    /* two new threads, numbered one after the other: one lane each */
+    a = mk_lanes(2, 2);
+    b = mk_lanes(2, 2);
+    mem = malloc(len);
+    assert_int_equal(mc_te_register_memory(b, mem, len, "cpu:0"), MC_OK);
+    seg = mc_te_segment_name(b);
+    base = (uint64_t)(uintptr_t)mem;
+    small_batch sb[2];
+    for (int t = 0; t < 2; t++) {
+        sb[t] = (small_batch){.te = a, .seg = seg, .rc = -1};
+        batch_fill(sb[t].local, sb[t].remote, sb[t].lens, 16, src + t * 16 * BLK,
+                   base + t * 16 * BLK, BLK);
+        te_fill(src + t * 16 * BLK, 16 * BLK, 25 + t);
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, small_batch_thread, &sb[t]), 0);
+        assert_int_equal(pthread_join(th, NULL), 0);
+        assert_int_equal(sb[t].rc, MC_OK);
+        assert_true(te_check(mem + t * 16 * BLK, 16 * BLK, 25 + t));
+    }
     mc_te_get_stats(a, &st);
     assert_int_equal(st.connections_opened, 2);
     close_pair(a, b, mem);
