@@ -10,8 +10,10 @@ What one run measures, back to back on 127.0.0.1:
   raw-tcp     loopback TCP with as many streams as our store opens to a peer
               (MC_TE_TCP_CONNECTIONS, default 2; issue 17), each from a process of its
               own to a thread of this one, one value per send()/recv() (Python socket
-              calls; ~1-2 us per call, so the 4 KiB figure is a floor); the TCP path's
-              limit
+              calls; ~1-2 us per call, so the 4 KiB figure is a floor), both sides
+              walking buffers of one batch of the largest --batches together (value x
+              batch, at most 256 MiB: the bytes come from memory as a store batch's
+              do, as in bench_transfer.py); the TCP path's limit
   raw-tcp-rr  one loopback TCP connection as request/response: a 32-byte request, the
               value as the answer, one at a time; what a batch-1 get can reach at best
               (printed beside batch-1 gets as raw_tcp_rr, not judged)
@@ -569,13 +571,16 @@ def run_backend(args) -> int:
 _SENDER = r"""
 import socket, sys, time
 port, block, secs = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+span = int(sys.argv[4]) if len(sys.argv) > 4 else block
 s = socket.create_connection(("127.0.0.1", port))
 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-view = memoryview(bytearray(b"\x01" * block))
+buf = memoryview(bytearray(b"\x01" * span))
+n, i = span // block, 0
 end = time.monotonic() + secs
 try:
     while time.monotonic() < end:
-        s.sendall(view)
+        s.sendall(buf[i * block:(i + 1) * block])
+        i = i + 1 if i + 1 < n else 0
 finally:
     s.close()
 """
@@ -610,11 +615,16 @@ def tcp_streams():
     return n if 1 <= n <= 64 else 2
 
 
-def raw_tcp(group, block, seconds, streams=1):
+def raw_tcp(group, block, seconds, streams=1, span=None):
     """`streams` loopback TCP streams at once: each a child process send()ing `block` bytes
     at a time for `seconds`, received here by a thread of its own recv()ing `block` bytes
-    at a time (MSG_WAITALL; the GIL is released while it waits). GB/s at the receivers:
-    all bytes over the time from the first byte on any stream to the last on any."""
+    at a time (MSG_WAITALL; the GIL is released while it waits). Each side of a stream
+    walks a buffer of span / streams bytes (at least one block), block after block, so
+    the bytes come from and go to memory as a store batch's do rather than one
+    cache-hot block (as bench_transfer.py's anchor; span None: one block). GB/s at the
+    receivers: all bytes over the time from the first byte on any stream to the last on
+    any."""
+    per = max(block, (span or block) // streams // block * block)
     import threading
     ls = socket.socket()
     ls.bind(("127.0.0.1", 0))
@@ -626,7 +636,7 @@ def raw_tcp(group, block, seconds, streams=1):
         for i in range(streams):
             kids.append(group.spawn(f"tcp-sender-{block}-{i}",
                                     [sys.executable, "-c", _SENDER, str(port), str(block),
-                                     str(seconds)]))
+                                     str(seconds), str(per)]))
         for _ in range(streams):
             conn, _ = ls.accept()
             conn.settimeout(seconds + 20)
@@ -638,12 +648,14 @@ def raw_tcp(group, block, seconds, streams=1):
     last = [None] * streams
 
     def receive(i):
-        rbuf = memoryview(bytearray(block))
+        rbuf = memoryview(bytearray(per))
+        nblk, j = per // block, 0
         with conns[i] as conn:
             while True:
-                k = conn.recv_into(rbuf, block, socket.MSG_WAITALL)
+                k = conn.recv_into(rbuf[j * block:(j + 1) * block], block, socket.MSG_WAITALL)
                 if k <= 0:
                     break
+                j = j + 1 if j + 1 < nblk else 0
                 now = time.perf_counter()
                 if first[i] is None:
                     first[i] = now
@@ -1320,7 +1332,8 @@ def measure_anchors(args, group, res, np, when):
     streams = a["raw_tcp_streams"] = tcp_streams()
     for s in args.sizes:
         k = str(s)
-        t = max(filter(None, (raw_tcp(group, s, sec, streams) for _ in range(reps))),
+        span = min(s * max(args.batches), 256 * MiB)   # one batch of the largest
+        t = max(filter(None, (raw_tcp(group, s, sec, streams, span) for _ in range(reps))),
                 default=None)
         rr = max(filter(None, (raw_tcp_rr(group, s, sec) for _ in range(reps))),
                  default=None)
@@ -1329,7 +1342,8 @@ def measure_anchors(args, group, res, np, when):
         for key, v in (("raw_tcp_gbps", t), ("memcpy_gbps", m), ("raw_tcp_rr_gbps", rr)):
             if v is not None and (a[key].get(k) is None or v > a[key][k]):
                 a[key][k] = v
-        print(f"  anchor ({when}) size={human(s)}: raw TCP, {streams} streams {fmt(t)} GB/s "
+        print(f"  anchor ({when}) size={human(s)}: raw TCP, {streams} streams through "
+              f"{human(span)} {fmt(t)} GB/s "
               f"(request/response {fmt(rr)}), memcpy {m:.3f} GB/s (best of {reps})",
               flush=True)
     try:
