@@ -84,6 +84,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -576,6 +577,8 @@ s = socket.create_connection(("127.0.0.1", port))
 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 buf = memoryview(bytearray(b"\x01" * span))
 n, i = span // block, 0
+if len(sys.argv) > 4 and s.recv(1) != b"g":   # every stream starts together (raw_tcp)
+    sys.exit(1)
 end = time.monotonic() + secs
 try:
     while time.monotonic() < end:
@@ -625,13 +628,34 @@ def raw_tcp(group, block, seconds, streams=1, span=None):
     receivers: all bytes over the time from the first byte on any stream to the last on
     any."""
     per = max(block, (span or block) // streams // block * block)
-    import threading
     ls = socket.socket()
     ls.bind(("127.0.0.1", 0))
     ls.listen(streams)
     ls.settimeout(20)
     port = ls.getsockname()[1]
     kids, conns = [], []
+    got = [0] * streams
+    first = [None] * streams
+    last = [None] * streams
+
+    def receive(i):
+        rbuf = memoryview(bytearray(per))
+        nblk, j = per // block, 0
+        conn = conns[i]
+        try:
+            while True:
+                k = conn.recv_into(rbuf[j * block:(j + 1) * block], block, socket.MSG_WAITALL)
+                if k <= 0:
+                    break
+                now = time.perf_counter()
+                if first[i] is None:
+                    first[i] = now
+                last[i] = now
+                got[i] += k
+                j = j + 1 if j + 1 < nblk else 0
+        except OSError:
+            first[i] = None   # this stream's figure is lost: no anchor from this round
+
     try:
         for i in range(streams):
             kids.append(group.spawn(f"tcp-sender-{block}-{i}",
@@ -641,35 +665,28 @@ def raw_tcp(group, block, seconds, streams=1, span=None):
             conn, _ = ls.accept()
             conn.settimeout(seconds + 20)
             conns.append(conn)
+        ls.close()
+        threads = [threading.Thread(target=receive, args=(i,), daemon=True)
+                   for i in range(streams)]
+        for t in threads:
+            t.start()
+        for conn in conns:   # the senders start their clocks together
+            conn.sendall(b"g")
+        for t in threads:
+            t.join(seconds + 30)
+        for c in kids:
+            c.popen.wait(timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        print(f"  anchor: raw TCP with {streams} streams of {human(block)} failed: {e}",
+              flush=True)
+        return None
     finally:
         ls.close()
-    got = [0] * streams
-    first = [None] * streams
-    last = [None] * streams
-
-    def receive(i):
-        rbuf = memoryview(bytearray(per))
-        nblk, j = per // block, 0
-        with conns[i] as conn:
-            while True:
-                k = conn.recv_into(rbuf[j * block:(j + 1) * block], block, socket.MSG_WAITALL)
-                if k <= 0:
-                    break
-                j = j + 1 if j + 1 < nblk else 0
-                now = time.perf_counter()
-                if first[i] is None:
-                    first[i] = now
-                last[i] = now
-                got[i] += k
-
-    threads = [threading.Thread(target=receive, args=(i,), daemon=True)
-               for i in range(streams)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(seconds + 30)
-    for c in kids:
-        c.popen.wait(timeout=10)
+        for conn in conns:
+            conn.close()
+        for c in kids:
+            if c.popen.poll() is None:
+                c.popen.kill()
     starts = [t for t in first if t is not None]
     if len(starts) < streams:
         return None
@@ -1050,6 +1067,10 @@ def table_lines(res):
         if b.get("unavailable"):
             out.append(f"{label:9} unavailable: {b['unavailable']}")
             continue
+        if b.get("failed_passes"):
+            out.append(f"{label:9} pass(es) {', '.join(map(str, b['failed_passes']))} of "
+                       f"{b.get('passes')} measured nothing (see the run's log); the "
+                       "cells below are the median of the others")
         for c in b.get("cells", []):
             rt = c.get("ratio", {})
             rs = "  ".join(f"{k} {v:.2f}" for k, v in rt.items() if v is not None)
@@ -1332,7 +1353,9 @@ def measure_anchors(args, group, res, np, when):
     streams = a["raw_tcp_streams"] = tcp_streams()
     for s in args.sizes:
         k = str(s)
-        span = min(s * max(args.batches), 256 * MiB)   # one batch of the largest
+        # one batch of the largest that runs (--max-batch-bytes), at most 256 MiB
+        span = min(max([s * b for b in args.batches if s * b <= args.max_batch_bytes],
+                       default=s), 256 * MiB)
         t = max(filter(None, (raw_tcp(group, s, sec, streams, span) for _ in range(reps))),
                 default=None)
         rr = max(filter(None, (raw_tcp_rr(group, s, sec) for _ in range(reps))),
@@ -1365,36 +1388,55 @@ def measure_anchors(args, group, res, np, when):
 
 
 def merge_passes(docs):
-    """One backend's result from its passes (--passes): the first pass's document, each
-    cell replaced by that cell of the pass with the median GB/s (the lower middle for an
-    even count), so every figure of a row comes from one pass; the cell keeps every
-    pass's GB/s in passes_gbps, in pass order. A cell that failed or was skipped in any
-    pass keeps that pass's cell (its error or reason shows). wall_s adds up."""
+    """One backend's result from its passes (--passes): the first measured pass's
+    document, each cell (matched by op, api, size and batch over every pass) replaced by
+    that cell of the pass with the median GB/s (the lower middle for an even count), so
+    every figure of a row comes from one pass; the cell keeps every pass's GB/s in
+    passes_gbps, in pass order (None where a pass did not measure it). A cell that failed
+    or was skipped in a pass keeps that pass's cell (its error or reason shows); one that
+    a measuring pass did not reach is an error. A pass that measured nothing (it failed
+    before its first cell) is listed in failed_passes and the cells are the median of the
+    others; only when every pass is so does the backend read unavailable. wall_s adds
+    up."""
     if len(docs) == 1:
         return docs[0]
-    out = dict(docs[0])
+    measured = [d for d in docs if d.get("cells")]
+    out = dict(measured[0] if measured else docs[0])
     out["passes"] = len(docs)
     out["wall_s"] = sum(d.get("wall_s", 0) for d in docs)
     out["errors"] = [e for d in docs for e in d.get("errors", [])]
-    if any(d.get("unavailable") for d in docs):
-        out["unavailable"] = "; ".join(sorted({d["unavailable"] for d in docs
-                                               if d.get("unavailable")}))
-    cells = []
-    for i, c0 in enumerate(docs[0].get("cells", [])):
-        same = [d["cells"][i] for d in docs
-                if i < len(d.get("cells", [])) and cell_key(d["cells"][i]) == cell_key(c0)]
+    failed = [i + 1 for i, d in enumerate(docs) if not d.get("cells")]
+    if failed:
+        out["failed_passes"] = failed
+    if measured:
+        out.pop("unavailable", None)
+    else:
+        out["unavailable"] = "; ".join(sorted({d.get("unavailable") or "no cells"
+                                               for d in docs}))
+    order, by_pass = [], []
+    for d in docs:
+        cells = {}
+        for c in d.get("cells", []):
+            k = cell_key(c)
+            if k not in cells:
+                cells[k] = c
+            if k not in order:
+                order.append(k)
+        by_pass.append(cells)
+    merged = []
+    for k in order:
+        same = [p[k] for p in by_pass if k in p]
         bad = [c for c in same if c.get("gbps") is None]
-        if bad or len(same) < len(docs):
-            c = dict(bad[0] if bad else c0)
-            if len(same) < len(docs) and not bad:
-                c["error"] = f"measured in {len(same)} of {len(docs)} passes"
-                c["gbps"] = None
+        if bad:
+            c = dict(bad[0])
+        elif len(same) < len(measured):
+            c = dict(same[0], gbps=None,
+                     error=f"measured in {len(same)} of {len(measured)} passes")
         else:
-            ranked = sorted(same, key=lambda x: x["gbps"])
-            c = dict(ranked[(len(ranked) - 1) // 2])
-        c["passes_gbps"] = [x.get("gbps") for x in same]
-        cells.append(c)
-    out["cells"] = cells
+            c = dict(sorted(same, key=lambda x: x["gbps"])[(len(same) - 1) // 2])
+        c["passes_gbps"] = [p[k].get("gbps") if k in p else None for p in by_pass]
+        merged.append(c)
+    out["cells"] = merged
     return out
 
 
@@ -1482,8 +1524,9 @@ def drive(args) -> int:
                 print(f"  [{label}] pass {p + 1} of {args.passes}", flush=True)
             jpath = os.path.join(args.out, f"{label}.json" if args.passes == 1
                                  else f"{label}.pass{p + 1}.json")
-            if os.path.exists(jpath):
-                os.unlink(jpath)
+            for stale in {jpath, os.path.join(args.out, f"{label}.json")}:
+                if os.path.exists(stale):   # this pass's, or a --passes 1 run's
+                    os.unlink(stale)
             argv = [py, os.path.abspath(__file__), "--role", "backend", "--label", label,
                     "--json-out", jpath,
                     "--log-dir", os.path.join(log_dir, label if args.passes == 1

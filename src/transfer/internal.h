@@ -231,7 +231,9 @@ enum { TE_CC_CONNECTING = 1, TE_CC_READY = 2, TE_CC_AUTH = 3 };
 /* A lane: the share of a peer's TCP connections one I/O loop owns (tcp_client.c). A
  * peer has min(io threads, conns_per_peer) lanes on consecutive loops starting at its
  * home loop, so its connections are spread over the engine's I/O threads; submitted
- * slices are spread over the lanes; a slice stays on its lane (and its loop) for good. */
+ * slices are spread over the lanes, but for a batch of small slices, which stays whole on
+ * the calling thread's lane (mc__te_peer_enqueue); a slice stays on its lane (and its
+ * loop) for good. */
 struct te_lane {
     te_peer *peer;             /* immutable */
     te_io *io;                 /* immutable */

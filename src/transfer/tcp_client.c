@@ -3,7 +3,8 @@
  * A peer's connections are spread over its lanes (te_lane: one per I/O loop, up to
  * min(io threads, conns_per_peer), each owning its share of conns_per_peer). Slices
  * reach a lane's loop through the lane's inbox (any thread; mc__te_peer_enqueue spreads
- * a submission over the lanes) and are spread over that lane's connections:
+ * a submission over the lanes, or keeps a batch of small slices on the calling thread's
+ * lane) and are spread over that lane's connections:
  * small slices fill one connection up to TE_CONN_FILL bytes first, larger ones go
  * least-loaded first (internal.h says why). Each connection keeps its
  * slices in wire order: requests are written with sendmsg straight from the source
@@ -609,7 +610,10 @@ static void lane_enqueue(te_lane *l, te_slice *first, te_slice *last)
 }
 
 /* The lane a thread's small submissions go to (mc__te_peer_enqueue): threads are
- * numbered in the order they first submit one, and thread k uses lane k mod lanes. */
+ * numbered in the order they first submit one, process-wide, and thread k uses lane
+ * k mod lanes. Best effort: an I/O loop thread that sends a batch's NOTIFY (batch.c)
+ * takes a number too, so two callers can share a lane; nothing depends on the spread
+ * but the speed. */
 static unsigned thread_lane_seq(void)
 {
     static atomic_uint next;

@@ -76,8 +76,36 @@ def test_a_cell_missing_from_a_pass_is_an_error(bench):
     assert "2 of 3 passes" in got["get_into hot"]["error"]
 
 
-def test_an_unavailable_pass_marks_the_backend(bench):
-    docs = [doc(cell("batch_get_into", 2.0, 0.2)),
-            dict(doc(), unavailable="exit status 1")]
+def test_a_cell_missing_in_the_middle_leaves_the_later_cells_matched(bench):
+    docs = [doc(cell("batch_get_into", 2.0, 0.2), cell("get_into hot", 2.0, 0.2),
+                cell("get_into 2thr", 1.0, 0.4)),
+            doc(cell("batch_get_into", 2.1, 0.2), cell("get_into 2thr", 1.2, 0.4)),
+            doc(cell("batch_get_into", 1.9, 0.2), cell("get_into hot", 2.2, 0.2),
+                cell("get_into 2thr", 1.1, 0.4))]
+    got = {c["api"]: c for c in bench.merge_passes(docs)["cells"]}
+    assert got["get_into 2thr"]["gbps"] == 1.1
+    assert got["get_into 2thr"]["passes_gbps"] == [1.0, 1.2, 1.1]
+    assert got["get_into hot"]["gbps"] is None
+    assert got["get_into hot"]["passes_gbps"] == [2.0, None, 2.2]
+    # a cell that only a later pass measured is kept, as an error
+    docs[2]["cells"].append(cell("get", 0.5, 0.1, batch=1))
+    got = {c["api"]: c for c in bench.merge_passes(docs)["cells"]}
+    assert got["get"]["gbps"] is None and "1 of 3 passes" in got["get"]["error"]
+
+
+def test_a_pass_that_measured_nothing_leaves_the_others_standing(bench):
+    docs = [dict(doc(), unavailable="timed out"),
+            doc(cell("batch_get_into", 2.0, 0.2)),
+            doc(cell("batch_get_into", 2.4, 0.2))]
     m = bench.merge_passes(docs)
-    assert m["unavailable"] == "exit status 1"
+    assert "unavailable" not in m and m["failed_passes"] == [1]
+    # the cell is the median of the passes that measured (lower middle of two)
+    assert m["cells"][0]["gbps"] == 2.0
+    assert m["cells"][0]["passes_gbps"] == [None, 2.0, 2.4]
+
+
+def test_every_pass_unavailable_marks_the_backend(bench):
+    docs = [dict(doc(), unavailable="exit status 1"), dict(doc(), unavailable="timed out")]
+    m = bench.merge_passes(docs)
+    assert m["unavailable"] == "exit status 1; timed out"
+    assert m["cells"] == []

@@ -233,7 +233,9 @@ static void test_two_loops_per_peer(void **state)
     assert_int_equal(st.connections_opened, 2);
     close_pair(a, b, mem);
 
-    /* two new threads, numbered one after the other: one lane each */
+    /* two new threads, numbered one after the other (tcp_client.c thread_lane_seq:
+     * nothing else submits in between; no NOTIFY is sent here, whose loop thread would
+     * take a number too): one lane each */
     a = mk_lanes(2, 2);
     b = mk_lanes(2, 2);
     mem = malloc(len);
