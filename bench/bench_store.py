@@ -607,15 +607,20 @@ def _peer_connection(group, name, script, block, seconds):
     return c, conn
 
 
+TE_MAX_CONNS = 16   # MC_TE_TCP_CONNECTIONS' range in src/transfer/engine.c: 1..16
+
+
 def tcp_streams():
     """The connections our store opens to a peer (MC_TE_TCP_CONNECTIONS, default 2, as
     src/transfer/engine.c reads it): the raw TCP anchor runs that many streams (issue
-    17: raw TCP with the same number of streams as the anchor)."""
+    17: raw TCP with the same number of streams as the anchor). None for a value the
+    store would refuse (main checks it before anything runs)."""
+    text = os.environ.get("MC_TE_TCP_CONNECTIONS", "").strip() or "2"
     try:
-        n = int(os.environ.get("MC_TE_TCP_CONNECTIONS", "2"))
+        n = int(text)
     except ValueError:
-        n = 2
-    return n if 1 <= n <= 64 else 2
+        return None
+    return n if 1 <= n <= TE_MAX_CONNS else None
 
 
 def raw_tcp(group, block, seconds, streams=1, span=None):
@@ -1077,7 +1082,7 @@ def table_lines(res):
             note = (f"skipped: {c['skipped']}" if c.get("skipped") else
                     f"ERROR: {c['error']}" if c.get("error") else "")
             if len(c.get("passes_gbps") or ()) > 1:
-                note = ("passes " + "/".join(fmt(g, "{:.2f}") for g in c["passes_gbps"]) +
+                note = ("passes " + "/".join(fmt(g) for g in c["passes_gbps"]) +
                         " GB/s" + (f"; {note}" if note else ""))
             out.append(f"{label:9} {b['path']:20} {c['op']:4} {c['api']:15} "
                        f"{human(c['size']):>7} {c['batch']:>5} "
@@ -1304,10 +1309,11 @@ def main(argv=None) -> int:
                     help="run each of our backends also with a cluster secret (label "
                          "<backend>+auth) and report the cost of authentication per cell")
     ap.add_argument("--passes", type=int, default=1,
-                    help="run every backend this many times, alternating (ours, ours-tcp, "
-                         "upstream, ours, ...), and report each cell as the pass with the "
-                         "median GB/s, every pass's GB/s beside it (issue 17: medians of "
-                         ">= 3; default 1)")
+                    help="1..15: run every backend this many times, alternating (ours, "
+                         "ours-tcp, upstream, ours, ...), and report each cell as the pass "
+                         "with the median GB/s (the lower middle one for an even count), "
+                         "every pass's GB/s beside it (issue 17: medians of >= 3; "
+                         "default 1)")
     ap.add_argument("--out", default=os.path.join(REPO, "bench", "out", "store"))
     ap.add_argument("--no-docs", action="store_true",
                     help="do not rewrite docs/store-bench.{md,png} after a full run")
@@ -1329,6 +1335,9 @@ def main(argv=None) -> int:
     args.seconds = args.seconds or (0.3 if q else 1.0)
     if not 1 <= args.passes <= 15:
         ap.error("--passes must be 1..15")
+    if tcp_streams() is None:
+        ap.error(f"MC_TE_TCP_CONNECTIONS={os.environ.get('MC_TE_TCP_CONNECTIONS')!r}: "
+                 f"expected 1..{TE_MAX_CONNS}, as the store reads it (unset it for 2)")
     known = BACKENDS + ("ours+auth", "ours-tcp+auth")   # the latter internal (--auth)
     bad = [b for b in args.backends.split(",") if b.strip() and b.strip() not in known]
     if bad:
