@@ -28,7 +28,7 @@
  * N connections move data on N threads as N raw TCP streams do, but no more than the
  * CPUs this process may run on, and at least 1. On a 2-CPU box that is 2 (it was
  * CPUs / 2 = 1 until session 16: measured on a quiet box, 1 MiB x 16 store gets over
- * TCP went 2.8-4.0 -> 4.9-5.1 GB/s with a loopback pair of engines on the 2 CPUs, and a
+ * TCP went 4.2-4.7 -> 4.9-5.3 GB/s with a loopback pair of engines on the 2 CPUs, and a
  * batch of small slices stays on one lane: mc__te_peer_enqueue). */
 static uint64_t default_io_threads(unsigned conns)
 {
