@@ -261,6 +261,38 @@ static void test_two_loops_per_peer(void **state)
     free(dst);
 }
 
+/* A READ batch moving more than the target's reply budget (max_pending_bytes) on one
+ * connection: the target stops parsing while the budget is queued, and must parse the
+ * requests already in its receive buffer once the replies drained, whichever event
+ * that happens in; the initiator has sent the whole batch, so no EPOLLIN would come
+ * (issue 17, session 16: such a batch hung until the transfer timeout). 16 x 256 KiB
+ * against a 1 MiB budget, twice, every byte checked. */
+static void test_read_batch_beyond_reply_budget(void **state)
+{
+    (void)state;
+    mc_te_opts o = {.force_tcp = 1, .transfer_timeout_ms = 5000, .clock = test_clock,
+                    .conns_per_peer = 1, .io_threads = 1, .max_pending_bytes = 1u << 20};
+    mc_te *a = mk_opts(&o, "P2PHANDSHAKE", "127.0.0.1"),
+          *b = mk_opts(&o, "P2PHANDSHAKE", "127.0.0.1");
+    enum { N = 16, BLK = 256 * 1024 };
+    size_t len = (size_t)N * BLK;
+    char *mem = malloc(len), *dst = malloc(len);
+    assert_int_equal(mc_te_register_memory(b, mem, len, "cpu:0"), MC_OK);
+    const char *seg = mc_te_segment_name(b);
+    uint64_t local[N], remote[N], lens[N];
+    batch_fill(local, remote, lens, N, dst, (uint64_t)(uintptr_t)mem, BLK);
+    for (int round = 0; round < 2; round++) {
+        te_fill(mem, len, 31 + round);
+        memset(dst, 0xAB, len);
+        assert_int_equal(mc_te_transfer_sync(a, seg, MC_TE_OP_READ, local, remote, lens, N,
+                                             NULL, NULL, 0),
+                         MC_OK);
+        assert_true(te_check(dst, len, 31 + round));
+    }
+    close_pair(a, b, mem);
+    free(dst);
+}
+
 /* MC_TE_PREFAULT (issue 17): a shared segment is resident as soon as it exists, and
  * without the variable it is not (its pages come on first touch). mincore reports which
  * pages are in memory. */
@@ -819,6 +851,7 @@ int main(void)
         cmocka_unit_test(test_roundtrip_shm_and_forced_tcp),
         cmocka_unit_test(test_large_request_striped),
         cmocka_unit_test(test_two_loops_per_peer),
+        cmocka_unit_test(test_read_batch_beyond_reply_budget),
         cmocka_unit_test(test_batch_spreads_over_connections),
         cmocka_unit_test(test_prefault_env),
         cmocka_unit_test(test_refused_ranges),
