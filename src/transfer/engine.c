@@ -38,7 +38,7 @@ static uint64_t default_io_threads(unsigned conns)
         cpus = CPU_COUNT(&set);
     if (cpus <= 0)
         cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    uint64_t n = cpus > 1 ? (uint64_t)cpus : 1;
+    uint64_t n = cpus > 0 ? (uint64_t)cpus : 1;
     if (n > conns)
         n = conns;
     if (n > TE_MAX_IO)

@@ -402,6 +402,14 @@ static bool backpressured(const te_sconn *c)
     return c->out_count >= OUT_MAX_COUNT || c->out_bytes >= c->io->te->max_pending;
 }
 
+/* Whether c->in holds something sconn_parse would consume: payload bytes of the current
+ * request, or a complete request header. */
+static bool parse_pending(const te_sconn *c)
+{
+    size_t avail = c->in.len - c->in.pos;
+    return c->state != TE_S_HDR ? avail > 0 : avail >= MC_TE_REQ_SIZE;
+}
+
 /* Consumes what c->in holds: payload bytes of the current request (copied into its
  * destination, or dropped when draining), then every complete header after them. Stops
  * at a partial header, or before a header while too many replies are queued.
@@ -526,21 +534,20 @@ static int sconn_io_events(te_sconn *c, uint32_t events)
     }
     if (c->out_head && sconn_flush(c) < 0)
         return -1;
-    /* Requests that parsing left in c->in under backpressure are parsed as soon as the
-     * replies drained, in whichever callback that happens: epoll cannot see bytes already
-     * read, so waiting for EPOLLIN would wait for ever once the initiator has sent its
-     * whole batch (a READ batch of more than max_pending bytes on one connection hung
-     * until its timeout when EPOLLIN was armed again by the drain; issue 17, session
-     * 16). A round that parses nothing (a partial header) ends it. */
-    for (int round = 0; round < 8 && !backpressured(c) && c->in.pos < c->in.len; round++) {
-        size_t pos = c->in.pos, len = c->in.len;
-        size_t count = c->out_count;
-        if (sconn_read(c) < 0)
+    /* What parsing left in c->in under backpressure is parsed as soon as the replies
+     * drained, in whichever callback that happens: epoll cannot see bytes already read,
+     * so waiting for EPOLLIN would wait for ever once the initiator has sent its whole
+     * batch (a READ batch of more than max_pending bytes on one connection hung until
+     * its timeout when EPOLLIN was armed again by the drain; issue 17, session 16). Each
+     * round parses until the buffer holds no complete header or the budget is queued
+     * again, so it ends; no socket read here (level-triggered EPOLLIN brings new bytes). */
+    while (!backpressured(c) && parse_pending(c)) {
+        if (sconn_parse(c) < 0) {
+            sconn_close(c);
             return -1;
+        }
         if (c->out_head && sconn_flush(c) < 0)
             return -1;
-        if (c->in.pos == pos && c->in.len == len && c->out_count == count)
-            break;
     }
     set_events(c, (backpressured(c) ? 0 : EPOLLIN) | (c->out_head ? EPOLLOUT : 0));
     return 0;
