@@ -571,13 +571,12 @@ def run_backend(args) -> int:
 
 _SENDER = r"""
 import socket, sys, time
-port, block, secs = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
-span = int(sys.argv[4]) if len(sys.argv) > 4 else block
+port, block, secs, span = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
 s = socket.create_connection(("127.0.0.1", port))
 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 buf = memoryview(bytearray(b"\x01" * span))
 n, i = span // block, 0
-if len(sys.argv) > 4 and s.recv(1) != b"g":   # every stream starts together (raw_tcp)
+if s.recv(1) != b"g":   # every stream starts together (raw_tcp)
     sys.exit(1)
 end = time.monotonic() + secs
 try:
@@ -589,22 +588,36 @@ finally:
 """
 
 
-def _peer_connection(group, name, script, block, seconds):
-    """(child, connection): a child process running `script` (argv: port, block,
-    seconds) connected to a listener of ours on 127.0.0.1."""
+def _peer_connections(group, name, script, args, n, seconds, kids, conns):
+    """Starts n child processes running `script` (argv: port, then args) that connect to a
+    listener of ours on 127.0.0.1, and accepts them: the children go in kids and the
+    connections (timeout seconds + 20) in conns as they come, so the caller's cleanup
+    sees what was made when this raises (OSError: a child that did not connect within
+    20 s)."""
     ls = socket.socket()
-    ls.bind(("127.0.0.1", 0))
-    ls.listen(1)
-    ls.settimeout(20)
-    port = ls.getsockname()[1]
-    c = group.spawn(name, [sys.executable, "-c", script, str(port), str(block),
-                           str(seconds)])
     try:
-        conn, _ = ls.accept()
+        ls.bind(("127.0.0.1", 0))
+        ls.listen(n)
+        ls.settimeout(20)
+        port = ls.getsockname()[1]
+        for i in range(n):
+            kids.append(group.spawn(f"{name}-{i}" if n > 1 else name,
+                                    [sys.executable, "-c", script, str(port),
+                                     *map(str, args)]))
+        for _ in range(n):
+            conn, _ = ls.accept()
+            conn.settimeout(seconds + 20)
+            conns.append(conn)
     finally:
         ls.close()
-    conn.settimeout(seconds + 20)
-    return c, conn
+
+
+def _peer_connection(group, name, script, block, seconds):
+    """(child, connection): one child process running `script` (argv: port, block,
+    seconds) connected to a listener of ours on 127.0.0.1 (_peer_connections)."""
+    kids, conns = [], []
+    _peer_connections(group, name, script, (block, seconds), 1, seconds, kids, conns)
+    return kids[0], conns[0]
 
 
 TE_MAX_CONNS = 16   # MC_TE_TCP_CONNECTIONS' range in src/transfer/engine.c: 1..16
@@ -633,11 +646,6 @@ def raw_tcp(group, block, seconds, streams=1, span=None):
     receivers: all bytes over the time from the first byte on any stream to the last on
     any."""
     per = max(block, (span or block) // streams // block * block)
-    ls = socket.socket()
-    ls.bind(("127.0.0.1", 0))
-    ls.listen(streams)
-    ls.settimeout(20)
-    port = ls.getsockname()[1]
     kids, conns = [], []
     got = [0] * streams
     first = [None] * streams
@@ -662,15 +670,8 @@ def raw_tcp(group, block, seconds, streams=1, span=None):
             first[i] = None   # this stream's figure is lost: no anchor from this round
 
     try:
-        for i in range(streams):
-            kids.append(group.spawn(f"tcp-sender-{block}-{i}",
-                                    [sys.executable, "-c", _SENDER, str(port), str(block),
-                                     str(seconds), str(per)]))
-        for _ in range(streams):
-            conn, _ = ls.accept()
-            conn.settimeout(seconds + 20)
-            conns.append(conn)
-        ls.close()
+        _peer_connections(group, f"tcp-sender-{block}", _SENDER, (block, seconds, per),
+                          streams, seconds, kids, conns)
         threads = [threading.Thread(target=receive, args=(i,), daemon=True)
                    for i in range(streams)]
         for t in threads:
@@ -686,7 +687,6 @@ def raw_tcp(group, block, seconds, streams=1, span=None):
               flush=True)
         return None
     finally:
-        ls.close()
         for conn in conns:
             conn.close()
         for c in kids:
@@ -1335,7 +1335,8 @@ def main(argv=None) -> int:
     args.seconds = args.seconds or (0.3 if q else 1.0)
     if not 1 <= args.passes <= 15:
         ap.error("--passes must be 1..15")
-    if tcp_streams() is None:
+    args.tcp_streams = tcp_streams()
+    if args.tcp_streams is None:
         ap.error(f"MC_TE_TCP_CONNECTIONS={os.environ.get('MC_TE_TCP_CONNECTIONS')!r}: "
                  f"expected 1..{TE_MAX_CONNS}, as the store reads it (unset it for 2)")
     known = BACKENDS + ("ours+auth", "ours-tcp+auth")   # the latter internal (--auth)
@@ -1359,7 +1360,7 @@ def measure_anchors(args, group, res, np, when):
     a.setdefault("raw_tcp_rr_gbps", {})
     reps = 3
     sec = max(0.2, args.seconds / 2)
-    streams = a["raw_tcp_streams"] = tcp_streams()
+    streams = a["raw_tcp_streams"] = args.tcp_streams
     for s in args.sizes:
         k = str(s)
         # one batch of the largest that runs (--max-batch-bytes), at most 256 MiB
@@ -1422,16 +1423,12 @@ def merge_passes(docs):
     else:
         out["unavailable"] = "; ".join(sorted({d.get("unavailable") or "no cells"
                                                for d in docs}))
-    order, by_pass = [], []
-    for d in docs:
-        cells = {}
+    by_pass = [{} for _ in docs]   # per pass: cell_key -> its first cell of that key
+    order = {}                         # every key, in the order the passes first had it
+    for d, cells in zip(docs, by_pass):
         for c in d.get("cells", []):
-            k = cell_key(c)
-            if k not in cells:
-                cells[k] = c
-            if k not in order:
-                order.append(k)
-        by_pass.append(cells)
+            cells.setdefault(cell_key(c), c)
+            order.setdefault(cell_key(c))
     merged = []
     for k in order:
         same = [p[k] for p in by_pass if k in p]
