@@ -375,6 +375,22 @@ MC_API int mc_te_allocate_batch(mc_te *te, size_t batch_size, mc_te_batch_t *out
  * Per-request problems found later (refused range, peer down) show in the status. */
 MC_API int mc_te_submit(mc_te *te, mc_te_batch_t batch, const mc_te_request *reqs, size_t n);
 
+/* mc_te_submit_inline: mc_te_submit for a caller that waits for the batch right after
+ * (issue 17; mooncake-c only). Every run of consecutive READs to one TCP peer in which
+ * each request moves at most 16 KiB (so at most 16 KiB per slice), with at most 1 MiB
+ * and 256 slices in the run, is moved by the calling thread itself before this
+ * returns, on a private connection to that peer (up to 4 per peer, pooled, opened and
+ * authenticated like the I/O threads' ones), instead of by an I/O thread; other requests
+ * start as with mc_te_submit, before those runs. budget_ms bounds the calling thread's
+ * part: what has not arrived by then (and a run that finds no private connection or
+ * whose connection fails) goes on as with mc_te_submit, with the same timeouts, and the
+ * private connection is closed so nothing of it lands later. A payload reaches its
+ * buffer only when its reply says success, as on the I/O threads. Returns as
+ * mc_te_submit; the outcome of each request shows in the status, as there. Off with
+ * MC_TE_INLINE_READS=0 (then this is mc_te_submit). */
+MC_API int mc_te_submit_inline(mc_te *te, mc_te_batch_t batch, const mc_te_request *reqs,
+                               size_t n, uint32_t budget_ms);
+
 /* mc_te_submit_with_notify: mc_te_submit, then, once every task of the batch has
  * completed, delivers the notification {name, msg} to the peer of reqs[0] (upstream
  * submitTransferWithNotify; the peer drains it with mc_te_get_notifies). The batch
@@ -506,6 +522,10 @@ typedef struct mc_te_stats {
     uint64_t per_ip_refused;     /* ... : max_connections_per_ip (see mc_te_opts) */
     uint64_t peercred_refused;   /* same-host connections of another uid (SO_PEERCRED) */
     uint64_t pending_refused;    /* NOTIFYs refused: max_pending_bytes of bodies in flight */
+    /* issue 17: mc_te_submit_inline */
+    uint64_t inline_bytes_received;  /* of tcp_bytes_received: moved by the calling thread */
+    uint64_t inline_runs_handed_over; /* runs it left to the I/O threads: no private
+                                         connection, a failed one, or the budget spent */
 } mc_te_stats;
 
 /* mc_te_get_stats: a snapshot of the counters (relaxed reads). */

@@ -181,6 +181,12 @@ void mc__xfer_run(xfer *x, int *errs, void (*during)(void *), void *ctx)
 
 /* ---- attempts (read.c): batches of their own, waited for with a deadline ---- */
 
+/* A read attempt's set is waited for right after it is submitted (read.c), so a small
+ * read from one TCP peer is moved by this thread (mc_te_submit_inline) for up to this
+ * long, then by the I/O threads as before: well inside read.c's HEDGE_DELAY_MS (50 ms),
+ * after which a second replica is asked. */
+#define XATT_INLINE_MS 20u
+
 void mc__xatt_start(xfer *x, mc__xatt *a)
 {
     mc_te *te = x->s->te;
@@ -194,7 +200,7 @@ void mc__xatt_start(xfer *x, mc__xatt *a)
         mc_te_batch_t id;
         int rc = mc_te_allocate_batch(te, n, &id);
         if (rc == MC_OK) {
-            rc = mc_te_submit(te, id, x->reqs + first, n);
+            rc = mc_te_submit_inline(te, id, x->reqs + first, n, XATT_INLINE_MS);
             if (rc != MC_OK)
                 mc_te_free_batch(te, id);
         }

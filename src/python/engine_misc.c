@@ -184,13 +184,18 @@ static PyObject *te_stats(TEObject *self, PyObject *noargs)
     if (!d)
         return NULL;
     /* issue 11: refusals on this engine's ports (transfer_engine.h mc_te_stats) */
-    PyObject *more = Py_BuildValue("{sKsKsKsKsKsK}", "auth_refused",
+    PyObject *more = Py_BuildValue("{sKsKsKsKsKsKsKsK}", "auth_refused",
                                    (unsigned long long)st.auth_refused, "auth_failed",
                                    (unsigned long long)st.auth_failed, "conn_limit_refused",
                                    (unsigned long long)st.conn_limit_refused,
                                    "per_ip_refused", (unsigned long long)st.per_ip_refused,
                                    "peercred_refused", (unsigned long long)st.peercred_refused,
-                                   "pending_refused", (unsigned long long)st.pending_refused);
+                                   "pending_refused", (unsigned long long)st.pending_refused,
+                                   /* issue 17: reads moved by their calling thread */
+                                   "inline_bytes_received",
+                                   (unsigned long long)st.inline_bytes_received,
+                                   "inline_runs_handed_over",
+                                   (unsigned long long)st.inline_runs_handed_over);
     if (!more || PyDict_Update(d, more) < 0) {
         Py_XDECREF(more);
         Py_DECREF(d);

@@ -55,7 +55,7 @@ int mc_te_create(const mc_te_opts *opts, mc_te **out)
         o = *opts;
     /* common/env.h's policy: a set but bad value fails the call, naming the variable */
     uint64_t timeout_s, slice, conns, nio, hs_max, auth_to, max_conns, max_ip, max_pending;
-    bool force_tcp, prefault;
+    bool force_tcp, prefault, inline_reads;
     if (mc_env_u64("MC_TRANSFER_TIMEOUT", MC_TE_DEFAULT_TIMEOUT_S, 1, MC_TE_MAX_TIMEOUT_S,
                    &timeout_s) < 0 ||
         mc_env_size("MC_TCP_SLICE_SIZE", MC_TE_DEFAULT_SLICE, 4096, MC_TE_MAX_SLICE, &slice) <
@@ -65,6 +65,7 @@ int mc_te_create(const mc_te_opts *opts, mc_te **out)
                     &hs_max) < 0 ||
         mc_env_bool("MC_FORCE_TCP", false, &force_tcp) < 0 ||
         mc_env_bool("MC_TE_PREFAULT", false, &prefault) < 0 ||
+        mc_env_bool("MC_TE_INLINE_READS", true, &inline_reads) < 0 ||
         mc_env_u64("MC_TE_AUTH_TIMEOUT_MS", 10000, 10, 3600000, &auth_to) < 0 ||
         mc_env_u64("MC_TE_MAX_CONNECTIONS", 4096, 1, 1u << 20, &max_conns) < 0 ||
         mc_env_u64("MC_TE_MAX_CONNECTIONS_PER_IP", 512, 1, 1u << 20, &max_ip) < 0 ||
@@ -144,6 +145,7 @@ int mc_te_create(const mc_te_opts *opts, mc_te **out)
     te->hs_max = o.handshake_max_length ? o.handshake_max_length : (uint32_t)hs_max;
     te->force_tcp = o.force_tcp == 1 || (o.force_tcp <= 0 && force_tcp);
     te->prefault = prefault;
+    te->inline_reads = inline_reads;
     te->stream_writes = o.stream_writes == 1;
     te->clock = o.clock;
     te->clock_ctx = o.clock_ctx;
@@ -201,8 +203,10 @@ static void te_shutdown(mc_te *te, bool unpublish)
         if (te->io[i].loop)
             mc_loop_join(te->io[i].loop);
     te_peer *p;
-    for (size_t i = 0; (p = peer_at(te, i)); i++)
+    for (size_t i = 0; (p = peer_at(te, i)); i++) {
         mc__te_peer_close_conns(p);
+        mc__te_inline_close(p);
+    }
     for (unsigned i = 0; i < te->nio; i++) {
         te_io *io = &te->io[i];
         if (!io->loop)
@@ -588,6 +592,8 @@ void mc_te_get_stats(mc_te *te, mc_te_stats *out)
     out->per_ip_refused = LOAD(ip_limit);
     out->peercred_refused = LOAD(peercred);
     out->pending_refused = LOAD(pending_limit);
+    out->inline_bytes_received = LOAD(inline_recv);
+    out->inline_runs_handed_over = LOAD(inline_handed);
 #undef LOAD
 }
 
@@ -601,6 +607,7 @@ void mc_te_destroy(mc_te *te)
     }
     for (size_t i = 0; i < te->n_peers; i++) {
         te_peer *p = te->peers[i];
+        mc__te_inline_close(p); /* idle private connections (none when shut down) */
         mc_segment_desc_deinit(&p->desc);
         free(p->maps);
         free(p->shm_bufs);

@@ -180,6 +180,14 @@ struct te_batch {
 
 /* ---- peers ---- */
 
+/* Inline reads (tcp_inline.c, mc_te_submit_inline; issue 17): a run of READ slices to
+ * one peer, each at most TE_RBUF_COPY_MAX bytes, together at most TE_CONN_FILL bytes and
+ * TE_INLINE_SLICES slices, is moved by the submitting thread itself on a private
+ * connection (at most TE_INLINE_CONNS per peer, pooled), not handed to an I/O thread. */
+#define TE_INLINE_CONNS 4
+#define TE_INLINE_SLICES 256
+#define TE_INLINE_RETRY_MS 1000 /* after a private connection could not be opened */
+
 typedef struct te_map {
     uint64_t base, len;  /* the owner's range */
     char *ptr;           /* our mapping; unmapped under shm_rw (write) */
@@ -278,6 +286,13 @@ struct te_peer {
      * with shm_rw held for writing; read under shm_rw (read) by same-host copies and
      * atomically by the loop before a TCP WRITE header is sent. Monotonic. */
     _Atomic uint64_t fence_min;
+    /* Private connections of callers moving their own small reads (tcp_inline.c):
+     * guarded by lock. inl_idle holds the idle ones; inl_open counts them all (idle and
+     * in use), at most TE_INLINE_CONNS; none is tried before inl_retry_ms after one
+     * could not be opened. */
+    struct te_iconn *inl_idle[TE_INLINE_CONNS];
+    unsigned inl_nidle, inl_open;
+    uint64_t inl_retry_ms;
     te_lane lanes[TE_MAX_IO];  /* nlanes used; see te_lane */
     unsigned nlanes;           /* immutable */
     atomic_uint next_lane;     /* where the next submitted slices start */
@@ -390,6 +405,8 @@ struct mc_te {
     bool force_tcp;
     bool prefault; /* MC_TE_PREFAULT: shared segments populated at creation (issue 17) */
     bool stream_writes; /* mc_te_opts.stream_writes: WRITE copies by mc_copy_to_segment */
+    bool inline_reads;  /* MC_TE_INLINE_READS (default on): mc_te_submit_inline's caller moves
+                           small READ runs itself (tcp_inline.c) */
     /* issue 11: the cluster secret and per-peer bounds (immutable after create) */
     const mc_auth_secret *auth;    /* NULL: open (no secret); else borrowed or auth_own */
     mc_auth_secret *auth_own;      /* loaded from MC_AUTH_TOKEN_FILE at create; owned */
@@ -462,6 +479,7 @@ struct mc_te {
         atomic_uint_fast64_t stale_writes, stale_sends; /* fence refusals (fence.c) */
         atomic_uint_fast64_t auth_refused, auth_failed, conn_limit, ip_limit, peercred,
             pending_limit; /* issue 11 (peerauth.c) */
+        atomic_uint_fast64_t inline_recv, inline_handed; /* tcp_inline.c */
     } st;
 
     /* fencing (fence.c) */
@@ -572,6 +590,19 @@ static inline te_io *mc__te_slice_io(const te_slice *s)
     return s->lane ? s->lane->io : s->peer->io;
 }
 void mc__te_cconn_tick(te_io *io);
+
+/* tcp_inline.c */
+/* True when the slices first..last (linked, all to one peer) form a run the caller may
+ * move itself (the limits above; READs only). */
+bool mc__te_inline_fits(const te_slice *first, const te_slice *last);
+/* Moves the run first..last to peer p on one of p's private connections, on the calling
+ * thread, finishing each slice (mc__te_task_slice_done) as its reply arrives. What is not
+ * done by until_ms (mc_now_ms clock), or when no private connection can be had or one
+ * fails, goes to p's lanes as mc__te_peer_enqueue would have sent it (the private
+ * connection is closed first, so nothing of it lands later). */
+void mc__te_inline_run(te_peer *p, te_slice *first, te_slice *last, uint64_t until_ms);
+/* Closes p's idle private connections (engine shutdown). */
+void mc__te_inline_close(te_peer *p);
 void mc__te_peer_close_conns(te_peer *p); /* loop thread */
 
 /* tcp_server.c */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/xalloc.h"
+#include "mooncake/mc_time.h"
 #include "mooncake/status.h"
 #include "transfer/internal.h"
 
@@ -32,8 +33,10 @@ static uint64_t slice_len_for(const mc_te *te, uint64_t len)
     return piece < sl ? piece : sl;
 }
 
+/* inline_ms: mc_te_submit_inline's budget (ms), or -1 (every slice goes to the lanes). */
 static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t n,
-                  te_peer *notify_peer, const char *nname, const void *nmsg, size_t nlen)
+                  te_peer *notify_peer, const char *nname, const void *nmsg, size_t nlen,
+                  int64_t inline_ms)
 {
     if (!te || !te->initialized || (n && !reqs))
         return MC_INVALID_PARAMS;
@@ -159,9 +162,13 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
         pthread_mutex_unlock(&b->lock);
     }
     /* The slices of consecutive requests to one peer go to it as one list (one inbox
-     * lock and at most one loop wakeup per run, not per request). */
+     * lock and at most one loop wakeup per run, not per request). With a budget for
+     * inline reads, a submission whose TCP slices are one run that fits (tcp_inline.c)
+     * is moved by this thread; runs to several peers keep moving in parallel on the
+     * I/O threads. */
     size_t used = 0;
     te_slice *run = NULL, *run_last = NULL;
+    bool one_run = true;
     for (size_t i = 0; i < n; i++) {
         if (!tcp[i])
             continue;
@@ -195,6 +202,7 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
         if (run && run->peer != p) {
             mc__te_peer_enqueue(run->peer, run, run_last);
             run = NULL;
+            one_run = false;
         }
         if (run)
             run_last->next = head;
@@ -202,17 +210,27 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
             run = head;
         run_last = &chunk->s[used - 1];
     }
-    if (run)
+    bool move_here = run && one_run && inline_ms >= 0 && te->inline_reads && !notify_peer &&
+                     mc__te_inline_fits(run, run_last);
+    if (run && !move_here)
         mc__te_peer_enqueue(run->peer, run, run_last);
     free(tcp);
     free(peers);
+    if (move_here)
+        mc__te_inline_run(run->peer, run, run_last, mc_now_ms() + (uint64_t)inline_ms);
     mc__te_batch_submit_end(te, b);
     return MC_OK;
 }
 
 int mc_te_submit(mc_te *te, mc_te_batch_t batch, const mc_te_request *reqs, size_t n)
 {
-    return submit(te, batch, reqs, n, NULL, NULL, NULL, 0);
+    return submit(te, batch, reqs, n, NULL, NULL, NULL, 0, -1);
+}
+
+int mc_te_submit_inline(mc_te *te, mc_te_batch_t batch, const mc_te_request *reqs, size_t n,
+                        uint32_t budget_ms)
+{
+    return submit(te, batch, reqs, n, NULL, NULL, NULL, 0, budget_ms);
 }
 
 int mc_te_submit_with_notify(mc_te *te, mc_te_batch_t batch, const mc_te_request *reqs,
@@ -225,7 +243,7 @@ int mc_te_submit_with_notify(mc_te *te, mc_te_batch_t batch, const mc_te_request
     te_peer *p = mc__te_peer_by_handle(te, n ? reqs[0].target_id : seg);
     if (!p)
         return MC_INVALID_PARAMS;
-    return submit(te, batch, reqs, n, p, name, msg, msg_len);
+    return submit(te, batch, reqs, n, p, name, msg, msg_len, -1);
 }
 
 /* ---- sync / async helpers ---- */
@@ -251,7 +269,7 @@ static int run_once(mc_te *te, te_peer *p, const mc_te_request *reqs, size_t n,
     int rc = mc_te_allocate_batch(te, n ? n : 1, &b);
     if (rc != MC_OK)
         return rc;
-    rc = nname ? submit(te, b, reqs, n, p, nname, nmsg, nlen) : mc_te_submit(te, b, reqs, n);
+    rc = nname ? submit(te, b, reqs, n, p, nname, nmsg, nlen, -1) : mc_te_submit(te, b, reqs, n);
     if (rc == MC_OK) {
         mc_te_status st;
         mc_te_wait_batch(te, b, -1, &st);

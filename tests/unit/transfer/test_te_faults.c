@@ -227,6 +227,96 @@ static void test_restarted_peer(void **state)
     free(dst);
 }
 
+/* mc_te_submit_inline (tcp_inline.c) against a peer process. Frozen: the caller's run
+ * finds no reply, gives up after its budget (submit returns) and hands the run to the
+ * I/O threads, which complete it once the peer runs again; the bytes are right.
+ * Restarted on the same port with other bytes: an initiator's idle private connection
+ * is dead, the run is handed over, and the read returns the new instance's bytes. */
+static void test_inline_frozen_and_restarted_peer(void **state)
+{
+    (void)state;
+    int port = te_free_port();
+    child c;
+    spawn_helper(&c, port, MiB, 5, 0);
+    mc_te *a = mk(20000);
+    mc_te_segment_t seg;
+    assert_int_equal(mc_te_open_segment(a, c.seg, &seg), MC_OK);
+    enum { NR = 64, BLK = 4096 };
+    char *dst = malloc(NR * BLK), *exp = malloc(MiB);
+    mc_te_request r[NR];
+    for (int i = 0; i < NR; i++)
+        r[i] = (mc_te_request){.opcode = MC_TE_OP_READ, .source = dst + i * BLK,
+                               .target_id = seg, .target_offset = c.addr + i * BLK,
+                               .length = BLK};
+    mc_te_batch_t b;
+    mc_te_status st;
+    mc_te_stats s0, s1;
+    /* warm: the private connection exists and is idle */
+    assert_int_equal(mc_te_allocate_batch(a, NR, &b), MC_OK);
+    assert_int_equal(mc_te_submit_inline(a, b, r, NR, 5000), MC_OK);
+    assert_int_equal(mc_te_wait_batch(a, b, 10000, &st), MC_OK);
+    assert_int_equal(st.state, MC_TE_COMPLETED);
+    assert_int_equal(mc_te_free_batch(a, b), MC_OK);
+    te_fill(exp, MiB, 5);
+    assert_memory_equal(dst, exp, NR * BLK);
+    mc_te_get_stats(a, &s0);
+    assert_int_equal(s0.inline_bytes_received, NR * BLK);
+
+    kill(c.pid, SIGSTOP);
+    int wst;
+    assert_int_equal(waitpid(c.pid, &wst, WUNTRACED), c.pid);
+    assert_true(WIFSTOPPED(wst));
+    memset(dst, 0, NR * BLK);
+    assert_int_equal(mc_te_allocate_batch(a, NR, &b), MC_OK);
+    uint64_t t0 = mc_now_ms();
+    assert_int_equal(mc_te_submit_inline(a, b, r, NR, 100), MC_OK);
+    assert_true(mc_now_ms() - t0 < 5000); /* the budget, not the 20 s transfer timeout */
+    mc_te_get_stats(a, &s1);
+    assert_int_equal(s1.inline_runs_handed_over, s0.inline_runs_handed_over + 1);
+    assert_int_equal(mc_te_wait_batch(a, b, 50, &st), MC_RPC_TIMEOUT); /* still pending */
+    kill(c.pid, SIGCONT);
+    assert_int_equal(mc_te_wait_batch(a, b, 15000, &st), MC_OK);
+    assert_int_equal(st.state, MC_TE_COMPLETED);
+    assert_int_equal(mc_te_free_batch(a, b), MC_OK);
+    assert_memory_equal(dst, exp, NR * BLK);
+
+    /* an initiator that only ever read inline (no I/O thread connection sees the old
+     * instance go): its idle private connection is dead when the peer is replaced */
+    mc_te *a2 = mk(20000);
+    mc_te_segment_t seg2;
+    assert_int_equal(mc_te_open_segment(a2, c.seg, &seg2), MC_OK);
+    for (int i = 0; i < NR; i++)
+        r[i].target_id = seg2;
+    assert_int_equal(mc_te_allocate_batch(a2, NR, &b), MC_OK);
+    assert_int_equal(mc_te_submit_inline(a2, b, r, NR, 5000), MC_OK);
+    assert_int_equal(mc_te_wait_batch(a2, b, 10000, &st), MC_OK);
+    assert_int_equal(st.state, MC_TE_COMPLETED);
+    assert_int_equal(mc_te_free_batch(a2, b), MC_OK);
+    mc_te_get_stats(a2, &s0);
+    assert_int_equal(s0.inline_bytes_received, NR * BLK);
+    assert_int_equal(s0.connections_opened, 0);
+    end_helper(&c, SIGKILL);
+    child c2;
+    spawn_helper(&c2, port, MiB, 6, 0);
+    assert_string_equal(c2.seg, c.seg);
+    for (int i = 0; i < NR; i++)
+        r[i].target_offset = c2.addr + i * BLK;
+    assert_int_equal(mc_te_allocate_batch(a2, NR, &b), MC_OK);
+    assert_int_equal(mc_te_submit_inline(a2, b, r, NR, 5000), MC_OK);
+    assert_int_equal(mc_te_wait_batch(a2, b, 15000, &st), MC_OK);
+    assert_int_equal(st.state, MC_TE_COMPLETED);
+    assert_int_equal(mc_te_free_batch(a2, b), MC_OK);
+    te_fill(exp, MiB, 6);
+    assert_memory_equal(dst, exp, NR * BLK);
+    mc_te_get_stats(a2, &s1);
+    assert_int_equal(s1.inline_runs_handed_over, s0.inline_runs_handed_over + 1);
+    end_helper(&c2, 0);
+    mc_te_destroy(a2);
+    mc_te_destroy(a);
+    free(dst);
+    free(exp);
+}
+
 static bool shm_peer_lost(void *arg)
 {
     mc_te_stats st;
@@ -477,6 +567,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_peer_killed_mid_transfer),
         cmocka_unit_test(test_frozen_peer_times_out),
         cmocka_unit_test(test_restarted_peer),
+        cmocka_unit_test(test_inline_frozen_and_restarted_peer),
         cmocka_unit_test(test_shm_owner_dies),
         cmocka_unit_test(test_garbage_ports),
         cmocka_unit_test(test_idle_notify_headers_hold_no_budget),

@@ -1,0 +1,353 @@
+/* tcp_inline.c: the calling thread moves a small READ run itself (issue 17).
+ *
+ * mc_te_submit_inline's caller waits for its batch at once; for a run of small READs to
+ * one peer (mc__te_inline_fits) handing the run to an I/O thread costs two thread
+ * handoffs (the I/O thread is woken to send, the caller is woken by it when the replies
+ * are in) while the caller only polls. Here the caller sends the run's requests and
+ * receives the replies on a connection of its own, then returns with the slices done.
+ * Measured on the 2-CPU box (docs/performance.md "Session 17"): a 4 KiB x 128
+ * batch_get_into over TCP, p50 per batch, 160-170 us against a bimodal 185-360 us.
+ *
+ * Private connections are ordinary data connections for the serving side (HELLO first,
+ * the cluster secret's handshake before it when one is set; the server's limits apply),
+ * pooled per peer (te_peer.inl_*: at most TE_INLINE_CONNS, one caller at a time each) and
+ * never registered with an I/O loop. The replies of a run (at most TE_CONN_FILL bytes
+ * of payload) are received into the connection's buffer and each payload is copied into
+ * the caller's memory only once its header said status 0 (docs/consistency.md "Reads":
+ * a failed read leaves the caller's buffer untouched), as the I/O threads do for small
+ * payloads (TE_RBUF_COPY_MAX).
+ *
+ * Anything unusual gives the rest of the run to the lanes, as mc__te_peer_enqueue would
+ * have sent it (a READ is idempotent): no private connection (the pool is in use, or
+ * one could not be opened: then none is tried for TE_INLINE_RETRY_MS), a socket error, a
+ * malformed reply, or the caller's budget (until_ms) spent. The private connection is
+ * closed first, so no byte of it lands later; the lanes' retries, timeouts and logging
+ * then apply as to any slice. */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/spin.h"
+#include "common/xalloc.h"
+#include "mooncake/mc_time.h"
+#include "net/sock.h"
+#include "transfer/internal.h"
+
+typedef struct te_iconn {
+    int fd;
+    uint64_t gen; /* the peer's descriptor generation it was opened under */
+    char *buf;    /* TE_INLINE_SLICES request headers, then the run's replies */
+} te_iconn;
+
+#define REQ_BYTES ((size_t)TE_INLINE_SLICES * MC_TE_REQ_SIZE)
+#define BUF_BYTES (REQ_BYTES + (size_t)TE_INLINE_SLICES * MC_TE_REP_SIZE + TE_CONN_FILL)
+
+bool mc__te_inline_fits(const te_slice *first, const te_slice *last)
+{
+    uint64_t bytes = 0;
+    size_t n = 0;
+    for (const te_slice *s = first;; s = s->next) {
+        if (s->op != MC_TE_WOP_READ || s->len > TE_RBUF_COPY_MAX || ++n > TE_INLINE_SLICES)
+            return false;
+        bytes += s->len;
+        if (s == last)
+            break;
+    }
+    return bytes <= TE_CONN_FILL;
+}
+
+static int ms_left(uint64_t until_ms)
+{
+    uint64_t now = mc_now_ms();
+    return now >= until_ms ? 0 : until_ms - now > 1000 ? 1000 : (int)(until_ms - now);
+}
+
+/* Waits (poll) until fd is ready for ev or until_ms. Returns > 0 ready, 0 timeout, < 0
+ * error. */
+static int wait_fd(int fd, short ev, uint64_t until_ms)
+{
+    for (;;) {
+        int t = ms_left(until_ms);
+        struct pollfd pf = {.fd = fd, .events = ev};
+        int r = poll(&pf, 1, t);
+        if (r > 0)
+            return pf.revents & (ev | POLLERR | POLLHUP) ? 1 : -1;
+        if (r < 0 && errno != EINTR)
+            return -1;
+        if (r == 0 && t == 0)
+            return 0;
+        if (r == 0 && ms_left(until_ms) == 0)
+            return 0;
+    }
+}
+
+/* Sends or receives exactly len bytes by until_ms (non-blocking fd). 0 or -1. */
+static int io_all(int fd, char *p, size_t len, bool out, uint64_t until_ms)
+{
+    while (len) {
+        ssize_t k = out ? send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT)
+                        : recv(fd, p, len, MSG_DONTWAIT);
+        if (k > 0) {
+            p += k;
+            len -= (size_t)k;
+            continue;
+        }
+        if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            return -1;
+        if (wait_fd(fd, out ? POLLOUT : POLLIN, until_ms) <= 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* A new private connection to p (connected, authenticated when the engine has a
+ * secret, HELLO answered), or NULL. */
+static te_iconn *iconn_open(te_peer *p, uint64_t until_ms)
+{
+    mc_te *te = p->te;
+    struct sockaddr_storage sa;
+    socklen_t salen;
+    pthread_mutex_lock(&p->lock);
+    sa = p->data_sa;
+    salen = p->data_salen;
+    uint64_t gen = p->gen;
+    pthread_mutex_unlock(&p->lock);
+    if (!salen)
+        return NULL;
+    int fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return NULL;
+    mc_sock_set_nodelay(fd);
+    if (connect(fd, (struct sockaddr *)&sa, salen) < 0) {
+        int err = 0;
+        socklen_t el = sizeof err;
+        if (errno != EINPROGRESS || wait_fd(fd, POLLOUT, until_ms) <= 0 ||
+            getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0 || err) {
+            close(fd);
+            return NULL;
+        }
+    }
+    if (te->auth) { /* the secret's handshake before any request byte (peerauth.c) */
+        te_auth_cli a;
+        uint64_t auth_until = mc_now_ms() + te->auth_timeout_ms;
+        if (auth_until > until_ms)
+            auth_until = until_ms;
+        int rc = mc__te_auth_cli_start(te, &a, fd, TE_AUTH_DATA);
+        while (rc == 0 && (rc = mc__te_auth_cli_io(te, &a, fd, p->name)) == 0)
+            if (wait_fd(fd, POLLIN, auth_until) <= 0)
+                rc = -1;
+        if (rc != 1) {
+            close(fd);
+            return NULL;
+        }
+    }
+    uint64_t hi, lo;
+    mc__te_writer_id(te, &hi, &lo);
+    uint8_t req[MC_TE_REQ_SIZE], rep[MC_TE_REP_SIZE];
+    uint64_t id = atomic_fetch_add(&te->next_req_id, 1);
+    mc__te_req_encode(&(mc__te_req){.op = MC_TE_WOP_HELLO, .id = id, .addr = hi, .len = lo},
+                      req);
+    mc__te_rep r;
+    if (io_all(fd, (char *)req, sizeof req, true, until_ms) < 0 ||
+        io_all(fd, (char *)rep, sizeof rep, false, until_ms) < 0 ||
+        mc__te_rep_decode(rep, id, MC_TE_WOP_HELLO, 0, &r) < 0 || r.status != 0) {
+        close(fd); /* a refusal is logged by the lanes' connection that follows */
+        return NULL;
+    }
+    te_iconn *c = mc_xmalloc(sizeof *c);
+    c->fd = fd;
+    c->gen = gen;
+    c->buf = mc_xmalloc(BUF_BYTES);
+    return c;
+}
+
+static void iconn_free(te_iconn *c)
+{
+    close(c->fd);
+    free(c->buf);
+    free(c);
+}
+
+/* An idle private connection of p, or a new one; NULL when the pool is in use or none
+ * can be opened now. */
+static te_iconn *iconn_get(te_peer *p, uint64_t until_ms)
+{
+    te_iconn *c = NULL, *old = NULL;
+    bool open = false;
+    pthread_mutex_lock(&p->lock);
+    if (p->inl_nidle) {
+        c = p->inl_idle[--p->inl_nidle];
+        if (c->gen != p->gen) { /* opened before the peer's descriptor changed */
+            old = c;
+            c = NULL;
+            p->inl_open--;
+        }
+    }
+    if (!c && p->inl_open < TE_INLINE_CONNS && mc_now_ms() >= p->inl_retry_ms) {
+        p->inl_open++;
+        open = true;
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (old)
+        iconn_free(old);
+    if (open) {
+        c = iconn_open(p, until_ms);
+        if (!c) {
+            pthread_mutex_lock(&p->lock);
+            p->inl_open--;
+            p->inl_retry_ms = mc_now_ms() + TE_INLINE_RETRY_MS;
+            pthread_mutex_unlock(&p->lock);
+        }
+    }
+    return c;
+}
+
+/* Returns c to p's pool (ok), or closes it. */
+static void iconn_put(te_peer *p, te_iconn *c, bool ok)
+{
+    pthread_mutex_lock(&p->lock);
+    if (ok && p->inl_nidle < TE_INLINE_CONNS) {
+        p->inl_idle[p->inl_nidle++] = c;
+        c = NULL;
+    } else {
+        p->inl_open--;
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (c)
+        iconn_free(c);
+}
+
+void mc__te_inline_close(te_peer *p)
+{
+    pthread_mutex_lock(&p->lock);
+    unsigned n = p->inl_nidle;
+    te_iconn *idle[TE_INLINE_CONNS];
+    memcpy(idle, p->inl_idle, n * sizeof *idle);
+    p->inl_nidle = 0;
+    p->inl_open -= n;
+    pthread_mutex_unlock(&p->lock);
+    for (unsigned i = 0; i < n; i++)
+        iconn_free(idle[i]);
+}
+
+/* The run's progress while the caller waits for its socket (spin.h's poll). */
+typedef struct run_io {
+    int fd;
+    const char *req;
+    size_t req_len, sent;
+    char *in;
+    size_t want, got;
+    int err; /* a socket error or EOF: -1 */
+} run_io;
+
+/* One non-blocking round: sends what is unsent, receives what is there. True when
+ * something moved (or failed): the caller looks again at once. */
+static bool run_step(void *arg)
+{
+    run_io *r = arg;
+    bool moved = false;
+    if (r->sent < r->req_len) {
+        ssize_t k = send(r->fd, r->req + r->sent, r->req_len - r->sent,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k > 0) {
+            r->sent += (size_t)k;
+            moved = true;
+        } else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            r->err = -1;
+            return true;
+        }
+    }
+    if (r->got < r->want) {
+        ssize_t k = recv(r->fd, r->in + r->got, r->want - r->got, MSG_DONTWAIT);
+        if (k > 0) {
+            r->got += (size_t)k;
+            moved = true;
+        } else if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+            r->err = -1;
+            return true;
+        }
+    }
+    return moved;
+}
+
+void mc__te_inline_run(te_peer *p, te_slice *first, te_slice *last, uint64_t until_ms)
+{
+    static _Thread_local mc_spin_site site;
+    mc_te *te = p->te;
+    last->next = NULL;
+    te_iconn *c = iconn_get(p, until_ms);
+    if (!c) {
+        atomic_fetch_add(&te->st.inline_handed, 1);
+        mc__te_peer_enqueue(p, first, last);
+        return;
+    }
+    run_io r = {.fd = c->fd, .req = c->buf, .in = c->buf + REQ_BYTES};
+    for (te_slice *s = first; s; s = s->next) {
+        s->tries = 1;
+        s->id = atomic_fetch_add(&te->next_req_id, 1);
+        mc__te_req_encode(&(mc__te_req){.op = MC_TE_WOP_READ, .id = s->id, .addr = s->remote,
+                                        .len = s->len},
+                          (uint8_t *)c->buf + r.req_len);
+        r.req_len += MC_TE_REQ_SIZE;
+        r.want += MC_TE_REP_SIZE + s->len;
+    }
+    te_slice *s = first; /* the first slice whose reply is not parsed yet */
+    size_t pos = 0;      /* its reply's offset in r.in */
+    bool ok = true;
+    while (s) {
+        bool moved = run_step(&r);
+        if (!moved && mc_now_ms() >= until_ms) {
+            ok = false; /* the budget is spent */
+            break;
+        }
+        if (!moved && !mc_spin_until(&site, run_step, &r)) {
+            bool ev = wait_fd(r.fd, r.sent < r.req_len ? POLLIN | POLLOUT : POLLIN, until_ms) > 0;
+            mc_spin_woke(&site, ev);
+            if (!ev) {
+                ok = false; /* the budget is spent (or the socket failed) */
+                break;
+            }
+        }
+        if (r.err) {
+            ok = false;
+            break;
+        }
+        /* every complete reply: decoded, its payload copied out when its status is 0 */
+        while (s && r.got - pos >= MC_TE_REP_SIZE + s->len) {
+            mc__te_rep rep;
+            memcpy(s->rhdr, r.in + pos, MC_TE_REP_SIZE);
+            if (mc__te_rep_decode(s->rhdr, s->id, s->op, s->len, &rep) < 0) {
+                ok = false; /* malformed: the lanes' connection will say so */
+                break;
+            }
+            if (rep.status == 0) {
+                memcpy(s->local, r.in + pos + MC_TE_REP_SIZE, s->len);
+                atomic_fetch_add(&te->st.tcp_recv, s->len);
+                atomic_fetch_add(&te->st.inline_recv, s->len);
+            }
+            pos += MC_TE_REP_SIZE + s->len;
+            te_slice *next = s->next;
+            s->next = NULL;
+            s->status = rep.status;
+            mc__te_task_slice_done(te, s, rep.status);
+            s = next;
+        }
+        if (!ok)
+            break;
+    }
+    iconn_put(p, c, ok);
+    if (r.err) /* the peer may have restarted (a new data port): what the lanes do next
+                  needs its descriptor as it is now (on failure they fail as usual) */
+        mc__te_peer_refresh(te, p);
+    if (s) { /* the rest goes the usual way, with its retries and timeouts */
+        atomic_fetch_add(&te->st.inline_handed, 1);
+        for (te_slice *t = s; t; t = t->next) {
+            t->tries = 0;
+            t->status = 0;
+        }
+        mc__te_peer_enqueue(p, s, last);
+    }
+}
