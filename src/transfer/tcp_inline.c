@@ -261,6 +261,13 @@ static bool run_step(void *arg)
         }
     }
     if (r->got < r->want) {
+        /* asked first without the socket's lock (tcp_poll): a recv that finds nothing
+         * still locks the socket, and the peer's packets then wait in its backlog until
+         * we let go. Measured (two callers, 4 KiB x 128): 435-560k values/s polling with
+         * recv, 650-880k asking poll first (inline off: 640-800k) */
+        struct pollfd pf = {.fd = r->fd, .events = POLLIN};
+        if (poll(&pf, 1, 0) == 0)
+            return moved;
         ssize_t k = recv(r->fd, r->in + r->got, r->want - r->got, MSG_DONTWAIT);
         if (k > 0) {
             r->got += (size_t)k;
