@@ -591,6 +591,12 @@ static inline te_io *mc__te_slice_io(const te_slice *s)
 }
 void mc__te_cconn_tick(te_io *io);
 
+/* tcp_client.c: a non-blocking TCP_NODELAY socket for p's data address, copied to *sa /
+ * *salen (and p->gen to *gen when gen is not NULL) under p->lock; -1 when p has no
+ * address yet or socket() failed. Not connected. */
+int mc__te_data_socket(te_peer *p, struct sockaddr_storage *sa, socklen_t *salen,
+                       uint64_t *gen);
+
 /* tcp_inline.c */
 /* True when the slices first..last (linked, all to one peer) form a run the caller may
  * move itself (the limits above; READs only). */

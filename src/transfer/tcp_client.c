@@ -138,22 +138,32 @@ static void cconn_fail(te_cconn *c, int err, bool retry)
         dispatch(l, again); /* a slice stays on its lane */
 }
 
+int mc__te_data_socket(te_peer *p, struct sockaddr_storage *sa, socklen_t *salen,
+                       uint64_t *gen)
+{
+    pthread_mutex_lock(&p->lock);
+    *sa = p->data_sa;
+    *salen = p->data_salen;
+    if (gen)
+        *gen = p->gen;
+    pthread_mutex_unlock(&p->lock);
+    if (!*salen)
+        return -1;
+    int fd = socket(sa->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd >= 0)
+        mc_sock_set_nodelay(fd);
+    return fd;
+}
+
 static te_cconn *cconn_new(te_lane *l)
 {
     te_peer *p = l->peer;
     mc_te *te = p->te;
     struct sockaddr_storage sa;
     socklen_t salen;
-    pthread_mutex_lock(&p->lock);
-    sa = p->data_sa;
-    salen = p->data_salen;
-    pthread_mutex_unlock(&p->lock);
-    if (!salen)
-        return NULL;
-    int fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = mc__te_data_socket(p, &sa, &salen, NULL);
     if (fd < 0)
         return NULL;
-    mc_sock_set_nodelay(fd);
     mc_sock_set_keepalive(fd, 60, 10, 6);
     int state = te->auth ? TE_CC_AUTH : TE_CC_READY;
     if (connect(fd, (struct sockaddr *)&sa, salen) < 0) {

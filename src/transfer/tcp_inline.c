@@ -110,17 +110,10 @@ static te_iconn *iconn_open(te_peer *p, uint64_t until_ms)
     mc_te *te = p->te;
     struct sockaddr_storage sa;
     socklen_t salen;
-    pthread_mutex_lock(&p->lock);
-    sa = p->data_sa;
-    salen = p->data_salen;
-    uint64_t gen = p->gen;
-    pthread_mutex_unlock(&p->lock);
-    if (!salen)
-        return NULL;
-    int fd = socket(sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    uint64_t gen;
+    int fd = mc__te_data_socket(p, &sa, &salen, &gen);
     if (fd < 0)
         return NULL;
-    mc_sock_set_nodelay(fd);
     if (connect(fd, (struct sockaddr *)&sa, salen) < 0) {
         int err = 0;
         socklen_t el = sizeof err;

@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "mooncake/mc_time.h"
+#include "mooncake/status.h"
+#include "mooncake/transfer_engine.h"
 
 /* Deterministic bytes: fill(p, n, seed) then check(p, n, seed). */
 static inline uint64_t te_mix(uint64_t x)
@@ -66,6 +68,27 @@ static inline int te_free_port(void)
     getsockname(fd, (struct sockaddr *)&sa, &sl);
     close(fd);
     return ntohs(sa.sin_port);
+}
+
+/* te_inline_batch: r[0..n) in a new batch of te through mc_te_submit_inline (budget_ms),
+ * waited for up to wait_ms, then freed. Returns the batch's final state (MC_TE_*), or -1
+ * when a call failed or the batch did not end in time. at_return (if not NULL): its
+ * state right after submit returned. */
+static inline int te_inline_batch(mc_te *te, const mc_te_request *r, size_t n,
+                                  uint32_t budget_ms, int64_t wait_ms, int *at_return)
+{
+    mc_te_batch_t b;
+    mc_te_status st;
+    if (mc_te_allocate_batch(te, n, &b) != MC_OK)
+        return -1;
+    int rc = mc_te_submit_inline(te, b, r, n, budget_ms);
+    if (rc == MC_OK && at_return)
+        *at_return = mc_te_get_batch_status(te, b, &st) == MC_OK ? (int)st.state : -1;
+    if (rc == MC_OK)
+        rc = mc_te_wait_batch(te, b, wait_ms, &st);
+    if (rc != MC_OK || mc_te_free_batch(te, b) != MC_OK)
+        return -1;
+    return (int)st.state;
 }
 
 #endif

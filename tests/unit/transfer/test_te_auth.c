@@ -188,13 +188,9 @@ static int inline_read(mc_te *from, mc_te *to, char *dst, char *remote)
                                .target_id = seg,
                                .target_offset = (uint64_t)(uintptr_t)remote + i * KiB,
                                .length = KiB};
-    mc_te_batch_t b;
-    mc_te_status st;
-    assert_int_equal(mc_te_allocate_batch(from, 64, &b), MC_OK);
-    assert_int_equal(mc_te_submit_inline(from, b, r, 64, 5000), MC_OK);
-    assert_int_equal(mc_te_wait_batch(from, b, WAIT_MS, &st), MC_OK);
-    assert_int_equal(mc_te_free_batch(from, b), MC_OK);
-    return st.state == MC_TE_COMPLETED ? MC_OK : MC_TRANSFER_FAIL;
+    int state = te_inline_batch(from, r, 64, 5000, WAIT_MS, NULL);
+    assert_true(state > 0);
+    return state == MC_TE_COMPLETED ? MC_OK : MC_TRANSFER_FAIL;
 }
 
 static void test_inline_reads_and_secret(void **state)

@@ -252,11 +252,7 @@ static void test_inline_frozen_and_restarted_peer(void **state)
     mc_te_status st;
     mc_te_stats s0, s1;
     /* warm: the private connection exists and is idle */
-    assert_int_equal(mc_te_allocate_batch(a, NR, &b), MC_OK);
-    assert_int_equal(mc_te_submit_inline(a, b, r, NR, 5000), MC_OK);
-    assert_int_equal(mc_te_wait_batch(a, b, 10000, &st), MC_OK);
-    assert_int_equal(st.state, MC_TE_COMPLETED);
-    assert_int_equal(mc_te_free_batch(a, b), MC_OK);
+    assert_int_equal(te_inline_batch(a, r, NR, 5000, 10000, NULL), MC_TE_COMPLETED);
     te_fill(exp, MiB, 5);
     assert_memory_equal(dst, exp, NR * BLK);
     mc_te_get_stats(a, &s0);
@@ -287,11 +283,7 @@ static void test_inline_frozen_and_restarted_peer(void **state)
     assert_int_equal(mc_te_open_segment(a2, c.seg, &seg2), MC_OK);
     for (int i = 0; i < NR; i++)
         r[i].target_id = seg2;
-    assert_int_equal(mc_te_allocate_batch(a2, NR, &b), MC_OK);
-    assert_int_equal(mc_te_submit_inline(a2, b, r, NR, 5000), MC_OK);
-    assert_int_equal(mc_te_wait_batch(a2, b, 10000, &st), MC_OK);
-    assert_int_equal(st.state, MC_TE_COMPLETED);
-    assert_int_equal(mc_te_free_batch(a2, b), MC_OK);
+    assert_int_equal(te_inline_batch(a2, r, NR, 5000, 10000, NULL), MC_TE_COMPLETED);
     mc_te_get_stats(a2, &s0);
     assert_int_equal(s0.inline_bytes_received, NR * BLK);
     assert_int_equal(s0.connections_opened, 0);
@@ -301,11 +293,7 @@ static void test_inline_frozen_and_restarted_peer(void **state)
     assert_string_equal(c2.seg, c.seg);
     for (int i = 0; i < NR; i++)
         r[i].target_offset = c2.addr + i * BLK;
-    assert_int_equal(mc_te_allocate_batch(a2, NR, &b), MC_OK);
-    assert_int_equal(mc_te_submit_inline(a2, b, r, NR, 5000), MC_OK);
-    assert_int_equal(mc_te_wait_batch(a2, b, 15000, &st), MC_OK);
-    assert_int_equal(st.state, MC_TE_COMPLETED);
-    assert_int_equal(mc_te_free_batch(a2, b), MC_OK);
+    assert_int_equal(te_inline_batch(a2, r, NR, 5000, 15000, NULL), MC_TE_COMPLETED);
     te_fill(exp, MiB, 6);
     assert_memory_equal(dst, exp, NR * BLK);
     mc_te_get_stats(a2, &s1);

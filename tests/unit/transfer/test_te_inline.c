@@ -52,21 +52,15 @@ static void reads(mc_te_request *r, size_t n, mc_te_segment_t seg, char *dst, ch
                                .length = blk};
 }
 
-/* Submits r with mc_te_submit_inline (budget_ms) and waits for the batch; returns its
- * state. done_at_return: whether the batch was already terminal when submit returned. */
+/* r through mc_te_submit_inline; *done_at_return (if not NULL): the batch had ended
+ * when submit returned. Returns its final state. */
 static int run(mc_te *a, const mc_te_request *r, size_t n, uint32_t budget_ms,
                bool *done_at_return)
 {
-    mc_te_batch_t b;
-    assert_int_equal(mc_te_allocate_batch(a, n, &b), MC_OK);
-    assert_int_equal(mc_te_submit_inline(a, b, r, n, budget_ms), MC_OK);
-    mc_te_status st;
-    assert_int_equal(mc_te_get_batch_status(a, b, &st), MC_OK);
+    int at = -1;
+    int state = te_inline_batch(a, r, n, budget_ms, 20000, &at);
     if (done_at_return)
-        *done_at_return = st.state == MC_TE_COMPLETED || st.state == MC_TE_FAILED;
-    assert_int_equal(mc_te_wait_batch(a, b, 20000, &st), MC_OK);
-    int state = st.state;
-    assert_int_equal(mc_te_free_batch(a, b), MC_OK);
+        *done_at_return = at == MC_TE_COMPLETED || at == MC_TE_FAILED;
     return state;
 }
 
@@ -191,14 +185,9 @@ static void *caller_main(void *arg)
     reads(r, 64, c->seg, dst, c->mem, 4 * KiB);
     for (int i = 0; i < 20; i++) {
         memset(dst, 0, len);
-        mc_te_batch_t b;
-        mc_te_status st;
-        if (mc_te_allocate_batch(c->a, 64, &b) != MC_OK ||
-            mc_te_submit_inline(c->a, b, r, 64, 5000) != MC_OK ||
-            mc_te_wait_batch(c->a, b, 20000, &st) != MC_OK || st.state != MC_TE_COMPLETED ||
+        if (te_inline_batch(c->a, r, 64, 5000, 20000, NULL) != MC_TE_COMPLETED ||
             memcmp(dst, exp, len) != 0)
             c->bad++;
-        mc_te_free_batch(c->a, b);
     }
     free(dst);
     free(exp);
