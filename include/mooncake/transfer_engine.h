@@ -376,17 +376,22 @@ MC_API int mc_te_allocate_batch(mc_te *te, size_t batch_size, mc_te_batch_t *out
 MC_API int mc_te_submit(mc_te *te, mc_te_batch_t batch, const mc_te_request *reqs, size_t n);
 
 /* mc_te_submit_inline: mc_te_submit for a caller that waits for the batch right after
- * (issue 17; mooncake-c only). Every run of consecutive READs to one TCP peer in which
- * each request moves at most 16 KiB (so at most 16 KiB per slice), with at most 1 MiB
- * and 256 slices in the run, is moved by the calling thread itself before this
- * returns, on a private connection to that peer (up to 4 per peer, pooled, opened and
- * authenticated like the I/O threads' ones), instead of by an I/O thread; other requests
- * start as with mc_te_submit, before those runs. budget_ms bounds the calling thread's
- * part: what has not arrived by then (and a run that finds no private connection or
- * whose connection fails) goes on as with mc_te_submit, with the same timeouts, and the
- * private connection is closed so nothing of it lands later. A payload reaches its
- * buffer only when its reply says success, as on the I/O threads. Returns as
- * mc_te_submit; the outcome of each request shows in the status, as there. Off with
+ * (issue 17; mooncake-c only). When the requests that go over TCP are READs to one peer
+ * whose slices (MC_TCP_SLICE_SIZE) are each at most 16 KiB, at most 1 MiB and 256 slices
+ * together, the calling thread moves them itself before this returns, on a private
+ * connection to that peer (up to 4 per peer, pooled, opened and authenticated like the
+ * I/O threads' ones), instead of an I/O thread; same-host requests are done as with
+ * mc_te_submit, and TCP requests to several peers, larger ones and WRITEs go to the I/O
+ * threads as there. budget_ms (at most the transfer timeout) bounds the calling
+ * thread's part: what has not arrived by then (and a run that finds no private
+ * connection free, or whose connection fails) goes on as with mc_te_submit, with the
+ * same timeouts, and the private connection is closed so nothing of it lands later.
+ * Opening a private connection (once per connection) may take up to 1 s beyond the
+ * budget; after a failed one the peer's descriptor is fetched again (bounded by the
+ * metadata timeouts) before the I/O threads take over. A payload reaches its buffer
+ * only when its reply says success, as on the I/O threads. Returns as mc_te_submit; the
+ * outcome of each request shows in the status, as there. Counters:
+ * mc_te_stats.inline_bytes_received / inline_runs_handed_over. Off with
  * MC_TE_INLINE_READS=0 (then this is mc_te_submit). */
 MC_API int mc_te_submit_inline(mc_te *te, mc_te_batch_t batch, const mc_te_request *reqs,
                                size_t n, uint32_t budget_ms);

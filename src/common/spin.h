@@ -9,7 +9,8 @@
  * (a master RPC's, also a standby's log fetch and a disk-tier read), its wait for a
  * transfer batch in mc_te_wait_batch (only a batch moving less than 1 MiB over TCP,
  * transfer/internal.h TE_POLL_MAX_TCP_BYTES: a larger one waits for I/O threads that
- * need the CPU a poller would hold), and the master's RPC event loops between requests
+ * need the CPU a poller would hold), its wait for the replies of a small read it moves
+ * itself (transfer/tcp_inline.c), and the master's RPC event loops between requests
  * (mc_loop_set_busy_poll). The transfer engine's I/O loops do not poll (below).
  *
  * The budget comes from MC_BUSY_POLL_US (microseconds, 0..MC_SPIN_MAX_US; 0 turns

@@ -187,6 +187,7 @@ struct te_batch {
 #define TE_INLINE_CONNS 4
 #define TE_INLINE_SLICES 256
 #define TE_INLINE_RETRY_MS 1000 /* after a private connection could not be opened */
+#define TE_INLINE_OPEN_MS 1000  /* opening one may take this long past the caller's budget */
 
 typedef struct te_map {
     uint64_t base, len;  /* the owner's range */

@@ -216,8 +216,11 @@ static int submit(mc_te *te, mc_te_batch_t id, const mc_te_request *reqs, size_t
         mc__te_peer_enqueue(run->peer, run, run_last);
     free(tcp);
     free(peers);
-    if (move_here)
-        mc__te_inline_run(run->peer, run, run_last, mc_now_ms() + (uint64_t)inline_ms);
+    if (move_here) /* never past the slices' own deadline (the transfer timeout) */
+        mc__te_inline_run(run->peer, run, run_last,
+                          mc_now_ms() + ((uint64_t)inline_ms < te->timeout_ms
+                                             ? (uint64_t)inline_ms
+                                             : te->timeout_ms));
     mc__te_batch_submit_end(te, b);
     return MC_OK;
 }

@@ -21,8 +21,10 @@
  * have sent it (a READ is idempotent): no private connection (the pool is in use, or
  * one could not be opened: then none is tried for TE_INLINE_RETRY_MS), a socket error, a
  * malformed reply, or the caller's budget (until_ms) spent. The private connection is
- * closed first, so no byte of it lands later; the lanes' retries, timeouts and logging
- * then apply as to any slice. */
+ * closed first, so no byte of it lands later; after a socket error the peer's
+ * descriptor is fetched again first (a restarted peer has a new data port, and a caller
+ * whose reads all went inline has no lane connection that saw it go); the lanes'
+ * retries, timeouts and logging then apply as to any slice. */
 #include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -114,6 +116,7 @@ static te_iconn *iconn_open(te_peer *p, uint64_t until_ms)
     int fd = mc__te_data_socket(p, &sa, &salen, &gen);
     if (fd < 0)
         return NULL;
+    mc_sock_set_keepalive(fd, 60, 10, 6); /* as the lanes' connections */
     if (connect(fd, (struct sockaddr *)&sa, salen) < 0) {
         int err = 0;
         socklen_t el = sizeof err;
@@ -165,7 +168,10 @@ static void iconn_free(te_iconn *c)
 }
 
 /* An idle private connection of p, or a new one; NULL when the pool is in use or none
- * can be opened now. */
+ * can be opened now. Opening one (once per connection) may take up to TE_INLINE_OPEN_MS
+ * past the caller's budget: a handshake cut short would read as a refused client on the
+ * serving side (peerauth.c counts and logs it). Only a failure that is not the deadline
+ * (refused, reset, a bad HELLO or secret) stops new ones for TE_INLINE_RETRY_MS. */
 static te_iconn *iconn_get(te_peer *p, uint64_t until_ms)
 {
     te_iconn *c = NULL, *old = NULL;
@@ -187,11 +193,16 @@ static te_iconn *iconn_get(te_peer *p, uint64_t until_ms)
     if (old)
         iconn_free(old);
     if (open) {
-        c = iconn_open(p, until_ms);
+        uint64_t open_until = mc_now_ms() + TE_INLINE_OPEN_MS;
+        if (open_until < until_ms)
+            open_until = until_ms;
+        c = iconn_open(p, open_until);
         if (!c) {
+            uint64_t now = mc_now_ms();
             pthread_mutex_lock(&p->lock);
             p->inl_open--;
-            p->inl_retry_ms = mc_now_ms() + TE_INLINE_RETRY_MS;
+            if (now < open_until)
+                p->inl_retry_ms = now + TE_INLINE_RETRY_MS;
             pthread_mutex_unlock(&p->lock);
         }
     }

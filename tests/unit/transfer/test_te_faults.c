@@ -266,7 +266,8 @@ static void test_inline_frozen_and_restarted_peer(void **state)
     assert_int_equal(mc_te_allocate_batch(a, NR, &b), MC_OK);
     uint64_t t0 = mc_now_ms();
     assert_int_equal(mc_te_submit_inline(a, b, r, NR, 100), MC_OK);
-    assert_true(mc_now_ms() - t0 < 5000); /* the budget, not the 20 s transfer timeout */
+    uint64_t took = mc_now_ms() - t0; /* the budget, not the 20 s transfer timeout */
+    assert_true(took >= 90 && took < 3000);
     mc_te_get_stats(a, &s1);
     assert_int_equal(s1.inline_runs_handed_over, s0.inline_runs_handed_over + 1);
     assert_int_equal(mc_te_wait_batch(a, b, 50, &st), MC_RPC_TIMEOUT); /* still pending */
