@@ -70,6 +70,14 @@ static inline int te_free_port(void)
     return ntohs(sa.sin_port);
 }
 
+/* te_stats: a snapshot of te's counters. */
+static inline mc_te_stats te_stats(mc_te *te)
+{
+    mc_te_stats st;
+    mc_te_get_stats(te, &st);
+    return st;
+}
+
 /* te_inline_batch: r[0..n) in a new batch of te through mc_te_submit_inline (budget_ms),
  * waited for up to wait_ms, then freed. Returns the batch's final state (MC_TE_*), or -1
  * when a call failed or the batch did not end in time. at_return (if not NULL): its

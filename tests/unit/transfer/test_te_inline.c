@@ -34,13 +34,6 @@ static mc_te *mk(void)
     return te;
 }
 
-static mc_te_stats stats(mc_te *te)
-{
-    mc_te_stats st;
-    mc_te_get_stats(te, &st);
-    return st;
-}
-
 /* n READs of blk bytes: request i reads remote + i * blk into dst + i * blk. */
 static void reads(mc_te_request *r, size_t n, mc_te_segment_t seg, char *dst, char *remote,
                   uint64_t blk)
@@ -83,7 +76,7 @@ static void test_inline_run_moves_before_return(void **state)
         assert_true(done);
         assert_true(te_check(dst, len, 10 + round));
     }
-    mc_te_stats st = stats(a);
+    mc_te_stats st = te_stats(a);
     assert_int_equal(st.inline_bytes_received, 3 * len);
     assert_int_equal(st.inline_runs_handed_over, 0);
     assert_int_equal(st.tcp_bytes_received, 3 * len);
@@ -108,7 +101,7 @@ static void test_inline_run_moves_before_return(void **state)
             free(exp);
         }
     }
-    assert_int_equal(stats(a).inline_bytes_received, 3 * len + (N - 1) * BLK);
+    assert_int_equal(te_stats(a).inline_bytes_received, 3 * len + (N - 1) * BLK);
     mc_te_destroy(a);
     assert_int_equal(mc_te_unregister_memory(b, mem), MC_OK);
     mc_te_destroy(b);
@@ -153,7 +146,7 @@ static void test_runs_that_do_not_fit(void **state)
     te_fill(ec, len, 41);
     assert_memory_equal(dst, eb, 16 * 4 * KiB);
     assert_memory_equal(dst + len, ec, 16 * 4 * KiB);
-    assert_int_equal(stats(a).inline_bytes_received, 0);
+    assert_int_equal(te_stats(a).inline_bytes_received, 0);
     free(eb);
     free(ec);
     mc_te_destroy(a);
@@ -216,7 +209,7 @@ static void test_concurrent_inline_callers(void **state)
         pthread_join(th[i], NULL);
         assert_int_equal(cs[i].bad, 0);
     }
-    mc_te_stats st = stats(a);
+    mc_te_stats st = te_stats(a);
     assert_true(st.inline_bytes_received > 0);
     assert_int_equal(st.tcp_bytes_received, 8 * 20 * len);
     mc_te_destroy(a);
@@ -245,8 +238,8 @@ static void test_inline_env(void **state)
     reads(r, N, seg, dst, mem, BLK);
     assert_int_equal(run(a, r, N, 5000, NULL), MC_TE_COMPLETED);
     assert_true(te_check(dst, len, 60));
-    assert_int_equal(stats(a).inline_bytes_received, 0);
-    assert_int_equal(stats(a).tcp_bytes_received, len);
+    assert_int_equal(te_stats(a).inline_bytes_received, 0);
+    assert_int_equal(te_stats(a).tcp_bytes_received, len);
     mc_te_destroy(a);
     assert_int_equal(mc_te_unregister_memory(b, mem), MC_OK);
     mc_te_destroy(b);
