@@ -553,6 +553,9 @@ typedef struct mc__xfer {
     size_t n, cap;
     mc__ep_cache *eps;
     size_t neps, capeps;
+    uint64_t until_ms; /* read attempts (read.c): the earliest deadline or hedge time of
+                          those queued (mc_now_ms; 0: none), which bounds
+                          mc__xatt_start's inline budget; reset with the requests */
 } mc__xfer;
 
 void mc__xfer_init(mc__xfer *x, mc_store *s);

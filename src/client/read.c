@@ -313,11 +313,15 @@ static bool read_next(mc__xfer *x, ritem *r, rstate *q, const mc_master_replica_
             read_drop(q, 0, ss);
             read_drop(q, 1, ss);
             return false;
-        case READ_QUEUED:
+        case READ_QUEUED: {
             q->hedge_at = 0;
             if (j == 0 && rest > 0 && q->size <= HEDGE_MAX_BYTES)
                 q->hedge_at = now + (share / 2 < HEDGE_DELAY_MS ? share / 2 : HEDGE_DELAY_MS);
+            uint64_t due = q->hedge_at && q->hedge_at < a->deadline ? q->hedge_at : a->deadline;
+            if (!x->until_ms || due < x->until_ms)
+                x->until_ms = due; /* bounds the set's inline budget (xfer.c) */
             return true;
+        }
         default:
             break; /* this replica is unreachable: the next one */
         }

@@ -23,6 +23,7 @@ void mc__xfer_init(xfer *x, mc_store *s)
 void mc__xfer_reset(xfer *x)
 {
     x->n = 0;
+    x->until_ms = 0;
 }
 
 void mc__xfer_deinit(xfer *x)
@@ -184,7 +185,8 @@ void mc__xfer_run(xfer *x, int *errs, void (*during)(void *), void *ctx)
 /* A read attempt's set is waited for right after it is submitted (read.c), so a small
  * read from one TCP peer is moved by this thread (mc_te_submit_inline) for up to this
  * long, then by the I/O threads as before: well inside read.c's HEDGE_DELAY_MS (50 ms),
- * after which a second replica is asked. */
+ * after which a second replica is asked; never past the earliest deadline or hedge
+ * time of the attempts in the set (x->until_ms), so the read's own timing holds. */
 #define XATT_INLINE_MS 20u
 
 void mc__xatt_start(xfer *x, mc__xatt *a)
@@ -192,6 +194,13 @@ void mc__xatt_start(xfer *x, mc__xatt *a)
     mc_te *te = x->s->te;
     memset(a, 0, sizeof *a);
     a->n = x->n;
+    uint32_t budget = XATT_INLINE_MS;
+    if (x->until_ms) {
+        uint64_t now = mc_now_ms();
+        uint64_t left = x->until_ms > now ? x->until_ms - now : 0;
+        if (left < budget)
+            budget = (uint32_t)left;
+    }
     size_t nb = x->n ? (x->n + MC_TE_MAX_BATCH - 1) / MC_TE_MAX_BATCH : 0;
     a->ids = nb ? mc_xcalloc(nb, sizeof *a->ids) : NULL;
     for (size_t i = 0; i < nb; i++) {
@@ -200,7 +209,7 @@ void mc__xatt_start(xfer *x, mc__xatt *a)
         mc_te_batch_t id;
         int rc = mc_te_allocate_batch(te, n, &id);
         if (rc == MC_OK) {
-            rc = mc_te_submit_inline(te, id, x->reqs + first, n, XATT_INLINE_MS);
+            rc = mc_te_submit_inline(te, id, x->reqs + first, n, budget);
             if (rc != MC_OK)
                 mc_te_free_batch(te, id);
         }
@@ -214,6 +223,7 @@ void mc__xatt_start(xfer *x, mc__xatt *a)
     }
     a->all_ok = a->rc == MC_OK && a->n == 0;
     x->n = 0;
+    x->until_ms = 0;
 }
 
 int mc__xatt_wait(mc_te *te, mc__xatt *a, uint64_t until_ms)
