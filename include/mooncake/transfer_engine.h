@@ -389,8 +389,10 @@ MC_API int mc_te_submit(mc_te *te, mc_te_batch_t batch, const mc_te_request *req
  * Opening a private connection (once per connection) may take up to 1 s beyond the
  * budget; after a failed one the peer's descriptor is fetched again (bounded by the
  * metadata timeouts) before the I/O threads take over. A payload reaches its buffer
- * only when its reply says success, as on the I/O threads. Returns as mc_te_submit; the
- * outcome of each request shows in the status, as there. Counters:
+ * only when its reply says success, as on the I/O threads. reqs: borrowed for the call;
+ * each destination until its task is terminal (for a run moved here, by the return).
+ * budget_ms: milliseconds (0: give the run up as soon as it would wait). Returns as
+ * mc_te_submit; the outcome of each request shows in the status, as there. Counters:
  * mc_te_stats.inline_bytes_received / inline_runs_handed_over. Off with
  * MC_TE_INLINE_READS=0 (then this is mc_te_submit). */
 MC_API int mc_te_submit_inline(mc_te *te, mc_te_batch_t batch, const mc_te_request *reqs,

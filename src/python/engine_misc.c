@@ -302,7 +302,13 @@ PyMethodDef mcpy_te_misc_methods[] = {
      "counters: tcp_bytes_sent/tcp_bytes_received (payload bytes this engine moved over "
      "TCP as initiator), shm_bytes (bytes copied over the same-host path), served_bytes, "
      "refused_requests (peer requests refused: bad range...), tasks_completed, "
-     "tasks_failed, connections_opened, connections_failed. All zero before initialize."},
+     "tasks_failed, connections_opened, connections_failed; auth_refused, auth_failed, "
+     "conn_limit_refused, per_ip_refused, peercred_refused, pending_refused (refusals on "
+     "this engine's ports, issue 11); inline_bytes_received (the part of "
+     "tcp_bytes_received that a store read's calling thread moved itself) and "
+     "inline_runs_handed_over (such reads it left to the I/O threads), issue 17. "
+     "Counts since the engine was created (bytes or events); see "
+     "include/mooncake/transfer_engine.h mc_te_stats. All zero before initialize."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -591,6 +591,7 @@ static inline te_io *mc__te_slice_io(const te_slice *s)
     return s->lane ? s->lane->io : s->peer->io;
 }
 void mc__te_cconn_tick(te_io *io);
+void mc__te_peer_close_conns(te_peer *p); /* loop thread */
 
 /* tcp_client.c: a non-blocking TCP_NODELAY socket for p's data address, copied to *sa /
  * *salen (and p->gen to *gen when gen is not NULL) under p->lock; -1 when p has no
@@ -610,7 +611,6 @@ bool mc__te_inline_fits(const te_slice *first, const te_slice *last);
 void mc__te_inline_run(te_peer *p, te_slice *first, te_slice *last, uint64_t until_ms);
 /* Closes p's idle private connections (engine shutdown). */
 void mc__te_inline_close(te_peer *p);
-void mc__te_peer_close_conns(te_peer *p); /* loop thread */
 
 /* tcp_server.c */
 int mc__te_data_accept_start(mc_te *te);

@@ -61,50 +61,6 @@ bool mc__te_inline_fits(const te_slice *first, const te_slice *last)
     return bytes <= TE_CONN_FILL;
 }
 
-static int ms_left(uint64_t until_ms)
-{
-    uint64_t now = mc_now_ms();
-    return now >= until_ms ? 0 : until_ms - now > 1000 ? 1000 : (int)(until_ms - now);
-}
-
-/* Waits (poll) until fd is ready for ev or until_ms. Returns > 0 ready, 0 timeout, < 0
- * error. */
-static int wait_fd(int fd, short ev, uint64_t until_ms)
-{
-    for (;;) {
-        int t = ms_left(until_ms);
-        struct pollfd pf = {.fd = fd, .events = ev};
-        int r = poll(&pf, 1, t);
-        if (r > 0)
-            return pf.revents & (ev | POLLERR | POLLHUP) ? 1 : -1;
-        if (r < 0 && errno != EINTR)
-            return -1;
-        if (r == 0 && t == 0)
-            return 0;
-        if (r == 0 && ms_left(until_ms) == 0)
-            return 0;
-    }
-}
-
-/* Sends or receives exactly len bytes by until_ms (non-blocking fd). 0 or -1. */
-static int io_all(int fd, char *p, size_t len, bool out, uint64_t until_ms)
-{
-    while (len) {
-        ssize_t k = out ? send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT)
-                        : recv(fd, p, len, MSG_DONTWAIT);
-        if (k > 0) {
-            p += k;
-            len -= (size_t)k;
-            continue;
-        }
-        if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-            return -1;
-        if (wait_fd(fd, out ? POLLOUT : POLLIN, until_ms) <= 0)
-            return -1;
-    }
-    return 0;
-}
-
 /* A new private connection to p (connected, authenticated when the engine has a
  * secret, HELLO answered), or NULL. */
 static te_iconn *iconn_open(te_peer *p, uint64_t until_ms)
@@ -120,7 +76,7 @@ static te_iconn *iconn_open(te_peer *p, uint64_t until_ms)
     if (connect(fd, (struct sockaddr *)&sa, salen) < 0) {
         int err = 0;
         socklen_t el = sizeof err;
-        if (errno != EINPROGRESS || wait_fd(fd, POLLOUT, until_ms) <= 0 ||
+        if (errno != EINPROGRESS || mc_sock_wait(fd, POLLOUT, until_ms) < 0 ||
             getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0 || err) {
             close(fd);
             return NULL;
@@ -133,7 +89,7 @@ static te_iconn *iconn_open(te_peer *p, uint64_t until_ms)
             auth_until = until_ms;
         int rc = mc__te_auth_cli_start(te, &a, fd, TE_AUTH_DATA);
         while (rc == 0 && (rc = mc__te_auth_cli_io(te, &a, fd, p->name)) == 0)
-            if (wait_fd(fd, POLLIN, auth_until) <= 0)
+            if (mc_sock_wait(fd, POLLIN, auth_until) < 0)
                 rc = -1;
         if (rc != 1) {
             close(fd);
@@ -147,8 +103,8 @@ static te_iconn *iconn_open(te_peer *p, uint64_t until_ms)
     mc__te_req_encode(&(mc__te_req){.op = MC_TE_WOP_HELLO, .id = id, .addr = hi, .len = lo},
                       req);
     mc__te_rep r;
-    if (io_all(fd, (char *)req, sizeof req, true, until_ms) < 0 ||
-        io_all(fd, (char *)rep, sizeof rep, false, until_ms) < 0 ||
+    if (mc_sock_send_all(fd, req, sizeof req, until_ms) < 0 ||
+        mc_sock_recv_all(fd, rep, sizeof rep, until_ms) < 0 ||
         mc__te_rep_decode(rep, id, MC_TE_WOP_HELLO, 0, &r) < 0 || r.status != 0) {
         close(fd); /* a refusal is logged by the lanes' connection that follows */
         return NULL;
@@ -254,15 +210,13 @@ static bool run_step(void *arg)
     run_io *r = arg;
     bool moved = false;
     if (r->sent < r->req_len) {
-        ssize_t k = send(r->fd, r->req + r->sent, r->req_len - r->sent,
-                         MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (k > 0) {
-            r->sent += (size_t)k;
-            moved = true;
-        } else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        ssize_t k = mc_sock_send_nb(r->fd, r->req + r->sent, r->req_len - r->sent);
+        if (k < 0) {
             r->err = -1;
             return true;
         }
+        r->sent += (size_t)k;
+        moved = k > 0;
     }
     if (r->got < r->want) {
         /* asked first without the socket's lock (tcp_poll): a recv that finds nothing
@@ -272,14 +226,13 @@ static bool run_step(void *arg)
         struct pollfd pf = {.fd = r->fd, .events = POLLIN};
         if (poll(&pf, 1, 0) == 0)
             return moved;
-        ssize_t k = recv(r->fd, r->in + r->got, r->want - r->got, MSG_DONTWAIT);
-        if (k > 0) {
-            r->got += (size_t)k;
-            moved = true;
-        } else if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        ssize_t k = mc_sock_recv_nb(r->fd, r->in + r->got, r->want - r->got);
+        if (k < 0) { /* an error, or EOF (-ECONNRESET) */
             r->err = -1;
             return true;
         }
+        r->got += (size_t)k;
+        moved = moved || k > 0;
     }
     return moved;
 }
@@ -315,7 +268,8 @@ void mc__te_inline_run(te_peer *p, te_slice *first, te_slice *last, uint64_t unt
             break;
         }
         if (!moved && !mc_spin_until(&site, run_step, &r)) {
-            bool ev = wait_fd(r.fd, r.sent < r.req_len ? POLLIN | POLLOUT : POLLIN, until_ms) > 0;
+            bool ev = mc_sock_wait(r.fd, r.sent < r.req_len ? POLLIN | POLLOUT : POLLIN,
+                                   until_ms) > 0;
             mc_spin_woke(&site, ev);
             if (!ev) {
                 ok = false; /* the budget is spent (or the socket failed) */
