@@ -147,10 +147,21 @@ class Local:
         del self.te
 
 
+_names_given = set()
+
+
 def host_for(mode):
     # P2PHANDSHAKE: the segment becomes "127.0.0.1:<rpc port>". With a metadata server the
-    # segment name is local_hostname as given, so each engine needs a unique one.
-    return "127.0.0.1" if mode == "p2p" else f"127.0.0.1:{free_port()}"
+    # segment name is local_hostname as given, so each engine needs a unique one. Nothing
+    # binds that port, so free_port() may hand the same one out twice in a row (it did in
+    # CI: the local engine then found the peer's segment name taken, -705): never repeat.
+    if mode == "p2p":
+        return "127.0.0.1"
+    while True:
+        name = f"127.0.0.1:{free_port()}"
+        if name not in _names_given:
+            _names_given.add(name)
+            return name
 
 
 @pytest.fixture(params=METADATA_BACKENDS)
