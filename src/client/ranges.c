@@ -279,7 +279,7 @@ int mc_store_batch_read_ranges(mc_store *s, const mc_store_lease *const *leases,
     now = mc_now_ms();
     for (size_t i = 0; i < n; i++) {
         ritem *q = &it[i];
-        if (q->done && now > q->l->deadline_ms && q->l->size > 0) {
+        if (q->done && now >= q->l->deadline_ms && q->l->size > 0) { /* as read.c */
             q->code = MC_LEASE_EXPIRED;
             fail_frags(q->r, q->nr, MC_LEASE_EXPIRED);
         }

@@ -275,7 +275,7 @@ static void read_drop(rstate *q, int j, rsets *ss)
 static int64_t read_failure(const rstate *q)
 {
     if (q->timed_out || q->last_err == MC_RPC_TIMEOUT)
-        return mc_now_ms() > q->deadline ? MC_LEASE_EXPIRED : MC_TRANSFER_FAIL;
+        return mc_now_ms() >= q->deadline ? MC_LEASE_EXPIRED : MC_TRANSFER_FAIL;
     return q->last_err;
 }
 
@@ -528,7 +528,9 @@ static void read_lease_check(ritem *it, const size_t *idx, size_t m, const rstat
             hooked = true;
             now = mc_now_ms();
         }
-        if (rs[k].size > 0 && !rs[k].from_disk && now > rs[k].deadline)
+        /* the master holds the lease while its clock is < atime + TTL (atime is taken
+         * after t0): at deadline it may already have freed the space */
+        if (rs[k].size > 0 && !rs[k].from_disk && now >= rs[k].deadline)
             it[idx[k]].result = MC_LEASE_EXPIRED;
         else
             it[idx[k]].result = (int64_t)rs[k].size;

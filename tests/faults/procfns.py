@@ -355,3 +355,55 @@ def fn_register_many(store, n_first, n_total, deadline_s, width=64):
 
 
 _KEEP = []
+
+
+# ---- reads at the end of a short read lease --------------------------------------------
+
+
+def fn_churn_keys(store, keys, writer, size, stop_at):
+    """Until stop_at, round after round over keys: remove(key) without force (a key under
+    a read lease, -706, is left for the next round) and put a new version of it, so the
+    space of a key whose lease ended is freed and reused by another key's put at once.
+    Returns {"puts": acknowledged puts, "removed": removes that returned 0, "held":
+    removes refused for a lease, "failed": other codes}."""
+    out = {"puts": 0, "removed": 0, "held": 0, "failed": 0}
+    version = {k: 0 for k in keys}
+    live = set()
+    while time.time() < stop_at:
+        for k in keys:
+            if k in live:
+                rc = store.remove(k)
+                if rc == 0:
+                    out["removed"] += 1
+                    live.discard(k)
+                elif rc == -706:
+                    out["held"] += 1
+                    continue
+                else:
+                    out["failed"] += 1
+                    continue
+            version[k] += 1
+            rc = store.put(k, values.make(k, version[k], writer, size))
+            if rc == 0:
+                out["puts"] += 1
+                live.add(k)
+            else:
+                out["failed"] += 1
+    return out
+
+
+def fn_read_keys_loop(store, keys, stop_at, batch=False):
+    """Reads keys round after round until stop_at (batch: one get_batch of all of them a
+    round, so the later reads of a round run late in their leases) and checks each value
+    (values.check). Returns the counts by verdict and the first 10 wrong reads ([key,
+    verdict, detail])."""
+    out = {"reads": 0, "ok": 0, "miss": 0, "wrong_bytes": 0, "other_key": 0, "wrong": []}
+    while time.time() < stop_at:
+        got = store.get_batch(keys) if batch else [store.get(k) for k in keys]
+        for k, data in zip(keys, got):
+            verdict, detail = values.check(k, data)
+            out["reads"] += 1
+            out[verdict] += 1
+            if verdict in ("wrong_bytes", "other_key") and len(out["wrong"]) < 10:
+                out["wrong"].append([k, verdict, detail])
+    return out

@@ -111,3 +111,37 @@ def test_paused_writer_resumes_after_discard(cluster):
         assert harness.wait_space_free(c), "the removed key's space did not come back"
     assert bad_rounds == 0, (f"{bad_rounds} of {ROUNDS} rounds: W2's acknowledged object "
                              f"did not read back as W2's bytes: {details}")
+
+
+LEASE_SECONDS = float(os.environ.get("MC_FAULTS_LEASE_SECONDS", "4"))
+
+
+def test_reads_at_lease_end_are_never_wrong(cluster):
+    # a 1 ms read lease: almost every read ends near or past it, while two writers remove
+    # each key as soon as its lease is over and put a new version, so the space a reader
+    # is still reading is freed and refilled by another key within the same millisecond;
+    # a read must then fail (LEASE_EXPIRED), never return those bytes
+    c = cluster("--default_kv_lease_ttl=1", nodes=1, segment=3 * MiB)
+    a = c.nodes[0]
+    size = 64 * 1024
+    sets = {"Wt": [f"lease-t-{i}" for i in range(12)], "Ws": [f"lease-s-{i}" for i in range(12)]}
+    keys = sets["Wt"] + sets["Ws"]
+    writers = [c.client("Wt", {"MC_FORCE_TCP": "1"}), c.client("Ws")]
+    readers = [c.client("Rt", {"MC_FORCE_TCP": "1"}), c.client("Rs"),
+               c.client("Rb", {"MC_FORCE_TCP": "1"}), c.client("Rbs")]
+    for p in writers + readers:  # a first read may outlast 1 ms (LEASE_EXPIRED): again
+        assert harness.wait_until(
+            lambda: p.fn("warm_peers", [a.hostname], p.name) == [(0, True)], 20), p.name
+    stop_at = time.time() + LEASE_SECONDS
+    for w in writers:
+        w.send_fn("churn_keys", sets[w.name], w.name, size, stop_at)
+    for r in readers:
+        r.send_fn("read_keys_loop", keys, stop_at, r.name.startswith("Rb"))
+    wrote = [w.result(timeout=LEASE_SECONDS + 30) for w in writers]
+    read = [r.result(timeout=LEASE_SECONDS + 30) for r in readers]
+    # the run raced: keys were freed and put again while every reader read them
+    assert all(x["puts"] > len(sets["Wt"]) and x["removed"] > 0 for x in wrote), wrote
+    assert all(x["ok"] > 0 for x in read), read
+    bad = [(r.name, x["wrong_bytes"], x["other_key"], x["wrong"]) for r, x in zip(readers, read)
+           if x["wrong_bytes"] or x["other_key"]]
+    assert not bad, f"reads returned bytes that are not one put of their key: {bad}; {wrote}"

@@ -1384,6 +1384,55 @@ static void test_lease_expired(void **state)
     mc_store_destroy(b);
 }
 
+/* The read ends in the very millisecond its lease does: the master holds a lease only
+ * while its clock is < atime + TTL, so at t0 + TTL the space may be free and refilled
+ * already and the read must be LEASE_EXPIRED (it was accepted up to t0 + TTL inclusive
+ * before: wrong bytes at lease end). The call starts right after a millisecond begins, so
+ * the client's t0 is that millisecond; the hook ends the transfer at t0 + 200 ms. */
+static uint64_t boundary_ms;
+
+static void boundary_hook(const char *point, const void *key, size_t key_len)
+{
+    (void)key;
+    (void)key_len;
+    if (!strcmp(point, MC__STORE_HOOK_READ_DONE))
+        while (mc_now_ms() < boundary_ms)
+            ;
+}
+
+static void test_lease_boundary(void **state)
+{
+    fixture *f = *state;
+    NEED_MASTER(f);
+    mc_store *a = store_up(&f->m, 8 * MIB);
+    mc_store *b = store_up(&f->m, 8 * MIB);
+    char ha[64];
+    mc_store_get_hostname(a, ha, sizeof ha);
+    mc_store_replicate_config rc;
+    mc_store_replicate_config_init(&rc);
+    rc.preferred_segment = ha;
+    unsigned char v[4096], got[4096];
+    fill(v, sizeof v, 12);
+    assert_int_equal(mc_store_put(a, "edge", 4, v, sizeof v, &rc), MC_OK);
+    mc__store_test_hook = boundary_hook;
+    /* each try is LEASE_EXPIRED unless the call was preempted for a millisecond before
+     * it took t0 (then the read legitimately ended inside its lease) */
+    int expired = 0;
+    for (int i = 0; i < 5; i++) {
+        uint64_t t = mc_now_ms();
+        while (mc_now_ms() == t)
+            ;
+        boundary_ms = t + 1 + 200; /* the fixture's lease TTL */
+        int64_t r = mc_store_get_into(b, "edge", 4, got, sizeof got);
+        assert_true(r == MC_LEASE_EXPIRED || r == (int64_t)sizeof v);
+        expired += r == MC_LEASE_EXPIRED;
+    }
+    mc__store_test_hook = NULL;
+    assert_true(expired >= 1);
+    mc_store_destroy(a);
+    mc_store_destroy(b);
+}
+
 /* A pipelined batch read (read.c read_early) whose master dies after the first piece
  * was answered: the pieces answered before the kill are read exactly, the rest fail with
  * a code and leave their buffers alone. 1024 keys are 32 pieces of 32, at most 8 of them
@@ -1882,6 +1931,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_tcp_path, setup_default, teardown_master),
         cmocka_unit_test_setup_teardown(test_remove_and_lease, setup_default, teardown_master),
         cmocka_unit_test_setup_teardown(test_lease_expired, setup_short_lease, teardown_master),
+        cmocka_unit_test_setup_teardown(test_lease_boundary, setup_short_lease, teardown_master),
         cmocka_unit_test_setup_teardown(test_pipelined_read_master_killed, setup_default,
                                         teardown_master),
         cmocka_unit_test_setup_teardown(test_killed_writer, setup_fast_discard, teardown_master),
