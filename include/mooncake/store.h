@@ -410,7 +410,10 @@ MC_API int mc_store_batch_upsert_from_multi_buffers(mc_store *s, const mc_store_
  * runs past its end (see top); not set up); MC_OBJECT_NOT_FOUND (miss);
  * MC_REPLICA_IS_NOT_READY (only a write in flight); MC_LEASE_EXPIRED (the lease ran out
  * before the read finished: buf contents are undefined); MC_TRANSFER_FAIL /
- * MC_RPC_TIMEOUT (every replica failed); MC_RPC_FAIL (master unreachable). */
+ * MC_RPC_TIMEOUT (every replica failed; buf contents are undefined too: an attempt cut
+ * off by its deadline or a dropped connection may have landed part of its bytes before
+ * its connection was closed, never later); MC_RPC_FAIL (master unreachable). On any
+ * error the returned code is the answer: never read buf. */
 MC_API int64_t mc_store_get_into(mc_store *s, const void *key, size_t key_len, void *buf,
                                  uint64_t cap);
 

@@ -302,7 +302,8 @@ PyMethodDef mcpy_read_methods[] = {
       "get_into(key, buffer_ptr: int, size: int) -> int: reads the object into the "
       "size-byte buffer at buffer_ptr; returns the object's size (the buffer may be "
       "larger), -600 when the buffer is smaller, -704 miss, -707 lease expired during the "
-      "read (buffer contents undefined), -800 transfer failed."),
+      "read, -800 transfer failed; after any negative code the buffer's contents are "
+      "undefined (part of a failed transfer may have landed)."),
     MCPY_M("batch_get_into", store_batch_get_into,
       "batch_get_into(keys, buffer_ptrs, sizes) -> list[int]: bytes or a negative code per "
       "key; duplicate keys fill each buffer; all -600 when the lists differ in length."),
