@@ -511,7 +511,9 @@ typedef struct mc_te_stats {
     uint64_t served_bytes;                       /* payload bytes served to peers */
     uint64_t refused_requests;                   /* peer requests refused (bad range...) */
     uint64_t tasks_completed, tasks_failed;
-    uint64_t connections_opened, connections_failed;
+    uint64_t connections_opened, connections_failed; /* data connections to peers, the
+                                    I/O threads' and mc_te_submit_inline's private ones;
+                                    failed: of those opened, never got to serve */
     uint64_t shm_peers_lost; /* same-host owners seen going away (their Unix socket hung
                                 up): their mappings are dropped before the next use */
     uint64_t stale_writes_refused; /* owner side: peers' WRITEs refused by the fence table

@@ -181,6 +181,45 @@ static char *metrics_text(mc_store *s, size_t *len)
             ts.tasks_completed);
     fprintf(f, "mooncake_client_engine_tasks_total{result=\"failed\"} %" PRIu64 "\n",
             ts.tasks_failed);
+    family(f, "mooncake_client_engine_inline_bytes_total", "counter",
+           "Of tcp_received: bytes a reading thread received itself on a private connection "
+           "(mc_te_submit_inline)");
+    fprintf(f, "mooncake_client_engine_inline_bytes_total %" PRIu64 "\n",
+            ts.inline_bytes_received);
+    family(f, "mooncake_client_engine_inline_handed_over_total", "counter",
+           "Small read runs the reading thread left to the I/O threads (no private "
+           "connection free, one failed, or its budget spent)");
+    fprintf(f, "mooncake_client_engine_inline_handed_over_total %" PRIu64 "\n",
+            ts.inline_runs_handed_over);
+    family(f, "mooncake_client_engine_connections_total", "counter",
+           "Data connections this engine opened to peers, by result");
+    fprintf(f, "mooncake_client_engine_connections_total{result=\"opened\"} %" PRIu64 "\n",
+            ts.connections_opened);
+    fprintf(f, "mooncake_client_engine_connections_total{result=\"failed\"} %" PRIu64 "\n",
+            ts.connections_failed);
+    family(f, "mooncake_client_engine_auth_failed_total", "counter",
+           "Our connections whose cluster-secret handshake failed (check --cluster_secret "
+           "/ MC_CLUSTER_SECRET on both sides)");
+    fprintf(f, "mooncake_client_engine_auth_failed_total %" PRIu64 "\n", ts.auth_failed);
+    family(f, "mooncake_client_engine_stale_sends_refused_total", "counter",
+           "Our WRITE slices / same-host copies not started: the target fenced this writer");
+    fprintf(f, "mooncake_client_engine_stale_sends_refused_total %" PRIu64 "\n",
+            ts.stale_sends_refused);
+    /* what this engine refused to its peers (mc_te_stats, served side) */
+    const struct {
+        const char *reason;
+        uint64_t v;
+    } refused[] = {
+        {"bad_request", ts.refused_requests},   {"stale_write", ts.stale_writes_refused},
+        {"auth", ts.auth_refused},              {"connection_limit", ts.conn_limit_refused},
+        {"per_ip_limit", ts.per_ip_refused},    {"peer_uid", ts.peercred_refused},
+        {"pending_bytes", ts.pending_refused},
+    };
+    family(f, "mooncake_client_engine_refused_total", "counter",
+           "Peer requests and connections this engine refused, by reason");
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        fprintf(f, "mooncake_client_engine_refused_total{reason=\"%s\"} %" PRIu64 "\n",
+                refused[i].reason, refused[i].v);
 
     uint64_t cap, used;
     lbuf_usage(s, &cap, &used);

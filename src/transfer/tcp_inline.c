@@ -62,7 +62,9 @@ bool mc__te_inline_fits(const te_slice *first, const te_slice *last)
 }
 
 /* A new private connection to p (connected, authenticated when the engine has a
- * secret, HELLO answered), or NULL. */
+ * secret, HELLO answered), or NULL. Counted as the lanes' connections are
+ * (mc_te_stats.connections_opened once a socket is made, connections_failed if it never
+ * got to serve). */
 static te_iconn *iconn_open(te_peer *p, uint64_t until_ms)
 {
     mc_te *te = p->te;
@@ -72,15 +74,14 @@ static te_iconn *iconn_open(te_peer *p, uint64_t until_ms)
     int fd = mc__te_data_socket(p, &sa, &salen, &gen);
     if (fd < 0)
         return NULL;
+    atomic_fetch_add(&te->st.conn_open, 1);
     mc_sock_set_keepalive(fd, 60, 10, 6); /* as the lanes' connections */
     if (connect(fd, (struct sockaddr *)&sa, salen) < 0) {
         int err = 0;
         socklen_t el = sizeof err;
         if (errno != EINPROGRESS || mc_sock_wait(fd, POLLOUT, until_ms) < 0 ||
-            getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0 || err) {
-            close(fd);
-            return NULL;
-        }
+            getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0 || err)
+            goto fail;
     }
     if (te->auth) { /* the secret's handshake before any request byte (peerauth.c) */
         te_auth_cli a;
@@ -91,10 +92,8 @@ static te_iconn *iconn_open(te_peer *p, uint64_t until_ms)
         while (rc == 0 && (rc = mc__te_auth_cli_io(te, &a, fd, p->name)) == 0)
             if (mc_sock_wait(fd, POLLIN, auth_until) < 0)
                 rc = -1;
-        if (rc != 1) {
-            close(fd);
-            return NULL;
-        }
+        if (rc != 1)
+            goto fail;
     }
     uint64_t hi, lo;
     mc__te_writer_id(te, &hi, &lo);
@@ -105,15 +104,17 @@ static te_iconn *iconn_open(te_peer *p, uint64_t until_ms)
     mc__te_rep r;
     if (mc_sock_send_all(fd, req, sizeof req, until_ms) < 0 ||
         mc_sock_recv_all(fd, rep, sizeof rep, until_ms) < 0 ||
-        mc__te_rep_decode(rep, id, MC_TE_WOP_HELLO, 0, &r) < 0 || r.status != 0) {
-        close(fd); /* a refusal is logged by the lanes' connection that follows */
-        return NULL;
-    }
+        mc__te_rep_decode(rep, id, MC_TE_WOP_HELLO, 0, &r) < 0 || r.status != 0)
+        goto fail; /* a refusal is logged by the lanes' connection that follows */
     te_iconn *c = mc_xmalloc(sizeof *c);
     c->fd = fd;
     c->gen = gen;
     c->buf = mc_xmalloc(BUF_BYTES);
     return c;
+fail:
+    close(fd);
+    atomic_fetch_add(&te->st.conn_fail, 1);
+    return NULL;
 }
 
 static void iconn_free(te_iconn *c)

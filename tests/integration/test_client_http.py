@@ -4,7 +4,8 @@ client_http_port=P)`` (upstream real_client.cpp setup_internal: ``/health``, ``/
 mooncake_master and in-process clients, all on 127.0.0.1.
 
 Covered: both setup forms (keywords and the config dict), ``/health`` "OK", the counters
-of ``/metrics`` moving with puts, gets and removes, ``/metrics/summary``, the server gone
+of ``/metrics`` moving with puts, gets and removes, the transfer engine's counters moving
+with a get over TCP (and not with copies on its own segment), ``/metrics/summary``, the server gone
 after close, a port in use failing setup with a message naming it, off by default, and
 with a cluster secret the three routes open while any other path needs a signed request
 (docs/security.md)."""
@@ -105,8 +106,12 @@ def test_endpoints_and_counters(master):
             v for k, v in after.items()
             if k.startswith('mooncake_client_failures_total{op="get",'))
         assert not any('status="ANY"' in k for k in after)
-        assert after['mooncake_client_engine_bytes_total{path="shm"}'] \
-            + after['mooncake_client_engine_bytes_total{path="tcp_sent"}'] >= 0
+        # its own segment only: copied in place, nothing through the transfer engine
+        # (test_engine_counters_over_tcp shows these move)
+        assert {k: v for k, v in after.items()
+                if k.startswith("mooncake_client_engine_bytes_total")} == {
+            'mooncake_client_engine_bytes_total{path="%s"}' % p: 0
+            for p in ("tcp_sent", "tcp_received", "shm", "served")}
         assert after["mooncake_client_master_reachable"] == 1
         assert after["mooncake_client_http_connections_total"] >= 2
 
@@ -118,6 +123,48 @@ def test_endpoints_and_counters(master):
         assert s.close() == 0
     assert refuses(port)
     assert s.get_client_http_port() == INVALID_PARAMS
+
+
+def test_engine_counters_over_tcp(master, monkeypatch):
+    """A get over TCP from another client's segment moves the reader's transfer engine
+    counters (a 4 KiB read is small enough for the reading thread to move itself:
+    mc_te_submit_inline) and the owner's served bytes; every refusal reason is listed."""
+    monkeypatch.setenv("MC_FORCE_TCP", "1")  # read at setup: no same-host path
+    owner, reader = MooncakeDistributedStore(), MooncakeDistributedStore()
+    try:
+        assert setup_kw(owner, master, enable_client_http_server=True, client_http_port=0) == 0
+        assert reader.setup("localhost", "P2PHANDSHAKE", 0, LBUF, "tcp", "", master.addr,
+                            enable_client_http_server=True, client_http_port=0) == 0
+        op, rp = owner.get_client_http_port(), reader.get_client_http_port()
+        k = K("chttp-tcp")
+        value = os.urandom(4096)
+        assert owner.put(k, value) == 0
+        before_o, before_r = metrics(op), metrics(rp)
+        assert reader.get(k) == value
+        after_o, after_r = metrics(op), metrics(rp)
+
+        def moved(a, b, name):
+            return a[name] - b[name]
+        recv = 'mooncake_client_engine_bytes_total{path="tcp_received"}'
+        assert moved(after_r, before_r, recv) >= len(value)
+        assert moved(after_r, before_r, "mooncake_client_engine_inline_bytes_total") \
+            >= len(value)
+        assert after_r["mooncake_client_engine_inline_bytes_total"] <= after_r[recv]
+        assert after_r['mooncake_client_engine_connections_total{result="opened"}'] >= 1
+        assert moved(after_o, before_o, 'mooncake_client_engine_bytes_total{path="served"}') \
+            >= len(value)
+        for m in (after_o, after_r):
+            reasons = {k for k in m if k.startswith("mooncake_client_engine_refused_total{")}
+            assert reasons == {'mooncake_client_engine_refused_total{reason="%s"}' % r for r in (
+                "bad_request", "stale_write", "auth", "connection_limit", "per_ip_limit",
+                "peer_uid", "pending_bytes")}, reasons
+            assert all(m[r] == 0 for r in reasons), reasons
+            assert m["mooncake_client_engine_auth_failed_total"] == 0
+            assert m["mooncake_client_engine_stale_sends_refused_total"] == 0
+        assert owner.remove(k, True) == 0
+    finally:
+        assert reader.close() == 0
+        assert owner.close() == 0
 
 
 def test_a_string_is_not_a_bool(master):
