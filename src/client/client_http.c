@@ -118,6 +118,13 @@ static void family(FILE *f, const char *name, const char *type, const char *help
     fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* A family of one sample without labels. */
+static void one(FILE *f, const char *name, const char *type, const char *help, uint64_t v)
+{
+    family(f, name, type, help);
+    fprintf(f, "%s %" PRIu64 "\n", name, v);
+}
+
 static char *metrics_text(mc_store *s, size_t *len)
 {
     char *buf = NULL;
@@ -129,13 +136,12 @@ static char *metrics_text(mc_store *s, size_t *len)
     const mc_status_info *st = mc_status_table(&nst);
 
     /* upstream's names (TransferMetric): object bytes of the completed puts / gets */
-    family(f, "mooncake_transfer_read_bytes", "counter",
-           "Object bytes read by successful gets of this client");
-    fprintf(f, "mooncake_transfer_read_bytes %" PRIu64 "\n", ld(&s->cstats.bytes[MC__OP_GET]));
-    family(f, "mooncake_transfer_write_bytes", "counter",
-           "Object bytes written by successful puts of this client");
-    fprintf(f, "mooncake_transfer_write_bytes %" PRIu64 "\n",
-            ld(&s->cstats.bytes[MC__OP_PUT]));
+    one(f, "mooncake_transfer_read_bytes", "counter",
+        "Object bytes read by successful gets of this client",
+        ld(&s->cstats.bytes[MC__OP_GET]));
+    one(f, "mooncake_transfer_write_bytes", "counter",
+        "Object bytes written by successful puts of this client",
+        ld(&s->cstats.bytes[MC__OP_PUT]));
 
     family(f, "mooncake_client_requests_total", "counter",
            "Items completed (a batch of n keys counts n), ok or not, by operation");
@@ -181,30 +187,24 @@ static char *metrics_text(mc_store *s, size_t *len)
             ts.tasks_completed);
     fprintf(f, "mooncake_client_engine_tasks_total{result=\"failed\"} %" PRIu64 "\n",
             ts.tasks_failed);
-    family(f, "mooncake_client_engine_inline_bytes_total", "counter",
-           "Of tcp_received: bytes a reading thread received itself on a private connection "
-           "(mc_te_submit_inline)");
-    fprintf(f, "mooncake_client_engine_inline_bytes_total %" PRIu64 "\n",
-            ts.inline_bytes_received);
-    family(f, "mooncake_client_engine_inline_handed_over_total", "counter",
-           "Small read runs the reading thread left to the I/O threads (no private "
-           "connection free, one failed, or its budget spent)");
-    fprintf(f, "mooncake_client_engine_inline_handed_over_total %" PRIu64 "\n",
-            ts.inline_runs_handed_over);
+    one(f, "mooncake_client_engine_inline_bytes_total", "counter",
+        "Of tcp_received: bytes a reading thread received itself on a private connection "
+        "(mc_te_submit_inline)", ts.inline_bytes_received);
+    one(f, "mooncake_client_engine_inline_handed_over_total", "counter",
+        "Small read runs the reading thread left to the I/O threads (no private "
+        "connection free, one failed, or its budget spent)", ts.inline_runs_handed_over);
     family(f, "mooncake_client_engine_connections_total", "counter",
            "Data connections this engine opened to peers, by result");
     fprintf(f, "mooncake_client_engine_connections_total{result=\"opened\"} %" PRIu64 "\n",
             ts.connections_opened);
     fprintf(f, "mooncake_client_engine_connections_total{result=\"failed\"} %" PRIu64 "\n",
             ts.connections_failed);
-    family(f, "mooncake_client_engine_auth_failed_total", "counter",
-           "Our connections whose cluster-secret handshake failed (check --cluster_secret "
-           "/ MC_CLUSTER_SECRET on both sides)");
-    fprintf(f, "mooncake_client_engine_auth_failed_total %" PRIu64 "\n", ts.auth_failed);
-    family(f, "mooncake_client_engine_stale_sends_refused_total", "counter",
-           "Our WRITE slices / same-host copies not started: the target fenced this writer");
-    fprintf(f, "mooncake_client_engine_stale_sends_refused_total %" PRIu64 "\n",
-            ts.stale_sends_refused);
+    one(f, "mooncake_client_engine_auth_failed_total", "counter",
+        "Our connections whose cluster-secret handshake failed (check that both sides "
+        "have the same secret: --auth_token_file / MC_AUTH_TOKEN_FILE)", ts.auth_failed);
+    one(f, "mooncake_client_engine_stale_sends_refused_total", "counter",
+        "Our WRITE slices / same-host copies not started: the target fenced this writer",
+        ts.stale_sends_refused);
     /* what this engine refused to its peers (mc_te_stats, served side) */
     const struct {
         const char *reason;
@@ -223,23 +223,18 @@ static char *metrics_text(mc_store *s, size_t *len)
 
     uint64_t cap, used;
     lbuf_usage(s, &cap, &used);
-    family(f, "mooncake_client_segment_mounted_bytes", "gauge",
-           "Bytes of the global segment this client mounted on the master (0: none)");
-    fprintf(f, "mooncake_client_segment_mounted_bytes %" PRIu64 "\n",
-            s->seg_mounted ? s->seg_size : 0);
-    family(f, "mooncake_client_local_buffer_bytes", "gauge",
-           "Capacity of the local buffer puts and gets stage through");
-    fprintf(f, "mooncake_client_local_buffer_bytes %" PRIu64 "\n", cap);
-    family(f, "mooncake_client_local_buffer_used_bytes", "gauge",
-           "Bytes of the local buffer in use now");
-    fprintf(f, "mooncake_client_local_buffer_used_bytes %" PRIu64 "\n", used);
-    family(f, "mooncake_client_master_reachable", "gauge",
-           "1 when the last heartbeat to the master succeeded");
-    fprintf(f, "mooncake_client_master_reachable %d\n", atomic_load(&s->ping_ok) ? 1 : 0);
-    family(f, "mooncake_client_remounts_total", "counter",
-           "NEED_REMOUNT answers handled (the master had forgotten our segments)");
-    fprintf(f, "mooncake_client_remounts_total %" PRIu64 "\n",
-            (uint64_t)atomic_load(&s->remounts));
+    one(f, "mooncake_client_segment_mounted_bytes", "gauge",
+        "Bytes of the global segment this client mounted on the master (0: none)",
+        s->seg_mounted ? s->seg_size : 0);
+    one(f, "mooncake_client_local_buffer_bytes", "gauge",
+        "Capacity of the local buffer puts and gets stage through", cap);
+    one(f, "mooncake_client_local_buffer_used_bytes", "gauge",
+        "Bytes of the local buffer in use now", used);
+    one(f, "mooncake_client_master_reachable", "gauge",
+        "1 when the last heartbeat to the master succeeded", atomic_load(&s->ping_ok) ? 1 : 0);
+    one(f, "mooncake_client_remounts_total", "counter",
+        "NEED_REMOUNT answers handled (the master had forgotten our segments)",
+        (uint64_t)atomic_load(&s->remounts));
     if (fclose(f) != 0 || !buf)
         mc_oom(n);
     size_t hlen = 0;

@@ -1350,20 +1350,29 @@ static void sleep_hook(const char *point, const void *key, size_t key_len)
         mc_sleep_ms(450); /* the master's lease is 200 ms in this test */
 }
 
+/* Two stores a and b on f's master, and v (4096 bytes of pattern seed) put by a on a's
+ * own segment under key: b's reads of it go to a. */
+static void two_stores_with_value(fixture *f, mc_store **a, mc_store **b, const char *key,
+                                  unsigned char v[4096], int seed)
+{
+    *a = store_up(&f->m, 8 * MIB);
+    *b = store_up(&f->m, 8 * MIB);
+    char ha[64];
+    mc_store_get_hostname(*a, ha, sizeof ha);
+    mc_store_replicate_config rc;
+    mc_store_replicate_config_init(&rc);
+    rc.preferred_segment = ha;
+    fill(v, 4096, seed);
+    assert_int_equal(mc_store_put(*a, key, strlen(key), v, 4096, &rc), MC_OK);
+}
+
 static void test_lease_expired(void **state)
 {
     fixture *f = *state;
     NEED_MASTER(f);
-    mc_store *a = store_up(&f->m, 8 * MIB);
-    mc_store *b = store_up(&f->m, 8 * MIB);
-    char ha[64];
-    mc_store_get_hostname(a, ha, sizeof ha);
-    mc_store_replicate_config rc;
-    mc_store_replicate_config_init(&rc);
-    rc.preferred_segment = ha;
+    mc_store *a, *b;
     unsigned char v[4096], got[4096];
-    fill(v, sizeof v, 11);
-    assert_int_equal(mc_store_put(a, "lease", 5, v, sizeof v, &rc), MC_OK);
+    two_stores_with_value(f, &a, &b, "lease", v, 11);
     mc__store_test_hook = sleep_hook;
     assert_int_equal(mc_store_get_into(b, "lease", 5, got, sizeof got), MC_LEASE_EXPIRED);
     assert_int_equal(mc_store_get_into(a, "lease", 5, got, sizeof got), MC_LEASE_EXPIRED);
@@ -1404,16 +1413,9 @@ static void test_lease_boundary(void **state)
 {
     fixture *f = *state;
     NEED_MASTER(f);
-    mc_store *a = store_up(&f->m, 8 * MIB);
-    mc_store *b = store_up(&f->m, 8 * MIB);
-    char ha[64];
-    mc_store_get_hostname(a, ha, sizeof ha);
-    mc_store_replicate_config rc;
-    mc_store_replicate_config_init(&rc);
-    rc.preferred_segment = ha;
+    mc_store *a, *b;
     unsigned char v[4096], got[4096];
-    fill(v, sizeof v, 12);
-    assert_int_equal(mc_store_put(a, "edge", 4, v, sizeof v, &rc), MC_OK);
+    two_stores_with_value(f, &a, &b, "edge", v, 12);
     mc__store_test_hook = boundary_hook;
     /* each try is LEASE_EXPIRED unless the call was preempted for a millisecond before
      * it took t0 (then the read legitimately ended inside its lease) */
