@@ -125,6 +125,26 @@ static void one(FILE *f, const char *name, const char *type, const char *help, u
     fprintf(f, "%s %" PRIu64 "\n", name, v);
 }
 
+/* A counter family with one label: a sample per (value, count) of ls[0..n). */
+typedef struct {
+    const char *value;
+    uint64_t v;
+} labelled;
+
+static void by_label(FILE *f, const char *name, const char *help, const char *label,
+                     const labelled *ls, size_t n)
+{
+    family(f, name, "counter", help);
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "%s{%s=\"%s\"} %" PRIu64 "\n", name, label, ls[i].value, ls[i].v);
+}
+
+#define BY_LABEL(f, name, help, label, ...)                                              \
+    do {                                                                                 \
+        const labelled ls_[] = {__VA_ARGS__};                                            \
+        by_label(f, name, help, label, ls_, sizeof ls_ / sizeof ls_[0]);                 \
+    } while (0)
+
 static char *metrics_text(mc_store *s, size_t *len)
 {
     char *buf = NULL;
@@ -172,33 +192,22 @@ static char *metrics_text(mc_store *s, size_t *len)
     memset(&ts, 0, sizeof ts);
     if (s->te)
         mc_te_get_stats(s->te, &ts);
-    family(f, "mooncake_client_engine_bytes_total", "counter",
-           "Payload bytes moved by this client's transfer engine, by path");
-    fprintf(f, "mooncake_client_engine_bytes_total{path=\"tcp_sent\"} %" PRIu64 "\n",
-            ts.tcp_bytes_sent);
-    fprintf(f, "mooncake_client_engine_bytes_total{path=\"tcp_received\"} %" PRIu64 "\n",
-            ts.tcp_bytes_received);
-    fprintf(f, "mooncake_client_engine_bytes_total{path=\"shm\"} %" PRIu64 "\n", ts.shm_bytes);
-    fprintf(f, "mooncake_client_engine_bytes_total{path=\"served\"} %" PRIu64 "\n",
-            ts.served_bytes);
-    family(f, "mooncake_client_engine_tasks_total", "counter",
-           "Transfer engine tasks finished, by result");
-    fprintf(f, "mooncake_client_engine_tasks_total{result=\"completed\"} %" PRIu64 "\n",
-            ts.tasks_completed);
-    fprintf(f, "mooncake_client_engine_tasks_total{result=\"failed\"} %" PRIu64 "\n",
-            ts.tasks_failed);
+    BY_LABEL(f, "mooncake_client_engine_bytes_total",
+             "Payload bytes moved by this client's transfer engine, by path", "path",
+             {"tcp_sent", ts.tcp_bytes_sent}, {"tcp_received", ts.tcp_bytes_received},
+             {"shm", ts.shm_bytes}, {"served", ts.served_bytes});
+    BY_LABEL(f, "mooncake_client_engine_tasks_total", "Transfer engine tasks finished, by result",
+             "result", {"completed", ts.tasks_completed}, {"failed", ts.tasks_failed});
     one(f, "mooncake_client_engine_inline_bytes_total", "counter",
         "Of tcp_received: bytes a reading thread received itself on a private connection "
         "(mc_te_submit_inline)", ts.inline_bytes_received);
     one(f, "mooncake_client_engine_inline_handed_over_total", "counter",
         "Small read runs the reading thread left to the I/O threads (no private "
         "connection free, one failed, or its budget spent)", ts.inline_runs_handed_over);
-    family(f, "mooncake_client_engine_connections_total", "counter",
-           "Data connections this engine opened to peers, by result");
-    fprintf(f, "mooncake_client_engine_connections_total{result=\"opened\"} %" PRIu64 "\n",
-            ts.connections_opened);
-    fprintf(f, "mooncake_client_engine_connections_total{result=\"failed\"} %" PRIu64 "\n",
-            ts.connections_failed);
+    BY_LABEL(f, "mooncake_client_engine_connections_total",
+             "Data connections this engine opened to peers, by result (failed: of those "
+             "opened, never got to serve)",
+             "result", {"opened", ts.connections_opened}, {"failed", ts.connections_failed});
     one(f, "mooncake_client_engine_auth_failed_total", "counter",
         "Our connections whose cluster-secret handshake failed (check that both sides "
         "have the same secret: --auth_token_file / MC_AUTH_TOKEN_FILE)", ts.auth_failed);
@@ -206,20 +215,12 @@ static char *metrics_text(mc_store *s, size_t *len)
         "Our WRITE slices / same-host copies not started: the target fenced this writer",
         ts.stale_sends_refused);
     /* what this engine refused to its peers (mc_te_stats, served side) */
-    const struct {
-        const char *reason;
-        uint64_t v;
-    } refused[] = {
-        {"bad_request", ts.refused_requests},   {"stale_write", ts.stale_writes_refused},
-        {"auth", ts.auth_refused},              {"connection_limit", ts.conn_limit_refused},
-        {"per_ip_limit", ts.per_ip_refused},    {"peer_uid", ts.peercred_refused},
-        {"pending_bytes", ts.pending_refused},
-    };
-    family(f, "mooncake_client_engine_refused_total", "counter",
-           "Peer requests and connections this engine refused, by reason");
-    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
-        fprintf(f, "mooncake_client_engine_refused_total{reason=\"%s\"} %" PRIu64 "\n",
-                refused[i].reason, refused[i].v);
+    BY_LABEL(f, "mooncake_client_engine_refused_total",
+             "Peer requests and connections this engine refused, by reason", "reason",
+             {"bad_request", ts.refused_requests}, {"stale_write", ts.stale_writes_refused},
+             {"auth", ts.auth_refused}, {"connection_limit", ts.conn_limit_refused},
+             {"per_ip_limit", ts.per_ip_refused}, {"peer_uid", ts.peercred_refused},
+             {"pending_bytes", ts.pending_refused});
 
     uint64_t cap, used;
     lbuf_usage(s, &cap, &used);
