@@ -347,6 +347,18 @@ struct mc_store {
 /* Initialises / destroys the extra-segment state (create / destroy). */
 void mc__xseg_init(mc_store *s);
 void mc__xseg_deinit(mc_store *s);
+/* The read lease rule, for read.c and ranges.c: true when a lease that ends at deadline
+ * (ms, mc_now_ms: t0 + TTL, t0 taken before the request that granted it was sent) no
+ * longer covers bytes that landed by `now`. The master holds a lease while its clock is
+ * < atime + TTL (src/master/internal.h leased()), atime taken after t0. Each host counts
+ * whole ms at its own phase, so a master on another host may count up to 1 ms more of
+ * the lease as gone than this client does: a read is trusted only while now + 1 <
+ * deadline, which closes that window (on one host it costs 1 ms of the lease). */
+static inline bool mc__lease_over(uint64_t now, uint64_t deadline)
+{
+    return now + 1 >= deadline;
+}
+
 /* Unmounts (when the master answers: ping_ok) and releases every extra segment. Caller
  * holds life exclusively (teardown), before the engine and master client go. */
 void mc__xseg_teardown(mc_store *s);

@@ -242,7 +242,7 @@ int mc_store_batch_read_ranges(mc_store *s, const mc_store_lease *const *leases,
             continue;
         }
         check_frags(s, q->r, q->nr, q->l->size, "read ranges", i, &logged);
-        if (now >= q->l->deadline_ms) {
+        if (mc__lease_over(now, q->l->deadline_ms)) {
             q->code = MC_LEASE_EXPIRED;
             fail_frags(q->r, q->nr, MC_LEASE_EXPIRED);
             q->failed = true;
@@ -279,7 +279,7 @@ int mc_store_batch_read_ranges(mc_store *s, const mc_store_lease *const *leases,
     now = mc_now_ms();
     for (size_t i = 0; i < n; i++) {
         ritem *q = &it[i];
-        if (q->done && now >= q->l->deadline_ms && q->l->size > 0) { /* as read.c */
+        if (q->done && mc__lease_over(now, q->l->deadline_ms) && q->l->size > 0) {
             q->code = MC_LEASE_EXPIRED;
             fail_frags(q->r, q->nr, MC_LEASE_EXPIRED);
         }

@@ -275,7 +275,7 @@ static void read_drop(rstate *q, int j, rsets *ss)
 static int64_t read_failure(const rstate *q)
 {
     if (q->timed_out || q->last_err == MC_RPC_TIMEOUT)
-        return mc_now_ms() >= q->deadline ? MC_LEASE_EXPIRED : MC_TRANSFER_FAIL;
+        return mc__lease_over(mc_now_ms(), q->deadline) ? MC_LEASE_EXPIRED : MC_TRANSFER_FAIL;
     return q->last_err;
 }
 
@@ -293,7 +293,7 @@ static bool read_next(mc__xfer *x, ritem *r, rstate *q, const mc_master_replica_
         /* a disk replica is read whatever the lease says (the lease guards memory from
          * reuse; a disk record is verified by its checksum) */
         bool disk = c >= 0 && rl->replicas[c].type != MC_MASTER_REPLICA_MEMORY;
-        if (c < 0 || (now >= q->deadline && !disk)) {
+        if (c < 0 || (mc__lease_over(now, q->deadline) && !disk)) {
             if (j == 0) {
                 q->failed = true;
                 r->result = c < 0 ? read_failure(q) : MC_LEASE_EXPIRED;
@@ -528,9 +528,8 @@ static void read_lease_check(ritem *it, const size_t *idx, size_t m, const rstat
             hooked = true;
             now = mc_now_ms();
         }
-        /* the master holds the lease while its clock is < atime + TTL (atime is taken
-         * after t0): at deadline it may already have freed the space */
-        if (rs[k].size > 0 && !rs[k].from_disk && now >= rs[k].deadline)
+        /* past the lease the master may already have freed the space (mc__lease_over) */
+        if (rs[k].size > 0 && !rs[k].from_disk && mc__lease_over(now, rs[k].deadline))
             it[idx[k]].result = MC_LEASE_EXPIRED;
         else
             it[idx[k]].result = (int64_t)rs[k].size;
