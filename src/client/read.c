@@ -100,8 +100,11 @@ typedef struct rstate {
     uint64_t hedge_at; /* when the hedge may start (ms); 0: none planned */
     bool done;         /* bytes are in place */
     bool failed;
-    bool from_disk;    /* read from a LOCAL_DISK replica: verified by its checksum, the */
-                       /* lease (which guards memory from reuse) does not apply        */
+    bool from_disk;    /* read from a disk replica: verified by its checksum, the lease */
+                       /* (which guards memory from reuse) does not apply...           */
+    bool mem_late;     /* ...unless a memory attempt into the same buffer was still  */
+                       /* running when given up or when the disk copy was in: its    */
+                       /* bytes may land until the call's sets end, after the copy   */
     bool prepared;     /* read_start ran: its replica list has been taken */
 } rstate;
 
@@ -310,6 +313,7 @@ static bool read_next(mc__xfer *x, ritem *r, rstate *q, const mc_master_replica_
         switch (read_replica(x, r, q, &rl->replicas[c], k, a, ss)) {
         case READ_DONE:
             q->done = true;
+            q->mem_late |= q->att[0].live || q->att[1].live; /* a disk hedge or failover */
             read_drop(q, 0, ss);
             read_drop(q, 1, ss);
             return false;
@@ -347,6 +351,7 @@ static void read_check(mc_te *te, rstate *q, int j, rsets *ss, uint64_t now)
         if (now < a->deadline)
             return;
         q->timed_out = true; /* give this replica up */
+        q->mem_late = true;  /* still running: it may land until the sets end */
         q->last_err = MC_TRANSFER_FAIL;
     } else {
         q->last_err = rc;
@@ -528,8 +533,11 @@ static void read_lease_check(ritem *it, const size_t *idx, size_t m, const rstat
             hooked = true;
             now = mc_now_ms();
         }
-        /* past the lease the master may already have freed the space (mc__lease_over) */
-        if (rs[k].size > 0 && !rs[k].from_disk && mc__lease_over(now, rs[k].deadline))
+        /* past the lease the master may already have freed the space (mc__lease_over);
+         * a disk copy is checked too when a memory attempt into its buffer may have
+         * landed after it (mem_late) */
+        bool leased = !rs[k].from_disk || rs[k].mem_late;
+        if (rs[k].size > 0 && leased && mc__lease_over(now, rs[k].deadline))
             it[idx[k]].result = MC_LEASE_EXPIRED;
         else
             it[idx[k]].result = (int64_t)rs[k].size;

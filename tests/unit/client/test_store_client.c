@@ -272,6 +272,29 @@ static int teardown_master(void **state)
     return 0;
 }
 
+/* A master with a shared directory (--root_fs_dir) and setup_short_lease's lease. */
+static char sfs_root[64];
+
+static int setup_shared_fs(void **state)
+{
+    static char flag[96];
+    snprintf(sfs_root, sizeof sfs_root, "/tmp/mc_sfs_XXXXXX");
+    if (!mkdtemp(sfs_root))
+        return -1;
+    snprintf(flag, sizeof flag, "--root_fs_dir=%s", sfs_root);
+    static const char *flags[] = {flag, "--default_kv_lease_ttl=" STR(SHORT_LEASE_MS), NULL};
+    return fixture_start(state, flags);
+}
+
+static int teardown_shared_fs(void **state)
+{
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", sfs_root);
+    int rc = system(cmd);
+    (void)rc;
+    return teardown_master(state);
+}
+
 #define NEED_MASTER(f)                                                                     \
     do {                                                                                   \
         if (!(f)->have) {                                                                  \
@@ -1441,6 +1464,74 @@ static void test_lease_boundary(void **state)
     mc_store_destroy(b);
 }
 
+/* A disk copy next to a memory attempt still running (read.c mem_late). The object
+ * has a memory replica in a child process's segment and a DISK replica in the shared
+ * directory; the child is stopped, so the reader's memory attempt over TCP never ends
+ * and the hedge reads the file. The memory attempt could still land into the same
+ * buffer until the call's transfers end, so the disk copy is held to the lease: with the
+ * lease check held back to its last millisecond, the read is LEASE_EXPIRED. Once the
+ * child is dead its attempt fails at once and the disk copy is read whatever the lease
+ * says. */
+static void test_disk_hedge_next_to_stalled_memory(void **state)
+{
+    fixture *f = *state;
+    NEED_MASTER(f);
+    setenv("MC_OFFLOAD_POLL_MS", "50", 1);
+    const char *args[] = {"--child-holder", f->m.addr, NULL};
+    pid_t child = spawn_self(args);
+    unsetenv("MC_OFFLOAD_POLL_MS");
+    setenv("MC_FORCE_TCP", "1", 1); /* the reader: no same-host copy from the child */
+    mc_store *b = NULL;
+    assert_int_equal(mc_store_create(&b), MC_OK);
+    mc_store_config c;
+    mc_store_config_init(&c);
+    c.local_hostname = "127.0.0.1";
+    c.metadata_server = "P2PHANDSHAKE";
+    c.global_segment_size = 0;
+    c.master_server_addr = f->m.addr;
+    c.storage_root_dir = sfs_root;
+    assert_int_equal(mc_store_setup(b, &c), MC_OK);
+    unsetenv("MC_FORCE_TCP");
+    /* the child's put is complete and its file written: a memory and a DISK replica */
+    mc_store_replica_list rl;
+    uint64_t until = mc_now_ms() + 30000;
+    for (;;) {
+        rl.n = 0;
+        if (mc_store_get_replica_desc(b, "held", 4, &rl) == MC_OK && rl.n == 2 &&
+            rl.replicas[0].is_memory != rl.replicas[1].is_memory)
+            break;
+        if (mc_now_ms() > until)
+            fail_msg("no memory + DISK replica pair for \"held\" (n=%u)", rl.n);
+        mc_sleep_ms(20);
+    }
+    unsigned char v[4096], got[4096];
+    fill(v, sizeof v, 21);
+    /* a read while the child runs: the reader knows its segment and is connected */
+    assert_int_equal(mc_store_get_into(b, "held", 4, got, sizeof got), (int64_t)sizeof v);
+    assert_memory_equal(got, v, sizeof v);
+    assert_int_equal(kill(child, SIGSTOP), 0);
+    /* the hedge reads the file while the memory attempt hangs */
+    assert_int_equal(mc_store_get_into(b, "held", 4, got, sizeof got), (int64_t)sizeof v);
+    assert_memory_equal(got, v, sizeof v);
+    mc__store_test_hook = boundary_hook;
+    for (int i = 0; i < 3; i++) {
+        uint64_t t = mc_now_ms();
+        while (mc_now_ms() == t)
+            ;
+        boundary_ms = t + 1 + SHORT_LEASE_MS - 1;
+        assert_int_equal(mc_store_get_into(b, "held", 4, got, sizeof got), MC_LEASE_EXPIRED);
+    }
+    kill(child, SIGKILL);
+    int st = 0;
+    assert_int_equal(wait_pid(child, 10000, &st), 0);
+    boundary_ms = mc_now_ms() + 1 + SHORT_LEASE_MS - 1;
+    memset(got, 0, sizeof got);
+    assert_int_equal(mc_store_get_into(b, "held", 4, got, sizeof got), (int64_t)sizeof v);
+    assert_memory_equal(got, v, sizeof v);
+    mc__store_test_hook = NULL;
+    mc_store_destroy(b);
+}
+
 /* A pipelined batch read (read.c read_early) whose master dies after the first piece
  * was answered: the pieces answered before the kill are read exactly, the rest fail with
  * a code and leave their buffers alone. 1024 keys are 32 pieces of 32, at most 8 of them
@@ -1790,6 +1881,37 @@ static int child_writer(const char *master, const char *key)
     return 3; /* not reached */
 }
 
+/* --child-holder: puts "held" (4096 bytes, fill seed 21) into its own segment, which
+ * the master's --root_fs_dir also writes to a file, then waits to be killed. */
+static int child_holder(const char *master)
+{
+    mc_store *s = NULL;
+    mc_store_create(&s);
+    mc_store_config c;
+    mc_store_config_init(&c);
+    c.local_hostname = "127.0.0.1";
+    c.metadata_server = "P2PHANDSHAKE";
+    c.global_segment_size = 16 * MIB;
+    c.master_server_addr = master;
+    if (mc_store_setup(s, &c) != MC_OK) {
+        fprintf(stderr, "child holder: setup failed\n");
+        return 2;
+    }
+    char h[64];
+    mc_store_get_hostname(s, h, sizeof h);
+    mc_store_replicate_config rc;
+    mc_store_replicate_config_init(&rc);
+    rc.preferred_segment = h;
+    unsigned char v[4096];
+    fill(v, sizeof v, 21);
+    if (mc_store_put(s, "held", 4, v, sizeof v, &rc) != MC_OK) {
+        fprintf(stderr, "child holder: put failed\n");
+        return 3;
+    }
+    for (;;)
+        pause();
+}
+
 static int child_putter(const char *master, int byte)
 {
     mc_store *s = child_store(master);
@@ -1917,6 +2039,8 @@ int main(int argc, char **argv)
 {
     if (argc >= 4 && !strcmp(argv[1], "--child-writer"))
         return child_writer(argv[2], argv[3]);
+    if (argc >= 3 && !strcmp(argv[1], "--child-holder"))
+        return child_holder(argv[2]);
     if (argc >= 4 && !strcmp(argv[1], "--child-putter"))
         return child_putter(argv[2], atoi(argv[3]));
     signal(SIGPIPE, SIG_IGN);
@@ -1940,6 +2064,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_remove_and_lease, setup_default, teardown_master),
         cmocka_unit_test_setup_teardown(test_lease_expired, setup_short_lease, teardown_master),
         cmocka_unit_test_setup_teardown(test_lease_boundary, setup_short_lease, teardown_master),
+        cmocka_unit_test_setup_teardown(test_disk_hedge_next_to_stalled_memory, setup_shared_fs,
+                                        teardown_shared_fs),
         cmocka_unit_test_setup_teardown(test_pipelined_read_master_killed, setup_default,
                                         teardown_master),
         cmocka_unit_test_setup_teardown(test_killed_writer, setup_fast_discard, teardown_master),
