@@ -512,8 +512,12 @@ typedef struct mc_te_stats {
     uint64_t refused_requests;                   /* peer requests refused (bad range...) */
     uint64_t tasks_completed, tasks_failed;
     uint64_t connections_opened, connections_failed; /* data connections to peers, the
-                                    I/O threads' and mc_te_submit_inline's private ones;
-                                    failed: of those opened, never got to serve */
+                                    I/O threads' and mc_te_submit_inline's private ones:
+                                    opened counts each socket made; failed, of those,
+                                    the ones whose connect or cluster-secret handshake
+                                    failed (a private one also when its HELLO is
+                                    refused; a lane's HELLO is answered after it is
+                                    ready, its refusal fails the lane's requests) */
     uint64_t shm_peers_lost; /* same-host owners seen going away (their Unix socket hung
                                 up): their mappings are dropped before the next use */
     uint64_t stale_writes_refused; /* owner side: peers' WRITEs refused by the fence table

@@ -206,7 +206,7 @@ static char *metrics_text(mc_store *s, size_t *len)
         "connection free, one failed, or its budget spent)", ts.inline_runs_handed_over);
     BY_LABEL(f, "mooncake_client_engine_connections_total",
              "Data connections this engine opened to peers, by result (failed: of those "
-             "opened, never got to serve)",
+             "opened, the ones whose connect or cluster-secret handshake failed)",
              "result", {"opened", ts.connections_opened}, {"failed", ts.connections_failed});
     one(f, "mooncake_client_engine_auth_failed_total", "counter",
         "Our connections whose cluster-secret handshake failed (check that both sides "

@@ -164,6 +164,7 @@ static te_cconn *cconn_new(te_lane *l)
     int fd = mc__te_data_socket(p, &sa, &salen, NULL);
     if (fd < 0)
         return NULL;
+    atomic_fetch_add(&te->st.conn_open, 1); /* failed ones are counted of these */
     mc_sock_set_keepalive(fd, 60, 10, 6);
     int state = te->auth ? TE_CC_AUTH : TE_CC_READY;
     if (connect(fd, (struct sockaddr *)&sa, salen) < 0) {
@@ -202,12 +203,12 @@ static te_cconn *cconn_new(te_lane *l)
         free(c->auth);
         free(c->in.buf);
         free(c);
+        atomic_fetch_add(&te->st.conn_fail, 1);
         return NULL;
     }
     c->idx = l->nconns;
     l->conns[l->nconns++] = c;
     mc_list_push_front(&c->io->cconns, &c->link);
-    atomic_fetch_add(&te->st.conn_open, 1);
     /* HELLO first: the server learns which writer this connection's WRITEs come from */
     uint64_t hi, lo;
     mc__te_writer_id(te, &hi, &lo);

@@ -62,9 +62,9 @@ bool mc__te_inline_fits(const te_slice *first, const te_slice *last)
 }
 
 /* A new private connection to p (connected, authenticated when the engine has a
- * secret, HELLO answered), or NULL. Counted as the lanes' connections are
- * (mc_te_stats.connections_opened once a socket is made, connections_failed if it never
- * got to serve). */
+ * secret, HELLO answered), or NULL. Counted in mc_te_stats.connections_opened once a
+ * socket is made, as the lanes' are, and in connections_failed when it fails before it
+ * can serve (connect, handshake, or HELLO refused). */
 static te_iconn *iconn_open(te_peer *p, uint64_t until_ms)
 {
     mc_te *te = p->te;
