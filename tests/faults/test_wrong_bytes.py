@@ -131,7 +131,7 @@ def test_reads_at_lease_end_are_never_wrong(cluster):
     writers = [c.client("Wt", {"MC_FORCE_TCP": "1"}), c.client("Ws")]
     readers = [c.client("Rt", {"MC_FORCE_TCP": "1"}), c.client("Rs"),
                c.client("Rb", {"MC_FORCE_TCP": "1"}), c.client("Rbs")]
-    for p in writers + readers:  # a first read may outlast 1 ms (LEASE_EXPIRED): again
+    for p in writers + readers:  # a first read may outlast the lease (LEASE_EXPIRED): again
         assert harness.wait_until(
             lambda: p.fn("warm_peers", [a.hostname], p.name) == [(0, True)], 20), p.name
     stop_at = time.time() + LEASE_SECONDS
