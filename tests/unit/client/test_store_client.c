@@ -1438,6 +1438,16 @@ static void boundary_hook(const char *point, const void *key, size_t key_len)
             ;
 }
 
+/* Waits for a millisecond to begin and sets boundary_ms for a read started at once: the
+ * last millisecond of a lease that begins then. */
+static void boundary_arm(void)
+{
+    uint64_t t = mc_now_ms();
+    while (mc_now_ms() == t)
+        ;
+    boundary_ms = t + 1 + SHORT_LEASE_MS - 1;
+}
+
 static void test_lease_boundary(void **state)
 {
     fixture *f = *state;
@@ -1450,10 +1460,7 @@ static void test_lease_boundary(void **state)
      * it took t0 (then the read legitimately ended inside its lease) */
     int expired = 0;
     for (int i = 0; i < 5; i++) {
-        uint64_t t = mc_now_ms();
-        while (mc_now_ms() == t)
-            ;
-        boundary_ms = t + 1 + SHORT_LEASE_MS - 1;
+        boundary_arm();
         int64_t r = mc_store_get_into(b, "edge", 4, got, sizeof got);
         assert_true(r == MC_LEASE_EXPIRED || r == (int64_t)sizeof v);
         expired += r == MC_LEASE_EXPIRED;
@@ -1515,16 +1522,13 @@ static void test_disk_hedge_next_to_stalled_memory(void **state)
     assert_memory_equal(got, v, sizeof v);
     mc__store_test_hook = boundary_hook;
     for (int i = 0; i < 3; i++) {
-        uint64_t t = mc_now_ms();
-        while (mc_now_ms() == t)
-            ;
-        boundary_ms = t + 1 + SHORT_LEASE_MS - 1;
+        boundary_arm();
         assert_int_equal(mc_store_get_into(b, "held", 4, got, sizeof got), MC_LEASE_EXPIRED);
     }
     kill(child, SIGKILL);
     int st = 0;
     assert_int_equal(wait_pid(child, 10000, &st), 0);
-    boundary_ms = mc_now_ms() + 1 + SHORT_LEASE_MS - 1;
+    boundary_arm();
     memset(got, 0, sizeof got);
     assert_int_equal(mc_store_get_into(b, "held", 4, got, sizeof got), (int64_t)sizeof v);
     assert_memory_equal(got, v, sizeof v);
