@@ -294,7 +294,8 @@ static bool read_next(mc__xfer *x, ritem *r, rstate *q, const mc_master_replica_
         uint64_t now = mc_now_ms();
         int c = pick_replica(x->s, rl, q);
         /* a disk replica is read whatever the lease says (the lease guards memory from
-         * reuse; a disk record is verified by its checksum) */
+         * reuse; a disk record is verified by its checksum), though the read is held to
+         * the lease after all when a memory attempt may land after it (mem_late) */
         bool disk = c >= 0 && rl->replicas[c].type != MC_MASTER_REPLICA_MEMORY;
         if (c < 0 || (mc__lease_over(now, q->deadline) && !disk)) {
             if (j == 0) {
@@ -357,6 +358,8 @@ static void read_check(mc_te *te, rstate *q, int j, rsets *ss, uint64_t now)
         q->last_err = rc;
         if (rc == MC_RPC_TIMEOUT)
             q->timed_out = true;
+        /* one request failed: the attempt's other parts may still be running */
+        q->mem_late |= a->n > 1 && !ss->over[a->set];
     }
     read_drop(q, j, ss);
 }
