@@ -653,7 +653,8 @@ typedef struct mc_store_lease {
     mc_store_replica_list replicas; /* COMPLETE replicas; replicas.lease_ttl_ms granted */
     uint64_t size;                  /* bytes */
     uint64_t deadline_ms;           /* end of the lease on the mc_now_ms() clock, measured
-                                       from just before the lookup was sent */
+                                       from just before the lookup was sent; bytes are
+                                       trusted only while now + 1 < deadline_ms */
 } mc_store_lease;
 
 /* mc_store_batch_get_lease: one batch_get_replica_list for keys[0..n): outs[i] the lease

@@ -206,7 +206,8 @@ static char *metrics_text(mc_store *s, size_t *len)
         "connection free, one failed, or its budget spent)", ts.inline_runs_handed_over);
     BY_LABEL(f, "mooncake_client_engine_connections_total",
              "Data connections this engine opened to peers, by result (failed: of those "
-             "opened, the ones whose connect or cluster-secret handshake failed)",
+             "opened, the ones whose connect or cluster-secret handshake failed; a reading "
+             "thread's private one also when its HELLO was refused or its time ran out)",
              "result", {"opened", ts.connections_opened}, {"failed", ts.connections_failed});
     one(f, "mooncake_client_engine_auth_failed_total", "counter",
         "Our connections whose cluster-secret handshake failed (check that both sides "

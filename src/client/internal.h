@@ -353,7 +353,8 @@ void mc__xseg_deinit(mc_store *s);
  * < atime + TTL (src/master/internal.h leased()), atime taken after t0. Each host counts
  * whole ms at its own phase, so a master on another host may count up to 1 ms more of
  * the lease as gone than this client does: a read is trusted only while now + 1 <
- * deadline, which closes that window (on one host it costs 1 ms of the lease). */
+ * deadline, which closes that window (on one host it costs 1 ms of the lease). Clocks
+ * that run at different rates (NTP slew, up to 500 ppm) are not covered. */
 static inline bool mc__lease_over(uint64_t now, uint64_t deadline)
 {
     return now + 1 >= deadline;

@@ -190,10 +190,10 @@ def _resolve(args):
         raise ValueError("--segment-size must be positive")
     if args.time_scale < 0:
         raise ValueError("--time-scale must be >= 0")
-    if args.lease_ttl_ms < 1:
-        raise ValueError("--lease-ttl-ms must be >= 1 (a read whose lease lapsed before the "
-                         "transfer finished fails with LEASE_EXPIRED -707, so 0 fails every "
-                         "read)")
+    if args.lease_ttl_ms < 2:
+        raise ValueError("--lease-ttl-ms must be >= 2 (a read is trusted only until 1 ms "
+                         "before its lease ends, else it fails with LEASE_EXPIRED -707, so "
+                         "0 or 1 fails every read; docs/consistency.md \"Lease end\")")
     if args.max_requests is not None and args.max_requests < 0:
         raise ValueError("--max-requests must be >= 0")
     if (args.master is None) != (args.metadata is None):

@@ -286,8 +286,15 @@ static int setup_shared_fs(void **state)
     return fixture_start(state, flags);
 }
 
+static pid_t held_child; /* test_disk_hedge_next_to_stalled_memory's child, until reaped */
+
 static int teardown_shared_fs(void **state)
 {
+    if (held_child > 0) { /* test_disk_hedge_next_to_stalled_memory stopped at a check */
+        kill(held_child, SIGKILL);
+        waitpid(held_child, NULL, 0);
+        held_child = 0;
+    }
     char cmd[96];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", sfs_root);
     int rc = system(cmd);
@@ -1476,16 +1483,16 @@ static void test_lease_boundary(void **state)
  * directory; the child is stopped, so the reader's memory attempt over TCP never ends
  * and the hedge reads the file. The memory attempt could still land into the same
  * buffer until the call's transfers end, so the disk copy is held to the lease: with the
- * lease check held back to its last millisecond, the read is LEASE_EXPIRED. Once the
- * child is dead its attempt fails at once and the disk copy is read whatever the lease
- * says. */
+ * lease check held back past the lease, the read is LEASE_EXPIRED. Once the child is
+ * dead its attempt fails at once and the disk copy is read whatever the lease says. */
+
 static void test_disk_hedge_next_to_stalled_memory(void **state)
 {
     fixture *f = *state;
     NEED_MASTER(f);
     setenv("MC_OFFLOAD_POLL_MS", "50", 1);
     const char *args[] = {"--child-holder", f->m.addr, NULL};
-    pid_t child = spawn_self(args);
+    pid_t child = held_child = spawn_self(args);
     unsetenv("MC_OFFLOAD_POLL_MS");
     setenv("MC_FORCE_TCP", "1", 1); /* the reader: no same-host copy from the child */
     mc_store *b = NULL;
@@ -1522,13 +1529,14 @@ static void test_disk_hedge_next_to_stalled_memory(void **state)
     assert_memory_equal(got, v, sizeof v);
     mc__store_test_hook = boundary_hook;
     for (int i = 0; i < 3; i++) {
-        boundary_arm();
+        boundary_ms = mc_now_ms() + SHORT_LEASE_MS + 50; /* past the lease */
         assert_int_equal(mc_store_get_into(b, "held", 4, got, sizeof got), MC_LEASE_EXPIRED);
     }
     kill(child, SIGKILL);
     int st = 0;
     assert_int_equal(wait_pid(child, 10000, &st), 0);
-    boundary_arm();
+    held_child = 0;
+    boundary_ms = mc_now_ms() + SHORT_LEASE_MS + 50;
     memset(got, 0, sizeof got);
     assert_int_equal(mc_store_get_into(b, "held", 4, got, sizeof got), (int64_t)sizeof v);
     assert_memory_equal(got, v, sizeof v);
