@@ -166,20 +166,28 @@ static void master_stop(master_proc *m)
 /* Helpers                                                                               */
 /* ------------------------------------------------------------------------------------ */
 
+/* A config for a store on 127.0.0.1 with P2P metadata, master `master` and a segment of
+ * seg bytes; the rest as mc_store_config_init. */
+static void store_config_p2p(mc_store_config *c, const char *master, uint64_t seg)
+{
+    mc_store_config_init(c);
+    c->local_hostname = "127.0.0.1";
+    c->metadata_server = "P2PHANDSHAKE";
+    c->global_segment_size = seg;
+    c->master_server_addr = master;
+}
+
 static mc_store *store_up_md(const char *master, uint64_t seg, uint64_t lbuf, const char *md,
                              uint32_t hb_ms)
 {
     mc_store *s = NULL;
     assert_int_equal(mc_store_create(&s), MC_OK);
     mc_store_config c;
-    mc_store_config_init(&c);
-    c.local_hostname = "127.0.0.1";
+    store_config_p2p(&c, master, seg);
     c.metadata_server = md;
     c.heartbeat_interval_ms = hb_ms;
-    c.global_segment_size = seg;
     c.local_buffer_size = lbuf;
     c.protocol = "tcp";
-    c.master_server_addr = master;
     int rc = mc_store_setup(s, &c);
     if (rc != MC_OK)
         fail_msg("setup failed: %s (%d)", mc_strerror(rc), rc);
@@ -213,6 +221,17 @@ static int put_s(mc_store *s, const char *key, const void *v, size_t n)
     return mc_store_put(s, key, strlen(key), v, n, NULL);
 }
 
+/* put_s into s's own segment (preferred_segment: its hostname). */
+static int put_own(mc_store *s, const char *key, const void *v, size_t n)
+{
+    char h[64];
+    mc_store_get_hostname(s, h, sizeof h);
+    mc_store_replicate_config rc;
+    mc_store_replicate_config_init(&rc);
+    rc.preferred_segment = h;
+    return mc_store_put(s, key, strlen(key), v, n, &rc);
+}
+
 static int64_t get_s(mc_store *s, const char *key, void *buf, size_t cap)
 {
     return mc_store_get_into(s, key, strlen(key), buf, cap);
@@ -241,10 +260,11 @@ static int setup_default(void **state)
 #define SHORT_LEASE_MS 200 /* setup_short_lease's read lease TTL */
 #define STR_(x) #x
 #define STR(x) STR_(x)
+#define SHORT_LEASE_FLAG "--default_kv_lease_ttl=" STR(SHORT_LEASE_MS)
 
 static int setup_short_lease(void **state)
 {
-    static const char *const flags[] = {"--default_kv_lease_ttl=" STR(SHORT_LEASE_MS), NULL};
+    static const char *const flags[] = {SHORT_LEASE_FLAG, NULL};
     return fixture_start(state, flags);
 }
 
@@ -282,7 +302,7 @@ static int setup_shared_fs(void **state)
     if (!mkdtemp(sfs_root))
         return -1;
     snprintf(flag, sizeof flag, "--root_fs_dir=%s", sfs_root);
-    static const char *flags[] = {flag, "--default_kv_lease_ttl=" STR(SHORT_LEASE_MS), NULL};
+    static const char *flags[] = {flag, SHORT_LEASE_FLAG, NULL};
     return fixture_start(state, flags);
 }
 
@@ -1391,13 +1411,8 @@ static void two_stores_with_value(fixture *f, mc_store **a, mc_store **b, const 
 {
     *a = store_up(&f->m, 8 * MIB);
     *b = store_up(&f->m, 8 * MIB);
-    char ha[64];
-    mc_store_get_hostname(*a, ha, sizeof ha);
-    mc_store_replicate_config rc;
-    mc_store_replicate_config_init(&rc);
-    rc.preferred_segment = ha;
     fill(v, 4096, seed);
-    assert_int_equal(mc_store_put(*a, key, strlen(key), v, 4096, &rc), MC_OK);
+    assert_int_equal(put_own(*a, key, v, 4096), MC_OK);
 }
 
 static void test_lease_expired(void **state)
@@ -1485,7 +1500,6 @@ static void test_lease_boundary(void **state)
  * buffer until the call's transfers end, so the disk copy is held to the lease: with the
  * lease check held back past the lease, the read is LEASE_EXPIRED. Once the child is
  * dead its attempt fails at once and the disk copy is read whatever the lease says. */
-
 static void test_disk_hedge_next_to_stalled_memory(void **state)
 {
     fixture *f = *state;
@@ -1498,11 +1512,7 @@ static void test_disk_hedge_next_to_stalled_memory(void **state)
     mc_store *b = NULL;
     assert_int_equal(mc_store_create(&b), MC_OK);
     mc_store_config c;
-    mc_store_config_init(&c);
-    c.local_hostname = "127.0.0.1";
-    c.metadata_server = "P2PHANDSHAKE";
-    c.global_segment_size = 0;
-    c.master_server_addr = f->m.addr;
+    store_config_p2p(&c, f->m.addr, 0);
     c.storage_root_dir = sfs_root;
     assert_int_equal(mc_store_setup(b, &c), MC_OK);
     unsetenv("MC_FORCE_TCP");
@@ -1858,17 +1868,15 @@ static void test_http_metadata_and_restart(void **state)
 /* Child processes                                                                       */
 /* ------------------------------------------------------------------------------------ */
 
-static mc_store *child_store(const char *master)
+/* A child's store with a segment of seg bytes and no local buffer; exits 2 when setup
+ * fails. */
+static mc_store *child_store(const char *master, uint64_t seg)
 {
     mc_store *s = NULL;
     mc_store_create(&s);
     mc_store_config c;
-    mc_store_config_init(&c);
-    c.local_hostname = "127.0.0.1";
-    c.metadata_server = "P2PHANDSHAKE";
-    c.global_segment_size = 0; /* pure client: its death loses no replica */
+    store_config_p2p(&c, master, seg);
     c.local_buffer_size = 0;
-    c.master_server_addr = master;
     if (mc_store_setup(s, &c) != MC_OK) {
         fprintf(stderr, "child: setup failed\n");
         exit(2);
@@ -1886,7 +1894,7 @@ static void die_hook(const char *point, const void *key, size_t key_len)
 
 static int child_writer(const char *master, const char *key)
 {
-    mc_store *s = child_store(master);
+    mc_store *s = child_store(master, 0); /* pure client: its death loses no replica */
     mc__store_test_hook = die_hook;
     static unsigned char v[MIB];
     put_s(s, key, v, sizeof v);
@@ -1897,26 +1905,10 @@ static int child_writer(const char *master, const char *key)
  * the master's --root_fs_dir also writes to a file, then waits to be killed. */
 static int child_holder(const char *master)
 {
-    mc_store *s = NULL;
-    mc_store_create(&s);
-    mc_store_config c;
-    mc_store_config_init(&c);
-    c.local_hostname = "127.0.0.1";
-    c.metadata_server = "P2PHANDSHAKE";
-    c.global_segment_size = 16 * MIB;
-    c.master_server_addr = master;
-    if (mc_store_setup(s, &c) != MC_OK) {
-        fprintf(stderr, "child holder: setup failed\n");
-        return 2;
-    }
-    char h[64];
-    mc_store_get_hostname(s, h, sizeof h);
-    mc_store_replicate_config rc;
-    mc_store_replicate_config_init(&rc);
-    rc.preferred_segment = h;
+    mc_store *s = child_store(master, 16 * MIB);
     unsigned char v[4096];
     fill(v, sizeof v, 21);
-    if (mc_store_put(s, "held", 4, v, sizeof v, &rc) != MC_OK) {
+    if (put_own(s, "held", v, sizeof v) != MC_OK) {
         fprintf(stderr, "child holder: put failed\n");
         return 3;
     }
@@ -1926,7 +1918,7 @@ static int child_holder(const char *master)
 
 static int child_putter(const char *master, int byte)
 {
-    mc_store *s = child_store(master);
+    mc_store *s = child_store(master, 0);
     enum { VAL = 16384 };
     unsigned char *v = malloc(VAL);
     memset(v, byte, VAL);
