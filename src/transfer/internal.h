@@ -290,10 +290,13 @@ struct te_peer {
     /* Private connections of callers moving their own small reads (tcp_inline.c):
      * guarded by lock. inl_idle holds the idle ones; inl_open counts them all (idle and
      * in use), at most TE_INLINE_CONNS; none is tried before inl_retry_ms after one
-     * could not be opened. */
+     * could not be opened. inl_slow: the peer let a caller's budget or an open run out
+     * (a stopped or stuck process); until an open succeeds, opening waits only for the
+     * caller's budget. */
     struct te_iconn *inl_idle[TE_INLINE_CONNS];
     unsigned inl_nidle, inl_open;
     uint64_t inl_retry_ms;
+    bool inl_slow;
     te_lane lanes[TE_MAX_IO];  /* nlanes used; see te_lane */
     unsigned nlanes;           /* immutable */
     atomic_uint next_lane;     /* where the next submitted slices start */

@@ -19,8 +19,9 @@
  *
  * Anything unusual gives the rest of the run to the lanes, as mc__te_peer_enqueue would
  * have sent it (a READ is idempotent): no private connection (the pool is in use, or
- * one could not be opened: then none is tried for TE_INLINE_RETRY_MS), a socket error, a
- * malformed reply, or the caller's budget (until_ms) spent. The private connection is
+ * one could not be opened: then none is tried for TE_INLINE_RETRY_MS, and once the peer
+ * did not answer in time an open waits only for the caller's budget), a socket error,
+ * a malformed reply, or the caller's budget (until_ms) spent. The private connection is
  * closed first, so no byte of it lands later; after a socket error the peer's
  * descriptor is fetched again first (a restarted peer has a new data port, and a caller
  * whose reads all went inline has no lane connection that saw it go); the lanes'
@@ -127,13 +128,18 @@ static void iconn_free(te_iconn *c)
 /* An idle private connection of p, or a new one; NULL when the pool is in use or none
  * can be opened now. Opening one (once per connection) may take up to TE_INLINE_OPEN_MS
  * past the caller's budget: a handshake cut short would read as a refused client on the
- * serving side (peerauth.c counts and logs it). Only a failure that is not the deadline
- * (refused, reset, a bad HELLO or secret) stops new ones for TE_INLINE_RETRY_MS. */
+ * serving side (peerauth.c counts and logs it). But once the peer was slow (inl_slow: a
+ * run's budget or an open ran out), an open waits only for the caller's budget: a
+ * stopped peer accepts connections in its kernel and never answers, and each read
+ * would otherwise block a second past its budget, far past the store's hedge. Any
+ * failed open stops new ones for TE_INLINE_RETRY_MS; one that ran out of time marks the
+ * peer slow, a successful one clears that. */
 static te_iconn *iconn_get(te_peer *p, uint64_t until_ms)
 {
     te_iconn *c = NULL, *old = NULL;
-    bool open = false;
+    bool open = false, slow;
     pthread_mutex_lock(&p->lock);
+    slow = p->inl_slow;
     if (p->inl_nidle) {
         c = p->inl_idle[--p->inl_nidle];
         if (c->gen != p->gen) { /* opened before the peer's descriptor changed */
@@ -151,25 +157,29 @@ static te_iconn *iconn_get(te_peer *p, uint64_t until_ms)
         iconn_free(old);
     if (open) {
         uint64_t open_until = mc_now_ms() + TE_INLINE_OPEN_MS;
-        if (open_until < until_ms)
+        if (slow || open_until < until_ms)
             open_until = until_ms;
         c = iconn_open(p, open_until);
+        uint64_t now = mc_now_ms();
+        pthread_mutex_lock(&p->lock);
         if (!c) {
-            uint64_t now = mc_now_ms();
-            pthread_mutex_lock(&p->lock);
             p->inl_open--;
-            if (now < open_until)
-                p->inl_retry_ms = now + TE_INLINE_RETRY_MS;
-            pthread_mutex_unlock(&p->lock);
+            p->inl_retry_ms = now + TE_INLINE_RETRY_MS;
+            p->inl_slow |= now >= open_until;
+        } else {
+            p->inl_slow = false;
         }
+        pthread_mutex_unlock(&p->lock);
     }
     return c;
 }
 
-/* Returns c to p's pool (ok), or closes it. */
-static void iconn_put(te_peer *p, te_iconn *c, bool ok)
+/* Returns c to p's pool (ok), or closes it; slow: the caller's budget ran out on it
+ * (the peer is marked slow, see iconn_get). */
+static void iconn_put(te_peer *p, te_iconn *c, bool ok, bool slow)
 {
     pthread_mutex_lock(&p->lock);
+    p->inl_slow |= slow;
     if (ok && p->inl_nidle < TE_INLINE_CONNS) {
         p->inl_idle[p->inl_nidle++] = c;
         c = NULL;
@@ -261,11 +271,12 @@ void mc__te_inline_run(te_peer *p, te_slice *first, te_slice *last, uint64_t unt
     }
     te_slice *s = first; /* the first slice whose reply is not parsed yet */
     size_t pos = 0;      /* its reply's offset in r.in */
-    bool ok = true;
+    bool ok = true, spent = false;
     while (s) {
         bool moved = run_step(&r);
         if (!moved && mc_now_ms() >= until_ms) {
             ok = false; /* the budget is spent */
+            spent = true;
             break;
         }
         if (!moved && !mc_spin_until(&site, run_step, &r)) {
@@ -274,6 +285,7 @@ void mc__te_inline_run(te_peer *p, te_slice *first, te_slice *last, uint64_t unt
             mc_spin_woke(&site, ev);
             if (!ev) {
                 ok = false; /* the budget is spent (or the socket failed) */
+                spent = mc_now_ms() >= until_ms;
                 break;
             }
         }
@@ -304,7 +316,7 @@ void mc__te_inline_run(te_peer *p, te_slice *first, te_slice *last, uint64_t unt
         if (!ok)
             break;
     }
-    iconn_put(p, c, ok);
+    iconn_put(p, c, ok, spent);
     if (r.err) /* the peer may have restarted (a new data port): what the lanes do next
                   needs its descriptor as it is now (on failure they fail as usual) */
         mc__te_peer_refresh(te, p);

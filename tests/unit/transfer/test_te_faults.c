@@ -229,7 +229,8 @@ static void test_restarted_peer(void **state)
 
 /* mc_te_submit_inline (tcp_inline.c) against a peer process. Frozen: the caller's run
  * finds no reply, gives up after its budget (submit returns) and hands the run to the
- * I/O threads, which complete it once the peer runs again; the bytes are right.
+ * I/O threads, which complete it once the peer runs again; the bytes are right. The
+ * runs after it, while the peer is frozen, return within their budget too.
  * Restarted on the same port with other bytes: an initiator's idle private connection
  * is dead, the run is handed over, and the read returns the new instance's bytes. */
 static void test_inline_frozen_and_restarted_peer(void **state)
@@ -271,11 +272,41 @@ static void test_inline_frozen_and_restarted_peer(void **state)
     mc_te_get_stats(a, &s1);
     assert_int_equal(s1.inline_runs_handed_over, s0.inline_runs_handed_over + 1);
     assert_int_equal(mc_te_wait_batch(a, b, 50, &st), MC_RPC_TIMEOUT); /* still pending */
+    /* the next run needs a new private connection: the frozen peer's kernel accepts it
+     * and no HELLO answer comes; the peer is slow now, so the open waits only for the
+     * caller's budget (it waited TE_INLINE_OPEN_MS = 1 s past it before), and the one
+     * after does not try (TE_INLINE_RETRY_MS) */
+    char *dst2 = malloc(2 * NR * BLK);
+    mc_te_request r2[2][NR];
+    mc_te_batch_t b2[2];
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < NR; i++) {
+            r2[k][i] = r[i];
+            r2[k][i].source = dst2 + (k * NR + i) * BLK;
+        }
+        assert_int_equal(mc_te_allocate_batch(a, NR, &b2[k]), MC_OK);
+        t0 = mc_now_ms();
+        assert_int_equal(mc_te_submit_inline(a, b2[k], r2[k], NR, 100), MC_OK);
+        took = mc_now_ms() - t0;
+        if (k == 0)
+            assert_true(took >= 90 && took < 800);
+        else
+            assert_true(took < 90);
+    }
+    mc_te_get_stats(a, &s1);
+    assert_int_equal(s1.inline_runs_handed_over, s0.inline_runs_handed_over + 3);
     kill(c.pid, SIGCONT);
     assert_int_equal(mc_te_wait_batch(a, b, 15000, &st), MC_OK);
     assert_int_equal(st.state, MC_TE_COMPLETED);
     assert_int_equal(mc_te_free_batch(a, b), MC_OK);
     assert_memory_equal(dst, exp, NR * BLK);
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(mc_te_wait_batch(a, b2[k], 15000, &st), MC_OK);
+        assert_int_equal(st.state, MC_TE_COMPLETED);
+        assert_int_equal(mc_te_free_batch(a, b2[k]), MC_OK);
+        assert_memory_equal(dst2 + k * NR * BLK, exp, NR * BLK);
+    }
+    free(dst2);
 
     /* an initiator that only ever read inline (no I/O thread connection sees the old
      * instance go): its idle private connection is dead when the peer is replaced */
