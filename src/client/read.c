@@ -104,7 +104,9 @@ typedef struct rstate {
                        /* (which guards memory from reuse) does not apply...           */
     bool mem_late;     /* ...unless a memory attempt into the same buffer was still  */
                        /* running when given up or when the disk copy was in: its    */
-                       /* bytes may land until the call's sets end, after the copy   */
+                       /* bytes may land until the call's sets end, after the copy,  */
+                       /* so past the lease the copy is read again then (lease check) */
+    int8_t disk_rep;   /* from_disk: the replica that gave the copy */
     bool prepared;     /* read_start ran: its replica list has been taken */
 } rstate;
 
@@ -206,30 +208,30 @@ static int64_t read_prepare(mc_store *s, ritem *r, size_t index, int st,
 
 enum { READ_DONE, READ_QUEUED, READ_SKIP };
 
+/* Reads disk replica rp (LOCAL_DISK: our own disk tier, or another client's through its
+ * disk-read server, offload.c; DISK: a file in the shared directory) into item r's
+ * destination; the record is verified there. Blocks the caller's thread. Returns MC_OK
+ * or the read's code. */
+static int read_disk(mc_store *s, const ritem *r, const rstate *q, const mc_master_replica *rp)
+{
+    if (rp->type == MC_MASTER_REPLICA_LOCAL_DISK)
+        return mc__offload_is_own(s, rp)
+                   ? mc__offload_read_own(s, r->key, r->klen, r->iov, r->niov, q->size)
+                   : mc__offload_read_remote(s, rp, r->key, r->klen, r->iov, r->niov, q->size,
+                                             q->deadline);
+    return mc__shared_fs_read(s, rp->transport_endpoint, r->key, r->klen, r->iov, r->niov,
+                              q->size);
+}
+
 /* One attempt on one replica: reads replica rp into item k's destination, at once when
- * it is in our own segment (READ_DONE), else by queuing its requests on x for set
- * `set` (READ_QUEUED, a filled in). READ_SKIP (q->last_err set) when its segment cannot
- * be opened. */
+ * it is in our own segment or on disk (READ_DONE), else by queuing its requests on x for
+ * set `set` (READ_QUEUED, a filled in). READ_SKIP (q->last_err set) when its segment
+ * cannot be opened or its disk read failed. */
 static int read_replica(mc__xfer *x, const ritem *r, rstate *q, const mc_master_replica *rp,
                         size_t k, rattempt *a, rsets *ss)
 {
-    if (rp->type == MC_MASTER_REPLICA_LOCAL_DISK) {
-        /* our own disk tier: read and verified there; another client's: through its
-         * disk-read server (offload.c). Both block this (the caller's) thread. */
-        int rc = mc__offload_is_own(x->s, rp)
-                     ? mc__offload_read_own(x->s, r->key, r->klen, r->iov, r->niov, q->size)
-                     : mc__offload_read_remote(x->s, rp, r->key, r->klen, r->iov, r->niov,
-                                               q->size, q->deadline);
-        if (rc == MC_OK) {
-            q->from_disk = true;
-            return READ_DONE;
-        }
-        q->last_err = rc;
-        return READ_SKIP;
-    }
-    if (rp->type == MC_MASTER_REPLICA_DISK) { /* a file in the shared directory */
-        int rc = mc__shared_fs_read(x->s, rp->transport_endpoint, r->key, r->klen, r->iov,
-                                    r->niov, q->size);
+    if (rp->type == MC_MASTER_REPLICA_LOCAL_DISK || rp->type == MC_MASTER_REPLICA_DISK) {
+        int rc = read_disk(x->s, r, q, rp);
         if (rc == MC_OK) {
             q->from_disk = true;
             return READ_DONE;
@@ -308,12 +310,15 @@ static bool read_next(mc__xfer *x, ritem *r, rstate *q, const mc_master_replica_
         unsigned rest = 0; /* replicas left after this one */
         for (uint32_t i = 0; i < rl->n; i++)
             rest += !(q->tried & (1u << i));
-        uint64_t share = q->deadline > now ? (q->deadline - now) / (rest + 1) : 0;
+        /* bytes are trusted only while now + 1 < deadline (mc__lease_over): the
+         * attempts share the time until deadline - 1 */
+        uint64_t share = q->deadline > now + 1 ? (q->deadline - 1 - now) / (rest + 1) : 0;
         rattempt *a = &q->att[j];
         a->deadline = now + (share ? share : 1);
         switch (read_replica(x, r, q, &rl->replicas[c], k, a, ss)) {
         case READ_DONE:
             q->done = true;
+            q->disk_rep = (int8_t)c; /* read again past the lease when mem_late */
             q->mem_late |= q->att[0].live || q->att[1].live; /* a disk hedge or failover */
             read_drop(q, 0, ss);
             read_drop(q, 1, ss);
@@ -520,30 +525,39 @@ static void read_transfer(mc_store *s, ritem *it, const size_t *idx, size_t m, r
     }
 }
 
-/* Step 3: the lease check. Bytes read after the lease ran out may have been overwritten
- * (the master may have freed and reused the space), so such a read is LEASE_EXPIRED. */
-static void read_lease_check(ritem *it, const size_t *idx, size_t m, const rstate *rs,
+/* Step 3: the lease check, after every transfer of the chunk ended (rrun_end). Bytes
+ * read after the lease ran out may have been overwritten (the master may have freed and
+ * reused the space), so such a read is LEASE_EXPIRED. A disk copy is not subject to the
+ * lease, except that a memory attempt into its buffer may have landed after it
+ * (mem_late): past the lease it is then read again from the same disk replica, now that
+ * nothing else can land, and the item's result is that read's. */
+static void read_lease_check(mc_store *s, ritem *it, const size_t *idx, size_t m,
+                             const rstate *rs, const mc_master_replica_list *reps,
                              const mc_master_key *keys)
 {
     bool hooked = false;
     uint64_t now = 0; /* read once, after the hook: every transfer of the chunk has ended
                          by then, so it bounds when each item's bytes landed */
     for (size_t k = 0; k < m; k++) {
-        if (!rs[k].done)
+        const rstate *q = &rs[k];
+        if (!q->done)
             continue;
         if (!hooked) {
             mc__store_hook(MC__STORE_HOOK_READ_DONE, keys[k].data, keys[k].len);
             hooked = true;
             now = mc_now_ms();
         }
-        /* past the lease the master may already have freed the space (mc__lease_over);
-         * a disk copy is checked too when a memory attempt into its buffer may have
-         * landed after it (mem_late) */
-        bool leased = !rs[k].from_disk || rs[k].mem_late;
-        if (rs[k].size > 0 && leased && mc__lease_over(now, rs[k].deadline))
-            it[idx[k]].result = MC_LEASE_EXPIRED;
-        else
-            it[idx[k]].result = (int64_t)rs[k].size;
+        ritem *r = &it[idx[k]];
+        r->result = (int64_t)q->size;
+        if (q->size == 0 || (q->from_disk && !q->mem_late) || !mc__lease_over(now, q->deadline))
+            continue;
+        if (!q->from_disk) {
+            r->result = MC_LEASE_EXPIRED;
+            continue;
+        }
+        int rc = read_disk(s, r, q, &reps[k].replicas[q->disk_rep]);
+        if (rc != MC_OK)
+            r->result = rc;
     }
 }
 
@@ -711,7 +725,7 @@ static void read_chunk(mc_store *s, ritem *it, const size_t *idx, size_t m, cons
             read_start(s, it, idx, k, st[k], &reps[k], t0, &rs[k], op);
     read_transfer(s, it, idx, m, rs, reps, &run, pipeable && !piped);
     rrun_end(s->te, &run);
-    read_lease_check(it, idx, m, rs, keys);
+    read_lease_check(s, it, idx, m, rs, reps, keys);
     free(keys);
     free(st);
     free(rs);

@@ -1493,13 +1493,43 @@ static void test_lease_boundary(void **state)
     mc_store_destroy(b);
 }
 
-/* A disk copy next to a memory attempt still running (read.c mem_late). The object
- * has a memory replica in a child process's segment and a DISK replica in the shared
- * directory; the child is stopped, so the reader's memory attempt over TCP never ends
- * and the hedge reads the file. The memory attempt could still land into the same
- * buffer until the call's transfers end, so the disk copy is held to the lease: with the
- * lease check held back past the lease, the read is LEASE_EXPIRED. Once the child is
- * dead its attempt fails at once and the disk copy is read whatever the lease says. */
+/* A disk copy next to a memory attempt still running (read.c mem_late). The objects
+ * have a memory replica in a child process's segment and a DISK replica in the shared
+ * directory; the child is stopped, so the reader's memory attempt over TCP never ends.
+ * "held" (4 KiB) is hedged: the hedge reads the file while the memory attempt hangs.
+ * "held_big" (2 MiB, over the hedge limit) is not: its memory attempt is given up at its
+ * deadline and the file is read then. Either memory attempt could still land into the
+ * same buffer until the call's transfers end, after the disk copy, and past the lease
+ * those bytes may be another object's. The hook holds the lease check back past the
+ * lease and overwrites the buffer there (the bytes such a landing leaves); the read must
+ * read the disk copy again and return it complete (without mem_late it returns the
+ * overwritten buffer; without the read again, LEASE_EXPIRED). Once the child is dead
+ * its attempt fails at once and the disk copy is read whatever the lease says. */
+static unsigned char *late_buf; /* the reader's buffer, overwritten by late_bytes_hook */
+static size_t late_len;
+
+static void late_bytes_hook(const char *point, const void *key, size_t key_len)
+{
+    boundary_hook(point, key, key_len);
+    if (!strcmp(point, MC__STORE_HOOK_READ_DONE) && late_buf)
+        memset(late_buf, 0xee, late_len);
+}
+
+#define HELD_BIG (2 * MIB) /* over read.c's HEDGE_MAX_BYTES: not hedged */
+
+/* Reads key into got (cap bytes, the value v of n bytes) with the lease check held back
+ * past the lease and the buffer overwritten there: the disk copy must come back whole. */
+static void read_past_lease(mc_store *b, const char *key, unsigned char *got,
+                            const unsigned char *v, size_t n)
+{
+    late_buf = got;
+    late_len = n;
+    boundary_ms = mc_now_ms() + SHORT_LEASE_MS + 50; /* past the lease */
+    assert_int_equal(get_s(b, key, got, n), (int64_t)n);
+    assert_memory_equal(got, v, n);
+    late_buf = NULL;
+}
+
 static void test_disk_hedge_next_to_stalled_memory(void **state)
 {
     fixture *f = *state;
@@ -1516,41 +1546,49 @@ static void test_disk_hedge_next_to_stalled_memory(void **state)
     c.storage_root_dir = sfs_root;
     assert_int_equal(mc_store_setup(b, &c), MC_OK);
     unsetenv("MC_FORCE_TCP");
-    /* the child's put is complete and its file written: a memory and a DISK replica */
-    mc_store_replica_list rl;
+    /* the child's puts are complete and their files written: memory + DISK replicas */
+    const char *keys[] = {"held", "held_big"};
     uint64_t until = mc_now_ms() + 30000;
-    for (;;) {
-        rl.n = 0;
-        if (mc_store_get_replica_desc(b, "held", 4, &rl) == MC_OK && rl.n == 2 &&
-            rl.replicas[0].is_memory != rl.replicas[1].is_memory)
-            break;
-        if (mc_now_ms() > until)
-            fail_msg("no memory + DISK replica pair for \"held\" (n=%u)", rl.n);
-        mc_sleep_ms(20);
-    }
+    for (int k = 0; k < 2; k++)
+        for (;;) {
+            mc_store_replica_list rl;
+            rl.n = 0;
+            if (mc_store_get_replica_desc(b, keys[k], strlen(keys[k]), &rl) == MC_OK &&
+                rl.n == 2 && rl.replicas[0].is_memory != rl.replicas[1].is_memory)
+                break;
+            if (mc_now_ms() > until)
+                fail_msg("no memory + DISK replica pair for \"%s\" (n=%u)", keys[k], rl.n);
+            mc_sleep_ms(20);
+        }
     unsigned char v[4096], got[4096];
     fill(v, sizeof v, 21);
+    unsigned char *vb = malloc(HELD_BIG), *gb = malloc(HELD_BIG);
+    assert_non_null(vb);
+    assert_non_null(gb);
+    fill(vb, HELD_BIG, 22);
     /* a read while the child runs: the reader knows its segment and is connected */
-    assert_int_equal(mc_store_get_into(b, "held", 4, got, sizeof got), (int64_t)sizeof v);
+    assert_int_equal(get_s(b, "held", got, sizeof got), (int64_t)sizeof v);
     assert_memory_equal(got, v, sizeof v);
     assert_int_equal(kill(child, SIGSTOP), 0);
     /* the hedge reads the file while the memory attempt hangs */
-    assert_int_equal(mc_store_get_into(b, "held", 4, got, sizeof got), (int64_t)sizeof v);
+    assert_int_equal(get_s(b, "held", got, sizeof got), (int64_t)sizeof v);
     assert_memory_equal(got, v, sizeof v);
-    mc__store_test_hook = boundary_hook;
-    for (int i = 0; i < 3; i++) {
-        boundary_ms = mc_now_ms() + SHORT_LEASE_MS + 50; /* past the lease */
-        assert_int_equal(mc_store_get_into(b, "held", 4, got, sizeof got), MC_LEASE_EXPIRED);
-    }
+    mc__store_test_hook = late_bytes_hook;
+    for (int i = 0; i < 3; i++)
+        read_past_lease(b, "held", got, v, sizeof v);
+    read_past_lease(b, "held_big", gb, vb, HELD_BIG); /* the memory attempt timed out */
     kill(child, SIGKILL);
     int st = 0;
     assert_int_equal(wait_pid(child, 10000, &st), 0);
     held_child = 0;
+    mc__store_test_hook = boundary_hook;
     boundary_ms = mc_now_ms() + SHORT_LEASE_MS + 50;
     memset(got, 0, sizeof got);
-    assert_int_equal(mc_store_get_into(b, "held", 4, got, sizeof got), (int64_t)sizeof v);
+    assert_int_equal(get_s(b, "held", got, sizeof got), (int64_t)sizeof v);
     assert_memory_equal(got, v, sizeof v);
     mc__store_test_hook = NULL;
+    free(vb);
+    free(gb);
     mc_store_destroy(b);
 }
 
@@ -1901,14 +1939,18 @@ static int child_writer(const char *master, const char *key)
     return 3; /* not reached */
 }
 
-/* --child-holder: puts "held" (4096 bytes, fill seed 21) into its own segment, which
- * the master's --root_fs_dir also writes to a file, then waits to be killed. */
+/* --child-holder: puts "held" (4096 bytes, fill seed 21) and "held_big" (HELD_BIG bytes,
+ * seed 22) into its own segment, which the master's --root_fs_dir also writes to files,
+ * then waits to be killed. */
 static int child_holder(const char *master)
 {
     mc_store *s = child_store(master, 16 * MIB);
-    unsigned char v[4096];
+    unsigned char v[4096], *vb = malloc(HELD_BIG);
     fill(v, sizeof v, 21);
-    if (put_own(s, "held", v, sizeof v) != MC_OK) {
+    if (vb)
+        fill(vb, HELD_BIG, 22);
+    if (!vb || put_own(s, "held", v, sizeof v) != MC_OK ||
+        put_own(s, "held_big", vb, HELD_BIG) != MC_OK) {
         fprintf(stderr, "child holder: put failed\n");
         return 3;
     }
