@@ -530,7 +530,7 @@ static void read_transfer(mc_store *s, ritem *it, const size_t *idx, size_t m, r
  * reused the space), so such a read is LEASE_EXPIRED. A disk copy is not subject to the
  * lease, except that a memory attempt into its buffer may have landed after it
  * (mem_late): past the lease it is then read again from the same disk replica, now that
- * nothing else can land, and the item's result is that read's. */
+ * nothing else can land: its bytes are the result, or LEASE_EXPIRED when it fails. */
 static void read_lease_check(mc_store *s, ritem *it, const size_t *idx, size_t m,
                              const rstate *rs, const mc_master_replica_list *reps,
                              const mc_master_key *keys)
@@ -555,9 +555,8 @@ static void read_lease_check(mc_store *s, ritem *it, const size_t *idx, size_t m
             r->result = MC_LEASE_EXPIRED;
             continue;
         }
-        int rc = read_disk(s, r, q, &reps[k].replicas[q->disk_rep]);
-        if (rc != MC_OK)
-            r->result = rc;
+        if (read_disk(s, r, q, &reps[k].replicas[q->disk_rep]) != MC_OK)
+            r->result = MC_LEASE_EXPIRED; /* as a memory read past its lease */
     }
 }
 

@@ -188,6 +188,7 @@ struct te_batch {
 #define TE_INLINE_SLICES 256
 #define TE_INLINE_RETRY_MS 1000 /* after a private connection could not be opened */
 #define TE_INLINE_OPEN_MS 1000  /* opening one may take this long past the caller's budget */
+#define TE_INLINE_SLOW_MS 5     /* a budget this long without a reply byte marks the peer slow */
 
 typedef struct te_map {
     uint64_t base, len;  /* the owner's range */
@@ -290,9 +291,9 @@ struct te_peer {
     /* Private connections of callers moving their own small reads (tcp_inline.c):
      * guarded by lock. inl_idle holds the idle ones; inl_open counts them all (idle and
      * in use), at most TE_INLINE_CONNS; none is tried before inl_retry_ms after one
-     * could not be opened. inl_slow: the peer let a caller's budget or an open run out
-     * (a stopped or stuck process); until an open succeeds, opening waits only for the
-     * caller's budget. */
+     * could not be opened. inl_slow: the peer sent nothing in a caller's budget, or an
+     * open ran out (a stopped or stuck process); until an open succeeds, opening waits
+     * only for the caller's budget. */
     struct te_iconn *inl_idle[TE_INLINE_CONNS];
     unsigned inl_nidle, inl_open;
     uint64_t inl_retry_ms;

@@ -128,10 +128,11 @@ static void iconn_free(te_iconn *c)
 /* An idle private connection of p, or a new one; NULL when the pool is in use or none
  * can be opened now. Opening one (once per connection) may take up to TE_INLINE_OPEN_MS
  * past the caller's budget: a handshake cut short would read as a refused client on the
- * serving side (peerauth.c counts and logs it). But once the peer was slow (inl_slow: a
- * run's budget or an open ran out), an open waits only for the caller's budget: a
- * stopped peer accepts connections in its kernel and never answers, and each read
- * would otherwise block a second past its budget, far past the store's hedge. Any
+ * serving side (peerauth.c counts it and logs it at most every 10 s). But once the peer
+ * was slow (inl_slow: it sent nothing in a run's budget of at least TE_INLINE_SLOW_MS,
+ * or an open ran out), an open waits only for the caller's budget: a stopped peer
+ * accepts connections in its kernel and never answers, and each read would otherwise
+ * block a second past its budget, far past the store's hedge. Any
  * failed open stops new ones for TE_INLINE_RETRY_MS; one that ran out of time marks the
  * peer slow, a successful one clears that. */
 static te_iconn *iconn_get(te_peer *p, uint64_t until_ms)
@@ -271,12 +272,14 @@ void mc__te_inline_run(te_peer *p, te_slice *first, te_slice *last, uint64_t unt
     }
     te_slice *s = first; /* the first slice whose reply is not parsed yet */
     size_t pos = 0;      /* its reply's offset in r.in */
-    bool ok = true, spent = false;
+    /* slow: the peer sent nothing in a budget of at least TE_INLINE_SLOW_MS (a budget
+     * cut near a lease's end says nothing about the peer) */
+    bool ok = true, spent = false, judge = until_ms >= mc_now_ms() + TE_INLINE_SLOW_MS;
     while (s) {
         bool moved = run_step(&r);
         if (!moved && mc_now_ms() >= until_ms) {
             ok = false; /* the budget is spent */
-            spent = true;
+            spent = judge && r.got == 0;
             break;
         }
         if (!moved && !mc_spin_until(&site, run_step, &r)) {
@@ -285,7 +288,7 @@ void mc__te_inline_run(te_peer *p, te_slice *first, te_slice *last, uint64_t unt
             mc_spin_woke(&site, ev);
             if (!ev) {
                 ok = false; /* the budget is spent (or the socket failed) */
-                spent = mc_now_ms() >= until_ms;
+                spent = judge && r.got == 0 && mc_now_ms() >= until_ms;
                 break;
             }
         }
