@@ -296,8 +296,8 @@ static bool read_next(mc__xfer *x, ritem *r, rstate *q, const mc_master_replica_
         uint64_t now = mc_now_ms();
         int c = pick_replica(x->s, rl, q);
         /* a disk replica is read whatever the lease says (the lease guards memory from
-         * reuse; a disk record is verified by its checksum), though the read is held to
-         * the lease after all when a memory attempt may land after it (mem_late) */
+         * reuse; a disk record is verified by its checksum); when a memory attempt may
+         * land after it (mem_late), read_lease_check reads it again past the lease */
         bool disk = c >= 0 && rl->replicas[c].type != MC_MASTER_REPLICA_MEMORY;
         if (c < 0 || (mc__lease_over(now, q->deadline) && !disk)) {
             if (j == 0) {
@@ -318,8 +318,10 @@ static bool read_next(mc__xfer *x, ritem *r, rstate *q, const mc_master_replica_
         switch (read_replica(x, r, q, &rl->replicas[c], k, a, ss)) {
         case READ_DONE:
             q->done = true;
-            q->disk_rep = (int8_t)c; /* read again past the lease when mem_late */
-            q->mem_late |= q->att[0].live || q->att[1].live; /* a disk hedge or failover */
+            if (q->from_disk) {
+                q->disk_rep = (int8_t)c; /* read again past the lease when mem_late */
+                q->mem_late |= q->att[0].live || q->att[1].live; /* a hedge or failover */
+            }
             read_drop(q, 0, ss);
             read_drop(q, 1, ss);
             return false;

@@ -132,9 +132,9 @@ static void iconn_free(te_iconn *c)
  * was slow (inl_slow: it sent nothing in a run's budget of at least TE_INLINE_SLOW_MS,
  * or an open ran out), an open waits only for the caller's budget: a stopped peer
  * accepts connections in its kernel and never answers, and each read would otherwise
- * block a second past its budget, far past the store's hedge. Any
- * failed open stops new ones for TE_INLINE_RETRY_MS; one that ran out of time marks the
- * peer slow, a successful one clears that. */
+ * block a second past its budget, far past the store's hedge. Any failed open stops new
+ * ones for TE_INLINE_RETRY_MS; one that ran out of time marks the peer slow, a
+ * successful one clears that. */
 static te_iconn *iconn_get(te_peer *p, uint64_t until_ms)
 {
     te_iconn *c = NULL, *old = NULL;
@@ -175,8 +175,8 @@ static te_iconn *iconn_get(te_peer *p, uint64_t until_ms)
     return c;
 }
 
-/* Returns c to p's pool (ok), or closes it; slow: the caller's budget ran out on it
- * (the peer is marked slow, see iconn_get). */
+/* Returns c to p's pool (ok), or closes it; slow: the peer sent nothing in the caller's
+ * budget (it is marked slow, see iconn_get). */
 static void iconn_put(te_peer *p, te_iconn *c, bool ok, bool slow)
 {
     pthread_mutex_lock(&p->lock);
@@ -272,14 +272,13 @@ void mc__te_inline_run(te_peer *p, te_slice *first, te_slice *last, uint64_t unt
     }
     te_slice *s = first; /* the first slice whose reply is not parsed yet */
     size_t pos = 0;      /* its reply's offset in r.in */
-    /* slow: the peer sent nothing in a budget of at least TE_INLINE_SLOW_MS (a budget
-     * cut near a lease's end says nothing about the peer) */
-    bool ok = true, spent = false, judge = until_ms >= mc_now_ms() + TE_INLINE_SLOW_MS;
+    /* a budget under TE_INLINE_SLOW_MS (one cut near a lease's end) says nothing about
+     * the peer */
+    bool ok = true, judge = until_ms >= mc_now_ms() + TE_INLINE_SLOW_MS;
     while (s) {
         bool moved = run_step(&r);
         if (!moved && mc_now_ms() >= until_ms) {
             ok = false; /* the budget is spent */
-            spent = judge && r.got == 0;
             break;
         }
         if (!moved && !mc_spin_until(&site, run_step, &r)) {
@@ -288,7 +287,6 @@ void mc__te_inline_run(te_peer *p, te_slice *first, te_slice *last, uint64_t unt
             mc_spin_woke(&site, ev);
             if (!ev) {
                 ok = false; /* the budget is spent (or the socket failed) */
-                spent = judge && r.got == 0 && mc_now_ms() >= until_ms;
                 break;
             }
         }
@@ -319,7 +317,9 @@ void mc__te_inline_run(te_peer *p, te_slice *first, te_slice *last, uint64_t unt
         if (!ok)
             break;
     }
-    iconn_put(p, c, ok, spent);
+    /* slow: the peer sent nothing at all in a budget that said something */
+    bool silent = !ok && judge && !r.err && r.got == 0 && mc_now_ms() >= until_ms;
+    iconn_put(p, c, ok, silent);
     if (r.err) /* the peer may have restarted (a new data port): what the lanes do next
                   needs its descriptor as it is now (on failure they fail as usual) */
         mc__te_peer_refresh(te, p);

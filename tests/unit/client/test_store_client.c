@@ -1516,6 +1516,7 @@ static void late_bytes_hook(const char *point, const void *key, size_t key_len)
 }
 
 #define HELD_BIG (2 * MIB) /* over read.c's HEDGE_MAX_BYTES: not hedged */
+#define HELD_SEED 21       /* fill seeds of "held" and (+1) "held_big" */
 
 /* Reads key into got (cap bytes, the value v of n bytes) with the lease check held back
  * past the lease and the buffer overwritten there: the disk copy must come back whole. */
@@ -1561,11 +1562,11 @@ static void test_disk_hedge_next_to_stalled_memory(void **state)
             mc_sleep_ms(20);
         }
     unsigned char v[4096], got[4096];
-    fill(v, sizeof v, 21);
+    fill(v, sizeof v, HELD_SEED);
     unsigned char *vb = malloc(HELD_BIG), *gb = malloc(HELD_BIG);
     assert_non_null(vb);
     assert_non_null(gb);
-    fill(vb, HELD_BIG, 22);
+    fill(vb, HELD_BIG, HELD_SEED + 1);
     /* a read while the child runs: the reader knows its segment and is connected */
     assert_int_equal(get_s(b, "held", got, sizeof got), (int64_t)sizeof v);
     assert_memory_equal(got, v, sizeof v);
@@ -1939,16 +1940,16 @@ static int child_writer(const char *master, const char *key)
     return 3; /* not reached */
 }
 
-/* --child-holder: puts "held" (4096 bytes, fill seed 21) and "held_big" (HELD_BIG bytes,
- * seed 22) into its own segment, which the master's --root_fs_dir also writes to files,
- * then waits to be killed. */
+/* --child-holder: puts "held" (4096 bytes, fill seed HELD_SEED) and "held_big" (HELD_BIG
+ * bytes, HELD_SEED + 1) into its own segment, which the master's --root_fs_dir also
+ * writes to files, then waits to be killed. */
 static int child_holder(const char *master)
 {
     mc_store *s = child_store(master, 16 * MIB);
     unsigned char v[4096], *vb = malloc(HELD_BIG);
-    fill(v, sizeof v, 21);
+    fill(v, sizeof v, HELD_SEED);
     if (vb)
-        fill(vb, HELD_BIG, 22);
+        fill(vb, HELD_BIG, HELD_SEED + 1);
     if (!vb || put_own(s, "held", v, sizeof v) != MC_OK ||
         put_own(s, "held_big", vb, HELD_BIG) != MC_OK) {
         fprintf(stderr, "child holder: put failed\n");
