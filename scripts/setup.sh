@@ -38,9 +38,10 @@ TEST_APT="libcmocka-dev clang libclang-rt-14-dev redis-server etcd-server"
 # Python: the build backend; the replay's progress bar and PNG (numpy comes with the
 # package). Tests add pytest, the Redis client, torch for the tensor API (torch==2.13.0:
 # the CPU build that lies on disk in /opt/wheels; a bare `torch` would pull a multi-GB
-# CUDA build). aiohttp and requests are the package's own dependencies.
+# CUDA build). aiohttp and requests are the package's own dependencies; prometheus_client
+# parses every /metrics body (tests/integration/test_metrics_format.py).
 DEMO_PIP="meson-python meson ninja numpy tqdm matplotlib"
-TEST_PIP="pytest redis torch==2.13.0 aiohttp requests"
+TEST_PIP="pytest redis torch==2.13.0 aiohttp requests prometheus_client"
 APT_PKGS=$DEMO_APT PIP_PKGS=$DEMO_PIP
 if [ "$MODE" = test ]; then APT_PKGS="$DEMO_APT $TEST_APT"; PIP_PKGS="$DEMO_PIP $TEST_PIP"; fi
 

@@ -234,7 +234,7 @@ char *mc_master_metrics_text(mc_master_service *svc, mc_master_rpc_server *rpc, 
     if (rpc) {
         mc_master_rpc_server_stats rs;
         mc_master_rpc_server_get_stats(rpc, &rs);
-        metric(&b, "master_rpc_connections", "gauge", "Open RPC connections",
+        metric(&b, "master_rpc_connections_open", "gauge", "Open RPC connections",
                rs.connections_active);
         metric(&b, "master_rpc_connections_total", "counter", "Accepted RPC connections",
                rs.connections_total);

@@ -634,8 +634,8 @@ char *mc_httpd_metrics_text(mc_httpd *srv, const char *prefix, size_t *len)
     if (!f)
         mc_oom(4096);
     fprintf(f,
-            "# HELP %s_connections Open connections of the %s\n# TYPE %s_connections gauge\n"
-            "%s_connections %llu\n",
+            "# HELP %s_connections_open Open connections of the %s\n"
+            "# TYPE %s_connections_open gauge\n%s_connections_open %llu\n",
             prefix, srv->o.what, prefix, prefix, (unsigned long long)st.connections);
     fprintf(f,
             "# HELP %s_connections_total Connections accepted\n"

@@ -491,7 +491,7 @@ static void test_metrics_and_summary(void **state)
     assert_non_null(strstr(text, "\nmaster_total_capacity_bytes 1073741824\n"));
     assert_non_null(strstr(text, "\nmaster_mount_segment_requests_total 1\n"));
     assert_non_null(strstr(text, "master_batch_put_start_partial_successes_total"));
-    assert_non_null(strstr(text, "\nmaster_rpc_connections 1\n"));
+    assert_non_null(strstr(text, "\nmaster_rpc_connections_open 1\n"));
     free(text);
     mc_master_stats prev, cur;
     memset(&prev, 0, sizeof prev);
