@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -65,7 +66,7 @@ struct mc_httpd {
 static const char *const refusal_names[MC_HTTPD_R_COUNT] = {
     "conn_limit",   "per_ip_limit", "library_limit",   "header_timeout", "request_timeout",
     "body_memory",  "auth_missing", "auth_malformed",  "auth_stale",     "auth_bad_mac",
-    "auth_replay",  "auth_cache_full", "auth_unexpected",
+    "auth_replay",  "auth_cache_full", "auth_unexpected", "bad_framing",
 };
 
 const char *mc_httpd_refusal_name(int reason)
@@ -300,6 +301,28 @@ static bool auth_complete(mc_httpd *s, mc_httpd_req *rq, int *rc_out)
     return true;
 }
 
+static mhd_result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
+                                const char *value)
+{
+    (void)kind;
+    (void)value;
+    unsigned *n = cls;
+    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0)
+        n[0]++;
+    else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0)
+        n[1]++;
+    return MHD_YES;
+}
+
+/* More than one Content-Length, or one next to a Transfer-Encoding: the body's length
+ * is ambiguous (RFC 9112 6.3), so the request is refused before anything reads it. */
+static bool framing_ambiguous(mc_httpd_req *rq)
+{
+    unsigned n[2] = {0, 0};
+    MHD_get_connection_values(rq->conn_, MHD_HEADER_KIND, count_framing, n);
+    return n[0] > 1 || (n[0] && n[1]);
+}
+
 /* A Content-Length over max_body (or one that does not parse) flags the body too big
  * before any of it is read. */
 static bool declared_too_big(mc_httpd *s, mc_httpd_req *rq)
@@ -421,6 +444,10 @@ static mhd_result on_request(void *cls, struct MHD_Connection *c, const char *ur
             e->phase = PH_REQUEST; /* now request_timeout_ms bounds it */
             pthread_mutex_unlock(&s->lock);
         }
+        if (framing_ambiguous(rq))
+            return to_mhd(refuse(s, rq, MC_HTTPD_R_BAD_FRAMING, 400, NULL,
+                                 "ambiguous body length: send one Content-Length header or "
+                                 "Transfer-Encoding, not both and not twice"));
         int r = auth_headers(s, rq);
         if (r != MC_HTTPD_ACCEPT)
             return to_mhd(r);

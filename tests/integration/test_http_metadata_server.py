@@ -287,6 +287,31 @@ def test_c_tool_survives_garbage(spawn):
     assert p.wait(timeout=10) == 0
 
 
+def test_c_tool_refuses_an_ambiguous_body_length(spawn):
+    """Two Content-Length headers (either order), or one next to Transfer-Encoding: 400
+    before the body is read, nothing stored, counted as bad_framing. Before, the server
+    stored the 5-byte body of `Content-Length: 5` + `Content-Length: 5000` (libmicrohttpd
+    took one length, our size check could read the other)."""
+    _, port = start_c(spawn)
+    base = f"http://127.0.0.1:{port}"
+    for i, headers in enumerate([b"Content-Length: 5\r\nContent-Length: 5000\r\n",
+                                 b"Content-Length: 5000\r\nContent-Length: 5\r\n",
+                                 b"Content-Length: 5\r\ncontent-length: 5\r\n",
+                                 b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n"]):
+        resp = raw_exchange(port, b"PUT /metadata?key=amb%d HTTP/1.1\r\nHost: x\r\n" % i
+                            + headers + b"\r\nhello")
+        assert resp.startswith(b"HTTP/1.1 400"), (headers, resp[:80])
+        assert b"ambiguous body length" in resp, resp
+        assert call("GET", base, f"amb{i}").status_code == 404
+    text = requests.get(base + "/metrics", timeout=TIMEOUT).text
+    assert 'http_metadata_refused_total{reason="bad_framing"} 4' in text, text
+    # one Content-Length alone is fine
+    resp = raw_exchange(port, b"PUT /metadata?key=one HTTP/1.1\r\nHost: x\r\n"
+                        b"Content-Length: 5\r\n\r\nhello")
+    assert resp.startswith(b"HTTP/1.1 200"), resp[:80]
+    assert call("GET", base, "one").content == b"hello"
+
+
 def test_c_tool_serves_concurrent_clients(spawn):
     import concurrent.futures as cf
 
