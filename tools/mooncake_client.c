@@ -29,7 +29,7 @@ static uint64_t segment_size, local_buffer_size;
 static bool enable_offload, enable_http_server;
 
 static const mc_option options[] = {
-    {.name = "host", .type = MC_OPT_STRING, .target = &host, .def = "0.0.0.0",
+    {.name = "host", .type = MC_OPT_STRING, .target = &host, .def = "0.0.0.0", .nonempty = true,
      .help = "local hostname: the host part of this client's segment name (a free port in "
              "12300..14300 is added)"},
     {.name = "port", .type = MC_OPT_INT, .target = &port, .def = "50052", .bounded = true,
@@ -43,12 +43,15 @@ static const mc_option options[] = {
      .def = "0", .bounded = true, .min = 0, .max = 1099511627776.0, .unit = "bytes",
      .help = "local buffer of this client (dummy requests do not need one)"},
     {.name = "master_server_address", .type = MC_OPT_STRING, .target = &master_addr,
+     .nonempty = true,
      .def = "127.0.0.1:50051", .help = "host:port of mooncake_master"},
     {.name = "metadata_server", .type = MC_OPT_STRING, .target = &metadata_server,
+     .nonempty = true,
      .def = "http://127.0.0.1:8080/metadata",
      .help = "metadata service: http://h:p/metadata, etcd://h:p, redis://h:p or "
              "P2PHANDSHAKE"},
     {.name = "protocol", .type = MC_OPT_STRING, .target = &protocol, .def = "tcp",
+     .nonempty = true,
      .help = "transfer protocol (tcp; rdma as the store's setup allows)"},
     {.name = "device_names", .type = MC_OPT_STRING, .target = &device_names, .def = "",
      .help = "RDMA device filter passed to the transfer engine (\"\": all); its tcp "

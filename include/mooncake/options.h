@@ -47,6 +47,10 @@ typedef struct mc_option {
      * mc_tool_refuse_non_defaults (tools/tool_util.h) after parsing, which refuses any
      * other value with this text (exit 2). */
     const char *only_default;
+    /* MC_OPT_STRING: an empty value (--name=, "" in a config file or env) is refused by
+     * mc_options_parse: for flags such as an address, where "" would silently mean the
+     * default or nothing. */
+    bool nonempty;
 } mc_option;
 
 enum { MC_OPTS_OK = 0, MC_OPTS_HELP = 1, MC_OPTS_ERROR = -1 };

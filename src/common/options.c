@@ -177,6 +177,10 @@ static int set_value(const mc_option *o, const char *text, const char *src, char
         return 0;
     }
     case MC_OPT_STRING: {
+        if (o->nonempty && !*text)
+            return fail(err, errlen, "invalid value '' for %s%s: expected a non-empty value "
+                        "(leave the flag out for its default '%s')",
+                        src, o->name, o->def ? o->def : "");
         char *copy = mc_xstrdup(text);
         char **slot = (char **)o->target;
         free(*slot);

@@ -140,6 +140,19 @@ def test_tool_default_only_flags(prog, flag, default, other):
     assert f"--{flag}=" not in accepted.stderr, accepted.stderr
 
 
+@pytest.mark.parametrize("flag", ["host", "master_server_address", "metadata_server",
+                                  "protocol"])
+def test_client_refuses_an_empty_address_flag(flag):
+    """`--master_server_address=` and the like: exit 2 naming the flag and its default,
+    before anything starts. Before, "" silently meant the default (the store's setup
+    reads an empty address as "use the default"), so a templated command line with an
+    unset variable ran against 127.0.0.1:50051."""
+    r = _run(_client_args(free_port(), f"--{flag}="))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"invalid value '' for --{flag}: expected a non-empty value" in r.stderr, r.stderr
+    assert "ready" not in r.stdout, r.stdout
+
+
 # ---- implemented flags -------------------------------------------------------------------
 
 _libc = ctypes.CDLL(None, use_errno=True)

@@ -18,6 +18,7 @@ static double ratio;
 static char *name;
 static uint64_t seg;
 static char *cfg;
+static char *addr;
 
 static const mc_option tbl[] = {
     {.name = "rpc_port", .alias = "port", .type = MC_OPT_INT, .target = &port, .def = "50051",
@@ -30,6 +31,8 @@ static const mc_option tbl[] = {
     {.name = "segment_size", .type = MC_OPT_SIZE, .target = &seg, .def = "1gb", .unit = "bytes",
      .help = "size"},
     {.name = "config_path", .type = MC_OPT_STRING, .target = &cfg, .def = "", .help = "cfg"},
+    {.name = "master_server_address", .type = MC_OPT_STRING, .target = &addr,
+     .def = "127.0.0.1:50051", .nonempty = true, .help = "addr"},
 };
 #define N (sizeof tbl / sizeof tbl[0])
 
@@ -116,6 +119,17 @@ static void test_errors_name_flag(void **state)
     char *g[] = {"prog", "--segment_size=12zb", NULL};
     assert_int_equal(parse(g, NULL, err), MC_OPTS_ERROR);
     assert_non_null(strstr(err, "segment_size"));
+    /* a non-empty flag refuses "" and names its default; other strings take it */
+    char *ne[] = {"prog", "--master_server_address=", NULL};
+    assert_int_equal(parse(ne, NULL, err), MC_OPTS_ERROR);
+    assert_non_null(strstr(err, "--master_server_address: expected a non-empty value"));
+    assert_non_null(strstr(err, "127.0.0.1:50051"));
+    char *ne2[] = {"prog", "--master_server_address", "", NULL};
+    assert_int_equal(parse(ne2, NULL, err), MC_OPTS_ERROR);
+    char *em[] = {"prog", "--cluster_id=", "--master_server_address=h:1", NULL};
+    assert_int_equal(parse(em, NULL, err), MC_OPTS_OK);
+    assert_string_equal(name, "");
+    assert_string_equal(addr, "h:1");
     char *h[] = {"prog", "--help", NULL};
     assert_int_equal(parse(h, NULL, err), MC_OPTS_HELP);
 }
