@@ -153,7 +153,7 @@ void mc__remount_retry(mc_store *s, int code, const mc_master_key *keys, size_t 
 #define MC__STORE_HOOK_PUT_STARTED "put_started" /* after put_start succeeded, before any
                                                     byte is written */
 #define MC__STORE_HOOK_READ_DONE "read_done"     /* after a read's transfer finished, before
-                                                    the lease check */
+                                                    the lease check (ranges.c: key "") */
 #define MC__STORE_HOOK_READ_PIECE "read_piece"   /* a pipelined read started the piece
                                                     whose first key is given (read.c
                                                     read_early), later pieces unanswered */

@@ -276,6 +276,7 @@ int mc_store_batch_read_ranges(mc_store *s, const mc_store_lease *const *leases,
     }
     mc__xfer_deinit(&x);
     /* The lease check: bytes that arrived after the lease ended may be another object's. */
+    mc__store_hook(MC__STORE_HOOK_READ_DONE, "", 0);
     now = mc_now_ms();
     for (size_t i = 0; i < n; i++) {
         ritem *q = &it[i];

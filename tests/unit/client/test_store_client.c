@@ -1493,6 +1493,53 @@ static void test_lease_boundary(void **state)
     mc_store_destroy(b);
 }
 
+/* The same boundary for a ranged read (ranges.c, mc_store_batch_get_ranges): checked at
+ * t0 + TTL - 1 it is LEASE_EXPIRED for the item and each fragment (or whole when the call
+ * was preempted before t0), and always past the lease. */
+static int64_t ranges_read(mc_store *b, const char *key, unsigned char *got, size_t n)
+{
+    mc_store_key k = {key, strlen(key)};
+    mc_store_range r[2] = {{.buf = got, .offset = 0, .len = n / 2},
+                           {.buf = got + n / 2, .offset = n / 2, .len = n - n / 2}};
+    mc_store_range *rp = r;
+    size_t nr = 2;
+    int64_t res = 0;
+    assert_int_equal(mc_store_batch_get_ranges(b, &k, 1, &rp, &nr, &res), MC_OK);
+    if (res == MC_LEASE_EXPIRED) {
+        assert_int_equal(r[0].result, MC_LEASE_EXPIRED);
+        assert_int_equal(r[1].result, MC_LEASE_EXPIRED);
+    }
+    return res;
+}
+
+static void test_ranges_lease_boundary(void **state)
+{
+    fixture *f = *state;
+    NEED_MASTER(f);
+    mc_store *a, *b;
+    unsigned char v[4096], got[4096];
+    two_stores_with_value(f, &a, &b, "redge", v, 13);
+    mc__store_test_hook = boundary_hook;
+    int expired = 0;
+    for (int i = 0; i < 5; i++) {
+        boundary_arm();
+        int64_t r = ranges_read(b, "redge", got, sizeof got);
+        assert_true(r == MC_LEASE_EXPIRED || r == (int64_t)sizeof v);
+        if (r > 0)
+            assert_memory_equal(got, v, sizeof v);
+        expired += r == MC_LEASE_EXPIRED;
+    }
+    assert_true(expired >= 1);
+    boundary_ms = mc_now_ms() + SHORT_LEASE_MS + 50;
+    assert_int_equal(ranges_read(b, "redge", got, sizeof got), MC_LEASE_EXPIRED);
+    mc__store_test_hook = NULL;
+    memset(got, 0, sizeof got);
+    assert_int_equal(ranges_read(b, "redge", got, sizeof got), (int64_t)sizeof v);
+    assert_memory_equal(got, v, sizeof v);
+    mc_store_destroy(a);
+    mc_store_destroy(b);
+}
+
 /* A disk copy next to a memory attempt still running (read.c mem_late). The objects
  * have a memory replica in a child process's segment and a DISK replica in the shared
  * directory; the child is stopped, so the reader's memory attempt over TCP never ends.
@@ -2111,6 +2158,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_remove_and_lease, setup_default, teardown_master),
         cmocka_unit_test_setup_teardown(test_lease_expired, setup_short_lease, teardown_master),
         cmocka_unit_test_setup_teardown(test_lease_boundary, setup_short_lease, teardown_master),
+        cmocka_unit_test_setup_teardown(test_ranges_lease_boundary, setup_short_lease,
+                                        teardown_master),
         cmocka_unit_test_setup_teardown(test_disk_hedge_next_to_stalled_memory, setup_shared_fs,
                                         teardown_shared_fs),
         cmocka_unit_test_setup_teardown(test_pipelined_read_master_killed, setup_default,
