@@ -146,7 +146,7 @@ static const mc_option options[] = {
      .def = "50051", .bounded = true, .min = 0, .max = 65535,
      .help = "TCP port of the master RPC (0: pick a free one)"},
     {.name = "rpc_address", .type = MC_OPT_STRING, .target = &rpc_address, .def = "0.0.0.0",
-     .help = "address the RPC listens on"},
+     .nonempty = true, .help = "address the RPC listens on"},
     {.name = "rpc_thread_num", .type = MC_OPT_INT, .target = &rpc_thread_num, .def = "0",
      .bounded = true, .min = 0, .max = 64,
      .help = "threads serving RPC connections (0: min(4, CPU cores))"},
@@ -205,7 +205,7 @@ static const mc_option options[] = {
      .help = "HTTP port of /metrics, /health, /get_all_keys, /get_all_segments, "
              "/query_key (0: pick a free one)"},
     {.name = "metrics_host", .type = MC_OPT_STRING, .target = &metrics_host, .def = "0.0.0.0",
-     .help = "address the metrics/admin HTTP server listens on"},
+     .nonempty = true, .help = "address the metrics/admin HTTP server listens on"},
     {.name = "enable_metric_reporting", .type = MC_OPT_BOOL,
      .target = &enable_metric_reporting, .def = "true",
      .help = "log the one-line 'Master Admin Metrics' summary periodically"},
@@ -218,7 +218,7 @@ static const mc_option options[] = {
      .def = "8080", .bounded = true, .min = 0, .max = 65535,
      .help = "port of the embedded HTTP metadata server"},
     {.name = "http_metadata_server_host", .type = MC_OPT_STRING, .target = &http_md_host,
-     .def = "0.0.0.0", .help = "address of the embedded HTTP metadata server"},
+     .def = "0.0.0.0", .nonempty = true, .help = "address of the embedded HTTP metadata server"},
     {.name = "auth_token_file", .type = MC_OPT_STRING, .target = &auth_token_file, .def = "",
      .help = "file holding the cluster secret (mode 0600, owned by this user); with it the "
              "RPC port requires the handshake and the HTTP ports check signed requests "

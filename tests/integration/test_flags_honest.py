@@ -153,6 +153,17 @@ def test_client_refuses_an_empty_address_flag(flag):
     assert "ready" not in r.stdout, r.stdout
 
 
+@pytest.mark.parametrize("flag", ["rpc_address", "metrics_host", "http_metadata_server_host"])
+def test_master_refuses_an_empty_listen_address(flag):
+    """`--rpc_address=` listened on 0.0.0.0 and printed "RPC listening on :P" (the empty
+    string fell back to the default): now exit 2 naming the flag, nothing bound."""
+    r = _run([tool("mooncake_master"), f"--rpc_port={free_port()}",
+              f"--metrics_port={free_port()}", f"--{flag}="])
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"invalid value '' for --{flag}: expected a non-empty value" in r.stderr, r.stderr
+    assert "listening" not in r.stdout + r.stderr
+
+
 # ---- implemented flags -------------------------------------------------------------------
 
 _libc = ctypes.CDLL(None, use_errno=True)
