@@ -301,26 +301,56 @@ static bool auth_complete(mc_httpd *s, mc_httpd_req *rq, int *rc_out)
     return true;
 }
 
-static mhd_result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
-                                const char *value)
+typedef struct framing {
+    unsigned content_length, transfer_encoding;
+    bool name_space;     /* a header name with a space or tab (before its colon) */
+    bool other_encoding; /* a Transfer-Encoding other than exactly "chunked" */
+} framing;
+
+static mhd_result scan_framing(void *cls, enum MHD_ValueKind kind, const char *key,
+                               const char *value)
 {
     (void)kind;
-    (void)value;
-    unsigned *n = cls;
-    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0)
-        n[0]++;
-    else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0)
-        n[1]++;
+    framing *f = cls;
+    if (strpbrk(key, " \t"))
+        f->name_space = true;
+    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
+        f->content_length++;
+    } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
+        f->transfer_encoding++;
+        /* as libmicrohttpd compares it: "chunked " with a trailing space is not chunked
+         * to it (the request hung until its deadline), so it is refused here */
+        f->other_encoding |= !value || strcasecmp(value, "chunked") != 0;
+    }
     return MHD_YES;
 }
 
-/* More than one Content-Length, or one next to a Transfer-Encoding: the body's length
- * is ambiguous (RFC 9112 6.3), so the request is refused before anything reads it. */
-static bool framing_ambiguous(mc_httpd_req *rq)
+/* How a request's body is framed, checked before anything reads it (RFC 9112): a
+ * header name with whitespace before its colon (5.1; libmicrohttpd keeps it under
+ * another name, so `Content-Length : 3` framed no body while a proxy could read 3), more
+ * than one Content-Length or Transfer-Encoding, or both (6.3): 400; a Transfer-Encoding
+ * other than chunked (6.1; libmicrohttpd left such a request unanswered until the
+ * request deadline): 501. Returns the status and sets *text, or 0 when it is sound. */
+static unsigned framing_refusal(mc_httpd_req *rq, const char **text)
 {
-    unsigned n[2] = {0, 0};
-    MHD_get_connection_values(rq->conn_, MHD_HEADER_KIND, count_framing, n);
-    return n[0] > 1 || (n[0] && n[1]);
+    framing f = {0};
+    MHD_get_connection_values(rq->conn_, MHD_HEADER_KIND, scan_framing, &f);
+    if (f.name_space) {
+        *text = "malformed header: whitespace between a header name and its colon";
+        return 400;
+    }
+    if (f.content_length > 1 || f.transfer_encoding > 1 ||
+        (f.content_length && f.transfer_encoding)) {
+        *text = "ambiguous body length: send one Content-Length header or "
+                "Transfer-Encoding, not both and not twice";
+        return 400;
+    }
+    if (f.other_encoding) {
+        *text = "unsupported Transfer-Encoding: only chunked (or a Content-Length) is "
+                "accepted";
+        return 501;
+    }
+    return 0;
 }
 
 /* A Content-Length over max_body (or one that does not parse) flags the body too big
@@ -444,10 +474,10 @@ static mhd_result on_request(void *cls, struct MHD_Connection *c, const char *ur
             e->phase = PH_REQUEST; /* now request_timeout_ms bounds it */
             pthread_mutex_unlock(&s->lock);
         }
-        if (framing_ambiguous(rq))
-            return to_mhd(refuse(s, rq, MC_HTTPD_R_BAD_FRAMING, 400, NULL,
-                                 "ambiguous body length: send one Content-Length header or "
-                                 "Transfer-Encoding, not both and not twice"));
+        const char *why;
+        unsigned bad = framing_refusal(rq, &why);
+        if (bad)
+            return to_mhd(refuse(s, rq, MC_HTTPD_R_BAD_FRAMING, bad, NULL, why));
         int r = auth_headers(s, rq);
         if (r != MC_HTTPD_ACCEPT)
             return to_mhd(r);

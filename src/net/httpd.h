@@ -11,10 +11,11 @@
  *     `threads` workers;
  *   - routes libmicrohttpd's error lines to mc_log at DEBUG under the caller's tag (the
  *     logger is the first option given, so nothing reaches stderr raw);
- *   - refuses a request whose body length is ambiguous (RFC 9112 6.3: more than one
- *     Content-Length header, or Content-Length next to Transfer-Encoding) with 400
- *     before the head callback: libmicrohttpd takes one of them, our max_body check
- *     could read another, and a proxy in front a third;
+ *   - refuses a request whose body framing is unsound before the head callback
+ *     (reason bad_framing): 400 for a header name with whitespace before its colon, more
+ *     than one Content-Length or Transfer-Encoding header, or both (RFC 9112 5.1, 6.3:
+ *     libmicrohttpd takes one length, our max_body check could read another, a proxy in
+ *     front a third); 501 for a Transfer-Encoding other than chunked (6.1);
  *   - accumulates a request body the head callback asked for, up to max_body bytes
  *     (a larger Content-Length or body is flagged body_too_big; a peer that keeps sending
  *     as much again is cut off), and discards every other body;
@@ -139,7 +140,7 @@ typedef enum mc_httpd_refusal {
     MC_HTTPD_R_AUTH_REPLAY,       /* a nonce seen before: 401 */
     MC_HTTPD_R_AUTH_CACHE_FULL,   /* the replay cache has no room: 503 */
     MC_HTTPD_R_AUTH_UNEXPECTED,   /* a signed request to a server without a secret: 401 */
-    MC_HTTPD_R_BAD_FRAMING,       /* Content-Length twice, or with Transfer-Encoding: 400 */
+    MC_HTTPD_R_BAD_FRAMING,       /* unsound body framing (mc_httpd above): 400 or 501 */
     MC_HTTPD_R_COUNT
 } mc_httpd_refusal;
 

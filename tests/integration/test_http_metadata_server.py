@@ -287,29 +287,47 @@ def test_c_tool_survives_garbage(spawn):
     assert p.wait(timeout=10) == 0
 
 
-def test_c_tool_refuses_an_ambiguous_body_length(spawn):
-    """Two Content-Length headers (either order), or one next to Transfer-Encoding: 400
-    before the body is read, nothing stored, counted as bad_framing. Before, the server
-    stored the 5-byte body of `Content-Length: 5` + `Content-Length: 5000` (libmicrohttpd
-    took one length, our size check could read the other)."""
+def test_c_tool_refuses_unsound_body_framing(spawn):
+    """Refused before the body is read, nothing stored, each counted as bad_framing:
+    two Content-Length headers (either order, either case) or one next to
+    Transfer-Encoding: 400 (the server stored the 5-byte body of `Content-Length: 5` +
+    `Content-Length: 5000`: libmicrohttpd took one length, our size check could read the
+    other); whitespace before a header name's colon: 400 (libmicrohttpd kept
+    `Content-Length : 3` under another name and framed no body); Transfer-Encoding twice:
+    400; one other than chunked: 501 (those hung until the request deadline)."""
     _, port = start_c(spawn)
     base = f"http://127.0.0.1:{port}"
-    for i, headers in enumerate([b"Content-Length: 5\r\nContent-Length: 5000\r\n",
-                                 b"Content-Length: 5000\r\nContent-Length: 5\r\n",
-                                 b"Content-Length: 5\r\ncontent-length: 5\r\n",
-                                 b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n"]):
+    chunked = b"5\r\nhello\r\n0\r\n\r\n"
+    cases = [
+        (b"Content-Length: 5\r\nContent-Length: 5000\r\n", b"hello", 400, b"ambiguous"),
+        (b"Content-Length: 5000\r\nContent-Length: 5\r\n", b"hello", 400, b"ambiguous"),
+        (b"Content-Length: 5\r\ncontent-length: 5\r\n", b"hello", 400, b"ambiguous"),
+        (b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n", b"hello", 400, b"ambiguous"),
+        (b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", chunked, 400,
+         b"ambiguous"),
+        (b"Content-Length : 3\r\n", b"hello", 400, b"whitespace between a header name"),
+        (b"Content-Length: 5\r\nContent-Length\t: 3\r\n", b"hello", 400, b"whitespace"),
+        (b"Content-Length: 5\r\nTransfer-Encoding : chunked\r\n", b"hello", 400,
+         b"whitespace"),
+        (b"Transfer-Encoding: gzip, chunked\r\n", chunked, 501, b"unsupported Transfer"),
+        (b"Transfer-Encoding: foo\r\n", chunked, 501, b"unsupported Transfer"),
+        (b"Transfer-Encoding: chunked \r\n", chunked, 501, b"unsupported Transfer"),
+    ]
+    for i, (headers, body, status, why) in enumerate(cases):
         resp = raw_exchange(port, b"PUT /metadata?key=amb%d HTTP/1.1\r\nHost: x\r\n" % i
-                            + headers + b"\r\nhello")
-        assert resp.startswith(b"HTTP/1.1 400"), (headers, resp[:80])
-        assert b"ambiguous body length" in resp, resp
+                            + headers + b"\r\n" + body)
+        assert resp.startswith(b"HTTP/1.1 %d" % status), (headers, resp[:80])
+        assert why in resp, (headers, resp)
         assert call("GET", base, f"amb{i}").status_code == 404
     text = requests.get(base + "/metrics", timeout=TIMEOUT).text
-    assert 'http_metadata_refused_total{reason="bad_framing"} 4' in text, text
-    # one Content-Length alone is fine
-    resp = raw_exchange(port, b"PUT /metadata?key=one HTTP/1.1\r\nHost: x\r\n"
-                        b"Content-Length: 5\r\n\r\nhello")
-    assert resp.startswith(b"HTTP/1.1 200"), resp[:80]
-    assert call("GET", base, "one").content == b"hello"
+    assert 'http_metadata_refused_total{reason="bad_framing"} %d' % len(cases) in text, text
+    # sound framings pass: one Content-Length, chunked in any case
+    for i, (headers, body) in enumerate([(b"Content-Length: 5\r\n", b"hello"),
+                                         (b"Transfer-Encoding: Chunked\r\n", chunked)]):
+        resp = raw_exchange(port, b"PUT /metadata?key=ok%d HTTP/1.1\r\nHost: x\r\n" % i
+                            + headers + b"\r\n" + body)
+        assert resp.startswith(b"HTTP/1.1 200"), (headers, resp[:80])
+        assert call("GET", base, f"ok{i}").content == b"hello"
 
 
 def test_c_tool_serves_concurrent_clients(spawn):
