@@ -1470,32 +1470,37 @@ static void boundary_arm(void)
     boundary_ms = t + 1 + SHORT_LEASE_MS - 1;
 }
 
-static void test_lease_boundary(void **state)
+typedef int64_t (*boundary_read_fn)(mc_store *b, const char *key, unsigned char *got,
+                                    size_t n);
+
+static int64_t plain_read(mc_store *b, const char *key, unsigned char *got, size_t n)
 {
-    fixture *f = *state;
-    NEED_MASTER(f);
-    mc_store *a, *b;
-    unsigned char v[4096], got[4096];
-    two_stores_with_value(f, &a, &b, "edge", v, 12);
+    return mc_store_get_into(b, key, strlen(key), got, n);
+}
+
+/* Five reads of key (the value v, 4096 bytes) by read with the lease check held back to
+ * t0 + TTL - 1: each is LEASE_EXPIRED unless the call was preempted for a millisecond
+ * before it took t0 (then the read legitimately ended inside its lease and is whole).
+ * Returns how many were LEASE_EXPIRED. */
+static int boundary_tries(mc_store *b, const char *key, const unsigned char *v,
+                          unsigned char *got, boundary_read_fn read)
+{
     mc__store_test_hook = boundary_hook;
-    /* each try is LEASE_EXPIRED unless the call was preempted for a millisecond before
-     * it took t0 (then the read legitimately ended inside its lease) */
     int expired = 0;
     for (int i = 0; i < 5; i++) {
         boundary_arm();
-        int64_t r = mc_store_get_into(b, "edge", 4, got, sizeof got);
-        assert_true(r == MC_LEASE_EXPIRED || r == (int64_t)sizeof v);
+        int64_t r = read(b, key, got, 4096);
+        assert_true(r == MC_LEASE_EXPIRED || r == 4096);
+        if (r > 0)
+            assert_memory_equal(got, v, 4096);
         expired += r == MC_LEASE_EXPIRED;
     }
     mc__store_test_hook = NULL;
-    assert_true(expired >= 1);
-    mc_store_destroy(a);
-    mc_store_destroy(b);
+    return expired;
 }
 
-/* The same boundary for a ranged read (ranges.c, mc_store_batch_get_ranges): checked at
- * t0 + TTL - 1 it is LEASE_EXPIRED for the item and each fragment (or whole when the call
- * was preempted before t0), and always past the lease. */
+/* A ranged read (ranges.c, mc_store_batch_get_ranges) of two fragments: when it is
+ * LEASE_EXPIRED, so is each fragment. */
 static int64_t ranges_read(mc_store *b, const char *key, unsigned char *got, size_t n)
 {
     mc_store_key k = {key, strlen(key)};
@@ -1512,29 +1517,23 @@ static int64_t ranges_read(mc_store *b, const char *key, unsigned char *got, siz
     return res;
 }
 
-static void test_ranges_lease_boundary(void **state)
+/* The boundary for a plain get and for a ranged read; a ranged read checked past the
+ * lease is always LEASE_EXPIRED, and whole without the hook. */
+static void test_lease_boundary(void **state)
 {
     fixture *f = *state;
     NEED_MASTER(f);
     mc_store *a, *b;
     unsigned char v[4096], got[4096];
-    two_stores_with_value(f, &a, &b, "redge", v, 13);
+    two_stores_with_value(f, &a, &b, "edge", v, 12);
+    assert_true(boundary_tries(b, "edge", v, got, plain_read) >= 1);
+    assert_true(boundary_tries(b, "edge", v, got, ranges_read) >= 1);
     mc__store_test_hook = boundary_hook;
-    int expired = 0;
-    for (int i = 0; i < 5; i++) {
-        boundary_arm();
-        int64_t r = ranges_read(b, "redge", got, sizeof got);
-        assert_true(r == MC_LEASE_EXPIRED || r == (int64_t)sizeof v);
-        if (r > 0)
-            assert_memory_equal(got, v, sizeof v);
-        expired += r == MC_LEASE_EXPIRED;
-    }
-    assert_true(expired >= 1);
     boundary_ms = mc_now_ms() + SHORT_LEASE_MS + 50;
-    assert_int_equal(ranges_read(b, "redge", got, sizeof got), MC_LEASE_EXPIRED);
+    assert_int_equal(ranges_read(b, "edge", got, sizeof got), MC_LEASE_EXPIRED);
     mc__store_test_hook = NULL;
     memset(got, 0, sizeof got);
-    assert_int_equal(ranges_read(b, "redge", got, sizeof got), (int64_t)sizeof v);
+    assert_int_equal(ranges_read(b, "edge", got, sizeof got), (int64_t)sizeof v);
     assert_memory_equal(got, v, sizeof v);
     mc_store_destroy(a);
     mc_store_destroy(b);
@@ -2158,8 +2157,6 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_remove_and_lease, setup_default, teardown_master),
         cmocka_unit_test_setup_teardown(test_lease_expired, setup_short_lease, teardown_master),
         cmocka_unit_test_setup_teardown(test_lease_boundary, setup_short_lease, teardown_master),
-        cmocka_unit_test_setup_teardown(test_ranges_lease_boundary, setup_short_lease,
-                                        teardown_master),
         cmocka_unit_test_setup_teardown(test_disk_hedge_next_to_stalled_memory, setup_shared_fs,
                                         teardown_shared_fs),
         cmocka_unit_test_setup_teardown(test_pipelined_read_master_killed, setup_default,
