@@ -14,8 +14,8 @@ both figures cover exactly the measured batches:
          into the node's segment; MC_FORCE_TCP=1 with --tcp)
   get    batch_get_into of BATCH stored keys (checked)
   exist  batch_is_exist of BATCH stored keys (the master's batch_is_exist)
-Reported per key: client Ir, client Ir without memcpy/memmove's own instructions (the
-value copy), client Ir without the bench's own key formatting (the snprintf per key that
+Reported per key: client Ir, client Ir without the copies' own instructions (the value
+copy: memcpy/memmove, and mc_copy_to_segment, the put's streaming copy since 60ccb41), client Ir without the bench's own key formatting (the snprintf per key that
 bench_store_ops's put loop runs to name new keys: ~1,280 Ir/key, in every put figure
 before this column existed), master Ir (every thread: RPC decode, lookup, encode, plus its I/O loop and
 whatever its timers did meanwhile, so it moves by ~20% between runs), and the master's
