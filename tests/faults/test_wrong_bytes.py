@@ -143,7 +143,13 @@ def test_reads_at_lease_end_are_never_wrong(cluster):
     read = [r.result(timeout=LEASE_SECONDS + 30) for r in readers]
     # the run raced: keys were freed and put again while every reader read them
     assert all(x["puts"] > len(sets["Wt"]) and x["removed"] > 0 for x in wrote), wrote
-    assert all(x["ok"] > 0 for x in read), read
+    # and reads succeeded over each path (TCP: Rt, Rb; same host: Rs, Rbs), so the check
+    # below saw bytes returned near the lease's end. Not every reader: a batch of 24 x
+    # 64 KiB over TCP can outlast a 2 ms lease every time on a loaded 2-CPU box (CI saw
+    # Rb at 0 of 58,128 while the others succeeded); each of its reads then failed,
+    # which is right, and it still counts toward the wrong-bytes check
+    assert all(x["reads"] > 0 for x in read), read
+    assert read[0]["ok"] + read[2]["ok"] > 0 and read[1]["ok"] + read[3]["ok"] > 0, read
     bad = [(r.name, x["wrong_bytes"], x["other_key"], x["wrong"]) for r, x in zip(readers, read)
            if x["wrong_bytes"] or x["other_key"]]
     assert not bad, f"reads returned bytes that are not one put of their key: {bad}; {wrote}"
