@@ -218,7 +218,8 @@ static const mc_option options[] = {
      .def = "8080", .bounded = true, .min = 0, .max = 65535,
      .help = "port of the embedded HTTP metadata server"},
     {.name = "http_metadata_server_host", .type = MC_OPT_STRING, .target = &http_md_host,
-     .def = "0.0.0.0", .nonempty = true, .help = "address of the embedded HTTP metadata server"},
+     .def = "0.0.0.0", .nonempty = true,
+     .help = "address of the embedded HTTP metadata server"},
     {.name = "auth_token_file", .type = MC_OPT_STRING, .target = &auth_token_file, .def = "",
      .help = "file holding the cluster secret (mode 0600, owned by this user); with it the "
              "RPC port requires the handshake and the HTTP ports check signed requests "

@@ -58,7 +58,7 @@ static mc_ctl_bench_opts bench_opts; /* the bench flags (master_ctl_bench.c) */
 static const mc_option options[] = {
     {.name = "master", .alias = "master_server_addr", .type = MC_OPT_STRING,
      .target = &master_addr, .def = "127.0.0.1:50051", .env = "MOONCAKE_MASTER",
-     .help = "master RPC address host:port"},
+     .nonempty = true, .help = "master RPC address host:port"},
     {.name = "client_id", .type = MC_OPT_STRING, .target = &client_id_text, .def = "",
      .help = "client UUID as hex-hex (default: random)"},
     {.name = "rpc_timeout_ms", .type = MC_OPT_INT, .target = &rpc_timeout_ms, .def = "0",

@@ -49,7 +49,7 @@ typedef struct mc_option {
     const char *only_default;
     /* MC_OPT_STRING: an empty value (--name=, "" in a config file or env) is refused by
      * mc_options_parse: for flags such as an address, where "" would silently mean the
-     * default or nothing. */
+     * default or nothing. Its def must not be empty (defaults pass the same check). */
     bool nonempty;
 } mc_option;
 

@@ -303,7 +303,7 @@ static bool auth_complete(mc_httpd *s, mc_httpd_req *rq, int *rc_out)
 
 typedef struct framing {
     unsigned content_length, transfer_encoding;
-    bool name_space;     /* a header name with a space or tab (before its colon) */
+    bool bad_name;       /* a header name that is not a token (RFC 9110 5.6.2) */
     bool other_encoding; /* a Transfer-Encoding other than exactly "chunked" */
 } framing;
 
@@ -312,8 +312,12 @@ static mhd_result scan_framing(void *cls, enum MHD_ValueKind kind, const char *k
 {
     (void)kind;
     framing *f = cls;
-    if (strpbrk(key, " \t"))
-        f->name_space = true;
+    /* tchar: whitespace before the colon (kept in the name by libmicrohttpd), \v and \f
+     * are not (an obs-fold line is joined by libmicrohttpd before we see it) */
+    static const char tchar[] = "!#$%&'*+-.^_`|~0123456789"
+                                "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    if (!*key || key[strspn(key, tchar)] != '\0')
+        f->bad_name = true;
     if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
         f->content_length++;
     } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
@@ -326,8 +330,9 @@ static mhd_result scan_framing(void *cls, enum MHD_ValueKind kind, const char *k
 }
 
 /* How a request's body is framed, checked before anything reads it (RFC 9112): a
- * header name with whitespace before its colon (5.1; libmicrohttpd keeps it under
- * another name, so `Content-Length : 3` framed no body while a proxy could read 3), more
+ * header name that is not a token, e.g. with whitespace before its colon (5.1;
+ * libmicrohttpd keeps it under another name, so `Content-Length : 3` or
+ * `Content-Length\v: 3` framed no body while a proxy could read 3), more
  * than one Content-Length or Transfer-Encoding, or both (6.3): 400; a Transfer-Encoding
  * other than chunked (6.1; libmicrohttpd left such a request unanswered until the
  * request deadline): 501. Returns the status and sets *text, or 0 when it is sound. */
@@ -335,8 +340,9 @@ static unsigned framing_refusal(mc_httpd_req *rq, const char **text)
 {
     framing f = {0};
     MHD_get_connection_values(rq->conn_, MHD_HEADER_KIND, scan_framing, &f);
-    if (f.name_space) {
-        *text = "malformed header: whitespace between a header name and its colon";
+    if (f.bad_name) {
+        *text = "invalid header name: only token characters, and no whitespace before "
+                "the colon";
         return 400;
     }
     if (f.content_length > 1 || f.transfer_encoding > 1 ||

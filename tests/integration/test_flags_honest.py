@@ -153,6 +153,21 @@ def test_client_refuses_an_empty_address_flag(flag):
     assert "ready" not in r.stdout, r.stdout
 
 
+@pytest.mark.parametrize("prog,flag", [("transfer_engine_bench", "protocol"),
+                                       ("transfer_engine_bench", "metadata_server"),
+                                       ("transfer_engine_bench", "local_server_name"),
+                                       ("mooncake_master_ctl", "master")])
+def test_tools_refuse_an_empty_address_flag(prog, flag):
+    """`transfer_engine_bench --protocol=` ran as tcp ("Target ready"), an empty
+    --metadata_server / --local_server_name and `mooncake_master_ctl --master=` failed
+    later without naming the flag: now exit 2 at parsing."""
+    r = _run([tool(prog), f"--{flag}="] + (["--mode=target"] if prog != "mooncake_master_ctl"
+                                           else ["ping"]), timeout=10)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"invalid value '' for --{flag}: expected a non-empty value" in r.stderr, r.stderr
+    assert "ready" not in r.stdout.lower(), r.stdout
+
+
 @pytest.mark.parametrize("flag", ["rpc_address", "metrics_host", "http_metadata_server_host"])
 def test_master_refuses_an_empty_listen_address(flag):
     """`--rpc_address=` listened on 0.0.0.0 and printed "RPC listening on :P" (the empty
