@@ -36,7 +36,7 @@ static mc_auth_secret secret; /* outlives the server */
 static const mc_option options[] = {
     {.name = "port", .type = MC_OPT_INT, .target = &port, .def = "8080", .bounded = true,
      .min = 0, .max = 65535, .help = "TCP port to listen on (0: pick a free one)"},
-    {.name = "host", .type = MC_OPT_STRING, .target = &host, .def = "0.0.0.0",
+    {.name = "host", .type = MC_OPT_STRING, .target = &host, .def = "0.0.0.0", .nonempty = true,
      .help = "address to listen on"},
     {.name = "log_level", .alias = "log-level", .type = MC_OPT_STRING, .target = &log_level,
      .def = "", .help = "TRACE, DEBUG, INFO, WARNING, ERROR (default: MC_LOG_LEVEL or INFO)"},

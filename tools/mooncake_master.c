@@ -682,12 +682,12 @@ static int ha_flags(const char *prog, const char **conn)
                 "..\n", prog, cluster_id);
         return 2;
     }
-    if (!*rpc_address || strcmp(rpc_address, "0.0.0.0") == 0 ||
-        strcmp(rpc_address, "::") == 0) {
+    /* never empty: --rpc_address is nonempty, --rpc_interface gives an address */
+    if (strcmp(rpc_address, "0.0.0.0") == 0 || strcmp(rpc_address, "::") == 0) {
         fprintf(stderr,
                 "%s: --enable_ha publishes --rpc_address for clients to reach the leader: "
                 "give this host's routable address (not %s)\n",
-                prog, *rpc_address ? rpc_address : "empty");
+                prog, rpc_address);
         return 2;
     }
     return 0;

@@ -47,9 +47,10 @@ typedef struct mc_option {
      * mc_tool_refuse_non_defaults (tools/tool_util.h) after parsing, which refuses any
      * other value with this text (exit 2). */
     const char *only_default;
-    /* MC_OPT_STRING: an empty value (--name=, "" in a config file or env) is refused by
-     * mc_options_parse: for flags such as an address, where "" would silently mean the
-     * default or nothing. Its def must not be empty (defaults pass the same check). */
+    /* MC_OPT_STRING: an empty value (--name=, "" in a config file, an empty env
+     * variable) is refused by mc_options_parse: for flags such as an address, where ""
+     * would silently mean the default or nothing. Its def must not be empty (defaults
+     * pass the same check). */
     bool nonempty;
 } mc_option;
 

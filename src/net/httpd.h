@@ -12,10 +12,11 @@
  *   - routes libmicrohttpd's error lines to mc_log at DEBUG under the caller's tag (the
  *     logger is the first option given, so nothing reaches stderr raw);
  *   - refuses a request whose body framing is unsound before the head callback
- *     (reason bad_framing): 400 for a header name with whitespace before its colon, more
- *     than one Content-Length or Transfer-Encoding header, or both (RFC 9112 5.1, 6.3:
- *     libmicrohttpd takes one length, our max_body check could read another, a proxy in
- *     front a third); 501 for a Transfer-Encoding other than chunked (6.1);
+ *     (reason bad_framing): 400 for a header name that is not a token (whitespace, \v
+ *     or \f before its colon), more than one Content-Length or Transfer-Encoding header,
+ *     or both (RFC 9112 5.1, 6.3: libmicrohttpd takes one length, our max_body check
+ *     could read another, a proxy in front a third); 501 for a Transfer-Encoding other
+ *     than chunked (6.1);
  *   - accumulates a request body the head callback asked for, up to max_body bytes
  *     (a larger Content-Length or body is flagged body_too_big; a peer that keeps sending
  *     as much again is cut off), and discards every other body;

@@ -140,43 +140,46 @@ def test_tool_default_only_flags(prog, flag, default, other):
     assert f"--{flag}=" not in accepted.stderr, accepted.stderr
 
 
-@pytest.mark.parametrize("flag", ["host", "master_server_address", "metadata_server",
-                                  "protocol"])
-def test_client_refuses_an_empty_address_flag(flag):
-    """`--master_server_address=` and the like: exit 2 naming the flag and its default,
-    before anything starts. Before, "" silently meant the default (the store's setup
-    reads an empty address as "use the default"), so a templated command line with an
-    unset variable ran against 127.0.0.1:50051."""
-    r = _run(_client_args(free_port(), f"--{flag}="))
+def _client_empty(flag):
+    return _client_args(free_port(), f"--{flag}=")
+
+
+def _master_empty(flag):
+    return [tool("mooncake_master"), f"--rpc_port={free_port()}",
+            f"--metrics_port={free_port()}", f"--{flag}="]
+
+
+# (prog, flag, command line): every flag where "" used to mean something silently
+EMPTY_REFUSED = (
+    # "" meant the default (the store's setup reads an empty address as "use the
+    # default"): a templated command line with an unset variable ran against
+    # 127.0.0.1:50051
+    [("mooncake_client", f, _client_empty)
+     for f in ("host", "master_server_address", "metadata_server", "protocol")] +
+    # `--rpc_address=` listened on 0.0.0.0 and printed "RPC listening on :P"
+    [("mooncake_master", f, _master_empty)
+     for f in ("rpc_address", "metrics_host", "http_metadata_server_host")] +
+    # `--protocol=` ran as tcp ("Target ready"); the others failed later without naming
+    # the flag
+    [("transfer_engine_bench", f, lambda f: [tool("transfer_engine_bench"), f"--{f}=",
+                                             "--mode=target"])
+     for f in ("protocol", "metadata_server", "local_server_name")] +
+    [("mooncake_master_ctl", "master", lambda f: [tool("mooncake_master_ctl"), f"--{f}=",
+                                                  "ping"]),
+     ("mooncake_http_metadata_server", "host",
+      lambda f: [tool("mooncake_http_metadata_server"), f"--port={free_port()}", f"--{f}="])])
+
+
+@pytest.mark.parametrize("prog,flag,args", EMPTY_REFUSED,
+                         ids=[f"{p}-{f}" for p, f, _ in EMPTY_REFUSED])
+def test_an_empty_address_flag_is_refused(prog, flag, args):
+    """An empty value of an address-like flag: exit 2 at parsing, naming the flag and its
+    default, before anything starts or listens."""
+    r = _run(args(flag), timeout=10)
     assert r.returncode == 2, r.stdout + r.stderr
     assert f"invalid value '' for --{flag}: expected a non-empty value" in r.stderr, r.stderr
-    assert "ready" not in r.stdout, r.stdout
-
-
-@pytest.mark.parametrize("prog,flag", [("transfer_engine_bench", "protocol"),
-                                       ("transfer_engine_bench", "metadata_server"),
-                                       ("transfer_engine_bench", "local_server_name"),
-                                       ("mooncake_master_ctl", "master")])
-def test_tools_refuse_an_empty_address_flag(prog, flag):
-    """`transfer_engine_bench --protocol=` ran as tcp ("Target ready"), an empty
-    --metadata_server / --local_server_name and `mooncake_master_ctl --master=` failed
-    later without naming the flag: now exit 2 at parsing."""
-    r = _run([tool(prog), f"--{flag}="] + (["--mode=target"] if prog != "mooncake_master_ctl"
-                                           else ["ping"]), timeout=10)
-    assert r.returncode == 2, r.stdout + r.stderr
-    assert f"invalid value '' for --{flag}: expected a non-empty value" in r.stderr, r.stderr
-    assert "ready" not in r.stdout.lower(), r.stdout
-
-
-@pytest.mark.parametrize("flag", ["rpc_address", "metrics_host", "http_metadata_server_host"])
-def test_master_refuses_an_empty_listen_address(flag):
-    """`--rpc_address=` listened on 0.0.0.0 and printed "RPC listening on :P" (the empty
-    string fell back to the default): now exit 2 naming the flag, nothing bound."""
-    r = _run([tool("mooncake_master"), f"--rpc_port={free_port()}",
-              f"--metrics_port={free_port()}", f"--{flag}="])
-    assert r.returncode == 2, r.stdout + r.stderr
-    assert f"invalid value '' for --{flag}: expected a non-empty value" in r.stderr, r.stderr
-    assert "listening" not in r.stdout + r.stderr
+    out = (r.stdout + r.stderr).lower()
+    assert "ready" not in out and "listening" not in out, out
 
 
 # ---- implemented flags -------------------------------------------------------------------
